@@ -1,0 +1,52 @@
+# Two commands matter: `make demo` and `make test`. Both install what they need.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+SANDBOX ?= demo
+FLEET  ?= mixed
+PYTEST_ARGS ?=
+
+.PHONY: demo test unit integration lint build-sandbox sandbox-down clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is needed")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+## demo: start the sandbox with the default fleet and show it
+demo: venv
+	@$(BIN)/goodput sandbox down --name $(SANDBOX) >/dev/null 2>&1 || true
+	$(BIN)/goodput sandbox up --name $(SANDBOX) --fleet $(FLEET)
+	@echo
+	@KUBECONFIG=$$($(BIN)/goodput sandbox kubeconfig --name $(SANDBOX)) \
+	  $$(dirname $$($(BIN)/python -c 'from goodput_operator.sandbox import build, versions; print(build.binary_path(versions.KUBERNETES_COMPONENT, "kubectl"))'))/kubectl \
+	  get nodes -L node.kubernetes.io/instance-type,topology.k8s.aws/ultraserver-id,nvidia.com/gpu.clique \
+	  -o custom-columns='NODE:.metadata.name,STATUS:.status.conditions[?(@.type=="Ready")].type,TYPE:.metadata.labels.node\.kubernetes\.io/instance-type,NEURON:.status.allocatable.aws\.amazon\.com/neuron,GPU:.status.allocatable.nvidia\.com/gpu,ULTRASERVER:.metadata.labels.topology\.k8s\.aws/ultraserver-id,NVLINK-CLIQUE:.metadata.labels.nvidia\.com/gpu\.clique'
+
+## test: lint, type-check, then every test (unit, integration, e2e) on a fresh sandbox
+test: venv lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+unit: venv
+	$(BIN)/pytest -m unit $(PYTEST_ARGS)
+
+integration: venv
+	$(BIN)/pytest -m 'integration or e2e' $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
+
+build-sandbox: venv
+	$(BIN)/goodput sandbox build
+
+sandbox-down: venv
+	$(BIN)/goodput sandbox down --name $(SANDBOX)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info src/*.egg-info

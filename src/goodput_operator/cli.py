@@ -1,0 +1,117 @@
+"""`goodput` (also `kubectl goodput`): the command line of Goodput Operator."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from goodput_operator import __version__
+from goodput_operator.sandbox import build, cluster, faults, fleet
+
+
+def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sandbox = sub.add_parser(
+        "sandbox", help="a real local control plane with a simulated accelerator fleet",
+        description="A real kube-apiserver, etcd, scheduler and controller-manager on "
+                    "127.0.0.1, with KWOK playing the kubelets of simulated accelerator nodes.",
+    )
+    verbs = sandbox.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    def verb(name: str, help_text: str) -> argparse.ArgumentParser:
+        parser = verbs.add_parser(name, help=help_text, description=help_text)
+        parser.add_argument("--name", default=cluster.DEFAULT_NAME,
+                            help="sandbox name (default: %(default)s)")
+        return parser
+
+    up = verb("up", "build (first time) and start a sandbox, then create the fleet's nodes")
+    up.add_argument("--fleet", default=fleet.DEFAULT_FLEET,
+                    help=f"built-in fleet name ({', '.join(fleet.builtin_names())}), a fleet "
+                         "YAML file, or synthetic:KIND:N (default: %(default)s)")
+    verb("down", "stop and delete a sandbox")
+    verb("status", "show whether a sandbox runs, its kubeconfig, fleet and node readiness")
+    verb("kubeconfig", "print the path of the sandbox's kubeconfig")
+    fail = verb("fail-node", "make a node NotReady (KWOK chaos stage) until heal-node")
+    fail.add_argument("node")
+    fail.add_argument("--reason", default="SimulatedFailure",
+                      help="reason on the node's Ready condition (default: %(default)s)")
+    heal = verb("heal-node", "make a failed node Ready again")
+    heal.add_argument("node")
+    pod = verb("fail-pod", "terminate a Running pod's containers with an exit code")
+    pod.add_argument("pod")
+    pod.add_argument("--exit-code", type=int, required=True)
+    pod.add_argument("-n", "--namespace", default="default")
+    pod.add_argument("--container", help="fail only this container")
+    verbs.add_parser("build", help="build the upstream binaries (done by `up` when needed)")
+    verbs.add_parser("fleets", help="list the built-in fleets")
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(
+        prog="goodput", description="Goodput Operator: accelerator training and inference "
+                                    "that keeps goodput near 100%.",
+    )
+    root.add_argument("--version", action="version", version=f"goodput {__version__}")
+    sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _sandbox_parser(sub)
+    return root
+
+
+def _run_sandbox(args: argparse.Namespace) -> int:
+    if args.verb == "build":
+        for name, path in build.ensure_all().items():
+            print(f"{name}: {path}")
+        return 0
+    if args.verb == "fleets":
+        for name in fleet.builtin_names():
+            print(fleet.summary(fleet.load(name)))
+        return 0
+    box = cluster.Sandbox(args.name)
+    if args.verb == "up":
+        chosen = cluster.up(box, args.fleet)
+        print(fleet.summary(chosen))
+        print(f"\nkubeconfig: {box.kubeconfig}\n"
+              f"  export KUBECONFIG={box.kubeconfig}\n"
+              "  kubectl get nodes -L topology.k8s.aws/ultraserver-id,nvidia.com/gpu.clique\n"
+              f"Stop it with: goodput sandbox down --name {box.name}")
+    elif args.verb == "down":
+        existed = cluster.down(box)
+        print(f"sandbox {box.name!r} " + ("deleted" if existed else "was not running"))
+    elif args.verb == "status":
+        state = cluster.status(box)
+        if not state.running:
+            print(f"sandbox {box.name!r}: not running")
+            return 1
+        print(f"sandbox {box.name!r}: running\n  kubeconfig: {state.kubeconfig}\n"
+              f"  fleet: {state.fleet}\n  nodes: {state.nodes_ready}/{state.nodes_total} Ready")
+    elif args.verb == "kubeconfig":
+        cluster.require_running(box)
+        print(box.kubeconfig)
+    elif args.verb == "fail-node":
+        faults.fail_node(box, args.node, reason=args.reason)
+        print(f"node {args.node} is failing (reason {args.reason}); heal it with "
+              f"`goodput sandbox heal-node {args.node}`")
+    elif args.verb == "heal-node":
+        faults.heal_node(box, args.node)
+        print(f"node {args.node} is healing")
+    elif args.verb == "fail-pod":
+        faults.fail_pod(box, args.pod, args.exit_code, args.namespace, args.container)
+        print(f"pod {args.namespace}/{args.pod} is failing with exit code {args.exit_code}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "sandbox":
+            return _run_sandbox(args)
+    except (cluster.SandboxError, fleet.FleetError, build.BuildError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

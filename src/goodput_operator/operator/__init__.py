@@ -1,0 +1,1 @@
+"""The running operator process (entrypoint, settings, health and metrics endpoints)."""

@@ -1,0 +1,243 @@
+"""Build the sandbox's upstream binaries from their Go modules, cached per version.
+
+Upstream modules such as k8s.io/kubernetes replace their own sub-modules with relative
+paths (`k8s.io/api => ./staging/src/k8s.io/api`), and a depending module does not inherit
+those replaces. So each component is built from a small generated wrapper module that
+re-pins every relative replace to the published version — read from the upstream go.mod,
+never hand-listed. Binaries live in ``<cache>/bin/<component>-<version>/`` and are never
+committed; Go's own module and build caches make rebuilds cheap.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from goodput_operator.sandbox.versions import MIN_GO, SANDBOX_COMPONENTS, Component
+
+Progress = Callable[[str], None]
+
+_RELATIVE_REPLACE = re.compile(r"^\s*(?:replace\s+)?(\S+)\s+=>\s+\.\.?/", re.MULTILINE)
+
+
+class BuildError(RuntimeError):
+    """A build step failed; the message is one line that says what to do."""
+
+
+def cache_root() -> Path:
+    """Where binaries and wrapper modules live (``$GOODPUT_CACHE`` overrides)."""
+    env = os.environ.get("GOODPUT_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "goodput-operator"
+
+
+def bin_dir(component: Component) -> Path:
+    return cache_root() / "bin" / component.key
+
+
+def binary_path(component: Component, name: str) -> Path:
+    return bin_dir(component) / name
+
+
+def is_built(component: Component) -> bool:
+    return all(binary_path(component, b).is_file() for b in component.binaries.values())
+
+
+def relative_replaces(upstream_go_mod: str) -> list[str]:
+    """Module paths that the upstream go.mod replaces with a relative directory."""
+    return sorted(set(_RELATIVE_REPLACE.findall(upstream_go_mod)))
+
+
+def ldflags(component: Component) -> str:
+    stamps = " ".join(f"-X {var}={value}" for var, value in sorted(component.version_vars.items()))
+    return f"-s -w {stamps}".strip()
+
+
+def go_binary_name(package: str) -> str:
+    """The file name `go build -o DIR/` gives a command: its last path element, or the one
+    before a major-version suffix (`go.etcd.io/etcd/server/v3` -> `server`)."""
+    parts = package.rstrip("/").split("/")
+    if len(parts) > 1 and re.fullmatch(r"v\d+", parts[-1]):
+        return parts[-2]
+    return parts[-1]
+
+
+def _stderr_progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def find_go() -> str:
+    """The `go` command, checked to be new enough; a one-line error says how to fix it."""
+    go = shutil.which("go") or next(
+        (p for p in ("/usr/local/go/bin/go", "/usr/lib/go/bin/go") if Path(p).is_file()), None
+    )
+    need = ".".join(map(str, MIN_GO))
+    if go is None:
+        raise BuildError(
+            f"Go >= {need} is needed to build the sandbox's Kubernetes binaries and was not "
+            f"found: install Go {need} or newer and put `go` on PATH."
+        )
+    out = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=False)
+    match = re.match(r"go(\d+)\.(\d+)", out.stdout.strip())
+    if not match or (int(match[1]), int(match[2])) < MIN_GO:
+        raise BuildError(
+            f"{go} is {out.stdout.strip() or 'unusable'}; the sandbox needs Go >= {need}: "
+            "install a newer Go and put it first on PATH."
+        )
+    return go
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Serialise builds of one component across processes (a CLI and a test run, say)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class _Go:
+    """Runs go commands in one wrapper module, turning failures into BuildError."""
+
+    def __init__(self, go: str, workdir: Path) -> None:
+        self.go = go
+        self.workdir = workdir
+        self.env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
+
+    def run(self, *args: str) -> str:
+        proc = subprocess.run(
+            [self.go, *args], cwd=self.workdir, env=self.env, capture_output=True, text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise BuildError(_one_line_failure(args, proc.stderr))
+        return proc.stdout
+
+    def build_with_progress(self, args: Sequence[str], total: int, label: str,
+                            progress: Progress) -> None:
+        """`go build -v` prints each package it compiles; count them against the total."""
+        proc = subprocess.Popen(
+            [self.go, "build", "-v", *args], cwd=self.workdir, env=self.env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        assert proc.stderr is not None
+        compiled = 0
+        errors: list[str] = []
+        started = time.monotonic()
+        stop = threading.Event()
+
+        def heartbeat() -> None:
+            while not stop.wait(15):
+                elapsed = int(time.monotonic() - started)
+                progress(f"  {label}: {compiled}/{total} packages compiled, {elapsed}s elapsed")
+
+        ticker = threading.Thread(target=heartbeat, daemon=True)
+        ticker.start()
+        try:
+            for line in proc.stderr:
+                line = line.rstrip()
+                if re.match(r"^[\w.\-]+(/[\w.\-~]+)*$", line):
+                    compiled += 1
+                else:
+                    errors.append(line)
+            proc.wait()
+        finally:
+            stop.set()
+        if proc.returncode != 0:
+            raise BuildError(_one_line_failure(("build", *args), "\n".join(errors)))
+
+
+def _one_line_failure(args: Sequence[str], stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    detail = lines[-1] if lines else "no output"
+    hint = ""
+    if re.search(r"dial tcp|proxy\.golang\.org|TLS handshake|no such host", stderr):
+        hint = " (the Go module proxy was not reachable: check GOPROXY and the network)"
+    elif re.search(r"requires go >=|toolchain", stderr):
+        hint = " (this Go is too old for a pinned module: install a newer Go)"
+    return f"go {' '.join(args[:2])} failed: {detail}{hint}"
+
+
+def _module_info(go: _Go, module: str, version: str) -> dict[str, str]:
+    info: dict[str, str] = json.loads(go.run("mod", "download", "-json", f"{module}@{version}"))
+    if "Error" in info:
+        raise BuildError(f"cannot download {module}@{version}: {info['Error']}")
+    return info
+
+
+def module_dir(component: Component, go_cmd: str | None = None) -> Path:
+    """The component's upstream source in Go's module cache (downloaded if needed)."""
+    go = _Go(go_cmd or find_go(), cache_root())
+    cache_root().mkdir(parents=True, exist_ok=True)
+    return Path(_module_info(go, component.module, component.version)["Dir"])
+
+
+def _prepare_wrapper(go: _Go, component: Component) -> None:
+    go.workdir.mkdir(parents=True, exist_ok=True)
+    module = f"module goodput.dev/sandbox/build/{component.name}\n\ngo 1.26\n"
+    (go.workdir / "go.mod").write_text(module)
+    (go.workdir / "go.sum").unlink(missing_ok=True)
+    upstream = Path(_module_info(go, component.module, component.version)["GoMod"]).read_text()
+    if component.replace_version:
+        edits = [
+            f"-replace={mod}={mod}@{component.replace_version}"
+            for mod in relative_replaces(upstream)
+            if mod != component.module
+        ]
+        if edits:
+            go.run("mod", "edit", *edits)
+    go.run("get", *(f"{pkg}@{component.version}" for pkg in component.binaries))
+
+
+def build(component: Component, progress: Progress = _stderr_progress) -> Path:
+    """Build one component's binaries unless they are already cached; return their folder."""
+    target = bin_dir(component)
+    with _locked(cache_root() / "locks" / f"{component.key}.lock"):
+        if is_built(component):
+            return target
+        go = _Go(find_go(), cache_root() / "build" / component.key)
+        progress(f"Building {component.name} {component.version} from Go modules "
+                 "(first time only; cached afterwards)...")
+        started = time.monotonic()
+        _prepare_wrapper(go, component)
+        packages = list(component.binaries)
+        total = len(go.run("list", "-deps", *packages).split())
+        staging = target.with_name(target.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        args = ["-trimpath", "-ldflags", ldflags(component), "-o", f"{staging}/", *packages]
+        go.build_with_progress(args, total, component.name, progress)
+        for pkg, name in component.binaries.items():
+            built = staging / go_binary_name(pkg)
+            if built.name != name:
+                built.rename(staging / name)
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+        progress(f"Built {component.name} {component.version} in "
+                 f"{time.monotonic() - started:.0f}s -> {target}")
+        return target
+
+
+def ensure_all(components: Sequence[Component] = SANDBOX_COMPONENTS,
+               progress: Progress = _stderr_progress) -> dict[str, Path]:
+    """Build what is missing and return every binary's path by name."""
+    paths: dict[str, Path] = {}
+    for component in components:
+        folder = build(component, progress)
+        paths |= {name: folder / name for name in component.binaries.values()}
+    return paths

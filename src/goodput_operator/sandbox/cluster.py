@@ -1,0 +1,263 @@
+"""Start, inspect and stop a sandbox: a real control plane on 127.0.0.1 with KWOK nodes.
+
+kwokctl's binary runtime starts etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and the kwok controller as local processes. Every binary is handed to it
+as a path we built (build.py); any binary left unset would make kwokctl try to download
+it, which fails on machines that reach only package registries. The stages (node
+lifecycle, pod lifecycle, and the chaos stages used for fault injection) are read from
+the pinned kwok module in Go's module cache, so they always match the kwok we run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from goodput_operator.sandbox import build, fleet
+from goodput_operator.sandbox.versions import (
+    ETCD,
+    KUBERNETES,
+    KUBERNETES_COMPONENT,
+    KWOK,
+    KWOK_COMPONENT,
+)
+
+DEFAULT_NAME = "goodput"
+# Stages shipped in the kwok module. If a kwokctl config names any Stage, kwokctl adds
+# none of its defaults, so the defaults (node/fast, heartbeat-with-lease, pod/fast) are
+# listed here together with the chaos stages that fault injection relies on.
+STAGE_FILES = (
+    "kustomize/stage/node/fast/node-initialize.yaml",
+    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "kustomize/stage/node/chaos/node-not-ready.yaml",
+    "kustomize/stage/pod/fast/pod-ready.yaml",
+    "kustomize/stage/pod/fast/pod-complete.yaml",
+    "kustomize/stage/pod/fast/pod-delete.yaml",
+    "kustomize/stage/pod/chaos/pod-container-running-failed.yaml",
+)
+
+Progress = Callable[[str], None]
+
+
+class SandboxError(RuntimeError):
+    """A sandbox operation that cannot proceed; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """Paths and commands of one named sandbox."""
+
+    name: str = DEFAULT_NAME
+
+    @property
+    def home(self) -> Path:
+        return build.cache_root() / "sandboxes" / self.name
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.home / "kubeconfig"
+
+    @property
+    def fleet_file(self) -> Path:
+        return self.home / "fleet.json"
+
+    @property
+    def context(self) -> str:
+        return f"kwok-{self.name}"
+
+    def kwokctl_env(self) -> dict[str, str]:
+        # Keep kwokctl's state beside our own instead of in ~/.kwok.
+        return {**os.environ, "KWOK_WORKDIR": str(build.cache_root() / "kwok")}
+
+    def kwokctl(self, *args: str, check: bool = True, timeout: float = 300) -> str:
+        binary = build.binary_path(KWOK_COMPONENT, "kwokctl")
+        if not binary.is_file():
+            raise SandboxError("kwokctl is not built yet: run `goodput sandbox up` first")
+        proc = subprocess.run(
+            [str(binary), *args], env=self.kwokctl_env(), capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )
+        if check and proc.returncode != 0:
+            detail = (proc.stderr or proc.stdout).strip().splitlines()
+            raise SandboxError(f"kwokctl {args[0]} {args[1] if len(args) > 1 else ''} failed: "
+                               f"{detail[-1] if detail else 'no output'}")
+        return proc.stdout
+
+    def exists(self) -> bool:
+        """kwokctl knows a cluster of this name (running or stopped)."""
+        if not build.binary_path(KWOK_COMPONENT, "kwokctl").is_file():
+            return False
+        return self.name in self.kwokctl("get", "clusters", check=False).split()
+
+    def is_running(self) -> bool:
+        """The API server answers on the sandbox's kubeconfig."""
+        if not self.kubeconfig.is_file():
+            return False
+        try:
+            proc = self.kubectl("get", "--raw", "/readyz", check=False, timeout=10)
+        except subprocess.TimeoutExpired:
+            return False
+        return proc.returncode == 0 and proc.stdout.strip() == "ok"
+
+    def kubectl(self, *args: str, check: bool = True, timeout: float = 120,
+                input_text: str | None = None) -> subprocess.CompletedProcess[str]:
+        """kubectl of the sandbox's Kubernetes version, on the sandbox's kubeconfig."""
+        binary = build.binary_path(KUBERNETES_COMPONENT, "kubectl")
+        proc = subprocess.run(
+            [str(binary), "--kubeconfig", str(self.kubeconfig), *args], capture_output=True,
+            text=True, timeout=timeout, check=False, input=input_text,
+        )
+        if check and proc.returncode != 0:
+            raise SandboxError(f"kubectl {' '.join(args[:2])} failed: {proc.stderr.strip()}")
+        return proc
+
+    def kwokctl_config(self, binaries: dict[str, Path]) -> str:
+        """The KwokctlConfiguration plus the stage documents, as one YAML stream."""
+        kube_dir = binaries["kube-apiserver"].parent
+        options = {
+            "runtime": "binary",
+            "bindAddress": "127.0.0.1",
+            "kubeVersion": KUBERNETES,
+            "etcdVersion": ETCD.lstrip("v"),
+            "kwokVersion": KWOK,
+            "kubeBinaryPrefix": str(kube_dir),
+            "kubeApiserverBinary": str(binaries["kube-apiserver"]),
+            "kubeControllerManagerBinary": str(binaries["kube-controller-manager"]),
+            "kubeSchedulerBinary": str(binaries["kube-scheduler"]),
+            "kubectlBinary": str(binaries["kubectl"]),
+            "etcdBinary": str(binaries["etcd"]),
+            "kwokControllerBinary": str(binaries["kwok"]),
+            # Node failures must be visible in seconds, not the default 40 s.
+            "kubeControllerManagerNodeMonitorGracePeriodMilliseconds": 10_000,
+            "nodeStatusUpdateFrequencyMilliseconds": 2_000,
+            "disableQPSLimits": True,
+        }
+        config = {
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+            "kind": "KwokctlConfiguration",
+            "options": options,
+        }
+        source = build.module_dir(KWOK_COMPONENT)
+        stages = [(source / rel).read_text() for rel in STAGE_FILES]
+        return "---\n".join([yaml.safe_dump(config, sort_keys=False), *stages])
+
+
+def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,
+       progress: Progress = build._stderr_progress, wait_seconds: float = 180) -> fleet.Fleet:
+    """Build (first time), start the control plane, create the fleet's nodes, wait for Ready."""
+    chosen = fleet.load(fleet_ref)  # validate before spending minutes on anything
+    if sandbox.is_running():
+        raise SandboxError(
+            f"sandbox {sandbox.name!r} is already running (kubeconfig {sandbox.kubeconfig}); "
+            f"run `goodput sandbox down --name {sandbox.name}` first or pick another --name"
+        )
+    started = time.monotonic()
+    binaries = build.ensure_all(progress=progress)
+    if sandbox.exists():  # left over from a crash or a reboot: start clean
+        sandbox.kwokctl("delete", "cluster", "--name", sandbox.name, check=False)
+    sandbox.home.mkdir(parents=True, exist_ok=True)
+    config_path = sandbox.home / "kwokctl.yaml"
+    config_path.write_text(sandbox.kwokctl_config(binaries))
+    sandbox.kubeconfig.unlink(missing_ok=True)
+    progress(f"Starting control plane {sandbox.name!r} (Kubernetes {KUBERNETES}, etcd {ETCD}, "
+             f"kwok {KWOK}) on 127.0.0.1...")
+    sandbox.kwokctl(
+        "create", "cluster", "--name", sandbox.name, "--config", str(config_path),
+        "--kubeconfig", str(sandbox.kubeconfig), "--wait", "120s", timeout=240,
+    )
+    create_nodes(sandbox, chosen, progress)
+    wait_nodes_ready(sandbox, chosen.node_count, wait_seconds, progress)
+    sandbox.fleet_file.write_text(json.dumps({"fleet": fleet_ref, "name": chosen.name}))
+    progress(f"Sandbox {sandbox.name!r} is up in {time.monotonic() - started:.0f}s.")
+    return chosen
+
+
+def create_nodes(sandbox: Sandbox, chosen: fleet.Fleet, progress: Progress) -> None:
+    """Create the fleet's Node objects in batches through kubectl (status included)."""
+    nodes = fleet.nodes(chosen)
+    progress(f"Creating {len(nodes)} simulated nodes ({chosen.name})...")
+    batch = 500
+    for start in range(0, len(nodes), batch):
+        items = nodes[start:start + batch]
+        document = {"apiVersion": "v1", "kind": "List", "items": items}
+        sandbox.kubectl("create", "-f", "-", input_text=json.dumps(document), timeout=300)
+
+
+def node_readiness(sandbox: Sandbox) -> tuple[int, int]:
+    """(ready, total) nodes as the API server reports them."""
+    proc = sandbox.kubectl("get", "nodes", "-o", "json", timeout=60)
+    items: list[dict[str, Any]] = json.loads(proc.stdout)["items"]
+    ready = sum(1 for node in items if is_node_ready(node))
+    return ready, len(items)
+
+
+def is_node_ready(node: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in node.get("status", {}).get("conditions", [])
+    )
+
+
+def wait_nodes_ready(sandbox: Sandbox, expected: int, timeout: float, progress: Progress) -> None:
+    deadline = time.monotonic() + timeout
+    last = (-1, -1)
+    while True:
+        ready, total = node_readiness(sandbox)
+        if ready >= expected and total >= expected:
+            progress(f"All {expected} nodes are Ready.")
+            return
+        if (ready, total) != last:
+            progress(f"  {ready}/{expected} nodes Ready...")
+            last = (ready, total)
+        if time.monotonic() > deadline:
+            raise SandboxError(
+                f"only {ready}/{expected} nodes became Ready within {timeout:.0f}s; "
+                f"see `kwokctl logs kwok-controller --name {sandbox.name}` "
+                f"(KWOK_WORKDIR={build.cache_root() / 'kwok'})"
+            )
+        time.sleep(0.5)
+
+
+def down(sandbox: Sandbox) -> bool:
+    """Stop and delete the sandbox; True if there was one."""
+    existed = sandbox.exists()
+    if existed:
+        sandbox.kwokctl("delete", "cluster", "--name", sandbox.name, timeout=120)
+    sandbox.kubeconfig.unlink(missing_ok=True)
+    sandbox.fleet_file.unlink(missing_ok=True)
+    return existed
+
+
+@dataclass(frozen=True)
+class Status:
+    name: str
+    running: bool
+    kubeconfig: Path
+    fleet: str | None
+    nodes_ready: int
+    nodes_total: int
+
+
+def status(sandbox: Sandbox) -> Status:
+    running = sandbox.is_running()
+    ready, total = node_readiness(sandbox) if running else (0, 0)
+    fleet_name = None
+    if sandbox.fleet_file.is_file():
+        fleet_name = json.loads(sandbox.fleet_file.read_text()).get("name")
+    return Status(sandbox.name, running, sandbox.kubeconfig, fleet_name, ready, total)
+
+
+def require_running(sandbox: Sandbox) -> None:
+    if not sandbox.is_running():
+        raise SandboxError(
+            f"sandbox {sandbox.name!r} is not running: start it with "
+            f"`goodput sandbox up --name {sandbox.name}`"
+        )

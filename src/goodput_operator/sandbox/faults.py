@@ -1,0 +1,79 @@
+"""Fault injection through KWOK's chaos stages: the same signals a real failure produces.
+
+A node fails by the `node-not-ready` stage (its Ready condition turns False and stays
+so until healed); a pod fails by `pod-container-running-failed`, which terminates its
+containers with the exit code we annotate.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from goodput_operator.sandbox.cluster import Sandbox, SandboxError, require_running
+
+NODE_NOT_READY = "node-not-ready.stage.kwok.x-k8s.io"
+POD_FAILED = "pod-container-running-failed.stage.kwok.x-k8s.io"
+
+
+def _get(sandbox: Sandbox, *args: str) -> dict[str, Any] | None:
+    proc = sandbox.kubectl("get", *args, "-o", "json", check=False)
+    if proc.returncode != 0:
+        if "NotFound" in proc.stderr or "not found" in proc.stderr:
+            return None
+        raise SandboxError(f"kubectl get {' '.join(args)} failed: {proc.stderr.strip()}")
+    result: dict[str, Any] = json.loads(proc.stdout)
+    return result
+
+
+def _require_node(sandbox: Sandbox, node: str) -> dict[str, Any]:
+    require_running(sandbox)
+    found = _get(sandbox, "node", node)
+    if found is None:
+        raise SandboxError(
+            f"node {node!r} does not exist in sandbox {sandbox.name!r} "
+            "(list them with `goodput sandbox status` or `kubectl get nodes`)"
+        )
+    return found
+
+
+def fail_node(sandbox: Sandbox, node: str, reason: str = "SimulatedFailure",
+              message: str = "node failed (injected by goodput sandbox fail-node)") -> None:
+    """Make NODE NotReady until `heal_node`."""
+    _require_node(sandbox, node)
+    sandbox.kubectl(
+        "annotate", "node", node, "--overwrite",
+        f"{NODE_NOT_READY}/reason={reason}", f"{NODE_NOT_READY}/message={message}",
+        f"{NODE_NOT_READY}/delay=0s", f"{NODE_NOT_READY}/jitter-delay=0s",
+    )
+    sandbox.kubectl("label", "node", node, "--overwrite", f"{NODE_NOT_READY}=true")
+
+
+def heal_node(sandbox: Sandbox, node: str) -> None:
+    """Remove the failure; KWOK's node-initialize stage makes the node Ready again."""
+    _require_node(sandbox, node)
+    sandbox.kubectl("label", "node", node, f"{NODE_NOT_READY}-")
+    sandbox.kubectl(
+        "annotate", "node", node, f"{NODE_NOT_READY}/reason-", f"{NODE_NOT_READY}/message-",
+        f"{NODE_NOT_READY}/delay-", f"{NODE_NOT_READY}/jitter-delay-",
+    )
+
+
+def fail_pod(sandbox: Sandbox, pod: str, exit_code: int, namespace: str = "default",
+             container: str | None = None) -> None:
+    """Terminate a Running pod's containers (or one of them) with EXIT_CODE."""
+    if not 0 <= exit_code <= 255:
+        raise SandboxError(f"--exit-code must be 0..255, got {exit_code}")
+    require_running(sandbox)
+    found = _get(sandbox, "pod", pod, "-n", namespace)
+    if found is None:
+        raise SandboxError(f"pod {namespace}/{pod} does not exist in sandbox {sandbox.name!r}")
+    phase = found.get("status", {}).get("phase")
+    if phase != "Running":
+        raise SandboxError(f"pod {namespace}/{pod} is {phase}; only a Running pod can be failed")
+    annotations = [f"{POD_FAILED}/exit-code={exit_code}", f"{POD_FAILED}/delay=0s",
+                   f"{POD_FAILED}/jitter-delay=0s"]
+    if container:
+        annotations.append(f"{POD_FAILED}/container-name={container}")
+    sandbox.kubectl("annotate", "pod", pod, "-n", namespace, "--overwrite", *annotations)
+    sandbox.kubectl("label", "pod", pod, "-n", namespace, "--overwrite", f"{POD_FAILED}=true")

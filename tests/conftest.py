@@ -1,0 +1,142 @@
+"""Test harness: a real cluster for integration/e2e tests, a namespace per test, polling.
+
+By default one sandbox (real etcd, kube-apiserver, scheduler, controller-manager and KWOK
+nodes of the `mixed` fleet) is started for the whole session and deleted at its end.
+`--kubeconfig PATH` points the same tests at an existing cluster instead; tests that need
+the sandbox itself (fault injection, fleet start-up) are then skipped.
+`pytest -m unit` touches no cluster at all.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+T = TypeVar("T")
+SESSION_SANDBOX = os.environ.get("GOODPUT_TEST_SANDBOX", "goodput-test")
+SESSION_FLEET = "mixed"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--kubeconfig", default=None,
+                     help="run integration/e2e tests against this cluster instead of a sandbox")
+    parser.addoption("--keep-sandbox", action="store_true",
+                     help="leave the session sandbox running after the tests")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test declares its level; a test in tests/unit must be a unit test and so on."""
+    for item in items:
+        folder = Path(str(item.fspath)).parent.name
+        if folder in ("unit", "integration", "e2e") and not item.get_closest_marker(folder):
+            item.add_marker(getattr(pytest.mark, folder))
+
+
+def wait_for(probe: Callable[[], T | None], timeout: float = 60, interval: float = 0.25,
+             what: str = "condition") -> T:
+    """Poll PROBE until it returns something truthy; fail with the last value seen."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = probe()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+        time.sleep(interval)
+
+
+@dataclass
+class Cluster:
+    """What a test needs to talk to the cluster under test."""
+
+    kubeconfig: Path
+    is_sandbox: bool
+    sandbox_name: str | None
+
+    def core(self) -> Any:
+        from kubernetes import client, config
+
+        api_client = config.new_client_from_config(config_file=str(self.kubeconfig))
+        return client.CoreV1Api(api_client)
+
+    def kubectl(self, *args: str, check: bool = True, input_text: str | None = None) -> Any:
+        import subprocess
+
+        from goodput_operator.sandbox import build, versions
+
+        binary = build.binary_path(versions.KUBERNETES_COMPONENT, "kubectl")
+        kubectl = str(binary) if binary.is_file() else "kubectl"
+        proc = subprocess.run([kubectl, "--kubeconfig", str(self.kubeconfig), *args],
+                              capture_output=True, text=True, input=input_text, timeout=120,
+                              check=False)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr}")
+        return proc
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    given = request.config.getoption("--kubeconfig")
+    if given:
+        yield Cluster(Path(given), is_sandbox=False, sandbox_name=None)
+        return
+    from goodput_operator.sandbox import cluster as sandbox_cluster
+
+    box = sandbox_cluster.Sandbox(SESSION_SANDBOX)
+    if box.is_running():
+        sandbox_cluster.down(box)
+    sandbox_cluster.up(box, SESSION_FLEET)
+    try:
+        yield Cluster(box.kubeconfig, is_sandbox=True, sandbox_name=box.name)
+    finally:
+        if not request.config.getoption("--keep-sandbox"):
+            sandbox_cluster.down(box)
+
+
+@pytest.fixture
+def sandbox(cluster: Cluster) -> Any:
+    """The session sandbox itself, for tests of fault injection and the fleet."""
+    if not cluster.is_sandbox:
+        pytest.skip("needs the goodput sandbox (KWOK stages), not an external --kubeconfig")
+    from goodput_operator.sandbox import cluster as sandbox_cluster
+
+    assert cluster.sandbox_name
+    return sandbox_cluster.Sandbox(cluster.sandbox_name)
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace for one test, deleted (without waiting) afterwards."""
+    from kubernetes import client
+
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{slug}-{uuid.uuid4().hex[:5]}"
+    core = cluster.core()
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    # The ServiceAccount controller creates `default` asynchronously; pods need it.
+    wait_for(lambda: _has_default_sa(core, name), timeout=30, what=f"{name}/default SA")
+    yield name
+    core.delete_namespace(name)
+
+
+def _has_default_sa(core: Any, namespace: str) -> bool:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        core.read_namespaced_service_account("default", namespace)
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return True

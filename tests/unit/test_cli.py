@@ -1,0 +1,72 @@
+"""The command line fails with one clear line, never a traceback."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from goodput_operator import cli
+from goodput_operator.operator import main as operator_main
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    ("fleet_ref", "message"),
+    [
+        ("tpu-v5", "unknown fleet 'tpu-v5'"),
+        ("synthetic:trn2:x", "bad synthetic fleet"),
+    ],
+)
+def test_up_with_a_bad_fleet_fails_before_building_anything(
+        capsys: pytest.CaptureFixture[str], fleet_ref: str, message: str) -> None:
+    code, _, err = run(capsys, "sandbox", "up", "--fleet", fleet_ref, "--name", "unit-never")
+    assert code == 1
+    assert err.startswith("error: ") and message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_up_with_a_malformed_fleet_file(capsys: pytest.CaptureFixture[str],
+                                        tmp_path: Path) -> None:
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("apiVersion: sandbox.goodput.dev/v1alpha1\nkind: SimulatedFleet\n"
+                   "metadata: {name: b}\nspec: {pools: [{name: x}]}\n")
+    code, _, err = run(capsys, "sandbox", "up", "--fleet", str(bad), "--name", "unit-never")
+    assert code == 1
+    assert str(bad) in err and "spec.pools.0.instanceType" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_fleets_lists_every_builtin(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "sandbox", "fleets")
+    assert code == 0
+    for name in ("mixed", "trn2", "p5", "nvl72"):
+        assert f"fleet {name}:" in out
+
+
+def test_unknown_verb_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["sandbox", "explode"])
+    assert exited.value.code == 2
+
+
+def test_kubectl_plugin_is_the_same_cli() -> None:
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["kubectl-goodput"] == scripts["goodput"] == "goodput_operator.cli:main"
+
+
+def test_operator_placeholder_says_it_is_not_implemented(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code = operator_main.main([])
+    _, err = capsys.readouterr()
+    assert code != 0
+    assert "not implemented yet" in err
