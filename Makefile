@@ -28,14 +28,15 @@ demo: venv
 	  get nodes -L node.kubernetes.io/instance-type,topology.k8s.aws/ultraserver-id,nvidia.com/gpu.clique \
 	  -o custom-columns='NODE:.metadata.name,STATUS:.status.conditions[?(@.type=="Ready")].type,TYPE:.metadata.labels.node\.kubernetes\.io/instance-type,NEURON:.status.allocatable.aws\.amazon\.com/neuron,GPU:.status.allocatable.nvidia\.com/gpu,ULTRASERVER:.metadata.labels.topology\.k8s\.aws/ultraserver-id,NVLINK-CLIQUE:.metadata.labels.nvidia\.com/gpu\.clique'
 
-## test: lint, type-check, then every test (unit, integration, e2e) on a fresh sandbox
-test: venv lint
+## test: lint, type-check, build the sandbox binaries (first time), then every test
+## (unit, integration, e2e) on a fresh sandbox
+test: venv lint build-sandbox
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)
 
-integration: venv
+integration: venv build-sandbox
 	$(BIN)/pytest -m 'integration or e2e' $(PYTEST_ARGS)
 
 lint: venv

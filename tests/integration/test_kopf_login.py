@@ -7,14 +7,13 @@ against a real API server.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import kopf
 import pytest
 from kopf.testing import KopfRunner
 from kubernetes import client
+from kubernetes.config import kube_config
 
 from tests.conftest import Cluster, wait_for
 
@@ -50,14 +49,11 @@ def build_registry(namespace: str) -> kopf.OperatorRegistry:
 
 
 @pytest.fixture
-def kubeconfig_env(cluster: Cluster) -> Iterator[None]:
-    previous = os.environ.get("KUBECONFIG")
-    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
-    yield
-    if previous is None:
-        os.environ.pop("KUBECONFIG", None)
-    else:
-        os.environ["KUBECONFIG"] = previous
+def kubeconfig_env(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `KUBECONFIG=...` does for a fresh process: the client reads that variable once,
+    at import, into KUBE_CONFIG_DEFAULT_LOCATION, so an in-process test sets both."""
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(cluster.kubeconfig))
 
 
 @pytest.mark.usefixtures("kubeconfig_env")

@@ -16,8 +16,12 @@ go 1.26.0
 
 require (
 \tk8s.io/api v0.0.0
+\t// a comment
+\tk8s.io/client-go v0.0.0
 \tgithub.com/spf13/cobra v1.10.0
 )
+
+require go.etcd.io/etcd/api/v3 v3.6.16
 
 replace (
 \tk8s.io/api => ./staging/src/k8s.io/api
@@ -30,9 +34,9 @@ replace go.etcd.io/etcd => ./FORBIDDEN_DEPENDENCY
 """
 
 
-def test_relative_replaces_are_found_and_remote_ones_left_alone() -> None:
+def test_relative_replaces_of_required_modules_are_repinned() -> None:
+    # remote replaces stay as they are; guard replaces of unrequired modules are skipped
     assert build.relative_replaces(UPSTREAM_GO_MOD) == [
-        "go.etcd.io/etcd",
         "go.etcd.io/etcd/api/v3",
         "k8s.io/api",
         "k8s.io/client-go",

@@ -28,6 +28,8 @@ from goodput_operator.sandbox.versions import MIN_GO, SANDBOX_COMPONENTS, Compon
 Progress = Callable[[str], None]
 
 _RELATIVE_REPLACE = re.compile(r"^\s*(?:replace\s+)?(\S+)\s+=>\s+\.\.?/", re.MULTILINE)
+_REQUIRE_BLOCK = re.compile(r"^require\s*\((.*?)^\)", re.MULTILINE | re.DOTALL)
+_REQUIRE_LINE = re.compile(r"^require\s+(\S+)\s+v", re.MULTILINE)
 
 
 class BuildError(RuntimeError):
@@ -55,9 +57,22 @@ def is_built(component: Component) -> bool:
     return all(binary_path(component, b).is_file() for b in component.binaries.values())
 
 
+def required_modules(go_mod: str) -> set[str]:
+    modules = set(_REQUIRE_LINE.findall(go_mod))
+    for block in _REQUIRE_BLOCK.findall(go_mod):
+        modules.update(line.split()[0] for line in block.splitlines()
+                       if line.strip() and not line.strip().startswith("//"))
+    return modules
+
+
 def relative_replaces(upstream_go_mod: str) -> list[str]:
-    """Module paths that the upstream go.mod replaces with a relative directory."""
-    return sorted(set(_RELATIVE_REPLACE.findall(upstream_go_mod)))
+    """Required modules that the upstream go.mod replaces with a relative directory.
+
+    Replaces of modules it does not require are guards (etcd points
+    `go.etcd.io/etcd => ./FORBIDDEN_DEPENDENCY`) and are left out.
+    """
+    replaced = set(_RELATIVE_REPLACE.findall(upstream_go_mod))
+    return sorted(replaced & required_modules(upstream_go_mod))
 
 
 def ldflags(component: Component) -> str:
