@@ -23,10 +23,8 @@ demo: venv
 	@$(BIN)/goodput sandbox down --name $(SANDBOX) >/dev/null 2>&1 || true
 	$(BIN)/goodput sandbox up --name $(SANDBOX) --fleet $(FLEET)
 	@echo
-	@KUBECONFIG=$$($(BIN)/goodput sandbox kubeconfig --name $(SANDBOX)) \
-	  $$(dirname $$($(BIN)/python -c 'from goodput_operator.sandbox import build, versions; print(build.binary_path(versions.KUBERNETES_COMPONENT, "kubectl"))'))/kubectl \
-	  get nodes -L node.kubernetes.io/instance-type,topology.k8s.aws/ultraserver-id,nvidia.com/gpu.clique \
-	  -o custom-columns='NODE:.metadata.name,STATUS:.status.conditions[?(@.type=="Ready")].type,TYPE:.metadata.labels.node\.kubernetes\.io/instance-type,NEURON:.status.allocatable.aws\.amazon\.com/neuron,GPU:.status.allocatable.nvidia\.com/gpu,ULTRASERVER:.metadata.labels.topology\.k8s\.aws/ultraserver-id,NVLINK-CLIQUE:.metadata.labels.nvidia\.com/gpu\.clique'
+	@eval "$$($(BIN)/goodput sandbox env --name $(SANDBOX))" && kubectl get nodes \
+	  -o custom-columns='NODE:.metadata.name,READY:.status.conditions[?(@.type=="Ready")].status,TYPE:.metadata.labels.node\.kubernetes\.io/instance-type,NEURON:.status.allocatable.aws\.amazon\.com/neuron,GPU:.status.allocatable.nvidia\.com/gpu,ULTRASERVER:.metadata.labels.topology\.k8s\.aws/ultraserver-id,NVLINK-CLIQUE:.metadata.labels.nvidia\.com/gpu\.clique'
 
 ## test: lint, type-check, build the sandbox binaries (first time), then every test
 ## (unit, integration, e2e) on a fresh sandbox

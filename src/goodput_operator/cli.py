@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
 
+import yaml
+
 from goodput_operator import __version__
-from goodput_operator.sandbox import build, cluster, faults, fleet
+from goodput_operator.sandbox import build, cluster, faults, fleet, versions
 
 
 def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,6 +34,8 @@ def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     verb("down", "stop and delete a sandbox")
     verb("status", "show whether a sandbox runs, its kubeconfig, fleet and node readiness")
     verb("kubeconfig", "print the path of the sandbox's kubeconfig")
+    verb("env", "print shell exports (KUBECONFIG, and PATH with the sandbox's kubectl first): "
+                "eval $(goodput sandbox env)")
     fail = verb("fail-node", "make a node NotReady (KWOK chaos stage) until heal-node")
     fail.add_argument("node")
     fail.add_argument("--reason", default="SimulatedFailure",
@@ -42,6 +47,9 @@ def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     pod.add_argument("--exit-code", type=int, required=True)
     pod.add_argument("-n", "--namespace", default="default")
     pod.add_argument("--container", help="fail only this container")
+    render = verbs.add_parser(
+        "render-fleet", help="print a fleet's Node objects as YAML (for kind + kwok clusters)")
+    render.add_argument("--fleet", default=fleet.DEFAULT_FLEET)
     verbs.add_parser("build", help="build the upstream binaries (done by `up` when needed)")
     verbs.add_parser("fleets", help="list the built-in fleets")
 
@@ -62,6 +70,11 @@ def _run_sandbox(args: argparse.Namespace) -> int:
         for name, path in build.ensure_all().items():
             print(f"{name}: {path}")
         return 0
+    if args.verb == "render-fleet":
+        items = fleet.nodes(fleet.load(args.fleet))
+        print(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items},
+                             sort_keys=False), end="")
+        return 0
     if args.verb == "fleets":
         for name in fleet.builtin_names():
             print(fleet.summary(fleet.load(name)))
@@ -71,7 +84,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
         chosen = cluster.up(box, args.fleet)
         print(fleet.summary(chosen))
         print(f"\nkubeconfig: {box.kubeconfig}\n"
-              f"  export KUBECONFIG={box.kubeconfig}\n"
+              f"  eval $(goodput sandbox env --name {box.name})   # KUBECONFIG + kubectl v1.36\n"
               "  kubectl get nodes -L topology.k8s.aws/ultraserver-id,nvidia.com/gpu.clique\n"
               f"Stop it with: goodput sandbox down --name {box.name}")
     elif args.verb == "down":
@@ -87,6 +100,11 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     elif args.verb == "kubeconfig":
         cluster.require_running(box)
         print(box.kubeconfig)
+    elif args.verb == "env":
+        cluster.require_running(box)
+        kubectl_dir = build.bin_dir(versions.KUBERNETES_COMPONENT)
+        print(f"export KUBECONFIG={shlex.quote(str(box.kubeconfig))}")
+        print(f'export PATH={shlex.quote(str(kubectl_dir))}:"$PATH"')
     elif args.verb == "fail-node":
         faults.fail_node(box, args.node, reason=args.reason)
         print(f"node {args.node} is failing (reason {args.reason}); heal it with "

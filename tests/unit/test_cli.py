@@ -6,6 +6,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 
 from goodput_operator import cli
 from goodput_operator.operator import main as operator_main
@@ -51,6 +52,15 @@ def test_fleets_lists_every_builtin(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     for name in ("mixed", "trn2", "p5", "nvl72"):
         assert f"fleet {name}:" in out
+
+
+def test_render_fleet_prints_applyable_nodes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "sandbox", "render-fleet", "--fleet", "nvl72")
+    assert code == 0
+    document = yaml.safe_load(out)
+    assert document["kind"] == "List"
+    assert len(document["items"]) == 36
+    assert document["items"][0]["metadata"]["labels"]["nvidia.com/gpu.clique"].endswith(".0")
 
 
 def test_unknown_verb_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
