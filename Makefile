@@ -7,7 +7,7 @@ SANDBOX ?= demo
 FLEET  ?= mixed
 PYTEST_ARGS ?=
 
-.PHONY: demo test unit integration lint build-sandbox sandbox-down clean venv
+.PHONY: demo test unit integration lint generate verify build-sandbox sandbox-down clean venv
 
 venv: $(STAMP)
 
@@ -40,6 +40,14 @@ integration: venv build-sandbox
 lint: venv
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
+
+## generate: CRDs (crds/ and the chart's copy) and docs/api.md from goodput_operator.api
+generate: venv
+	$(BIN)/python -m goodput_operator.api.crds
+
+## verify: fail if a generated file is stale (also a unit test)
+verify: venv
+	$(BIN)/python -m goodput_operator.api.crds --check
 
 build-sandbox: venv
 	$(BIN)/goodput sandbox build

@@ -1,0 +1,163 @@
+"""Shared pieces of the three APIs: the model base, CEL rules, conditions, pod templates.
+
+The pydantic models are the single source of truth: field docstrings become the CRD's
+descriptions (and `kubectl explain`), field constraints become schema bounds, and rules
+declared with `cel()` become `x-kubernetes-validations` checked at admission.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "goodput.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+CATEGORY = "goodput"
+
+# A Kubernetes DNS-1123 label / subdomain and a qualified label key.
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_PREFIX = r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+LABEL_KEY = rf"^{_PREFIX}[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+RESOURCE_NAME = rf"^{_PREFIX}[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
+CONDITION_TYPE = rf"^{_PREFIX}(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+PERCENT_OR_COUNT = r"^(100|[1-9]?[0-9])%$"
+
+K8S_EXTRA = "x-kubernetes-validations"
+JsonDict = dict[str, Any]
+"""A JSON object as pydantic's json_schema_extra takes it."""
+
+
+def cel(rule: str, message: str, field_path: str | None = None,
+        reason: str = "FieldValueInvalid") -> JsonDict:
+    """A CEL validation rule; its message names the field and says what is allowed."""
+    validation: JsonDict = {"rule": rule, "message": message, "reason": reason}
+    if field_path:
+        validation["fieldPath"] = field_path
+    return validation
+
+
+LabelKey = Annotated[str, Field(max_length=317, pattern=LABEL_KEY)]
+"""A label (or condition type, taint) key such as topology.k8s.aws/ultraserver-id."""
+
+
+def immutable(field: str) -> JsonDict:
+    return cel("self == oldSelf", f"{field} is immutable once set", reason="FieldValueForbidden")
+
+
+def schema_default(value: Any) -> JsonDict:
+    """The default written into the schema when pydantic only knows a default_factory."""
+    return {"default": value}
+
+
+def rules(*validations: JsonDict) -> ConfigDict:
+    """Model-level CEL rules (cross-field checks), merged into ApiModel's config."""
+    return ConfigDict(json_schema_extra={K8S_EXTRA: list(validations)})
+
+
+def field_rules(*validations: JsonDict) -> JsonDict:
+    """Field-level CEL rules, for Field(json_schema_extra=...)."""
+    return {K8S_EXTRA: list(validations)}
+
+
+class ApiModel(BaseModel):
+    """camelCase on the wire, snake_case in Python; docstrings are the field docs."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+        extra="forbid",
+        validate_default=True,
+    )
+
+
+def nested(model: type[ApiModel], **schema: Any) -> Any:
+    """A sub-object that defaults to all of its own defaults, spelled out in the schema:
+    the API server checks a default against CEL rules without applying nested defaults."""
+    default = model().model_dump(by_alias=True, exclude_none=True, mode="json")
+    return Field(default_factory=model, json_schema_extra={"default": default, **schema})
+
+
+# int-or-string, as Kubernetes' IntOrString: a count (>= 0) or a percentage ("25%").
+IntOrPercent = Annotated[
+    int | str,
+    Field(json_schema_extra={
+        "x-kubernetes-int-or-string": True,
+        **field_rules(cel(
+            "type(self) == int ? self >= 0 : self.matches('" + PERCENT_OR_COUNT + "')",
+            "must be a count >= 0 or a percentage such as \"25%\"",
+        )),
+    }),
+]
+
+
+class Condition(ApiModel):
+    """A metav1.Condition: the latest observation of one aspect of the object's state."""
+
+    type: str = Field(max_length=316, pattern=CONDITION_TYPE)
+    """Type of condition in CamelCase, e.g. Ready, Placed, ScalingLimited."""
+    status: Literal["True", "False", "Unknown"]
+    """Status of the condition: True, False or Unknown."""
+    reason: str = Field(max_length=1024, min_length=1,
+                        pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    """A programmatic identifier in CamelCase for the last transition."""
+    message: str = Field(default="", max_length=32768)
+    """A human-readable message with details about the transition."""
+    last_transition_time: datetime
+    """When the condition last changed status (not when its message last changed)."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """The .metadata.generation the condition was set from."""
+
+
+def conditions_field() -> Any:
+    return Field(
+        default_factory=list, max_length=32,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+
+
+class ObjectMetaTemplate(ApiModel):
+    """Labels and annotations copied onto each pod."""
+
+    model_config = ConfigDict(extra="allow")
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Labels added to every pod (the operator's own goodput.dev/ labels win)."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Annotations added to every pod."""
+
+
+class Container(ApiModel):
+    """A container (core/v1 Container). Only name and image are checked here; the rest is
+    passed through and checked by the API server when the pod is created."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(max_length=63, pattern=DNS_LABEL)
+    """Container name, unique within the pod."""
+    image: str = Field(min_length=1, max_length=1024)
+    """Container image."""
+
+
+class PodSpecTemplate(ApiModel):
+    """A core/v1 PodSpec. Containers are checked here; other fields pass through."""
+
+    model_config = ConfigDict(extra="allow")
+
+    containers: list[Container] = Field(min_length=1, max_length=32)
+    """The worker's containers; at least one."""
+
+
+class PodTemplate(ApiModel):
+    """The pod each worker runs (a core/v1 PodTemplateSpec). The operator adds placement
+    (node affinity, scheduling gates), rank environment, and accelerator requests."""
+
+    metadata: ObjectMetaTemplate = nested(ObjectMetaTemplate)
+    """Labels and annotations for every pod."""
+    spec: PodSpecTemplate
+    """The pod spec: containers, volumes, tolerations, service account and so on."""

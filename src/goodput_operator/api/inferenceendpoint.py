@@ -1,0 +1,239 @@
+"""InferenceEndpoint: replicas (possibly multi-node groups inside one domain), autoscaled."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from goodput_operator.api.base import (
+    DNS_SUBDOMAIN,
+    ApiModel,
+    Condition,
+    IntOrPercent,
+    PodTemplate,
+    cel,
+    conditions_field,
+    field_rules,
+    immutable,
+    nested,
+    rules,
+    schema_default,
+)
+
+MetricType = Literal["QueueDepth", "Concurrency", "TTFTp95", "TokensPerSecond", "PromQL"]
+
+
+class Model(ApiModel):
+    """The model served."""
+
+    name: str = Field(min_length=1, max_length=253)
+    """Model name, passed to servers as GOODPUT_MODEL_NAME."""
+    source: str | None = Field(default=None, max_length=4096)
+    """Where the weights are (s3://, hf://, a path); passed as GOODPUT_MODEL_SOURCE."""
+
+
+class ReplicaShape(ApiModel):
+    """One replica: a leader and workers, placed together inside one domain."""
+
+    workers: int = Field(default=1, ge=1, le=72)
+    """Pods per replica (1: single node). Multi-node replicas always stay in one domain."""
+    accelerators_per_worker: int = Field(ge=1, le=1024)
+    """Accelerators each pod of the replica requests."""
+
+
+class MetricTarget(ApiModel):
+    """One scaling signal and its target per replica."""
+
+    model_config = rules(
+        cel("self.type != 'PromQL' || has(self.query)",
+            "scaling.metrics[].query is required when type is PromQL", ".query",
+            reason="FieldValueRequired"),
+        cel("self.type == 'PromQL' || !has(self.query)",
+            "scaling.metrics[].query is only allowed when type is PromQL", ".query"),
+    )
+
+    type: MetricType
+    """QueueDepth (waiting requests per replica), Concurrency (in-flight per replica),
+    TTFTp95 (seconds), TokensPerSecond (per replica), or PromQL (your query)."""
+    target: float = Field(gt=0, le=1_000_000_000)
+    """Target value per replica; for TTFTp95, seconds."""
+    query: str | None = Field(default=None, min_length=1, max_length=4096)
+    """PromQL returning one number for the whole endpoint (PromQL type only)."""
+
+
+class ScalingPolicy(ApiModel):
+    """At most `value` replicas (or percent) per `periodSeconds`."""
+
+    type: Literal["Replicas", "Percent"]
+    """Replicas: an absolute count; Percent: of current replicas."""
+    value: int = Field(ge=1, le=10_000)
+    """How many replicas, or what percentage."""
+    period_seconds: int = Field(default=60, ge=1, le=1800)
+    """Window the limit applies to."""
+
+
+class ScalingRules(ApiModel):
+    """Stabilization and rate limits for one direction."""
+
+    stabilization_seconds: int = Field(ge=0, le=3600)
+    """Use the most conservative recommendation over this many seconds."""
+    policies: list[ScalingPolicy] = Field(default_factory=list, max_length=8)
+    """Rate limits; with several, `selectPolicy` picks."""
+    select_policy: Literal["Max", "Min", "Disabled"] = "Max"
+    """Max: the policy allowing the biggest change; Min: the smallest; Disabled: never
+    scale in this direction."""
+
+
+class Panic(ApiModel):
+    """Knative-style panic mode: react within a short window to bursts."""
+
+    enabled: bool = False
+    """Turn panic mode on."""
+    window_seconds: int = Field(default=6, ge=1, le=600)
+    """Short window watched for bursts."""
+    threshold: float = Field(default=2.0, gt=1, le=100)
+    """Enter panic when demand over the short window exceeds this multiple of capacity."""
+
+
+class Scaling(ApiModel):
+    """Autoscaling from Prometheus metrics. Absent: spec.replicas (or /scale) decides."""
+
+    model_config = rules(
+        cel("self.minReplicas <= self.maxReplicas",
+            "scaling.minReplicas must be <= scaling.maxReplicas", ".minReplicas"),
+        cel("self.minReplicas > 0 || has(self.scaleToZeroAfterSeconds)",
+            "scaling.minReplicas 0 needs scaling.scaleToZeroAfterSeconds", ".minReplicas",
+            reason="FieldValueRequired"),
+    )
+
+    min_replicas: int = Field(default=1, ge=0, le=10_000)
+    """Fewest replicas; 0 allows scale to zero after `scaleToZeroAfterSeconds` idle."""
+    max_replicas: int = Field(ge=1, le=10_000)
+    """Most replicas; also capped by what free whole domains can host."""
+    metrics: list[MetricTarget] = Field(min_length=1, max_length=8)
+    """Signals to scale on; the largest recommendation wins."""
+    tolerance: float = Field(default=0.1, ge=0, lt=1)
+    """Ignore ratios within 1 +/- tolerance of the target (no flapping)."""
+    interval_seconds: int = Field(default=15, ge=1, le=600)
+    """How often metrics are evaluated."""
+    scale_up: ScalingRules = Field(
+        default_factory=lambda: ScalingRules(stabilization_seconds=0),
+        json_schema_extra=schema_default({"stabilizationSeconds": 0}),
+    )
+    """Scale-up stabilization and rate limits."""
+    scale_down: ScalingRules = Field(
+        default_factory=lambda: ScalingRules(stabilization_seconds=300),
+        json_schema_extra=schema_default({"stabilizationSeconds": 300}),
+    )
+    """Scale-down stabilization and rate limits."""
+    scale_to_zero_after_seconds: int | None = Field(default=None, ge=30, le=604_800)
+    """With minReplicas 0: scale to zero after this long with no demand; back on demand."""
+    panic: Panic = nested(Panic)
+    """Burst handling."""
+    prometheus_url: str | None = Field(default=None, max_length=2048,
+                                       pattern=r"^https?://")
+    """Prometheus to query; defaults to the operator's configured URL."""
+
+
+class Rollout(ApiModel):
+    """How a template change replaces replica groups."""
+
+    model_config = rules(
+        cel("!(self.maxSurge == 0 && self.maxUnavailable == 0) && "
+            "!(self.maxSurge == '0%' && self.maxUnavailable == '0%')",
+            "rollout.maxSurge and rollout.maxUnavailable cannot both be 0", ".maxSurge"),
+    )
+
+    max_surge: IntOrPercent = 1
+    """Extra replica groups allowed above the desired count during a rollout."""
+    max_unavailable: IntOrPercent = 0
+    """Replica groups that may be unavailable during a rollout."""
+
+
+class InferenceEndpointSpec(ApiModel):
+    """What to serve, in which shape, and how many replicas."""
+
+    model_config = rules(
+        cel("!has(self.scaling) || !has(self.replicas) || "
+            "(self.replicas >= self.scaling.minReplicas && "
+            "self.replicas <= self.scaling.maxReplicas)",
+            "replicas must lie within scaling.minReplicas..scaling.maxReplicas", ".replicas"),
+    )
+
+    ultra_server_group: str = Field(
+        max_length=253, pattern=DNS_SUBDOMAIN,
+        json_schema_extra=field_rules(immutable("ultraServerGroup")),
+    )
+    """The UltraServerGroup whose domains host the replicas."""
+    model: Model
+    """The model served."""
+    template: PodTemplate
+    """The server pod (leader and workers alike; GOODPUT_ROLE tells them apart)."""
+    replica_shape: ReplicaShape = Field(
+        json_schema_extra=field_rules(immutable("replicaShape")),
+    )
+    """Pods per replica and accelerators per pod."""
+    replicas: int | None = Field(default=None, ge=0, le=10_000)
+    """Desired replicas when `scaling` is absent (the /scale subresource sets it);
+    defaults to 1. With `scaling`, the autoscaler decides within its bounds."""
+    scaling: Scaling | None = None
+    """Autoscaling from Prometheus metrics."""
+    rollout: Rollout = nested(Rollout)
+    """Rollout limits, in replica groups."""
+    port: int = Field(default=8000, ge=1, le=65535)
+    """Port the leader serves on; the endpoint's Service targets it."""
+
+
+class ReplicaGroupStatus(ApiModel):
+    """One replica group."""
+
+    index: int = Field(ge=0)
+    """Replica index."""
+    domain: str | None = None
+    """Domain hosting the group."""
+    nodes: list[str] = Field(default_factory=list)
+    """Nodes of the group, leader first."""
+    ready: bool = False
+    """All pods of the group are ready."""
+    revision: str | None = None
+    """Template revision the group runs."""
+
+
+class ScalingDecision(ApiModel):
+    """The last change the autoscaler decided."""
+
+    time: datetime
+    """When it was decided."""
+    from_replicas: int = Field(ge=0, alias="from")
+    """Replicas before."""
+    to_replicas: int = Field(ge=0, alias="to")
+    """Replicas after."""
+    reason: str
+    """Why (metric, window, limit)."""
+    metrics: dict[str, str] = Field(default_factory=dict)
+    """Metric values it was decided from."""
+
+
+class InferenceEndpointStatus(ApiModel):
+    """Observed state of the endpoint, written by the operator."""
+
+    observed_generation: int | None = None
+    """The .metadata.generation this status was computed from."""
+    replicas: int = Field(default=0, ge=0)
+    """Replica groups that exist (the /scale subresource reads this)."""
+    desired_replicas: int = Field(default=0, ge=0)
+    """Replica groups wanted now."""
+    ready_replicas: int = Field(default=0, ge=0)
+    """Replica groups with every pod ready."""
+    updated_replicas: int = Field(default=0, ge=0)
+    """Replica groups on the current template."""
+    selector: str | None = None
+    """Label selector of the leader pods (for the /scale subresource and HPA)."""
+    groups: list[ReplicaGroupStatus] = Field(default_factory=list)
+    """Each replica group's placement and readiness."""
+    last_scaling: ScalingDecision | None = None
+    """The last scaling decision."""
+    conditions: list[Condition] = conditions_field()
+    """Ready, Progressing, ScalingLimited, MetricsUnavailable conditions."""

@@ -1,0 +1,288 @@
+"""TrainingJob: a gang of workers placed topology-aware, restarted from verified checkpoints."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from goodput_operator.api.base import (
+    DNS_SUBDOMAIN,
+    ApiModel,
+    Condition,
+    PodTemplate,
+    cel,
+    conditions_field,
+    field_rules,
+    immutable,
+    nested,
+    rules,
+)
+
+Phase = Literal["Pending", "Placing", "Running", "Recovering", "Succeeded", "Failed", "Suspended"]
+PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
+
+
+class Launcher(ApiModel):
+    """How workers start their processes; the operator sets the matching environment."""
+
+    type: Literal["torchrun", "neuron", "mpi", "none"] = "torchrun"
+    """torchrun: MASTER_ADDR/PORT, NNODES, NODE_RANK, NPROC_PER_NODE, WORLD_SIZE; neuron:
+    torchrun plus NEURON_RT_ROOT_COMM_ID and EFA settings; mpi: a hostfile in rank order;
+    none: only the GOODPUT_* variables and the hostfile."""
+    port: int = Field(default=29500, ge=1, le=65535)
+    """Rendezvous port on rank 0."""
+    procs_per_worker: int | None = Field(default=None, ge=1, le=1024)
+    """Processes per worker (NPROC_PER_NODE); defaults to acceleratorsPerWorker."""
+
+
+class Topology(ApiModel):
+    """Where the gang may go and in what order its ranks follow the fabric."""
+
+    unit: Literal["node", "domain", "block"] = "domain"
+    """The unit the gang is packed into: node (any nodes), domain (UltraServer / NVLink
+    domain: fewest domains), or block (network block: one block)."""
+    policy: Literal["required", "preferred"] = "required"
+    """required: wait until the gang fits as asked; preferred: place anyway, spanning as
+    few units and network levels as possible."""
+    rank_order: Literal["fabric", "index"] = "fabric"
+    """fabric: ranks follow network level, domain, then slot, so consecutive ranks are
+    physical neighbours; index: ranks follow pod index."""
+
+
+class Elastic(ApiModel):
+    """Bounds within which the job may shrink when nodes are lost, in whole topology units."""
+
+    model_config = rules(
+        cel("self.minWorkers <= self.maxWorkers",
+            "elastic.minWorkers must be <= elastic.maxWorkers", ".minWorkers"),
+    )
+
+    min_workers: int = Field(ge=1, le=100_000)
+    """Fewest workers the job may run with."""
+    max_workers: int = Field(ge=1, le=100_000)
+    """Most workers the job may run with."""
+    step: int = Field(default=1, ge=1, le=100_000)
+    """Worker counts change in multiples of this (e.g. nodes per domain)."""
+
+
+class Checkpoint(ApiModel):
+    """Where checkpoints live and whether only verified ones are resumed from."""
+
+    dir: str | None = Field(default=None, min_length=1, max_length=4096)
+    """Directory or URI (s3://, /fsx/...) the job writes checkpoints to; passed to workers
+    as GOODPUT_CHECKPOINT_DIR."""
+    verify: bool = True
+    """Resume only from checkpoints whose step passed the cross-replica checks."""
+
+
+class Backoff(ApiModel):
+    """Exponential backoff between restarts."""
+
+    model_config = rules(
+        cel("self.initialSeconds <= self.maxSeconds",
+            "backoff.initialSeconds must be <= backoff.maxSeconds", ".initialSeconds"),
+    )
+
+    initial_seconds: int = Field(default=10, ge=0, le=86_400)
+    """Delay before the first restart; doubles each restart."""
+    max_seconds: int = Field(default=600, ge=0, le=86_400)
+    """Longest delay between restarts."""
+
+
+class ExitCodeRule(ApiModel):
+    """What a worker's exit code means."""
+
+    codes: list[Annotated[int, Field(ge=0, le=255)]] = Field(min_length=1, max_length=64)
+    """Exit codes this rule matches (0..255)."""
+    action: Literal["restart", "fail", "ignore"]
+    """restart: restart the gang (counts against maxRestarts); fail: fail the job;
+    ignore: leave the job running."""
+
+
+class FailurePolicy(ApiModel):
+    """Restart budget, backoff, node replacement and exit-code rules."""
+
+    max_restarts: int = Field(default=10, ge=0, le=10_000)
+    """Gang restarts allowed across all causes before the job fails."""
+    backoff: Backoff = nested(Backoff)
+    """Delay between restarts."""
+    node_replacement: Literal["spare", "any", "wait"] = "spare"
+    """spare: replace a failed node with a spare (same domain first); any: any free node
+    the topology policy allows; wait: wait for the node to heal."""
+    exit_codes: list[ExitCodeRule] = Field(default_factory=list, max_length=32)
+    """Rules by exit code, first match wins; unmatched non-zero codes restart."""
+
+
+class Sdc(ApiModel):
+    """Silent-data-corruption defences."""
+
+    cross_replica_check: bool = False
+    """Compare data-parallel replicas' fingerprints at each reported step; a minority that
+    disagrees marks its node suspect."""
+    probe_on_start: bool = False
+    """Run the SDC probe on each placed node before the job starts."""
+    loss_spike_factor: float | None = Field(default=None, gt=1, le=1000)
+    """A loss above this multiple of its recent median counts as evidence against the step."""
+
+
+class TrainingJobSpec(ApiModel):
+    """What to run, on how many accelerators, and how to keep it alive."""
+
+    model_config = rules(
+        cel("has(self.ultraServerGroup) || has(self.nodeSelector)",
+            "one of spec.ultraServerGroup or spec.nodeSelector is required",
+            reason="FieldValueRequired"),
+        cel("!has(self.elastic) || (self.workers >= self.elastic.minWorkers && "
+            "self.workers <= self.elastic.maxWorkers)",
+            "workers must lie within elastic.minWorkers..elastic.maxWorkers", ".workers"),
+        cel("!has(self.launcher.procsPerWorker) || "
+            "self.launcher.procsPerWorker <= self.acceleratorsPerWorker * 8",
+            "launcher.procsPerWorker must be <= 8 x acceleratorsPerWorker",
+            ".launcher.procsPerWorker"),
+    )
+
+    ultra_server_group: str | None = Field(
+        default=None, max_length=253, pattern=DNS_SUBDOMAIN,
+        json_schema_extra=field_rules(immutable("ultraServerGroup")),
+    )
+    """The UltraServerGroup to run in (its topology drives placement)."""
+    node_selector: dict[str, str] | None = Field(default=None, max_length=32)
+    """Alternatively, or in addition, labels the nodes must carry."""
+    workers: int = Field(ge=1, le=100_000)
+    """Worker pods, one per node."""
+    accelerators_per_worker: int = Field(
+        ge=1, le=1024, json_schema_extra=field_rules(immutable("acceleratorsPerWorker")),
+    )
+    """Accelerators each worker requests (a whole node is 16 on trn2, 8 on p5, 4 on GB200)."""
+    template: PodTemplate
+    """The worker pod."""
+    launcher: Launcher = nested(Launcher)
+    """Process launcher and its port."""
+    topology: Topology = nested(Topology, **field_rules(immutable("topology")))
+    """Placement unit, policy and rank order."""
+    elastic: Elastic | None = None
+    """Optional bounds for shrinking instead of waiting when capacity is lost."""
+    checkpoint: Checkpoint = nested(Checkpoint)
+    """Checkpoint location and verification."""
+    failure_policy: FailurePolicy = nested(FailurePolicy)
+    """Restart budget, backoff, replacement and exit-code rules."""
+    sdc: Sdc = nested(Sdc)
+    """Silent-data-corruption checks."""
+    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
+    """Higher-priority pending jobs are placed first; equal priority by arrival."""
+    suspend: bool = False
+    """True stops the workers (keeping checkpoints); false resumes."""
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=31_536_000)
+    """Delete the job this long after it Succeeded or Failed; unset keeps it."""
+
+
+class RankPlacement(ApiModel):
+    """Where one rank runs."""
+
+    rank: int = Field(ge=0)
+    """Worker rank (NODE_RANK)."""
+    node: str
+    """Node name."""
+    domain: str | None = None
+    """Domain of the node."""
+
+
+class Placement(ApiModel):
+    """The gang's placement: domains spanned and ranks in fabric order."""
+
+    domains: list[str] = Field(default_factory=list)
+    """Domains the gang occupies."""
+    ranks: list[RankPlacement] = Field(default_factory=list)
+    """One entry per rank, in rank order."""
+    reason: str | None = None
+    """Why this placement (or why none was possible)."""
+
+
+class CheckpointRef(ApiModel):
+    """A checkpoint a worker committed."""
+
+    step: int = Field(ge=0)
+    """Training step."""
+    path: str | None = None
+    """Where it was written."""
+    time: datetime | None = None
+    """When it was committed."""
+
+
+class CheckpointStatus(ApiModel):
+    """Latest and latest verified checkpoints."""
+
+    latest: CheckpointRef | None = None
+    """The newest committed checkpoint."""
+    latest_verified: CheckpointRef | None = None
+    """The newest checkpoint whose step passed the cross-replica checks."""
+
+
+class LostSeconds(ApiModel):
+    """Badput by cause, in seconds."""
+
+    detection: float = Field(default=0, ge=0)
+    """From failure to its detection."""
+    replacement: float = Field(default=0, ge=0)
+    """From detection to a replacement being placed."""
+    restart: float = Field(default=0, ge=0)
+    """From placement to all workers running again."""
+    lost_work: float = Field(default=0, ge=0)
+    """Work redone since the checkpoint resumed from."""
+    queueing: float = Field(default=0, ge=0)
+    """Waiting for capacity after start."""
+
+
+class Goodput(ApiModel):
+    """Goodput accounting: productive seconds against seconds lost."""
+
+    ratio: float | None = Field(default=None, ge=0, le=1)
+    """productiveSeconds / (productiveSeconds + lost)."""
+    productive_seconds: float = Field(default=0, ge=0)
+    """Seconds all workers ran useful steps."""
+    lost_seconds: LostSeconds = nested(LostSeconds)
+    """Seconds lost, by cause."""
+
+
+class WorkerCounts(ApiModel):
+    """Workers by state."""
+
+    desired: int = Field(default=0, ge=0)
+    """Workers the job should have now."""
+    ready: int = Field(default=0, ge=0)
+    """Workers running and ready."""
+    succeeded: int = Field(default=0, ge=0)
+    """Workers that exited 0."""
+    failed: int = Field(default=0, ge=0)
+    """Workers that failed in the current attempt."""
+
+
+class TrainingJobStatus(ApiModel):
+    """Observed state of the job, written by the operator."""
+
+    observed_generation: int | None = None
+    """The .metadata.generation this status was computed from."""
+    phase: Phase | None = None
+    """Pending, Placing, Running, Recovering, Succeeded, Failed or Suspended."""
+    message: str | None = None
+    """Human-readable summary of the phase."""
+    conditions: list[Condition] = conditions_field()
+    """Placed, Running, Recovering, Succeeded, Failed, Suspended conditions."""
+    workers: WorkerCounts = nested(WorkerCounts)
+    """Workers by state."""
+    accelerators: int = Field(default=0, ge=0)
+    """Accelerators allocated to the job."""
+    placement: Placement | None = None
+    """Domains and nodes in rank order."""
+    restarts: int = Field(default=0, ge=0)
+    """Gang restarts so far (all causes)."""
+    checkpoint: CheckpointStatus = nested(CheckpointStatus)
+    """Latest and latest verified checkpoints."""
+    goodput: Goodput = nested(Goodput)
+    """Productive and lost seconds."""
+    start_time: datetime | None = None
+    """When all workers first ran."""
+    completion_time: datetime | None = None
+    """When the job Succeeded or Failed."""

@@ -1,0 +1,202 @@
+"""UltraServerGroup: a pool of tightly coupled accelerator domains found from node labels."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from goodput_operator.api.base import (
+    LABEL_KEY,
+    RESOURCE_NAME,
+    ApiModel,
+    Condition,
+    IntOrPercent,
+    LabelKey,
+    cel,
+    conditions_field,
+    nested,
+    rules,
+    schema_default,
+)
+
+Interconnect = Literal["neuronlink", "nvlink", "efa-only"]
+DomainHealth = Literal["Healthy", "Degraded", "Failed"]
+GroupHealth = Literal["Healthy", "Degraded", "Failed", "Empty"]
+
+DEFAULT_HEALTH_CONDITIONS = [
+    # node-problem-detector
+    "KernelDeadlock", "ReadonlyFilesystem", "FrequentKubeletRestart",
+    # neuron-problem-detector (Neuron node problem detector plugin)
+    "NeuronHealth",
+    # DCGM-based GPU health agents (NVSentinel / gpu-operator health checks)
+    "GpuHealth", "GPUHealth",
+]
+DEFAULT_HEALTH_TAINTS = [
+    "sagemaker.amazonaws.com/node-health-status",
+    "node.kubernetes.io/unreachable",
+]
+
+
+class Accelerator(ApiModel):
+    """Which extended resource counts as an accelerator, and how many each node has."""
+
+    resource: str = Field(default="aws.amazon.com/neuron", max_length=253, pattern=RESOURCE_NAME)
+    """Extended resource name: aws.amazon.com/neuron for Trainium, nvidia.com/gpu for GPUs."""
+    per_node: int = Field(ge=1, le=1024)
+    """Accelerators each node is expected to have (16 for trn2u.48xlarge, 8 for p5, 4 for
+    GB200). A node with fewer allocatable is reported as mis-shaped."""
+
+
+class SlotOrder(ApiModel):
+    """How nodes are ordered inside a domain: slot 0..n-1 follow the physical fabric."""
+
+    model_config = rules(
+        cel("self.by != 'label' || has(self.label)",
+            "slotOrder.label is required when slotOrder.by is 'label'", ".label"),
+    )
+
+    by: Literal["name", "label"] = "name"
+    """`name`: by node name (natural sort); `label`: by the integer value of `label`."""
+    label: str | None = Field(default=None, max_length=317, pattern=LABEL_KEY)
+    """Node label holding the slot index, when `by` is `label`."""
+
+
+class Spares(ApiModel):
+    """Nodes held back for replacement. Spares never take new placements; they replace
+    failed nodes (same domain first) and are refilled as nodes heal."""
+
+    per_domain: int = Field(default=0, ge=0, le=64)
+    """Spare nodes kept in each domain."""
+    per_group: int = Field(default=0, ge=0, le=100_000)
+    """Spare nodes kept anywhere in the group, on top of `perDomain`."""
+
+
+class Quarantine(ApiModel):
+    """When a node is taken out of service, how far that may go, and when it returns."""
+
+    not_ready_grace_seconds: int = Field(default=5, ge=0, le=3600)
+    """Seconds a node may be NotReady or Unknown before it is quarantined (the kubelet's
+    default eviction waits 300 s; training cannot)."""
+    max_unavailable: IntOrPercent = "20%"
+    """Storm guard: never quarantine more than this many nodes (or this percentage) of the
+    group at once; beyond it the group reports a condition instead."""
+    health_conditions: list[LabelKey] = Field(
+        default_factory=lambda: list(DEFAULT_HEALTH_CONDITIONS), max_length=64,
+        json_schema_extra=schema_default(DEFAULT_HEALTH_CONDITIONS),
+    )
+    """Node condition types that mean the device is unhealthy when their status is True
+    (published by node-problem-detector, neuron-problem-detector, DCGM-based agents)."""
+    health_taints: list[LabelKey] = Field(
+        default_factory=lambda: list(DEFAULT_HEALTH_TAINTS), max_length=64,
+        json_schema_extra=schema_default(DEFAULT_HEALTH_TAINTS),
+    )
+    """Taint keys set by other remediation systems that mean the node is unhealthy."""
+    release_after_healthy_seconds: int = Field(default=600, ge=0, le=604_800)
+    """A quarantined node returns to service after being healthy this long (0: only by
+    hand, `goodput node release`)."""
+    release_after_clean_probes: int = Field(default=3, ge=0, le=100)
+    """For SDC suspects: clean probe runs needed before release."""
+
+
+class Probes(ApiModel):
+    """The silent-data-corruption probe: a deterministic matmul consensus test."""
+
+    schedule: str = Field(default="0 */6 * * *", max_length=128, pattern=r"^$|^(\S+\s+){4}\S+$")
+    """Cron schedule (5 fields) for probing idle nodes; an empty string disables them."""
+    on_suspicion: bool = True
+    """Probe a node suspected of corruption before it may be released."""
+    image: str | None = Field(default=None, max_length=1024)
+    """Image that runs the probe; defaults to the operator's image."""
+
+
+class UltraServerGroupSpec(ApiModel):
+    """Which nodes form the group and how they are shaped, spared and quarantined."""
+
+    model_config = rules(
+        cel("self.spares.perDomain < self.nodesPerDomain",
+            "spares.perDomain must be less than nodesPerDomain", ".spares.perDomain"),
+    )
+
+    node_selector: dict[str, str] = Field(min_length=1, max_length=32)
+    """Labels a node must carry to belong to the group, e.g.
+    node.kubernetes.io/instance-type: trn2u.48xlarge."""
+    domain_label: str = Field(default="topology.k8s.aws/ultraserver-id", max_length=317,
+                              pattern=LABEL_KEY)
+    """Node label whose value names the node's domain (UltraServer, NVLink domain).
+    topology.k8s.aws/ultraserver-id on EKS; nvidia.com/gpu.clique for NVL72."""
+    network_levels: list[LabelKey] = Field(default_factory=list, max_length=8)
+    """Node label keys of the network levels above a domain, outermost first, e.g.
+    topology.k8s.aws/network-node-layer-1, -2."""
+    accelerator: Accelerator
+    """The accelerator resource and its count per node."""
+    nodes_per_domain: int = Field(ge=1, le=1024)
+    """Nodes in a complete domain: 4 for a Trn2 UltraServer, 18 for GB200 NVL72."""
+    interconnect: Interconnect = "neuronlink"
+    """The fabric inside a domain: neuronlink, nvlink, or efa-only (no intra-domain fabric)."""
+    slot_order: SlotOrder = nested(SlotOrder)
+    """How nodes are ordered inside a domain."""
+    spares: Spares = nested(Spares)
+    """Spare nodes kept for replacement."""
+    quarantine: Quarantine = nested(Quarantine)
+    """Failure detection, storm guard and release policy."""
+    probes: Probes = nested(Probes)
+    """Silent-data-corruption probe settings."""
+
+
+class DomainStatus(ApiModel):
+    """One domain as last observed."""
+
+    id: str
+    """The domain label's value."""
+    health: DomainHealth
+    """Healthy: complete and all Ready; Degraded: some node out; Failed: unusable."""
+    nodes_ready: int = Field(ge=0)
+    """Ready, unquarantined nodes."""
+    nodes_total: int = Field(ge=0)
+    """Nodes found in the domain."""
+    free_accelerators: int = Field(ge=0)
+    """Accelerators not requested by any bound pod, on usable nodes."""
+    quarantined_nodes: list[str] = Field(default_factory=list)
+    """Nodes of this domain in quarantine."""
+    spares: list[str] = Field(default_factory=list)
+    """Nodes of this domain held as spares."""
+
+
+class GroupTotals(ApiModel):
+    """Totals across the group."""
+
+    domains: int = Field(default=0, ge=0)
+    """Domains found."""
+    healthy_domains: int = Field(default=0, ge=0)
+    """Domains that are complete and fully Ready."""
+    nodes: int = Field(default=0, ge=0)
+    """Nodes in the group."""
+    ready_nodes: int = Field(default=0, ge=0)
+    """Ready, unquarantined nodes."""
+    accelerators: int = Field(default=0, ge=0)
+    """Accelerators on usable nodes."""
+    free_accelerators: int = Field(default=0, ge=0)
+    """Accelerators not requested by any bound pod."""
+    quarantined: int = Field(default=0, ge=0)
+    """Nodes in quarantine."""
+    spares: int = Field(default=0, ge=0)
+    """Nodes held as spares."""
+
+
+class UltraServerGroupStatus(ApiModel):
+    """Observed state of the group, written by the operator."""
+
+    observed_generation: int | None = None
+    """The .metadata.generation this status was computed from."""
+    health: GroupHealth | None = None
+    """Worst domain health, or Empty when no node matches."""
+    totals: GroupTotals = nested(GroupTotals)
+    """Totals across domains."""
+    domains: list[DomainStatus] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
+    )
+    """Each domain's health, readiness, free accelerators, quarantine and spares."""
+    conditions: list[Condition] = conditions_field()
+    """Ready, Degraded, StormGuard and MisShaped conditions."""

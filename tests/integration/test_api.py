@@ -1,0 +1,367 @@
+"""The three CRDs behave like Kubernetes APIs: they apply, explain, print, default, and
+reject bad input at admission with a message that names the field."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import Cluster
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+# examples/fleets holds sandbox input (kind SimulatedFleet), not API objects.
+EXAMPLES = sorted(p for p in (ROOT / "examples").rglob("*.yaml") if "fleets" not in p.parts)
+
+Doc = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def crds(cluster: Cluster) -> Cluster:
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    cluster.kubectl("wait", "--for", "condition=Established", "--timeout=60s",
+                    "crd/trainingjobs.goodput.dev", "crd/ultraservergroups.goodput.dev",
+                    "crd/inferenceendpoints.goodput.dev")
+    return cluster
+
+
+def apply(cluster: Cluster, doc: Doc, namespace: str | None) -> Any:
+    args = ["apply", "--server-side", "-f", "-"]
+    if namespace and doc["kind"] != "UltraServerGroup":
+        args += ["-n", namespace]
+    return cluster.kubectl(*args, check=False, input_text=json.dumps(doc))
+
+
+def exists(cluster: Cluster, doc: Doc, namespace: str) -> bool:
+    args = ["get", f"{doc['kind'].lower()}.goodput.dev", doc["metadata"]["name"]]
+    if doc["kind"] != "UltraServerGroup":
+        args += ["-n", namespace]
+    proc = cluster.kubectl(*args, check=False)
+    if proc.returncode == 0:
+        return True
+    assert "NotFound" in proc.stderr, proc.stderr
+    return False
+
+
+def test_every_crd_and_example_applies(crds: Cluster, namespace: str) -> None:
+    assert len(EXAMPLES) >= 9
+    for path in EXAMPLES:
+        doc = yaml.safe_load(path.read_text())
+        doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"[:63].rstrip("-")
+        result = apply(crds, doc, namespace)
+        assert result.returncode == 0, f"{path}: {result.stderr}"
+        assert exists(crds, doc, namespace)
+        if doc["kind"] == "UltraServerGroup":
+            crds.kubectl("delete", "usg", doc["metadata"]["name"])
+
+
+def test_explain_shows_field_docs(crds: Cluster) -> None:
+    out = crds.kubectl("explain", "trainingjob.spec.topology").stdout
+    assert "Placement unit, policy and rank order." in out
+    assert "enum: node, domain, block" in out
+    assert "rankOrder" in out and "physical neighbours" in out
+    usg = crds.kubectl("explain", "usg.spec.domainLabel").stdout
+    assert "nvidia.com/gpu.clique for NVL72" in usg
+
+
+def test_get_shows_printer_columns(crds: Cluster, namespace: str) -> None:
+    for path in EXAMPLES:
+        doc = yaml.safe_load(path.read_text())
+        if doc["kind"] != "UltraServerGroup":
+            apply(crds, doc, namespace)
+    jobs = crds.kubectl("get", "tj", "-n", namespace).stdout.splitlines()
+    assert jobs[0].split() == ["NAME", "PHASE", "READY", "WORKERS", "ACCELERATORS", "DOMAINS",
+                               "RESTARTS", "AGE"]
+    endpoints = crds.kubectl("get", "ie", "-n", namespace).stdout.splitlines()
+    assert endpoints[0].split() == ["NAME", "MODEL", "READY", "DESIRED", "PODS/REPLICA", "AGE"]
+    assert any(line.split()[:2] == ["llama-405b", "llama-3.1-405b-instruct"]
+               for line in endpoints[1:])
+    group = minimal_group(f"columns-{namespace}")
+    apply(crds, group, None)
+    try:
+        groups = crds.kubectl("get", "usg", group["metadata"]["name"]).stdout.splitlines()
+        assert groups[0].split() == ["NAME", "HEALTH", "DOMAINS", "READY", "NODES",
+                                     "ACCELERATORS", "FREE", "AGE"]
+    finally:
+        crds.kubectl("delete", "usg", group["metadata"]["name"])
+    together = crds.kubectl("get", "goodput", "-n", namespace).stdout
+    assert "trainingjob.goodput.dev/llama-8b-pretrain" in together
+    assert "inferenceendpoint.goodput.dev/llama-405b" in together
+
+
+def minimal_job(name: str = "job") -> Doc:
+    return {
+        "apiVersion": "goodput.dev/v1alpha1", "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "ultraServerGroup": "trn2-pool", "workers": 4, "acceleratorsPerWorker": 16,
+            "template": {"spec": {"containers": [{"name": "t", "image": "trainer:1"}]}},
+        },
+    }
+
+
+def minimal_group(name: str = "group") -> Doc:
+    return {
+        "apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"node.kubernetes.io/instance-type": "trn2u.48xlarge"},
+            "accelerator": {"perNode": 16}, "nodesPerDomain": 4,
+        },
+    }
+
+
+def minimal_endpoint(name: str = "endpoint") -> Doc:
+    return {
+        "apiVersion": "goodput.dev/v1alpha1", "kind": "InferenceEndpoint",
+        "metadata": {"name": name},
+        "spec": {
+            "ultraServerGroup": "nvl72-pool", "model": {"name": "llama"},
+            "replicaShape": {"workers": 2, "acceleratorsPerWorker": 4},
+            "template": {"spec": {"containers": [{"name": "s", "image": "server:1"}]}},
+        },
+    }
+
+
+def test_server_side_defaults_appear_as_documented(crds: Cluster, namespace: str) -> None:
+    apply(crds, minimal_job("defaults"), namespace)
+    spec = json.loads(crds.kubectl("get", "tj", "defaults", "-n", namespace, "-o", "json")
+                      .stdout)["spec"]
+    assert spec["launcher"] == {"type": "torchrun", "port": 29500}
+    assert spec["topology"] == {"unit": "domain", "policy": "required", "rankOrder": "fabric"}
+    assert spec["checkpoint"] == {"verify": True}
+    assert spec["failurePolicy"]["maxRestarts"] == 10
+    assert spec["failurePolicy"]["nodeReplacement"] == "spare"
+    assert spec["failurePolicy"]["backoff"] == {"initialSeconds": 10, "maxSeconds": 600}
+    assert spec["priority"] == 0 and spec["suspend"] is False
+    assert "elastic" not in spec and "ttlSecondsAfterFinished" not in spec
+
+    group = minimal_group(f"defaults-{namespace}")
+    apply(crds, group, None)
+    try:
+        usg = json.loads(crds.kubectl("get", "usg", group["metadata"]["name"], "-o", "json")
+                         .stdout)["spec"]
+        assert usg["domainLabel"] == "topology.k8s.aws/ultraserver-id"
+        assert usg["accelerator"] == {"resource": "aws.amazon.com/neuron", "perNode": 16}
+        assert usg["interconnect"] == "neuronlink"
+        assert usg["quarantine"]["notReadyGraceSeconds"] == 5
+        assert usg["quarantine"]["maxUnavailable"] == "20%"
+        assert usg["spares"] == {"perDomain": 0, "perGroup": 0}
+    finally:
+        crds.kubectl("delete", "usg", group["metadata"]["name"])
+
+    endpoint = minimal_endpoint("defaults")
+    endpoint["spec"]["scaling"] = {"maxReplicas": 4, "metrics": [{"type": "QueueDepth",
+                                                                  "target": 8}]}
+    assert apply(crds, endpoint, namespace).returncode == 0
+    ie = json.loads(crds.kubectl("get", "ie", "defaults", "-n", namespace, "-o", "json")
+                    .stdout)["spec"]
+    assert ie["scaling"]["minReplicas"] == 1
+    assert ie["scaling"]["tolerance"] == 0.1
+    assert ie["scaling"]["scaleUp"]["stabilizationSeconds"] == 0
+    assert ie["scaling"]["scaleDown"]["stabilizationSeconds"] == 300
+    assert ie["rollout"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert ie["port"] == 8000
+
+
+Mutation = Callable[[Doc], None]
+
+
+def put(path: str, value: Any) -> Mutation:
+    """Set a dotted path (list indexes as numbers) in the object."""
+    def mutate(doc: Doc) -> None:
+        *parents, last = path.split(".")
+        node: Any = doc
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+        node[int(last) if last.isdigit() else last] = value
+    return mutate
+
+
+def drop(path: str) -> Mutation:
+    def mutate(doc: Doc) -> None:
+        *parents, last = path.split(".")
+        node: Any = doc
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        del node[last]
+    return mutate
+
+
+J, G, E = minimal_job, minimal_group, minimal_endpoint
+BAD: list[tuple[str, Callable[[str], Doc], list[Mutation], list[str]]] = [
+    ("zero workers", J, [put("spec.workers", 0)],
+     ["spec.workers", "greater than or equal to 1"]),
+    ("negative accelerators", J, [put("spec.acceleratorsPerWorker", -1)],
+     ["spec.acceleratorsPerWorker", "greater than or equal to 1"]),
+    ("no template", J, [drop("spec.template")], ["spec.template: Required value"]),
+    ("no containers", J, [put("spec.template.spec.containers", [])],
+     ["spec.template.spec.containers", "at least 1"]),
+    ("container without image", J, [drop("spec.template.spec.containers.0.image")],
+     ["spec.template.spec.containers[0].image: Required value"]),
+    ("unknown topology unit", J, [put("spec.topology", {"unit": "rack"})],
+     ['spec.topology.unit: Unsupported value: "rack"', '"node", "domain", "block"']),
+    ("unknown topology policy", J, [put("spec.topology", {"policy": "sometimes"})],
+     ["spec.topology.policy: Unsupported value"]),
+    ("unknown launcher", J, [put("spec.launcher", {"type": "deepspeed"})],
+     ['spec.launcher.type: Unsupported value: "deepspeed"']),
+    ("port out of range", J, [put("spec.launcher", {"port": 70000})],
+     ["spec.launcher.port", "less than or equal to 65535"]),
+    ("elastic min above max", J,
+     [put("spec.elastic", {"minWorkers": 8, "maxWorkers": 4}), put("spec.workers", 4)],
+     ["spec.elastic.minWorkers", "elastic.minWorkers must be <= elastic.maxWorkers"]),
+    ("workers outside elastic bounds", J,
+     [put("spec.elastic", {"minWorkers": 2, "maxWorkers": 3})],
+     ["spec.workers", "workers must lie within elastic.minWorkers..elastic.maxWorkers"]),
+    ("no group and no node selector", J, [drop("spec.ultraServerGroup")],
+     ["one of spec.ultraServerGroup or spec.nodeSelector is required"]),
+    ("unknown exit-code action", J,
+     [put("spec.failurePolicy", {"exitCodes": [{"codes": [1], "action": "retry"}]})],
+     ['spec.failurePolicy.exitCodes[0].action: Unsupported value: "retry"']),
+    ("exit code above 255", J,
+     [put("spec.failurePolicy", {"exitCodes": [{"codes": [300], "action": "fail"}]})],
+     ["spec.failurePolicy.exitCodes[0].codes[0]", "less than or equal to 255"]),
+    ("exit-code rule without codes", J,
+     [put("spec.failurePolicy", {"exitCodes": [{"codes": [], "action": "fail"}]})],
+     ["spec.failurePolicy.exitCodes[0].codes", "at least 1"]),
+    ("backoff initial above max", J,
+     [put("spec.failurePolicy", {"backoff": {"initialSeconds": 900, "maxSeconds": 60}})],
+     ["spec.failurePolicy.backoff.initialSeconds",
+      "backoff.initialSeconds must be <= backoff.maxSeconds"]),
+    ("misspelt field", J, [put("spec.gpus", 8)], [".spec.gpus: field not declared in schema"]),
+    ("group name not DNS", J, [put("spec.ultraServerGroup", "Trn2_Pool")],
+     ["spec.ultraServerGroup", "should match"]),
+    ("empty checkpoint dir", J, [put("spec.checkpoint", {"dir": ""})],
+     ["spec.checkpoint.dir", "at least 1 chars long"]),
+    ("loss spike factor not above 1", J, [put("spec.sdc", {"lossSpikeFactor": 1})],
+     ["spec.sdc.lossSpikeFactor", "greater than 1"]),
+    ("zero nodes per domain", G, [put("spec.nodesPerDomain", 0)],
+     ["spec.nodesPerDomain", "greater than or equal to 1"]),
+    ("spares fill the domain", G, [put("spec.spares", {"perDomain": 4})],
+     ["spec.spares.perDomain", "spares.perDomain must be less than nodesPerDomain"]),
+    ("unknown interconnect", G, [put("spec.interconnect", "infiniband")],
+     ['spec.interconnect: Unsupported value: "infiniband"']),
+    ("storm guard over 100%", G, [put("spec.quarantine", {"maxUnavailable": "120%"})],
+     ["spec.quarantine.maxUnavailable", "must be a count >= 0 or a percentage"]),
+    ("slot label missing", G, [put("spec.slotOrder", {"by": "label"})],
+     ["spec.slotOrder.label", "slotOrder.label is required when slotOrder.by is 'label'"]),
+    ("empty node selector", G, [put("spec.nodeSelector", {})],
+     ["spec.nodeSelector", "at least 1"]),
+    ("accelerators per node missing", G, [put("spec.accelerator", {})],
+     ["spec.accelerator.perNode: Required value"]),
+    ("probe schedule not cron", G, [put("spec.probes", {"schedule": "hourly"})],
+     ["spec.probes.schedule", "should match"]),
+    ("scaling min above max", E,
+     [put("spec.scaling", {"minReplicas": 5, "maxReplicas": 2,
+                           "metrics": [{"type": "QueueDepth", "target": 8}]})],
+     ["spec.scaling.minReplicas", "scaling.minReplicas must be <= scaling.maxReplicas"]),
+    ("scale to zero without idle time", E,
+     [put("spec.scaling", {"minReplicas": 0, "maxReplicas": 2,
+                           "metrics": [{"type": "QueueDepth", "target": 8}]})],
+     ["spec.scaling.minReplicas", "needs scaling.scaleToZeroAfterSeconds"]),
+    ("PromQL metric without query", E,
+     [put("spec.scaling", {"maxReplicas": 2, "metrics": [{"type": "PromQL", "target": 1}]})],
+     ["spec.scaling.metrics[0].query", "query is required when type is PromQL"]),
+    ("unknown metric", E,
+     [put("spec.scaling", {"maxReplicas": 2, "metrics": [{"type": "CPU", "target": 1}]})],
+     ['spec.scaling.metrics[0].type: Unsupported value: "CPU"']),
+    ("rollout that cannot progress", E,
+     [put("spec.rollout", {"maxSurge": 0, "maxUnavailable": 0})],
+     ["spec.rollout.maxSurge", "cannot both be 0"]),
+    ("zero pods per replica", E, [put("spec.replicaShape.workers", 0)],
+     ["spec.replicaShape.workers", "greater than or equal to 1"]),
+    ("replicas outside scaling bounds", E,
+     [put("spec.replicas", 9),
+      put("spec.scaling", {"maxReplicas": 3, "metrics": [{"type": "QueueDepth", "target": 8}]})],
+     ["spec.replicas", "replicas must lie within scaling.minReplicas..scaling.maxReplicas"]),
+    ("tolerance of 1 or more", E,
+     [put("spec.scaling", {"maxReplicas": 2, "tolerance": 1.5,
+                           "metrics": [{"type": "QueueDepth", "target": 8}]})],
+     ["spec.scaling.tolerance", "less than 1"]),
+    ("prometheus url not http", E,
+     [put("spec.scaling", {"maxReplicas": 2, "prometheusUrl": "ftp://prom",
+                           "metrics": [{"type": "QueueDepth", "target": 8}]})],
+     ["spec.scaling.prometheusUrl", "should match"]),
+    ("no model", E, [drop("spec.model")], ["spec.model: Required value"]),
+]
+
+
+@pytest.mark.parametrize(("case", "make", "mutations", "expected"), BAD,
+                         ids=[case for case, *_ in BAD])
+def test_bad_resource_is_rejected_naming_the_field(
+        crds: Cluster, namespace: str, case: str, make: Callable[[str], Doc],
+        mutations: list[Mutation], expected: list[str]) -> None:
+    doc = make(f"bad-{namespace}"[:60])
+    for mutate in mutations:
+        mutate(doc)
+    result = apply(crds, doc, namespace)
+    assert result.returncode != 0, f"{case}: accepted"
+    for fragment in expected:
+        assert fragment in result.stderr, f"{case}: {fragment!r} not in {result.stderr!r}"
+    assert not exists(crds, doc, namespace), f"{case}: created anyway"
+
+
+def test_at_least_25_bad_resources_are_covered() -> None:
+    assert len(BAD) >= 25
+
+
+@pytest.mark.parametrize(
+    ("make", "path", "value", "message"),
+    [
+        (J, "spec.acceleratorsPerWorker", 8, "acceleratorsPerWorker is immutable once set"),
+        (J, "spec.topology", {"unit": "node"}, "topology is immutable once set"),
+        (J, "spec.ultraServerGroup", "p5-pool", "ultraServerGroup is immutable once set"),
+        (E, "spec.replicaShape", {"workers": 4, "acceleratorsPerWorker": 4},
+         "replicaShape is immutable once set"),
+    ],
+)
+def test_fields_that_shape_the_gang_are_immutable(
+        crds: Cluster, namespace: str, make: Callable[[str], Doc], path: str, value: Any,
+        message: str) -> None:
+    original = make("immutable")
+    assert apply(crds, original, namespace).returncode == 0
+    changed = copy.deepcopy(original)
+    put(path, value)(changed)
+    result = apply(crds, changed, namespace)
+    assert result.returncode != 0
+    assert path in result.stderr and message in result.stderr, result.stderr
+
+
+def test_scale_subresource_sets_replicas(crds: Cluster, namespace: str) -> None:
+    assert apply(crds, minimal_endpoint("scalable"), namespace).returncode == 0
+    crds.kubectl("scale", "ie/scalable", "--replicas", "3", "-n", namespace)
+    spec = json.loads(crds.kubectl("get", "ie", "scalable", "-n", namespace, "-o", "json")
+                      .stdout)["spec"]
+    assert spec["replicas"] == 3
+
+
+def test_status_fields_survive_a_status_write(crds: Cluster, namespace: str) -> None:
+    """Every status field the operator writes is declared, so none is pruned."""
+    assert apply(crds, minimal_job("status"), namespace).returncode == 0
+    status = {
+        "observedGeneration": 1, "phase": "Running", "message": "all 4 workers running",
+        "workers": {"desired": 4, "ready": 4, "succeeded": 0, "failed": 0},
+        "accelerators": 64, "restarts": 1,
+        "placement": {"domains": ["us-a"], "ranks": [{"rank": 0, "node": "n0", "domain": "us-a"}],
+                      "reason": "1 whole UltraServer"},
+        "checkpoint": {"latest": {"step": 300, "path": "/ckpt/300"},
+                       "latestVerified": {"step": 200, "path": "/ckpt/200"}},
+        "goodput": {"ratio": 0.98, "productiveSeconds": 1000,
+                    "lostSeconds": {"detection": 2, "replacement": 1, "restart": 5,
+                                    "lostWork": 12, "queueing": 0}},
+        "conditions": [{"type": "Running", "status": "True", "reason": "AllWorkersRunning",
+                        "message": "", "lastTransitionTime": "2026-11-26T00:00:00Z"}],
+    }
+    crds.kubectl("patch", "tj", "status", "-n", namespace, "--subresource", "status",
+                 "--type", "merge", "-p", json.dumps({"status": status}))
+    stored = json.loads(crds.kubectl("get", "tj", "status", "-n", namespace, "-o", "json")
+                        .stdout)["status"]
+    assert stored == status
+    row = crds.kubectl("get", "tj", "status", "-n", namespace, "--no-headers").stdout.split()
+    assert row[1:5] == ["Running", "4", "4", "64"]
