@@ -71,15 +71,9 @@ class Cluster:
         return client.CoreV1Api(api_client)
 
     def kubectl(self, *args: str, check: bool = True, input_text: str | None = None) -> Any:
-        import subprocess
+        from goodput_operator.sandbox.cluster import run_kubectl
 
-        from goodput_operator.sandbox import build, versions
-
-        binary = build.binary_path(versions.KUBERNETES_COMPONENT, "kubectl")
-        kubectl = str(binary) if binary.is_file() else "kubectl"
-        proc = subprocess.run([kubectl, "--kubeconfig", str(self.kubeconfig), *args],
-                              capture_output=True, text=True, input=input_text, timeout=120,
-                              check=False)
+        proc = run_kubectl(self.kubeconfig, *args, input_text=input_text)
         if check and proc.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr}")
         return proc

@@ -186,3 +186,18 @@ def test_commands_on_a_sandbox_that_is_not_running_say_so() -> None:
     result = goodput("sandbox", "fail-node", "trn2-00-0", "--name", "never-started")
     assert result.returncode != 0
     assert "sandbox 'never-started' is not running" in result.stderr
+
+
+def test_kubectl_runs_goodput_as_a_plugin(cluster: Cluster) -> None:
+    import os
+    from pathlib import Path
+
+    from goodput_operator.sandbox.cluster import kubectl_binary
+
+    scripts = Path(sys.executable).parent
+    assert (scripts / "kubectl-goodput").is_file()
+    env = {**os.environ, "PATH": f"{scripts}:{os.environ.get('PATH', '')}"}
+    result = subprocess.run([kubectl_binary(), "goodput", "sandbox", "fleets"], env=env,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "fleet trn2: 16 nodes" in result.stdout

@@ -51,6 +51,20 @@ class SandboxError(RuntimeError):
     """A sandbox operation that cannot proceed; the message says why and what to do."""
 
 
+def kubectl_binary() -> str:
+    """The kubectl built with the sandbox, else whatever `kubectl` is on PATH."""
+    built = build.binary_path(KUBERNETES_COMPONENT, "kubectl")
+    return str(built) if built.is_file() else "kubectl"
+
+
+def run_kubectl(kubeconfig: Path, *args: str, timeout: float = 120,
+                input_text: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [kubectl_binary(), "--kubeconfig", str(kubeconfig), *args], capture_output=True,
+        text=True, timeout=timeout, check=False, input=input_text,
+    )
+
+
 @dataclass(frozen=True)
 class Sandbox:
     """Paths and commands of one named sandbox."""
@@ -110,11 +124,7 @@ class Sandbox:
     def kubectl(self, *args: str, check: bool = True, timeout: float = 120,
                 input_text: str | None = None) -> subprocess.CompletedProcess[str]:
         """kubectl of the sandbox's Kubernetes version, on the sandbox's kubeconfig."""
-        binary = build.binary_path(KUBERNETES_COMPONENT, "kubectl")
-        proc = subprocess.run(
-            [str(binary), "--kubeconfig", str(self.kubeconfig), *args], capture_output=True,
-            text=True, timeout=timeout, check=False, input=input_text,
-        )
+        proc = run_kubectl(self.kubeconfig, *args, timeout=timeout, input_text=input_text)
         if check and proc.returncode != 0:
             raise SandboxError(f"kubectl {' '.join(args[:2])} failed: {proc.stderr.strip()}")
         return proc
