@@ -1,0 +1,1 @@
+"""Pure topology: the fleet model, gang placement, rank order, replacement, scale-down."""

@@ -1,0 +1,286 @@
+"""The fleet as the placement engine sees it: network levels -> domains -> nodes (in slot
+order) -> accelerators, with usage from bound pods and each node's state.
+
+Built from plain Node and Pod dicts plus the group's shape, then kept current
+incrementally (node added/changed/removed, pod bound/finished): a placement never rebuilds
+the world. Pure: no Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+NodeState = Literal["ready", "notready", "cordoned", "quarantined", "misshaped"]
+QUARANTINE_TAINT = "goodput.dev/quarantine"
+SPARE_LABEL = "goodput.dev/spare"
+_DIGITS = re.compile(r"(\d+)")
+
+
+@dataclass(frozen=True)
+class GroupShape:
+    """What the placement engine needs from an UltraServerGroup spec."""
+
+    domain_label: str
+    nodes_per_domain: int
+    accelerators_per_node: int
+    accelerator_resource: str = "aws.amazon.com/neuron"
+    network_levels: tuple[str, ...] = ()
+    slot_label: str | None = None  # None: slots by natural node-name order
+    spares_per_domain: int = 0
+    domain_noun: str = "domain"  # "UltraServer", "NVLink domain": used in explanations
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> GroupShape:
+        """From an UltraServerGroupSpec (pydantic model)."""
+        noun = {"neuronlink": "UltraServer", "nvlink": "NVLink domain"}.get(
+            spec.interconnect, "domain")
+        return cls(
+            domain_label=spec.domain_label, nodes_per_domain=spec.nodes_per_domain,
+            accelerators_per_node=spec.accelerator.per_node,
+            accelerator_resource=spec.accelerator.resource,
+            network_levels=tuple(spec.network_levels),
+            slot_label=spec.slot_order.label if spec.slot_order.by == "label" else None,
+            spares_per_domain=spec.spares.per_domain, domain_noun=noun,
+        )
+
+
+@dataclass(frozen=True)
+class PodUse:
+    node: str
+    accelerators: int
+    owner: str  # "namespace/kind/name" of the workload, for explanations
+
+
+@dataclass(eq=False)
+class Node:
+    name: str
+    domain: str
+    capacity: int
+    state: NodeState = "ready"
+    used: int = 0
+    spare: bool = False
+    slot: int = 0
+    sort_key: tuple[Any, ...] = ()
+    pods: dict[str, PodUse] = field(default_factory=dict)
+
+    @property
+    def healthy(self) -> bool:
+        return self.state == "ready"
+
+    @property
+    def usable(self) -> bool:
+        """Takes new placements: healthy and not held back as a spare."""
+        return self.healthy and not self.spare
+
+    @property
+    def free(self) -> int:
+        return max(self.capacity - self.used, 0) if self.healthy else 0
+
+
+@dataclass(eq=False)
+class Domain:
+    id: str
+    path: tuple[str, ...]  # network level values, outermost first
+    order: tuple[Any, ...]  # fabric order of domains: path, then id
+    nodes: list[Node] = field(default_factory=list)  # in slot order
+
+    def usable_nodes(self) -> Iterator[Node]:
+        return (n for n in self.nodes if n.usable)
+
+    def owners(self) -> set[str]:
+        return {pod.owner for node in self.nodes for pod in node.pods.values()}
+
+
+def natural_key(name: str) -> tuple[Any, ...]:
+    """trn2-01-10 after trn2-01-9: digits compare as numbers."""
+    return tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(name))
+
+
+def node_state(node: Mapping[str, Any]) -> NodeState:
+    spec = node.get("spec", {})
+    taints = spec.get("taints") or []
+    if any(t.get("key") == QUARANTINE_TAINT for t in taints):
+        return "quarantined"
+    if spec.get("unschedulable"):
+        return "cordoned"
+    conditions = node.get("status", {}).get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") != "True":
+        return "notready"
+    return "ready"
+
+
+def parse_count(quantity: Any) -> int:
+    """A whole-number extended-resource quantity ("16", 16, "16k" is refused)."""
+    text = str(quantity).strip()
+    if not text.isdigit():
+        raise ValueError(f"accelerator quantity {quantity!r} is not a whole number")
+    return int(text)
+
+
+def pod_accelerators(pod: Mapping[str, Any], resource: str) -> int:
+    total = 0
+    for container in pod.get("spec", {}).get("containers") or []:
+        requests = (container.get("resources") or {}).get("requests") or {}
+        limits = (container.get("resources") or {}).get("limits") or {}
+        if resource in requests or resource in limits:
+            total += parse_count(requests.get(resource, limits.get(resource)))
+    return total
+
+
+def pod_owner(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata", {})
+    labels = meta.get("labels") or {}
+    namespace = meta.get("namespace", "default")
+    for key, kind in (("goodput.dev/trainingjob", "tj"), ("goodput.dev/inferenceendpoint", "ie")):
+        if key in labels:
+            return f"{kind}/{namespace}/{labels[key]}"
+    refs = meta.get("ownerReferences") or []
+    if refs:
+        return f"{refs[0].get('kind', '').lower()}/{namespace}/{refs[0].get('name', '')}"
+    return f"pod/{namespace}/{meta.get('name', '')}"
+
+
+class Fleet:
+    """The group's nodes by domain, kept current by upsert/remove/bind/release."""
+
+    def __init__(self, shape: GroupShape) -> None:
+        self.shape = shape
+        self.nodes: dict[str, Node] = {}
+        self.domains: dict[str, Domain] = {}
+        self.pods: dict[str, PodUse] = {}
+        self._ordered: list[Domain] | None = None
+
+    @classmethod
+    def from_objects(cls, shape: GroupShape, nodes: Iterable[Mapping[str, Any]],
+                     pods: Iterable[Mapping[str, Any]] = ()) -> Fleet:
+        fleet = cls(shape)
+        for node in nodes:
+            fleet.upsert_node(node, refresh=False)
+        for domain in fleet.domains.values():
+            fleet._refresh_domain(domain)
+        for pod in pods:
+            fleet.observe_pod(pod)
+        return fleet
+
+    # ---- nodes ---------------------------------------------------------------
+    def upsert_node(self, node: Mapping[str, Any], refresh: bool = True) -> None:
+        meta = node.get("metadata", {})
+        labels = meta.get("labels") or {}
+        name = meta["name"]
+        domain_id = labels.get(self.shape.domain_label)
+        if domain_id is None:  # not (or no longer) part of a domain
+            self.remove_node(name)
+            return
+        allocatable = (node.get("status", {}).get("allocatable") or {})
+        capacity = parse_count(allocatable.get(self.shape.accelerator_resource, 0))
+        state = node_state(node)
+        if state == "ready" and capacity < self.shape.accelerators_per_node:
+            state = "misshaped"
+        path = tuple(labels.get(level, "") for level in self.shape.network_levels)
+        existing = self.nodes.get(name)
+        if existing is not None and existing.domain != domain_id:
+            self._detach(existing)  # relabelled: it moves, its pods still hold its devices
+            existing.domain = domain_id
+        domain = self.domains.get(domain_id)
+        if domain is None:
+            domain = Domain(domain_id, path, (path, natural_key(domain_id)))
+            self.domains[domain_id] = domain
+            self._ordered = None
+        elif domain.path != path:
+            domain.path, domain.order = path, (path, natural_key(domain_id))
+            self._ordered = None
+        sort_key = (int(labels.get(self.shape.slot_label, 1 << 30)),) if self.shape.slot_label \
+            else natural_key(name)
+        if existing is None:
+            existing = Node(name, domain_id, capacity, state, sort_key=sort_key)
+            self.nodes[name] = existing
+        else:
+            existing.capacity, existing.state, existing.sort_key = capacity, state, sort_key
+        if existing not in domain.nodes:
+            domain.nodes.append(existing)
+        if refresh:
+            self._refresh_domain(domain)
+
+    def remove_node(self, name: str) -> None:
+        node = self.nodes.pop(name, None)
+        if node is None:
+            return
+        for key in list(node.pods):
+            self.pods.pop(key, None)
+        self._detach(node)
+
+    def _detach(self, node: Node) -> None:
+        domain = self.domains[node.domain]
+        domain.nodes.remove(node)
+        if not domain.nodes:
+            del self.domains[domain.id]
+            self._ordered = None
+        else:
+            self._refresh_domain(domain)
+
+    def _refresh_domain(self, domain: Domain) -> None:
+        """Slot order, then spares: the highest healthy, empty slots of the domain."""
+        domain.nodes.sort(key=lambda n: n.sort_key)
+        for slot, node in enumerate(domain.nodes):
+            node.slot = slot
+        wanted = self.shape.spares_per_domain
+        for node in reversed(domain.nodes):
+            keep = wanted > 0 and node.healthy and not node.pods
+            node.spare = keep
+            wanted -= keep
+
+    # ---- pods ----------------------------------------------------------------
+    def observe_pod(self, pod: Mapping[str, Any]) -> None:
+        """Count a pod's accelerators against its node while it is bound and not finished
+        (a terminating pod still holds its devices until it is gone)."""
+        meta = pod.get("metadata", {})
+        key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+        node = pod.get("spec", {}).get("nodeName")
+        finished = pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+        accelerators = pod_accelerators(pod, self.shape.accelerator_resource)
+        if not node or finished or accelerators == 0:
+            self.release(key)
+            return
+        self.bind(key, node, accelerators, pod_owner(pod))
+
+    def bind(self, key: str, node_name: str, accelerators: int, owner: str) -> None:
+        self.release(key)
+        node = self.nodes.get(node_name)
+        if node is None:
+            return  # a node outside the group
+        use = PodUse(node_name, accelerators, owner)
+        self.pods[key] = use
+        node.pods[key] = use
+        node.used += accelerators
+        if node.spare:  # a spare took a replacement: it is no longer spare
+            self._refresh_domain(self.domains[node.domain])
+
+    def release(self, key: str) -> None:
+        use = self.pods.pop(key, None)
+        if use is None:
+            return
+        node = self.nodes.get(use.node)
+        if node is not None:
+            node.pods.pop(key, None)
+            node.used -= use.accelerators
+            self._refresh_domain(self.domains[node.domain])
+
+    def release_owner(self, owner: str) -> None:
+        for key in [k for k, use in self.pods.items() if use.owner == owner]:
+            self.release(key)
+
+    # ---- views ---------------------------------------------------------------
+    def ordered_domains(self) -> list[Domain]:
+        """Domains in fabric order (network path, then natural id order)."""
+        if self._ordered is None:
+            self._ordered = sorted(self.domains.values(), key=lambda d: d.order)
+        return self._ordered
+
+    def snapshot(self) -> dict[str, tuple[int, str, bool, tuple[str, ...]]]:
+        """Comparable state: per node (used, state, spare, pods) — for tests."""
+        return {n.name: (n.used, n.state, n.spare, tuple(sorted(n.pods)))
+                for n in self.nodes.values()}

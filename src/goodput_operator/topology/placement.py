@@ -1,0 +1,320 @@
+"""Gang placement: all-or-nothing, topology-aware, fragmentation-aware, ranks in fabric order.
+
+The objective, compared in this order (smaller is better):
+1. domains spanned (for unit=domain and unit=block; unit=node fills fragments instead);
+2. network levels spanned: the gang stays under the innermost network group that can
+   still hold it in that many domains;
+3. whole domains broken: pristine domains left partially used by this gang;
+4. accelerators left stranded in the domains it touches (best fit);
+5. fabric order (deterministic).
+`required` accepts only the minimum number of domains the gang could ever need (or one
+network block for unit=block); `preferred` takes the best placement available now.
+Inside a domain whose size is a power of two (Trn2 UltraServers: 4 nodes), a gang takes an
+aligned buddy slice (1, 2 or 4 nodes at aligned slots) next to existing use, so small jobs
+do not split the NeuronLink ring needlessly; other domains (NVL72: 18 nodes) take the
+tightest contiguous run of free slots.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from goodput_operator.topology.model import Domain, Fleet, Node
+
+Unit = Literal["node", "domain", "block"]
+Policy = Literal["required", "preferred"]
+
+
+@dataclass(frozen=True)
+class Request:
+    """N workers x A accelerators, packed by `unit` under `policy`."""
+
+    workers: int
+    accelerators: int
+    unit: Unit = "domain"
+    policy: Policy = "required"
+
+
+@dataclass(frozen=True)
+class RankSlot:
+    rank: int
+    node: str
+    domain: str
+    slot: int
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A gang placement (ok) or the precise reason there is none."""
+
+    ok: bool
+    reason: str
+    ranks: tuple[RankSlot, ...] = ()
+    domains: tuple[str, ...] = ()
+    min_domains: int = 0  # domains the gang needs on an empty fleet
+
+    @property
+    def hosts(self) -> list[str]:
+        """The host list in rank order (one line per worker)."""
+        return [r.node for r in self.ranks]
+
+    @property
+    def extra_domains(self) -> int:
+        return len(self.domains) - self.min_domains if self.ok else 0
+
+
+@dataclass
+class _Choice:
+    domains: list[tuple[Domain, int]]  # (domain, workers placed there)
+    # (domains spanned, whole domains broken, worker slots stranded, fabric order)
+    score: tuple[int, int, int, tuple[object, ...]]
+
+
+def workers_on(node: Node, accelerators: int) -> int:
+    return node.free // accelerators if node.usable else 0
+
+
+def domain_capacity(domain: Domain, accelerators: int) -> int:
+    return sum(workers_on(n, accelerators) for n in domain.nodes)
+
+
+def is_pristine(domain: Domain) -> bool:
+    return all(not n.pods for n in domain.nodes)
+
+
+def place(fleet: Fleet, request: Request) -> Placement:
+    """Place the whole gang or explain why it cannot be placed."""
+    shape = fleet.shape
+    if request.workers < 1 or request.accelerators < 1:
+        return Placement(False, "a gang needs at least 1 worker and 1 accelerator per worker")
+    per_node = shape.accelerators_per_node // request.accelerators
+    if per_node == 0:
+        return Placement(False, f"each worker asks {request.accelerators} "
+                                f"{shape.accelerator_resource}; nodes have "
+                                f"{shape.accelerators_per_node}")
+    # spares never take new placements, so a domain offers its other nodes
+    per_domain = per_node * max(shape.nodes_per_domain - shape.spares_per_domain, 1)
+    min_domains = math.ceil(request.workers / per_domain)
+    caps = [(d, c) for d in fleet.ordered_domains()
+            if (c := domain_capacity(d, request.accelerators)) > 0]
+    if sum(c for _, c in caps) < request.workers:
+        return Placement(False, explain_shortage(fleet, request, min_domains),
+                         min_domains=min_domains)
+
+    choice = (_fill_fragments(caps, request.workers) if request.unit == "node"
+              else _fewest_domains(fleet, caps, request, min_domains))
+    if choice is None:
+        return Placement(False, explain_shortage(fleet, request, min_domains),
+                         min_domains=min_domains)
+    return _assign(fleet, request, choice, min_domains)
+
+
+def _fewest_domains(fleet: Fleet, caps: list[tuple[Domain, int]], request: Request,
+                    min_domains: int) -> _Choice | None:
+    levels = len(fleet.shape.network_levels)
+    if request.unit == "block":
+        choice = _best_in_groups(caps, request.workers, depth=levels, k=None)
+        if choice is not None or request.policy == "required":
+            return choice
+    k_star = fewest(sorted((c for _, c in caps), reverse=True), request.workers)
+    if request.policy == "required" and request.unit == "domain" and k_star > min_domains:
+        return None
+    for depth in range(levels, -1, -1):  # innermost network group first, then climb
+        choice = _best_in_groups(caps, request.workers, depth=depth, k=k_star)
+        if choice is not None:
+            return choice
+    return None  # unreachable: depth 0 is the whole fleet
+
+
+def fewest(descending: Iterable[int], n: int) -> int:
+    """Fewest domains, taken roomiest first, whose capacities sum to at least n
+    (one more than there are when they cannot)."""
+    total, k = 0, 0
+    for k, cap in enumerate(descending, 1):
+        total += cap
+        if total >= n:
+            return k
+    return k + 1
+
+
+def _best_in_groups(caps: list[tuple[Domain, int]], workers: int, depth: int,
+                    k: int | None) -> _Choice | None:
+    """Best selection inside any one network group (path prefix of length depth).
+    With k set, only selections of exactly k domains count."""
+    groups: dict[tuple[str, ...], list[tuple[Domain, int]]] = defaultdict(list)
+    for domain, cap in caps:
+        groups[domain.path[:depth]].append((domain, cap))
+    best: _Choice | None = None
+    for members in groups.values():
+        choice = _select(members, workers, k)
+        if choice is not None and (best is None or choice.score < best.score):
+            best = choice
+    return best
+
+
+def _select(members: list[tuple[Domain, int]], workers: int, k: int | None) -> _Choice | None:
+    """The k-1 roomiest domains, then the tightest fit for the remainder, preferring a
+    domain already in use so that whole domains stay whole."""
+    ranked = sorted(members, key=lambda dc: (-dc[1], dc[0].order))
+    needed = fewest((c for _, c in ranked), workers)
+    if needed > len(ranked) or (k is not None and needed != k):
+        return None
+    chosen = ranked[:needed - 1]
+    remainder = workers - sum(c for _, c in chosen)
+    rest = ranked[needed - 1:]
+    last = min((dc for dc in rest if dc[1] >= remainder),
+               key=lambda dc: (is_pristine(dc[0]), dc[1] - remainder, dc[0].order))
+    picks = [*chosen, (last[0], remainder)]
+    stranded = last[1] - remainder  # the roomiest k-1 are filled completely
+    broken = int(is_pristine(last[0]) and stranded > 0)
+    return _Choice(picks, (needed, broken, stranded, picks[0][0].order))
+
+
+def _fill_fragments(caps: list[tuple[Domain, int]], workers: int) -> _Choice:
+    """unit=node: fill partially used domains first (tightest first), whole ones last."""
+    ranked = sorted(caps, key=lambda dc: (is_pristine(dc[0]), dc[1], dc[0].order))
+    picks: list[tuple[Domain, int]] = []
+    remaining = workers
+    for domain, cap in ranked:
+        take = min(cap, remaining)
+        picks.append((domain, take))
+        remaining -= take
+        if remaining == 0:
+            break
+    return _Choice(picks, (len(picks), 0, 0, ()))
+
+
+def _assign(fleet: Fleet, request: Request, choice: _Choice, min_domains: int) -> Placement:
+    slots: list[tuple[Domain, Node, int]] = []
+    for domain, count in choice.domains:
+        for node, n in _nodes_in_domain(fleet, domain, count, request.accelerators):
+            slots.extend((domain, node, i) for i in range(n))
+    slots.sort(key=lambda s: (s[0].order, s[1].slot, s[2]))
+    ranks = tuple(RankSlot(i, node.name, domain.id, node.slot)
+                  for i, (domain, node, _) in enumerate(slots))
+    domains = tuple(dict.fromkeys(r.domain for r in ranks))
+    noun = fleet.shape.domain_noun
+    span = "the minimum" if len(domains) == min_domains else f"minimum {min_domains}"
+    reason = (f"{request.workers} workers x {request.accelerators} on {len(domains)} "
+              f"{noun}{'s' if len(domains) != 1 else ''} ({span}): {', '.join(domains)}")
+    return Placement(True, reason, ranks, domains, min_domains)
+
+
+def _nodes_in_domain(fleet: Fleet, domain: Domain, count: int,
+                     accelerators: int) -> list[tuple[Node, int]]:
+    """Which nodes of a domain take `count` workers: partly used nodes first (they are
+    fragments already), then an aligned slice of free nodes."""
+    picked: list[tuple[Node, int]] = []
+    remaining = count
+    for node in domain.nodes:
+        if remaining and node.usable and node.used > 0 and (n := workers_on(node, accelerators)):
+            take = min(n, remaining)
+            picked.append((node, take))
+            remaining -= take
+    if not remaining:
+        return picked
+    per_node = fleet.shape.accelerators_per_node // accelerators
+    free_nodes = [n.usable and n.used == 0 and workers_on(n, accelerators) > 0
+                  for n in domain.nodes]
+    needed = math.ceil(remaining / per_node)
+    start = slice_start(free_nodes, needed)
+    chosen = [domain.nodes[i] for i in range(start, len(domain.nodes)) if free_nodes[i]]
+    if start < 0 or len(chosen) < needed:  # fragmented: any free nodes, lowest slots
+        chosen = [n for n, free in zip(domain.nodes, free_nodes, strict=True) if free]
+    for node in chosen[:needed]:
+        take = min(per_node, remaining)
+        picked.append((node, take))
+        remaining -= take
+    return picked
+
+
+def slice_start(free: Sequence[bool], needed: int) -> int:
+    """First slot of the slice a gang of `needed` nodes takes in one domain, or -1.
+
+    Power-of-two domains: buddy allocation — the aligned block of the next power of two
+    whose buddy is most used (fill fragments first, keep big blocks intact). Other sizes:
+    the tightest run of free slots that fits. Either way the leftmost among equals.
+    """
+    size = len(free)
+    if needed > size:
+        return -1
+    if size & (size - 1) == 0:
+        block = 1 << (needed - 1).bit_length()
+        best: tuple[int, int] | None = None
+        for start in range(0, size, block):
+            if all(free[start:start + needed]):
+                buddy = (start // (2 * block)) * (2 * block)
+                free_around = sum(free[buddy:buddy + 2 * block]) if 2 * block <= size else size
+                if best is None or (free_around, start) < best:
+                    best = (free_around, start)
+        if best is not None:
+            return best[1]
+    runs: list[tuple[int, int]] = []  # (length, start)
+    run_start: int | None = None
+    for i, ok in enumerate([*free, False]):
+        if ok and run_start is None:
+            run_start = i
+        elif not ok and run_start is not None:
+            runs.append((i - run_start, run_start))
+            run_start = None
+    fitting = [run for run in runs if run[0] >= needed]
+    return min(fitting)[1] if fitting else -1
+
+
+def explain_shortage(fleet: Fleet, request: Request, min_domains: int) -> str:
+    """Why the gang does not fit: what it needs, and what each domain is doing instead."""
+    shape = fleet.shape
+    noun = shape.domain_noun
+    free_whole, degraded = 0, []
+    full, partial, partial_room = Counter[str](), Counter[str](), 0
+    for domain in fleet.ordered_domains():
+        bad = [f"{n.name} {n.state}" for n in domain.nodes if not n.healthy]
+        if bad or len(domain.nodes) < shape.nodes_per_domain:
+            missing = shape.nodes_per_domain - len(domain.nodes)
+            degraded.append(", ".join(bad + ([f"{missing} node(s) missing"] if missing > 0
+                                              else [])))
+        elif is_pristine(domain):
+            free_whole += 1
+        elif (room := domain_capacity(domain, request.accelerators)) == 0:
+            full[" ".join(sorted(domain.owners()))] += 1
+        else:
+            partial[" ".join(sorted(domain.owners()))] += 1
+            partial_room += room
+    total_domains = len(fleet.domains)
+    if request.unit == "domain" and request.policy == "required":
+        need = (f"needs {min_domains} whole {noun}{'s' if min_domains != 1 else ''} "
+                f"({shape.nodes_per_domain} nodes x {shape.accelerators_per_node} "
+                f"{shape.accelerator_resource}) for {request.workers} workers x "
+                f"{request.accelerators}")
+    elif request.unit == "block":
+        need = (f"needs {request.workers} workers x {request.accelerators} inside one network "
+                "block")
+    else:
+        need = f"needs {request.workers} workers x {request.accelerators} free"
+    free_workers = sum(domain_capacity(d, request.accelerators) for d in fleet.domains.values())
+    parts = [f"{free_whole} free"]
+    if degraded:
+        parts.append(f"{len(degraded)} degraded ({'; '.join(degraded[:3])}"
+                     f"{'; ...' if len(degraded) > 3 else ''})")
+    if full:
+        parts.append(f"{sum(full.values())} fully used by {_owners(full)}")
+    if partial:
+        parts.append(f"{sum(partial.values())} partially used by {_owners(partial)} "
+                     f"(room for {partial_room} there)")
+    return (f"{need}; of {total_domains} {noun}s: {', '.join(parts)}; room for "
+            f"{free_workers} such workers in all")
+
+
+def _owners(counts: Counter[str]) -> str:
+    names = sorted({owner for key in counts for owner in key.split()})
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def commit(fleet: Fleet, placement: Placement, request: Request, owner: str) -> None:
+    """Record a placement's usage in the fleet (what bound pods will do for real)."""
+    for rank in placement.ranks:
+        fleet.bind(f"{owner}#{rank.rank}", rank.node, request.accelerators, owner)

@@ -1,0 +1,140 @@
+"""Keeping a placement's topology when nodes fail, and freeing whole domains on scale-down.
+
+Replacement (any number of failed nodes): each failed rank keeps its rank number and gets,
+in order of preference, a spare in the same domain, a free node in the same domain, then
+(unless the job requires its domains) a spare or free node in the same network block, then
+anywhere. When the topology cannot be kept, the whole gang moves to domains that hold it;
+failing that it shrinks within its elastic bounds, or waits — and the result says why.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from goodput_operator.topology.model import Fleet, Node
+from goodput_operator.topology.placement import Placement, RankSlot, Request, place
+
+Action = Literal["replace", "move", "shrink", "wait"]
+
+
+@dataclass(frozen=True)
+class Elastic:
+    min_workers: int
+    step: int = 1
+
+
+@dataclass(frozen=True)
+class Replacement:
+    action: Action
+    reason: str
+    ranks: tuple[RankSlot, ...] = ()  # the gang's new ranks (replace/move/shrink)
+    moved: dict[int, str] | None = None  # rank -> new node, for `replace`
+
+
+def replace(fleet: Fleet, current: Placement, failed: Iterable[str], request: Request,
+            owner: str, elastic: Elastic | None = None) -> Replacement:
+    """New positions for a gang whose nodes in `failed` are lost.
+
+    The fleet must already show the failed nodes as unhealthy; the gang's own usage (pods
+    of `owner`) is still recorded and is treated as released where it moves.
+    """
+    failed_set = set(failed)
+    lost = [r for r in current.ranks if r.node in failed_set]
+    if not lost:
+        return Replacement("replace", "no rank is on a failed node", current.ranks, {})
+    keep_domains = request.unit == "domain" and request.policy == "required"
+    keep_block = request.unit == "block" and request.policy == "required"
+    taken: Counter[str] = Counter()
+    moved: dict[int, str] = {}
+    for rank in lost:
+        node = _candidate(fleet, rank, request, taken, keep_domains, keep_block)
+        if node is None:
+            break
+        taken[node.name] += 1
+        moved[rank.rank] = node.name
+    if len(moved) == len(lost):
+        ranks = tuple(
+            RankSlot(r.rank, moved[r.rank], fleet.nodes[moved[r.rank]].domain,
+                     fleet.nodes[moved[r.rank]].slot) if r.rank in moved else r
+            for r in current.ranks)
+        where = ", ".join(f"rank {k} -> {v}" for k, v in sorted(moved.items()))
+        return Replacement("replace", f"replaced {len(moved)} failed rank(s) keeping the "
+                                      f"topology: {where}", ranks, moved)
+    return _move_or_shrink(fleet, request, owner, lost, elastic)
+
+
+def _candidate(fleet: Fleet, rank: RankSlot, request: Request, taken: Counter[str],
+               keep_domains: bool, keep_block: bool) -> Node | None:
+    home = fleet.domains.get(rank.domain)
+    home_path = home.path if home else ()
+
+    def room(node: Node) -> bool:
+        free = node.free - taken[node.name] * request.accelerators
+        return node.healthy and free >= request.accelerators
+
+    tiers: list[list[Node]] = []
+    if home is not None:
+        tiers.append([n for n in home.nodes if n.spare])
+        tiers.append([n for n in home.nodes if not n.spare])
+    if not keep_domains:
+        block = [d for d in fleet.ordered_domains() if d.path == home_path and d is not home]
+        tiers.append([n for d in block for n in d.nodes if n.spare])
+        tiers.append([n for d in block for n in d.nodes if not n.spare])
+        if not keep_block:
+            rest = [d for d in fleet.ordered_domains() if d.path != home_path]
+            tiers.append([n for d in rest for n in d.nodes if n.spare])
+            tiers.append([n for d in rest for n in d.nodes if not n.spare])
+    for tier in tiers:
+        # nearest slot first: a replacement next to the failed node keeps rings short
+        for node in sorted(tier, key=lambda n: abs(n.slot - rank.slot)):
+            if room(node):
+                return node
+    return None
+
+
+def _move_or_shrink(fleet: Fleet, request: Request, owner: str, lost: Sequence[RankSlot],
+                    elastic: Elastic | None) -> Replacement:
+    saved = {k: u for k, u in fleet.pods.items() if u.owner == owner}
+    fleet.release_owner(owner)
+    try:
+        moved = place(fleet, request)
+        if moved.ok:
+            return Replacement("move", f"no spare keeps the topology for "
+                                       f"{len(lost)} failed rank(s); moving the gang: "
+                                       f"{moved.reason}", moved.ranks)
+        if elastic is not None:
+            size = request.workers - elastic.step
+            while size >= elastic.min_workers:
+                smaller = place(fleet, Request(size, request.accelerators, request.unit,
+                                               request.policy))
+                if smaller.ok:
+                    return Replacement("shrink", f"shrinking to {size} workers: "
+                                                 f"{smaller.reason}", smaller.ranks)
+                size -= elastic.step
+        return Replacement("wait", f"cannot replace {len(lost)} failed rank(s): "
+                                   f"{moved.reason}")
+    finally:
+        for key, use in saved.items():
+            fleet.bind(key, use.node, use.accelerators, use.owner)
+
+
+@dataclass(frozen=True)
+class ReplicaGroup:
+    """One multi-node inference replica: its id and the domain it sits in."""
+
+    id: str
+    domain: str
+
+
+def choose_scale_down(groups: Sequence[ReplicaGroup], remove: int) -> list[str]:
+    """Which replica groups to remove so that whole domains free up: empty the domains
+    holding the fewest groups first; among equals, the newest groups (last listed)."""
+    if remove <= 0:
+        return []
+    per_domain = Counter(g.domain for g in groups)
+    position = {g.id: i for i, g in enumerate(groups)}
+    ordered = sorted(groups, key=lambda g: (per_domain[g.domain], g.domain, -position[g.id]))
+    return [g.id for g in ordered[:remove]]

@@ -1,0 +1,168 @@
+"""Placement policies, one behaviour per test (fleets from tests/unit/fleets.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from goodput_operator.topology.model import Fleet
+from goodput_operator.topology.placement import Request, commit, place, slice_start
+from tests.unit.fleets import node, nvl72, trn2
+
+pytestmark = pytest.mark.unit
+
+
+def run(fleet: Fleet, request: Request, owner: str) -> list[str]:
+    placed = place(fleet, request)
+    assert placed.ok, placed.reason
+    commit(fleet, placed, request, owner)
+    return placed.hosts
+
+
+def test_eight_whole_nodes_take_two_whole_ultraservers() -> None:
+    placed = place(trn2(4), Request(8, 16))
+    assert placed.ok and placed.domains == ("us-0", "us-1")
+    assert placed.hosts == [f"us{d}-n{s}" for d in (0, 1) for s in range(4)]
+    assert placed.extra_domains == 0
+    assert "2 UltraServers (the minimum)" in placed.reason
+
+
+def test_two_workers_take_an_aligned_half() -> None:
+    placed = place(trn2(4), Request(2, 16))
+    assert [r.slot for r in placed.ranks] == [0, 1]
+    assert len(placed.domains) == 1
+
+
+def test_small_jobs_fill_a_used_ultraserver_before_breaking_a_whole_one() -> None:
+    fleet = trn2(4)
+    assert run(fleet, Request(2, 16), "a") == ["us0-n0", "us0-n1"]
+    assert run(fleet, Request(1, 16), "b") == ["us0-n2"]
+    assert run(fleet, Request(1, 16), "c") == ["us0-n3"]
+    assert run(fleet, Request(2, 16), "d") == ["us1-n0", "us1-n1"]
+
+
+def test_aligned_slices_keep_the_free_half_whole() -> None:
+    fleet = trn2(1)
+    run(fleet, Request(1, 16), "a")           # slot 0
+    assert run(fleet, Request(2, 16), "b") == ["us0-n2", "us0-n3"]  # aligned pair, not 1-2
+
+
+def test_remainder_goes_to_the_tightest_partly_used_domain() -> None:
+    fleet = trn2(4)
+    run(fleet, Request(2, 16), "a")            # us-0 half used
+    placed = place(fleet, Request(6, 16))      # 4 + 2: us-1 whole, rest into us-0
+    assert sorted(placed.domains) == ["us-0", "us-1"]
+    assert [r.node for r in placed.ranks if r.domain == "us-0"] == ["us0-n2", "us0-n3"]
+
+
+def test_a_degraded_domain_is_used_before_a_whole_one_is_broken() -> None:
+    fleet = trn2(4)
+    fleet.upsert_node(node("us3-n1", "us-3", "b1", ready=False))
+    assert place(fleet, Request(3, 16)).domains == ("us-3",)
+
+
+def test_required_waits_for_whole_domains_and_says_why() -> None:
+    fleet = trn2(4)
+    for owner in ("a", "b", "c"):
+        run(fleet, Request(1, 16), owner)   # all three land in us-0
+    fleet.upsert_node(node("us3-n1", "us-3", "b1", ready=False))
+    assert run(fleet, Request(3, 16), "tj/ns/big") == ["us3-n0", "us3-n2", "us3-n3"]
+    assert run(fleet, Request(2, 16), "d") == ["us1-n0", "us1-n1"]
+    placed = place(fleet, Request(8, 16))
+    assert not placed.ok
+    assert placed.reason.startswith("needs 2 whole UltraServers (4 nodes x 16 "
+                                    "aws.amazon.com/neuron) for 8 workers x 16")
+    assert "1 free" in placed.reason
+    assert "1 degraded (us3-n1 notready)" in placed.reason
+    assert "2 partially used by a, b, c and 1 more (room for 3 there)" in placed.reason
+
+
+def test_preferred_spreads_when_required_would_wait() -> None:
+    fleet = trn2(4)
+    for d in range(4):                          # one node busy in every UltraServer
+        fleet.bind(f"ns/p{d}", f"us{d}-n0", 16, "other")
+    assert place(fleet, Request(6, 16)).ok      # 3 + 3: still the minimum of 2
+    assert not place(fleet, Request(7, 16)).ok  # would need 3 where 2 could do
+    placed = place(fleet, Request(7, 16, policy="preferred"))
+    assert placed.ok and len(placed.domains) == 3 and placed.extra_domains == 1
+
+
+def test_required_block_must_fit_one_network_block() -> None:
+    fleet = trn2(4, per_block=2)               # 2 blocks of 2 UltraServers (8 nodes)
+    assert not place(fleet, Request(10, 16, unit="block")).ok
+    spread = place(fleet, Request(10, 16, unit="block", policy="preferred"))
+    assert spread.ok and len(spread.domains) == 3
+    inside = place(fleet, Request(6, 16, unit="block"))
+    blocks = {fleet.domains[d].path for d in inside.domains}
+    assert len(blocks) == 1
+
+
+def test_two_domains_stay_in_one_block_when_one_can_hold_them() -> None:
+    fleet = trn2(4, per_block=2)
+    run(fleet, Request(1, 16), "a")            # us-0 (block 0) partly used
+    placed = place(fleet, Request(8, 16))      # needs two whole: us-2 + us-3 share block 1
+    assert placed.domains == ("us-2", "us-3")
+
+
+def test_node_unit_fills_fragments_first() -> None:
+    fleet = trn2(4)
+    run(fleet, Request(3, 16), "a")            # us-0 has one free node
+    placed = place(fleet, Request(2, 16, unit="node"))
+    assert placed.hosts == ["us0-n3", "us1-n0"]
+
+
+def test_partial_node_workers_share_nodes_in_rank_order() -> None:
+    placed = place(trn2(1), Request(4, 8))     # two workers per node
+    assert placed.hosts == ["us0-n0", "us0-n0", "us0-n1", "us0-n1"]
+    assert [r.rank for r in placed.ranks] == [0, 1, 2, 3]
+
+
+def test_a_worker_larger_than_a_node_is_refused() -> None:
+    placed = place(trn2(1), Request(1, 32))
+    assert not placed.ok and "asks 32 aws.amazon.com/neuron; nodes have 16" in placed.reason
+
+
+def test_spares_are_not_used_for_new_placements() -> None:
+    fleet = trn2(2, spares=1)                 # 3 usable nodes per UltraServer
+    placed = place(fleet, Request(6, 16))
+    assert placed.ok and placed.min_domains == 2
+    assert not any(fleet.nodes[h].spare for h in placed.hosts)
+    assert not place(fleet, Request(7, 16)).ok
+
+
+def test_ranks_follow_the_fabric_across_blocks() -> None:
+    fleet = trn2(6, per_block=3)
+    run(fleet, Request(2, 16), "a")
+    placed = place(fleet, Request(16, 16, policy="preferred"))
+    orders = [fleet.domains[r.domain].order for r in placed.ranks]
+    assert orders == sorted(orders)
+    for previous, current in zip(placed.ranks, placed.ranks[1:], strict=False):
+        if previous.domain == current.domain:
+            assert current.slot == previous.slot + 1
+
+
+def test_nvl72_takes_the_tightest_contiguous_run() -> None:
+    fleet = nvl72(1)
+    run(fleet, Request(5, 4), "a")             # slots 0-4
+    fleet.upsert_node(node("gb0-n10", "clique.0", "b0", 4, ready=False,
+                           label="nvidia.com/gpu.clique"))
+    placed = place(fleet, Request(4, 4))       # runs: 5-9 (5 long), 11-17 (7 long)
+    assert [r.slot for r in placed.ranks] == [5, 6, 7, 8]
+
+
+@pytest.mark.parametrize(
+    ("free", "needed", "start"),
+    [
+        ([True] * 4, 2, 0),
+        ([False, False, True, True], 2, 2),
+        ([True, False, True, True], 1, 0),     # fill the buddy of the used slot
+        ([False, True, True, True], 1, 1),
+        ([True, False, True, True], 2, 2),
+        ([True, True, False, True], 3, -1),    # no aligned 4-block: falls back to runs
+        ([True] * 8, 3, 0),
+        ([True] * 18, 5, 0),
+        ([False] * 18, 1, -1),
+        ([True, True, False, True, True, True], 2, 0),  # tightest run of non-power size
+    ],
+)
+def test_slice_start(free: list[bool], needed: int, start: int) -> None:
+    assert slice_start(free, needed) == start

@@ -1,0 +1,137 @@
+"""Properties of placement and replacement on random fleets and random job sequences."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from goodput_operator.topology.model import Fleet, GroupShape
+from goodput_operator.topology.placement import Request, commit, is_pristine, place
+from goodput_operator.topology.replacement import replace
+from tests.unit.fleets import L1, L2, US, node
+
+pytestmark = pytest.mark.unit
+SETTINGS = settings(max_examples=150, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> Fleet:
+    domains = draw(st.integers(1, 8))
+    per_domain = draw(st.sampled_from([1, 2, 4, 8, 18]))
+    per_node = draw(st.sampled_from([4, 8, 16]))
+    per_block = draw(st.integers(1, 4))
+    spares = draw(st.integers(0, 1)) if per_domain > 1 else 0
+    down = draw(st.sets(st.integers(0, domains * per_domain - 1), max_size=3))
+    shape = GroupShape(US, per_domain, per_node, network_levels=(L1, L2),
+                       spares_per_domain=spares)
+    nodes = [node(f"d{d}-n{s}", f"d{d}", f"b{d // per_block}", per_node,
+                  ready=d * per_domain + s not in down)
+             for d in range(domains) for s in range(per_domain)]
+    return Fleet.from_objects(shape, nodes)
+
+
+@st.composite
+def requests(draw: st.DrawFn, fleet: Fleet) -> Request:
+    per_node = fleet.shape.accelerators_per_node
+    accelerators = draw(st.sampled_from([a for a in (1, 2, 4, 8, 16) if a <= per_node]))
+    workers = draw(st.integers(1, max(1, len(fleet.nodes) * per_node // accelerators)))
+    return Request(workers, accelerators, draw(st.sampled_from(["node", "domain", "block"])),
+                   draw(st.sampled_from(["required", "preferred"])))
+
+
+def check_placement(fleet: Fleet, request: Request, placed_ranks: tuple) -> None:
+    assert [r.rank for r in placed_ranks] == list(range(request.workers))
+    for name, node_ in fleet.nodes.items():
+        assert 0 <= node_.used <= node_.capacity, name
+
+
+@given(st.data())
+@SETTINGS
+def test_capacity_atomicity_ranks_and_policies(data: st.DataObject) -> None:
+    fleet = data.draw(fleets())
+    for i in range(data.draw(st.integers(1, 6))):
+        request = data.draw(requests(fleet))
+        before = fleet.snapshot()
+        placed = place(fleet, request)
+        assert fleet.snapshot() == before, "place() must not change the fleet"
+        if not placed.ok:
+            assert placed.reason and not placed.ranks
+            continue
+        assert len(placed.ranks) == request.workers, "all or nothing"
+        assert all(fleet.nodes[h].usable for h in placed.hosts), "healthy, non-spare nodes"
+        if request.unit == "domain" and request.policy == "required":
+            assert len(placed.domains) == placed.min_domains
+        if request.unit == "block" and request.policy == "required":
+            assert len({fleet.domains[d].path for d in placed.domains}) == 1
+        commit(fleet, placed, request, f"job{i}")
+        check_placement(fleet, request, placed.ranks)
+
+
+@given(st.data())
+@SETTINGS
+def test_k_whole_free_domains_serve_a_gang_needing_k(data: st.DataObject) -> None:
+    fleet = data.draw(fleets())
+    shape = fleet.shape
+    whole = [d for d in fleet.domains.values()
+             if is_pristine(d) and len(d.nodes) == shape.nodes_per_domain
+             and all(n.healthy for n in d.nodes)]
+    if not whole:
+        return
+    k = data.draw(st.integers(1, len(whole)))
+    per_domain = (shape.nodes_per_domain - shape.spares_per_domain)
+    workers = data.draw(st.integers((k - 1) * per_domain + 1, k * per_domain))
+    placed = place(fleet, Request(workers, shape.accelerators_per_node))
+    assert placed.ok, placed.reason
+    assert len(placed.domains) == k == math.ceil(workers / per_domain)
+
+
+@given(st.data())
+@SETTINGS
+def test_placing_then_releasing_restores_the_fleet(data: st.DataObject) -> None:
+    fleet = data.draw(fleets())
+    before = fleet.snapshot()
+    owners = []
+    for i in range(data.draw(st.integers(1, 5))):
+        request = data.draw(requests(fleet))
+        placed = place(fleet, request)
+        if placed.ok:
+            commit(fleet, placed, request, f"job{i}")
+            owners.append(f"job{i}")
+    for owner in data.draw(st.permutations(owners)):
+        fleet.release_owner(owner)
+    assert fleet.snapshot() == before
+
+
+@given(st.data())
+@SETTINGS
+def test_replacement_never_leaves_a_required_domain(data: st.DataObject) -> None:
+    fleet = data.draw(fleets())
+    request = Request(data.draw(st.integers(1, 6)), fleet.shape.accelerators_per_node)
+    placed = place(fleet, request)
+    if not placed.ok:
+        return
+    commit(fleet, placed, request, "job")
+    failed = data.draw(st.sets(st.sampled_from(placed.hosts), min_size=1))
+    for name in failed:
+        fleet.upsert_node(node(name, fleet.nodes[name].domain,
+                               fleet.domains[fleet.nodes[name].domain].path[1],
+                               fleet.shape.accelerators_per_node, ready=False))
+    before = fleet.snapshot()
+    result = replace(fleet, placed, failed, request, "job")
+    assert fleet.snapshot() == before, "replace() must not change the fleet"
+    old = {r.rank: r for r in placed.ranks}
+    if result.action == "replace":
+        assert result.moved is not None
+        for rank, new_node in result.moved.items():
+            assert fleet.nodes[new_node].domain == old[rank].domain
+            assert fleet.nodes[new_node].healthy
+        assert [r.rank for r in result.ranks] == list(range(request.workers))
+    elif result.action == "move":
+        assert len(result.ranks) == request.workers
+        assert not {r.node for r in result.ranks} & failed
+    else:
+        assert result.action == "wait" and result.reason

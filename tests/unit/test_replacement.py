@@ -1,0 +1,107 @@
+"""Replacing failed nodes while keeping the topology; choosing replicas to scale down."""
+
+from __future__ import annotations
+
+import pytest
+
+from goodput_operator.topology.model import Fleet
+from goodput_operator.topology.placement import Placement, Request, commit, place
+from goodput_operator.topology.replacement import (
+    Elastic,
+    ReplicaGroup,
+    choose_scale_down,
+    replace,
+)
+from tests.unit.fleets import node, trn2
+
+pytestmark = pytest.mark.unit
+
+
+def running(fleet: Fleet, request: Request, owner: str = "job") -> Placement:
+    placed = place(fleet, request)
+    assert placed.ok, placed.reason
+    commit(fleet, placed, request, owner)
+    return placed
+
+
+def fail(fleet: Fleet, *names: str) -> None:
+    for name in names:
+        domain = fleet.nodes[name].domain
+        fleet.upsert_node(node(name, domain, fleet.domains[domain].path[1], ready=False))
+
+
+def test_the_spare_of_the_same_ultraserver_takes_the_failed_rank() -> None:
+    fleet = trn2(2, spares=1)
+    placed = running(fleet, Request(3, 16))          # us0-n0..n2, spare us0-n3
+    fail(fleet, "us0-n1")
+    result = replace(fleet, placed, ["us0-n1"], Request(3, 16), "job")
+    assert result.action == "replace"
+    assert result.moved == {1: "us0-n3"}
+    assert [r.node for r in result.ranks] == ["us0-n0", "us0-n3", "us0-n2"]
+    assert "rank 1 -> us0-n3" in result.reason
+
+
+def test_two_failures_with_one_spare_move_the_gang_to_a_healthy_domain() -> None:
+    fleet = trn2(2, spares=1)
+    placed = running(fleet, Request(3, 16))
+    fail(fleet, "us0-n0", "us0-n1")
+    result = replace(fleet, placed, ["us0-n0", "us0-n1"], Request(3, 16), "job")
+    assert result.action == "move"
+    assert {r.domain for r in result.ranks} == {"us-1"}
+
+
+def test_preferred_jobs_may_take_a_spare_from_a_neighbouring_domain() -> None:
+    fleet = trn2(2, spares=1)
+    request = Request(3, 16, policy="preferred")
+    placed = running(fleet, request)
+    running(fleet, Request(3, 16), "other")           # us-1's usable nodes are taken
+    fail(fleet, "us0-n0", "us0-n1")
+    result = replace(fleet, placed, ["us0-n0", "us0-n1"], request, "job")
+    assert result.action == "replace"
+    assert result.moved == {0: "us0-n3", 1: "us1-n3"}
+
+
+def test_with_no_room_the_job_waits_and_says_why() -> None:
+    fleet = trn2(1, spares=1)
+    placed = running(fleet, Request(3, 16))
+    fail(fleet, "us0-n0", "us0-n1")
+    result = replace(fleet, placed, ["us0-n0", "us0-n1"], Request(3, 16), "job")
+    assert result.action == "wait"
+    assert "cannot replace 2 failed rank(s): needs 1 whole UltraServer" in result.reason
+
+
+def test_elastic_jobs_shrink_in_steps_instead_of_waiting() -> None:
+    fleet = trn2(1)
+    placed = running(fleet, Request(4, 16))
+    fail(fleet, "us0-n2", "us0-n3")
+    result = replace(fleet, placed, ["us0-n2", "us0-n3"], Request(4, 16), "job",
+                     elastic=Elastic(min_workers=2, step=2))
+    assert result.action == "shrink"
+    assert [r.node for r in result.ranks] == ["us0-n0", "us0-n1"]
+
+
+def test_a_waiting_job_resumes_on_the_node_once_it_heals() -> None:
+    fleet = trn2(1)
+    placed = running(fleet, Request(4, 16))
+    fail(fleet, "us0-n3")
+    fleet.release("job#3")                    # the failed worker's pod is gone
+    assert replace(fleet, placed, ["us0-n3"], Request(4, 16), "job").action == "wait"
+    fleet.upsert_node(node("us0-n3", "us-0", "b0"))
+    result = replace(fleet, placed, ["us0-n3"], Request(4, 16), "job")
+    assert result.action == "replace" and result.moved == {3: "us0-n3"}
+
+
+@pytest.mark.parametrize(
+    ("groups", "remove", "expected"),
+    [
+        ([("g0", "a"), ("g1", "a"), ("g2", "b")], 1, ["g2"]),       # frees domain b
+        ([("g0", "a"), ("g1", "b"), ("g2", "a"), ("g3", "b")], 2, ["g2", "g0"]),
+        ([("g0", "a"), ("g1", "b"), ("g2", "b"), ("g3", "c"), ("g4", "c"), ("g5", "c")],
+         3, ["g0", "g2", "g1"]),
+        ([("g0", "a")], 0, []),
+    ],
+)
+def test_scale_down_frees_whole_domains(groups: list[tuple[str, str]], remove: int,
+                                        expected: list[str]) -> None:
+    chosen = choose_scale_down([ReplicaGroup(g, d) for g, d in groups], remove)
+    assert chosen == expected

@@ -1,0 +1,101 @@
+"""The fleet model: built from nodes and pods, kept current incrementally."""
+
+from __future__ import annotations
+
+import pytest
+
+from goodput_operator.topology.model import Fleet, GroupShape, node_state
+from tests.unit.fleets import US, node, trn2
+
+pytestmark = pytest.mark.unit
+
+
+def test_domains_and_slots_follow_labels_and_natural_name_order() -> None:
+    shape = GroupShape(US, 4, 16)
+    names = ["n-10", "n-9", "n-2", "n-1"]
+    fleet = Fleet.from_objects(shape, [node(n, "us-a") for n in names])
+    assert [n.name for n in fleet.domains["us-a"].nodes] == ["n-1", "n-2", "n-9", "n-10"]
+    assert [n.slot for n in fleet.domains["us-a"].nodes] == [0, 1, 2, 3]
+
+
+def test_slots_can_come_from_a_label() -> None:
+    shape = GroupShape(US, 2, 16, slot_label="example.com/slot")
+    nodes = [node("a", "d", labels={"example.com/slot": "1"}),
+             node("b", "d", labels={"example.com/slot": "0"})]
+    fleet = Fleet.from_objects(shape, nodes)
+    assert [n.name for n in fleet.domains["d"].nodes] == ["b", "a"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "conditions", "expected"),
+    [
+        ({}, [{"type": "Ready", "status": "True"}], "ready"),
+        ({}, [{"type": "Ready", "status": "False"}], "notready"),
+        ({}, [{"type": "Ready", "status": "Unknown"}], "notready"),
+        ({}, [], "notready"),
+        ({"unschedulable": True}, [{"type": "Ready", "status": "True"}], "cordoned"),
+        ({"taints": [{"key": "goodput.dev/quarantine", "effect": "NoSchedule"}]},
+         [{"type": "Ready", "status": "True"}], "quarantined"),
+    ],
+)
+def test_node_state(spec: dict, conditions: list, expected: str) -> None:
+    assert node_state({"spec": spec, "status": {"conditions": conditions}}) == expected
+
+
+def test_a_node_with_fewer_accelerators_than_declared_is_misshaped() -> None:
+    fleet = Fleet.from_objects(GroupShape(US, 1, 16), [node("n", "d", accelerators=12)])
+    assert fleet.nodes["n"].state == "misshaped"
+    assert fleet.nodes["n"].free == 0
+
+
+def test_nodes_without_the_domain_label_are_not_in_the_group() -> None:
+    fleet = trn2(1)
+    unlabeled = node("stray", "x")
+    del unlabeled["metadata"]["labels"][US]
+    fleet.upsert_node(unlabeled)
+    assert "stray" not in fleet.nodes
+
+
+def test_spares_are_the_highest_empty_healthy_slots() -> None:
+    fleet = trn2(2, spares=1)
+    assert [n.name for n in fleet.nodes.values() if n.spare] == ["us0-n3", "us1-n3"]
+    fleet.upsert_node(node("us0-n3", "us-0", ready=False))
+    assert fleet.nodes["us0-n2"].spare and not fleet.nodes["us0-n3"].spare
+
+
+def test_a_spare_that_takes_a_replacement_stops_being_spare() -> None:
+    fleet = trn2(1, spares=1)
+    fleet.bind("ns/w", "us0-n3", 16, "tj/ns/job")
+    assert not fleet.nodes["us0-n3"].spare
+    assert fleet.nodes["us0-n2"].spare
+
+
+def test_pods_count_while_bound_and_not_finished() -> None:
+    fleet = trn2(1)
+    pod = {"metadata": {"name": "w0", "namespace": "ns",
+                        "labels": {"goodput.dev/trainingjob": "job"}},
+           "spec": {"nodeName": "us0-n0", "containers": [
+               {"resources": {"requests": {"aws.amazon.com/neuron": "16"}}}]},
+           "status": {"phase": "Running"}}
+    fleet.observe_pod(pod)
+    assert fleet.nodes["us0-n0"].used == 16
+    assert fleet.domains["us-0"].owners() == {"tj/ns/job"}
+    fleet.observe_pod({**pod, "status": {"phase": "Succeeded"}})
+    assert fleet.nodes["us0-n0"].used == 0
+
+
+def test_incremental_updates_match_a_rebuild() -> None:
+    fleet = trn2(2)
+    fleet.bind("ns/a", "us0-n1", 16, "tj/ns/a")
+    fleet.upsert_node(node("us1-n2", "us-1", "b0", ready=False))
+    fleet.upsert_node(node("us0-n1", "us-1", "b0"))  # relabelled into another domain
+    fleet.remove_node("us1-n0")
+    nodes = [node(f"us{d}-n{s}", f"us-{d}", "b0", ready=(d, s) != (1, 2))
+             for d in range(2) for s in range(4) if (d, s) not in ((1, 0), (0, 1))]
+    nodes.append(node("us0-n1", "us-1", "b0"))
+    rebuilt = Fleet.from_objects(fleet.shape, nodes)
+    rebuilt.bind("ns/a", "us0-n1", 16, "tj/ns/a")  # the moved node keeps its pod
+    assert fleet.snapshot() == rebuilt.snapshot()
+    assert fleet.nodes["us0-n1"].domain == "us-1"
+    assert [n.name for n in fleet.domains["us-1"].nodes] == \
+        [n.name for n in rebuilt.domains["us-1"].nodes]
