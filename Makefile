@@ -38,7 +38,7 @@ integration: venv build-sandbox
 	$(BIN)/pytest -m 'integration or e2e' $(PYTEST_ARGS)
 
 lint: venv
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 
 ## generate: CRDs (crds/ and the chart's copy) and docs/api.md from goodput_operator.api

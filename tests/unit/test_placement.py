@@ -103,11 +103,11 @@ def test_two_domains_stay_in_one_block_when_one_can_hold_them() -> None:
     assert placed.domains == ("us-2", "us-3")
 
 
-def test_node_unit_fills_fragments_first() -> None:
+def test_node_unit_stays_compact_and_fills_fragments() -> None:
     fleet = trn2(4)
     run(fleet, Request(3, 16), "a")            # us-0 has one free node
-    placed = place(fleet, Request(2, 16, unit="node"))
-    assert placed.hosts == ["us0-n3", "us1-n0"]
+    assert place(fleet, Request(1, 16, unit="node")).hosts == ["us0-n3"]
+    assert place(fleet, Request(2, 16, unit="node")).hosts == ["us1-n0", "us1-n1"]
 
 
 def test_partial_node_workers_share_nodes_in_rank_order() -> None:

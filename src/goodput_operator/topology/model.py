@@ -86,6 +86,14 @@ class Domain:
     path: tuple[str, ...]  # network level values, outermost first
     order: tuple[Any, ...]  # fabric order of domains: path, then id
     nodes: list[Node] = field(default_factory=list)  # in slot order
+    # Derived values, recomputed lazily after the domain changes: what makes a solve cost
+    # O(domains) instead of O(nodes) when most domains did not change since the last one.
+    capacity_cache: dict[int, int] = field(default_factory=dict)  # accelerators -> workers
+    pristine_cache: bool | None = None
+
+    def changed(self) -> None:
+        self.capacity_cache.clear()
+        self.pristine_cache = None
 
     def usable_nodes(self) -> Iterator[Node]:
         return (n for n in self.nodes if n.usable)
@@ -224,6 +232,7 @@ class Fleet:
 
     def _refresh_domain(self, domain: Domain) -> None:
         """Slot order, then spares: the highest healthy, empty slots of the domain."""
+        domain.changed()
         domain.nodes.sort(key=lambda n: n.sort_key)
         for slot, node in enumerate(domain.nodes):
             node.slot = slot
@@ -256,8 +265,11 @@ class Fleet:
         self.pods[key] = use
         node.pods[key] = use
         node.used += accelerators
+        domain = self.domains[node.domain]
         if node.spare:  # a spare took a replacement: it is no longer spare
-            self._refresh_domain(self.domains[node.domain])
+            self._refresh_domain(domain)
+        else:
+            domain.changed()
 
     def release(self, key: str) -> None:
         use = self.pods.pop(key, None)

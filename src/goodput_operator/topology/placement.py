@@ -1,7 +1,8 @@
 """Gang placement: all-or-nothing, topology-aware, fragmentation-aware, ranks in fabric order.
 
 The objective, compared in this order (smaller is better):
-1. domains spanned (for unit=domain and unit=block; unit=node fills fragments instead);
+1. domains spanned (unit=node too: it has no hard constraint, but a compact gang is
+   faster and the tie-breaks below still fill fragments first);
 2. network levels spanned: the gang stays under the innermost network group that can
    still hold it in that many domains;
 3. whole domains broken: pristine domains left partially used by this gang;
@@ -79,11 +80,17 @@ def workers_on(node: Node, accelerators: int) -> int:
 
 
 def domain_capacity(domain: Domain, accelerators: int) -> int:
-    return sum(workers_on(n, accelerators) for n in domain.nodes)
+    cached = domain.capacity_cache.get(accelerators)
+    if cached is None:
+        cached = sum(workers_on(n, accelerators) for n in domain.nodes)
+        domain.capacity_cache[accelerators] = cached
+    return cached
 
 
 def is_pristine(domain: Domain) -> bool:
-    return all(not n.pods for n in domain.nodes)
+    if domain.pristine_cache is None:
+        domain.pristine_cache = all(not n.pods for n in domain.nodes)
+    return domain.pristine_cache
 
 
 def place(fleet: Fleet, request: Request) -> Placement:
@@ -105,8 +112,7 @@ def place(fleet: Fleet, request: Request) -> Placement:
         return Placement(False, explain_shortage(fleet, request, min_domains),
                          min_domains=min_domains)
 
-    choice = (_fill_fragments(caps, request.workers) if request.unit == "node"
-              else _fewest_domains(fleet, caps, request, min_domains))
+    choice = _fewest_domains(fleet, caps, request, min_domains)
     if choice is None:
         return Placement(False, explain_shortage(fleet, request, min_domains),
                          min_domains=min_domains)
@@ -172,20 +178,6 @@ def _select(members: list[tuple[Domain, int]], workers: int, k: int | None) -> _
     stranded = last[1] - remainder  # the roomiest k-1 are filled completely
     broken = int(is_pristine(last[0]) and stranded > 0)
     return _Choice(picks, (needed, broken, stranded, picks[0][0].order))
-
-
-def _fill_fragments(caps: list[tuple[Domain, int]], workers: int) -> _Choice:
-    """unit=node: fill partially used domains first (tightest first), whole ones last."""
-    ranked = sorted(caps, key=lambda dc: (is_pristine(dc[0]), dc[1], dc[0].order))
-    picks: list[tuple[Domain, int]] = []
-    remaining = workers
-    for domain, cap in ranked:
-        take = min(cap, remaining)
-        picks.append((domain, take))
-        remaining -= take
-        if remaining == 0:
-            break
-    return _Choice(picks, (len(picks), 0, 0, ()))
 
 
 def _assign(fleet: Fleet, request: Request, choice: _Choice, min_domains: int) -> Placement:

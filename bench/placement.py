@@ -1,0 +1,384 @@
+"""Placement benchmark: our engine against three baselines on the same trace and fleets.
+
+    python -m bench.placement [--quick] [--json] [--fleet FILE] [--trace FILE] [--seed N]
+
+Fleets of about 1k, 10k, 100k and 1M accelerators, each as Trn2 UltraServers (64 chips)
+and as GB200 NVL72 domains (72 GPUs), 16 domains per network block; or a SimulatedFleet
+file. A seeded arrival/departure trace of mixed job sizes (a fraction of a node up to an
+eighth of the fleet), or a trace file of JSON lines
+{"t", "op": "submit"|"finish", "job", "workers", "acceleratorsPerWorker", "unit", "policy"}.
+
+Every engine gets the same admission rule: a placement that breaks a `required`
+constraint is a rejection (the job would wait). Rejected jobs are dropped. Reported per
+fleet and engine: p50/p99 solve time, jobs placed before the first rejection, mean
+domains spanned above the minimum, and at the end of the trace the whole free domains and
+the largest gang of whole-node workers that still fits in the fewest domains.
+
+End states of independent replays are not comparable when the engines admitted different
+jobs (first-fit and spread reject most `required` gangs and end with an emptier fleet),
+so the end-state comparison with each baseline is also made by a paired replay: a job
+runs only if both engines place it, both fleets hold the same jobs throughout, and any
+difference is packing alone. Model build time is reported separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.baselines import BASELINES, Engine
+from goodput_operator.topology.model import Fleet, GroupShape
+from goodput_operator.topology.placement import (
+    Placement,
+    Policy,
+    Request,
+    Unit,
+    commit,
+    is_pristine,
+    place,
+)
+
+US, CLIQUE = "topology.k8s.aws/ultraserver-id", "nvidia.com/gpu.clique"
+L1, L2 = "topology.k8s.aws/network-node-layer-1", "topology.k8s.aws/network-node-layer-2"
+KINDS = {  # name: (domain label, nodes per domain, accelerators per node, resource, noun)
+    "trn2": (US, 4, 16, "aws.amazon.com/neuron", "UltraServer"),
+    "nvl72": (CLIQUE, 18, 4, "nvidia.com/gpu", "NVLink domain"),
+}
+SIZES = (1_000, 10_000, 100_000, 1_000_000)
+DOMAINS_PER_BLOCK = 16
+
+
+def fleet_nodes(kind: str, domains: int) -> tuple[GroupShape, list[dict[str, Any]]]:
+    label, per_domain, per_node, resource_name, noun = KINDS[kind]
+    shape = GroupShape(label, per_domain, per_node, resource_name, (L1, L2), domain_noun=noun)
+    nodes = []
+    for d in range(domains):
+        for s in range(per_domain):
+            nodes.append({
+                "metadata": {"name": f"{kind}-{d:06d}-{s:02d}", "labels": {
+                    label: f"{kind}-d{d:06d}", L1: "spine",
+                    L2: f"block-{d // DOMAINS_PER_BLOCK:05d}"}},
+                "status": {"allocatable": {resource_name: str(per_node)},
+                           "conditions": [{"type": "Ready", "status": "True"}]},
+            })
+    return shape, nodes
+
+
+def file_fleet(path: str) -> tuple[str, GroupShape, list[dict[str, Any]]]:
+    from goodput_operator.sandbox import fleet as simulated
+
+    loaded = simulated.load(path)
+    pool = loaded.spec.pools[0]
+    resource_name = next(k for k in pool.capacity if "/" in k and "efa" not in k)
+    shape = GroupShape(pool.domain_label or "topology.k8s.aws/network-node-layer-3",
+                       pool.nodes_per_domain, int(pool.capacity[resource_name]), resource_name,
+                       (simulated.NETWORK_LAYER_LABELS[0], simulated.NETWORK_LAYER_LABELS[1]))
+    nodes = []
+    for node in simulated.pool_nodes(loaded, pool):
+        node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        nodes.append(node)
+    return loaded.name, shape, nodes
+
+
+@dataclass(frozen=True)
+class Event:
+    t: float
+    op: str
+    job: str
+    request: Request | None = None
+
+
+def generate_trace(shape: GroupShape, domains: int, jobs: int, seed: int) -> list[Event]:
+    """Mixed sizes: partial nodes, 1-2 nodes, part of a domain, whole domains, and gangs of
+    up to an eighth of the fleet (log-uniform); offered load about 95% of the fleet."""
+    rng = random.Random(seed)
+    per_node = shape.accelerators_per_node
+    nodes_per_domain = shape.nodes_per_domain
+    biggest = max(2, domains // 8)
+
+    def draw() -> tuple[Request, float]:
+        roll = rng.random()
+        if roll < 0.10:
+            accelerators = per_node // rng.choice([2, 4])
+            return Request(rng.choice([1, 2, 4]), accelerators, "node", "preferred"), 0.5
+        if roll < 0.35:
+            return Request(rng.choice([1, 2]), per_node, "domain", "required"), 1.5
+        if roll < 0.55:
+            workers = rng.randint(2, max(2, nodes_per_domain - 1))
+            return Request(workers, per_node, "domain", "required"), workers
+        if roll < 0.75:
+            return Request(nodes_per_domain, per_node, "domain", "required"), nodes_per_domain
+        count = round(math.exp(rng.uniform(math.log(2), math.log(biggest))))
+        policy: Policy = "required" if rng.random() < 0.8 else "preferred"
+        unit: Unit = "block" if count <= DOMAINS_PER_BLOCK and rng.random() < 0.2 else "domain"
+        return Request(count * nodes_per_domain, per_node, unit, policy), count * nodes_per_domain
+
+    samples = [draw() for _ in range(jobs)]
+    mean_nodes = statistics.fmean(size for _, size in samples)
+    capacity = domains * nodes_per_domain
+    mean_duration = 100.0
+    rate = 0.95 * capacity / (mean_nodes * mean_duration)
+    events: list[Event] = []
+    t = 0.0
+    for i, (request, _) in enumerate(samples):
+        t += rng.expovariate(rate)
+        job = f"job{i}"
+        events.append(Event(t, "submit", job, request))
+        events.append(Event(t + rng.expovariate(1 / mean_duration), "finish", job))
+    horizon = t  # the trace ends at the last arrival; later departures do not happen
+    return sorted((e for e in events if e.t <= horizon), key=lambda e: (e.t, e.op != "finish"))
+
+
+def read_trace(path: str) -> list[Event]:
+    events = []
+    for line in Path(path).read_text().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        request = None
+        if row["op"] == "submit":
+            unit, policy = row.get("unit", "domain"), row.get("policy", "required")
+            if unit not in ("node", "domain", "block") or policy not in ("required", "preferred"):
+                raise SystemExit(f"{path}: job {row['job']}: unit must be node|domain|block "
+                                 f"and policy required|preferred, got {unit!r}, {policy!r}")
+            request = Request(int(row["workers"]), int(row["acceleratorsPerWorker"]), unit,
+                              policy)
+        events.append(Event(float(row["t"]), row["op"], str(row["job"]), request))
+    return sorted(events, key=lambda e: (e.t, e.op != "finish"))
+
+
+def admissible(fleet: Fleet, request: Request, placed: Placement) -> bool:
+    if not placed.ok:
+        return False
+    if request.policy == "required" and request.unit == "domain":
+        return len(placed.domains) <= placed.min_domains
+    if request.policy == "required" and request.unit == "block":
+        return len({fleet.domains[d].path for d in placed.domains}) == 1
+    return True
+
+
+@dataclass
+class Outcome:
+    engine: str
+    solve_ms: list[float] = field(default_factory=list)
+    placed: int = 0
+    rejected: int = 0
+    placed_before_first_rejection: int | None = None
+    extra_domains: list[int] = field(default_factory=list)
+    whole_free_domains: int = 0
+    largest_gang: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        times = sorted(self.solve_ms)
+        return {
+            "engine": self.engine,
+            "p50_ms": round(times[len(times) // 2], 3) if times else 0.0,
+            "p99_ms": round(times[min(len(times) - 1, int(len(times) * 0.99))], 3)
+            if times else 0.0,
+            "placed": self.placed, "rejected": self.rejected,
+            "placed_before_first_rejection": (self.placed_before_first_rejection
+                                              if self.placed_before_first_rejection is not None
+                                              else self.placed),
+            "mean_extra_domains": round(statistics.fmean(self.extra_domains), 4)
+            if self.extra_domains else 0.0,
+            "whole_free_domains": self.whole_free_domains,
+            "largest_gang": self.largest_gang,
+        }
+
+
+def replay(name: str, engine: Engine, fleet: Fleet, events: list[Event]) -> Outcome:
+    outcome = Outcome(name)
+    running: set[str] = set()
+    for event in events:
+        if event.op == "finish":
+            if event.job in running:
+                fleet.release_owner(event.job)
+                running.discard(event.job)
+            continue
+        assert event.request is not None
+        started = time.perf_counter()
+        placed = engine(fleet, event.request)
+        outcome.solve_ms.append((time.perf_counter() - started) * 1000)
+        if admissible(fleet, event.request, placed):
+            commit(fleet, placed, event.request, event.job)
+            running.add(event.job)
+            outcome.placed += 1
+            outcome.extra_domains.append(len(placed.domains) - placed.min_domains)
+        else:
+            outcome.rejected += 1
+            if outcome.placed_before_first_rejection is None:
+                outcome.placed_before_first_rejection = outcome.placed
+    outcome.whole_free_domains = whole_free_domains(fleet)
+    outcome.largest_gang = largest_gang(fleet)
+    return outcome
+
+
+def paired(engines: list[tuple[Engine, Fleet]], events: list[Event]) -> list[tuple[int, int]]:
+    """Replay where a job is admitted only if every engine can place it, so all fleets
+    hold the same jobs throughout: end-state differences are packing alone.
+    Returns (whole free domains, largest gang) per engine."""
+    running: set[str] = set()
+    for event in events:
+        if event.op == "finish":
+            if event.job in running:
+                for _, fleet in engines:
+                    fleet.release_owner(event.job)
+                running.discard(event.job)
+            continue
+        assert event.request is not None
+        placements = [engine(fleet, event.request) for engine, fleet in engines]
+        if all(admissible(fleet, event.request, p)
+               for (_, fleet), p in zip(engines, placements, strict=True)):
+            for (_, fleet), p in zip(engines, placements, strict=True):
+                commit(fleet, p, event.request, event.job)
+            running.add(event.job)
+    return [(whole_free_domains(fleet), largest_gang(fleet)) for _, fleet in engines]
+
+
+def whole_free_domains(fleet: Fleet) -> int:
+    return sum(1 for d in fleet.domains.values()
+               if is_pristine(d) and all(n.healthy for n in d.nodes)
+               and len(d.nodes) == fleet.shape.nodes_per_domain)
+
+
+def largest_gang(fleet: Fleet) -> int:
+    """The most whole-node workers one gang could still get in the fewest domains
+    (the same yardstick for every engine's end state)."""
+    low, high = 0, sum(1 for n in fleet.nodes.values() if n.usable and n.used == 0)
+    per_node = fleet.shape.accelerators_per_node
+    while low < high:
+        mid = (low + high + 1) // 2
+        if place(fleet, Request(mid, per_node, "domain", "required")).ok:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def run_fleet(label: str, shape: GroupShape, nodes: list[dict[str, Any]], events: list[Event],
+              domains: int) -> dict[str, Any]:
+    started = time.perf_counter()
+    ours_fleet = Fleet.from_objects(shape, nodes)
+    build_s = time.perf_counter() - started
+    engines: list[tuple[str, Engine, Fleet]] = [("ours", place, ours_fleet)]
+    for name, factory in BASELINES.items():
+        fleet = Fleet.from_objects(shape, nodes)
+        engines.append((name, factory(fleet), fleet))
+    outcomes = [replay(name, engine, fleet, events) for name, engine, fleet in engines]
+    summaries = [o.summary() for o in outcomes]
+    ours = summaries[0]
+    ratios, pairs = {}, {}
+    for base, (name, factory) in zip(summaries[1:], BASELINES.items(), strict=True):
+        mine, theirs = Fleet.from_objects(shape, nodes), Fleet.from_objects(shape, nodes)
+        (our_free, our_gang), (base_free, base_gang) = paired(
+            [(place, mine), (factory(theirs), theirs)], events)
+        pairs[name] = {"ours_whole_free_domains": our_free, "base_whole_free_domains": base_free,
+                       "ours_largest_gang": our_gang, "base_largest_gang": base_gang}
+        ratios[name] = {
+            "p99_ms": _ratio(ours["p99_ms"], base["p99_ms"]),
+            "placed_before_first_rejection": _ratio(ours["placed_before_first_rejection"],
+                                                    base["placed_before_first_rejection"]),
+            "mean_extra_domains": _ratio(ours["mean_extra_domains"], base["mean_extra_domains"]),
+            "paired_whole_free_domains": _ratio(our_free, base_free),
+            "paired_largest_gang": _ratio(our_gang, base_gang),
+        }
+    accelerators = domains * shape.nodes_per_domain * shape.accelerators_per_node
+    return {"fleet": label, "domains": domains, "nodes": len(nodes),
+            "accelerators": accelerators, "jobs": sum(e.op == "submit" for e in events),
+            "model_build_s": round(build_s, 3), "engines": summaries, "paired": pairs,
+            "ratios": ratios}
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b else None
+
+
+def plan(quick: bool) -> Iterator[tuple[str, int, int]]:
+    sizes = SIZES[:3] if quick else SIZES
+    for size in sizes:
+        for kind in KINDS:
+            _, per_domain, per_node, _, _ = KINDS[kind]
+            domains = max(1, round(size / (per_domain * per_node)))
+            jobs = (400 if size <= 10_000 else 600) if quick else (1500 if size < 10**6 else 1000)
+            yield kind, domains, jobs
+
+
+def render(results: list[dict[str, Any]]) -> str:
+    lines = ["| fleet | accel. | engine | p50 ms | p99 ms | placed before 1st reject | "
+             "placed | extra domains | whole free domains (end) | largest gang (end) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for result in results:
+        for row in result["engines"]:
+            lines.append(
+                f"| {result['fleet']} | {result['accelerators']:,} | {row['engine']} | "
+                f"{row['p50_ms']} | {row['p99_ms']} | {row['placed_before_first_rejection']} | "
+                f"{row['placed']} | {row['mean_extra_domains']} | {row['whole_free_domains']} | "
+                f"{row['largest_gang']} |")
+    lines += ["", "Paired replay (a job runs only if both engines place it, so both fleets hold "
+              "the same jobs) and ratios, ours / baseline. Time and extra domains: lower is "
+              "better; the rest: higher is better.", "",
+              "| fleet | baseline | whole free domains ours/base | largest gang ours/base | "
+              "p99 time | placed before 1st reject | extra domains | whole free domains | "
+              "largest gang |", "|---|---|---|---|---|---|---|---|---|"]
+    for result in results:
+        for base, ratio in result["ratios"].items():
+            pair = result["paired"][base]
+            lines.append(
+                f"| {result['fleet']} | {base} | {pair['ours_whole_free_domains']}/"
+                f"{pair['base_whole_free_domains']} | {pair['ours_largest_gang']}/"
+                f"{pair['base_largest_gang']} | {ratio['p99_ms']} | "
+                f"{ratio['placed_before_first_rejection']} | {ratio['mean_extra_domains']} | "
+                f"{ratio['paired_whole_free_domains']} | {ratio['paired_largest_gang']} |")
+    lines += ["", "Model build (Fleet.from_objects from Node dicts), seconds: " + ", ".join(
+        f"{r['fleet']} {r['model_build_s']}" for r in results)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="1k-100k fleets, shorter traces")
+    parser.add_argument("--json", action="store_true", help="print results as JSON")
+    parser.add_argument("--fleet", help="a SimulatedFleet YAML file instead of the sizes")
+    parser.add_argument("--trace", help="a JSON-lines trace instead of the generated one")
+    parser.add_argument("--seed", type=int, default=20261126)
+    args = parser.parse_args(argv)
+    results = []
+    if args.fleet:
+        label, shape, nodes = file_fleet(args.fleet)
+        domains = len({n["metadata"]["labels"].get(shape.domain_label) for n in nodes})
+        events = (read_trace(args.trace) if args.trace
+                  else generate_trace(shape, domains, 400, args.seed))
+        results.append(run_fleet(label, shape, nodes, events, domains))
+    else:
+        for kind, domains, jobs in plan(args.quick):
+            shape, nodes = fleet_nodes(kind, domains)
+            events = (read_trace(args.trace) if args.trace
+                      else generate_trace(shape, domains, jobs, args.seed))
+            accelerators = domains * shape.nodes_per_domain * shape.accelerators_per_node
+            print(f"# {kind} {accelerators:,} accelerators: {len(events)} events",
+                  file=sys.stderr, flush=True)
+            results.append(run_fleet(f"{kind}-{accelerators // 1000}k", shape, nodes, events,
+                                     domains))
+            del nodes
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(render(results))
+    print(f"\nPeak RSS {peak_mib:.0f} MiB (all fleets, four engines' copies each).")
+    if args.json:
+        print(json.dumps({"results": results, "peak_rss_mib": round(peak_mib)}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

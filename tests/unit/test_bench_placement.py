@@ -1,0 +1,50 @@
+"""The placement benchmark reads fleet files and JSON-lines traces (no timing asserted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from bench import placement as bench
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_trace_file_on_a_fleet_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "trace.jsonl"
+    rows = [
+        {"t": 0, "op": "submit", "job": "a", "workers": 8, "acceleratorsPerWorker": 16,
+         "unit": "domain", "policy": "required"},
+        {"t": 1, "op": "submit", "job": "b", "workers": 2, "acceleratorsPerWorker": 16,
+         "unit": "domain", "policy": "required"},
+        {"t": 2, "op": "submit", "job": "c", "workers": 8, "acceleratorsPerWorker": 16,
+         "unit": "domain", "policy": "required"},
+        {"t": 3, "op": "finish", "job": "a"},
+        {"t": 4, "op": "submit", "job": "d", "workers": 8, "acceleratorsPerWorker": 16,
+         "unit": "domain", "policy": "required"},
+    ]
+    trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert bench.main(["--fleet", str(ROOT / "examples/fleets/trn2.yaml"), "--trace", str(trace),
+                       "--json"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out[out.index("{"):])["results"][0]
+    engines = {e["engine"]: e for e in result["engines"]}
+    assert set(engines) == {"ours", "first-fit", "spread", "bestfit-tas"}
+    # 16 nodes in 4 UltraServers: a (2 whole), b (half of a third), c cannot get 2 whole
+    # UltraServers until a finishes; then d takes a's.
+    assert engines["ours"]["placed"] == 3 and engines["ours"]["rejected"] == 1
+    assert engines["ours"]["placed_before_first_rejection"] == 2
+    assert engines["ours"]["mean_extra_domains"] == 0
+    assert result["paired"]["bestfit-tas"]["ours_whole_free_domains"] >= 0
+
+
+def test_generated_trace_is_seeded_and_well_formed() -> None:
+    shape, _ = bench.fleet_nodes("trn2", 16)
+    first = bench.generate_trace(shape, 16, 50, seed=7)
+    assert first == bench.generate_trace(shape, 16, 50, seed=7)
+    submits = [e for e in first if e.op == "submit"]
+    assert len(submits) == 50
+    assert all(e.request and e.request.workers >= 1 for e in submits)
+    assert [e.t for e in first] == sorted(e.t for e in first)
