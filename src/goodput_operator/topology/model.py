@@ -160,6 +160,7 @@ class Fleet:
         self.nodes: dict[str, Node] = {}
         self.domains: dict[str, Domain] = {}
         self.pods: dict[str, PodUse] = {}
+        self.by_owner: dict[str, set[str]] = {}  # owner -> pod keys
         self._ordered: list[Domain] | None = None
 
     @classmethod
@@ -218,7 +219,7 @@ class Fleet:
         if node is None:
             return
         for key in list(node.pods):
-            self.pods.pop(key, None)
+            self._forget(key)
         self._detach(node)
 
     def _detach(self, node: Node) -> None:
@@ -263,6 +264,7 @@ class Fleet:
             return  # a node outside the group
         use = PodUse(node_name, accelerators, owner)
         self.pods[key] = use
+        self.by_owner.setdefault(owner, set()).add(key)
         node.pods[key] = use
         node.used += accelerators
         domain = self.domains[node.domain]
@@ -271,8 +273,18 @@ class Fleet:
         else:
             domain.changed()
 
-    def release(self, key: str) -> None:
+    def _forget(self, key: str) -> PodUse | None:
         use = self.pods.pop(key, None)
+        if use is not None:
+            keys = self.by_owner.get(use.owner)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self.by_owner[use.owner]
+        return use
+
+    def release(self, key: str) -> None:
+        use = self._forget(key)
         if use is None:
             return
         node = self.nodes.get(use.node)
@@ -282,7 +294,7 @@ class Fleet:
             self._refresh_domain(self.domains[node.domain])
 
     def release_owner(self, owner: str) -> None:
-        for key in [k for k, use in self.pods.items() if use.owner == owner]:
+        for key in list(self.by_owner.get(owner, ())):
             self.release(key)
 
     # ---- views ---------------------------------------------------------------

@@ -97,7 +97,7 @@ def _candidate(fleet: Fleet, rank: RankSlot, request: Request, taken: Counter[st
 
 def _move_or_shrink(fleet: Fleet, request: Request, owner: str, lost: Sequence[RankSlot],
                     elastic: Elastic | None) -> Replacement:
-    saved = {k: u for k, u in fleet.pods.items() if u.owner == owner}
+    saved = {k: fleet.pods[k] for k in fleet.by_owner.get(owner, ())}
     fleet.release_owner(owner)
     try:
         moved = place(fleet, request)
