@@ -99,3 +99,28 @@ def test_incremental_updates_match_a_rebuild() -> None:
     assert fleet.nodes["us0-n1"].domain == "us-1"
     assert [n.name for n in fleet.domains["us-1"].nodes] == \
         [n.name for n in rebuilt.domains["us-1"].nodes]
+
+
+@pytest.mark.parametrize(
+    ("example", "label", "per_domain", "per_node", "noun", "spares"),
+    [
+        ("trn2", "topology.k8s.aws/ultraserver-id", 4, 16, "UltraServer", 1),
+        ("p5", "topology.k8s.aws/network-node-layer-3", 4, 8, "domain", 0),
+        ("nvl72", "nvidia.com/gpu.clique", 18, 4, "NVLink domain", 2),
+    ],
+)
+def test_shape_from_each_example_group(example: str, label: str, per_domain: int,
+                                       per_node: int, noun: str, spares: int) -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
+
+    path = Path(__file__).resolve().parents[2] / "examples" / example / "ultraservergroup.yaml"
+    spec = UltraServerGroupSpec.model_validate(yaml.safe_load(path.read_text())["spec"])
+    shape = GroupShape.from_spec(spec)
+    assert (shape.domain_label, shape.nodes_per_domain, shape.accelerators_per_node,
+            shape.domain_noun, shape.spares_per_domain) == (label, per_domain, per_node, noun,
+                                                             spares)
+    assert len(shape.network_levels) == 2

@@ -9,13 +9,12 @@ the world. Pure: no Kubernetes client.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 NodeState = Literal["ready", "notready", "cordoned", "quarantined", "misshaped"]
 QUARANTINE_TAINT = "goodput.dev/quarantine"
-SPARE_LABEL = "goodput.dev/spare"
 _DIGITS = re.compile(r"(\d+)")
 
 
@@ -94,9 +93,6 @@ class Domain:
     def changed(self) -> None:
         self.capacity_cache.clear()
         self.pristine_cache = None
-
-    def usable_nodes(self) -> Iterator[Node]:
-        return (n for n in self.nodes if n.usable)
 
     def owners(self) -> set[str]:
         return {pod.owner for node in self.nodes for pod in node.pods.values()}
