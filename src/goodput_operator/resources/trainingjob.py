@@ -1,0 +1,190 @@
+"""Pure builders for a TrainingJob's children: headless Service, hostfile ConfigMap, pods.
+
+Pods are born gated (`schedulingGates`) so that no worker starts before the whole gang is
+placed; pinning adds a required node affinity on the placed host (the scheduler still
+checks resources) and removes the gate. Ranks equal pod indexes: pod w{i} is rank i and is
+pinned to the i-th host of the placement, which is in fabric order.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+from goodput_operator.api.base import API_VERSION
+from goodput_operator.api.trainingjob import TrainingJobSpec
+
+GATE = "goodput.dev/placement"
+JOB_LABEL = "goodput.dev/trainingjob"
+RANK_LABEL = "goodput.dev/rank"
+RESTART_LABEL = "goodput.dev/restart"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "goodput-operator"}
+DOMAIN_ANNOTATION = "goodput.dev/domain"
+HOSTFILE_DIR = "/etc/goodput"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+Obj = dict[str, Any]
+
+
+def owner_reference(job: Obj) -> Obj:
+    meta = job["metadata"]
+    return {"apiVersion": API_VERSION, "kind": "TrainingJob", "name": meta["name"],
+            "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+def service_name(job_name: str) -> str:
+    return job_name[:63].rstrip("-")
+
+
+def hostfile_name(job_name: str) -> str:
+    return f"{job_name[:53].rstrip('-')}-hostfile"
+
+
+def pod_name(job_name: str, restart: int, index: int) -> str:
+    suffix = f"-r{restart}-w{index}"
+    return f"{job_name[:63 - len(suffix)].rstrip('-')}{suffix}"
+
+
+def hostname(index: int) -> str:
+    return f"w{index}"
+
+
+def worker_dns(job: Obj, index: int) -> str:
+    meta = job["metadata"]
+    return f"{hostname(index)}.{service_name(meta['name'])}.{meta['namespace']}.svc"
+
+
+def selector(job_name: str) -> dict[str, str]:
+    return {JOB_LABEL: job_name}
+
+
+def service(job: Obj) -> Obj:
+    """Headless Service giving each worker a stable DNS name (w{i}.<job>.<ns>.svc)."""
+    name = job["metadata"]["name"]
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": service_name(name), "namespace": job["metadata"]["namespace"],
+                     "labels": {**selector(name), **MANAGED_BY},
+                     "ownerReferences": [owner_reference(job)]},
+        "spec": {"clusterIP": "None", "selector": selector(name),
+                 "publishNotReadyAddresses": True,
+                 "ports": [{"name": "rendezvous", "port": _spec(job).launcher.port}]},
+    }
+
+
+def hostfile(job: Obj, hosts: Sequence[str]) -> Obj:
+    """The hostfile in rank order, MPI style: `<worker dns> slots=<procs>` per line, plus
+    the placed node of each rank for humans and tools."""
+    spec = _spec(job)
+    slots = spec.launcher.procs_per_worker or spec.accelerators_per_worker
+    lines = [f"{worker_dns(job, i)} slots={slots}" for i in range(len(hosts))]
+    return {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": hostfile_name(job["metadata"]["name"]),
+                     "namespace": job["metadata"]["namespace"],
+                     "labels": {**selector(job["metadata"]["name"]), **MANAGED_BY},
+                     "ownerReferences": [owner_reference(job)]},
+        "data": {"hostfile": "\n".join(lines) + "\n",
+                 "nodes": "\n".join(f"{i} {host}" for i, host in enumerate(hosts)) + "\n"},
+    }
+
+
+def launcher_env(job: Obj, index: int, restart: int, resume_from: str | None) -> list[Obj]:
+    spec = _spec(job)
+    meta = job["metadata"]
+    procs = spec.launcher.procs_per_worker or spec.accelerators_per_worker
+    master = worker_dns(job, 0)
+    env: dict[str, str] = {
+        "GOODPUT_JOB": f"{meta['namespace']}/{meta['name']}",
+        "GOODPUT_RESTART": str(restart),
+        "GOODPUT_RANK": str(index),
+        "GOODPUT_WORKERS": str(spec.workers),
+        "GOODPUT_CHECKPOINT_DIR": spec.checkpoint.dir or "",
+        "GOODPUT_RESUME_FROM": resume_from or "",
+        "GOODPUT_HOSTFILE": f"{HOSTFILE_DIR}/hostfile",
+    }
+    if spec.launcher.type in ("torchrun", "neuron"):
+        env |= {
+            "MASTER_ADDR": master, "MASTER_PORT": str(spec.launcher.port),
+            "NNODES": str(spec.workers), "NODE_RANK": str(index),
+            "NPROC_PER_NODE": str(procs), "WORLD_SIZE": str(spec.workers * procs),
+            # global rank of this worker's first process; torchrun sets it per process
+            "RANK": str(index * procs),
+        }
+    if spec.launcher.type == "neuron":
+        env |= {
+            "NEURON_RT_ROOT_COMM_ID": f"{master}:{spec.launcher.port + 1}",
+            "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1",
+        }
+    return [{"name": key, "value": value} for key, value in env.items()]
+
+
+def worker_pod(job: Obj, index: int, restart: int, resource: str,
+               resume_from: str | None = None) -> Obj:
+    """Worker `index` of attempt `restart`: gated, with rank environment and the hostfile."""
+    spec = _spec(job)
+    meta = job["metadata"]
+    template = copy.deepcopy(job["spec"]["template"])
+    pod_spec: Obj = template.get("spec", {})
+    labels = {**(template.get("metadata", {}).get("labels") or {}), **selector(meta["name"]),
+              RANK_LABEL: str(index), RESTART_LABEL: str(restart), **MANAGED_BY}
+    annotations = dict(template.get("metadata", {}).get("annotations") or {})
+    containers = pod_spec["containers"]
+    env = launcher_env(job, index, restart, resume_from)
+    for position, container in enumerate(containers):
+        names = {e["name"] for e in env}
+        container["env"] = [e for e in container.get("env") or [] if e["name"] not in names] \
+            + env
+        mounts = container.setdefault("volumeMounts", [])
+        mounts.append({"name": "goodput-hostfile", "mountPath": HOSTFILE_DIR, "readOnly": True})
+        if position == 0:  # the first container is the worker and holds the accelerators
+            resources = container.setdefault("resources", {})
+            for kind in ("requests", "limits"):
+                resources.setdefault(kind, {})[resource] = str(spec.accelerators_per_worker)
+    pod_spec.setdefault("volumes", []).append(
+        {"name": "goodput-hostfile", "configMap": {"name": hostfile_name(meta["name"])}})
+    pod_spec["restartPolicy"] = "Never"
+    pod_spec["hostname"] = hostname(index)
+    pod_spec["subdomain"] = service_name(meta["name"])
+    pod_spec["schedulingGates"] = [{"name": GATE}]
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **spec.node_selector}
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod_name(meta["name"], restart, index),
+                     "namespace": meta["namespace"], "labels": labels,
+                     "annotations": annotations, "ownerReferences": [owner_reference(job)]},
+        "spec": pod_spec,
+    }
+
+
+def pin(pod: Obj, node: str, domain: str | None) -> Obj:
+    """The patch that pins a gated pod to its node and lets it schedule.
+
+    Node affinity may only be narrowed while a pod is gated: the hostname requirement is
+    added to every existing term (a term list ORs), so the pod's own rules still hold.
+    """
+    spec = pod.get("spec", {})
+    affinity = copy.deepcopy(spec.get("affinity") or {})
+    required = affinity.setdefault("nodeAffinity", {}).setdefault(
+        "requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    want = {"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}
+    for term in terms:
+        expressions = [e for e in term.get("matchExpressions") or []
+                       if e.get("key") != HOSTNAME_LABEL]
+        term["matchExpressions"] = [*expressions, want]
+    required["nodeSelectorTerms"] = terms
+    gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != GATE]
+    annotations = {DOMAIN_ANNOTATION: domain} if domain else {}
+    return {"metadata": {"annotations": annotations},
+            "spec": {"affinity": affinity, "schedulingGates": gates}}
+
+
+def is_gated(pod: Obj) -> bool:
+    return any(g.get("name") == GATE for g in pod.get("spec", {}).get("schedulingGates") or [])
+
+
+def _spec(job: Obj) -> TrainingJobSpec:
+    return TrainingJobSpec.model_validate(job["spec"])

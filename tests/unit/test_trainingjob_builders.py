@@ -1,0 +1,136 @@
+"""What a TrainingJob's children look like: gated pods with rank env, Service, hostfile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from goodput_operator.resources import trainingjob as build
+
+pytestmark = pytest.mark.unit
+NEURON = "aws.amazon.com/neuron"
+
+
+def job(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "goodput.dev/v1alpha1", "kind": "TrainingJob",
+        "metadata": {"name": "llama", "namespace": "team-a", "uid": "uid-1"},
+        "spec": {
+            "ultraServerGroup": "trn2-pool", "workers": 4, "acceleratorsPerWorker": 16,
+            "checkpoint": {"dir": "/fsx/ckpt"},
+            "template": {
+                "metadata": {"labels": {"team": "a"}},
+                "spec": {"containers": [
+                    {"name": "trainer", "image": "train:1",
+                     "env": [{"name": "NCCL_DEBUG", "value": "WARN"},
+                             {"name": "MASTER_PORT", "value": "1"}]},
+                    {"name": "sidecar", "image": "logs:1"},
+                ]},
+            },
+            **spec,
+        },
+    }
+
+
+def env_of(pod: dict[str, Any], container: int = 0) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in pod["spec"]["containers"][container]["env"]}
+
+
+def test_pods_are_born_gated_owned_and_labelled() -> None:
+    pod = build.worker_pod(job(), 2, restart=0, resource=NEURON)
+    assert pod["metadata"]["name"] == "llama-r0-w2"
+    assert build.is_gated(pod)
+    assert pod["metadata"]["ownerReferences"][0] == {
+        "apiVersion": "goodput.dev/v1alpha1", "kind": "TrainingJob", "name": "llama",
+        "uid": "uid-1", "controller": True, "blockOwnerDeletion": True}
+    assert pod["metadata"]["labels"] == {
+        "team": "a", "goodput.dev/trainingjob": "llama", "goodput.dev/rank": "2",
+        "goodput.dev/restart": "0", "app.kubernetes.io/managed-by": "goodput-operator"}
+    assert pod["spec"]["restartPolicy"] == "Never"
+    assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("w2", "llama")
+
+
+def test_only_the_worker_container_requests_the_accelerators() -> None:
+    pod = build.worker_pod(job(), 0, 0, NEURON)
+    trainer, sidecar = pod["spec"]["containers"]
+    assert trainer["resources"] == {"requests": {NEURON: "16"}, "limits": {NEURON: "16"}}
+    assert "resources" not in sidecar
+
+
+def test_torchrun_environment() -> None:
+    env = env_of(build.worker_pod(job(), 3, 0, NEURON))
+    assert env["MASTER_ADDR"] == "w0.llama.team-a.svc"
+    assert env["MASTER_PORT"] == "29500"           # ours wins over the template's
+    assert (env["NNODES"], env["NODE_RANK"], env["NPROC_PER_NODE"]) == ("4", "3", "16")
+    assert (env["WORLD_SIZE"], env["RANK"]) == ("64", "48")
+    assert env["NCCL_DEBUG"] == "WARN"             # the template's own env is kept
+    assert env["GOODPUT_JOB"] == "team-a/llama"
+    assert env["GOODPUT_CHECKPOINT_DIR"] == "/fsx/ckpt"
+    assert env["GOODPUT_RESUME_FROM"] == ""
+    assert "NEURON_RT_ROOT_COMM_ID" not in env
+
+
+def test_neuron_environment_and_restart() -> None:
+    spec = {"launcher": {"type": "neuron", "port": 41000, "procsPerWorker": 32}}
+    pod = build.worker_pod(job(**spec), 1, restart=2, resource=NEURON,
+                           resume_from="/fsx/ckpt/step-200")
+    env = env_of(pod)
+    assert env["NEURON_RT_ROOT_COMM_ID"] == "w0.llama.team-a.svc:41001"
+    assert (env["FI_PROVIDER"], env["FI_EFA_USE_DEVICE_RDMA"]) == ("efa", "1")
+    assert (env["NPROC_PER_NODE"], env["WORLD_SIZE"]) == ("32", "128")
+    assert (env["GOODPUT_RESTART"], env["GOODPUT_RESUME_FROM"]) == ("2", "/fsx/ckpt/step-200")
+    assert pod["metadata"]["name"] == "llama-r2-w1"
+
+
+def test_mpi_and_none_launchers_get_only_our_variables() -> None:
+    env = env_of(build.worker_pod(job(launcher={"type": "mpi"}), 0, 0, NEURON))
+    assert "MASTER_ADDR" not in env and env["GOODPUT_HOSTFILE"] == "/etc/goodput/hostfile"
+
+
+def test_every_container_sees_the_hostfile() -> None:
+    pod = build.worker_pod(job(), 0, 0, NEURON)
+    for container in pod["spec"]["containers"]:
+        assert {"name": "goodput-hostfile", "mountPath": "/etc/goodput",
+                "readOnly": True} in container["volumeMounts"]
+    assert {"name": "goodput-hostfile", "configMap": {"name": "llama-hostfile"}} in \
+        pod["spec"]["volumes"]
+
+
+def test_hostfile_lists_workers_in_rank_order() -> None:
+    config = build.hostfile(job(), ["trn2-00-0", "trn2-00-1", "trn2-01-0", "trn2-01-1"])
+    assert config["data"]["hostfile"].splitlines() == [
+        f"w{i}.llama.team-a.svc slots=16" for i in range(4)]
+    assert config["data"]["nodes"].splitlines()[2] == "2 trn2-01-0"
+
+
+def test_headless_service() -> None:
+    svc = build.service(job())
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == {"goodput.dev/trainingjob": "llama"}
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+
+
+def test_pin_narrows_affinity_and_removes_only_our_gate() -> None:
+    pod = build.worker_pod(job(), 0, 0, NEURON)
+    pod["spec"]["schedulingGates"].append({"name": "example.com/other"})
+    pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}]}}}
+    patch = build.pin(pod, "trn2-00-3", "us-1")
+    terms = patch["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert len(terms) == 2
+    for term in terms:
+        assert {"key": "kubernetes.io/hostname", "operator": "In",
+                "values": ["trn2-00-3"]} in term["matchExpressions"]
+    assert patch["spec"]["schedulingGates"] == [{"name": "example.com/other"}]
+    assert patch["metadata"]["annotations"] == {"goodput.dev/domain": "us-1"}
+
+
+def test_long_names_stay_within_dns_limits() -> None:
+    long = job()
+    long["metadata"]["name"] = "x" * 63
+    assert len(build.pod_name("x" * 63, 12, 1023)) <= 63
+    assert len(build.hostfile(long, ["n"])["metadata"]["name"]) <= 63
