@@ -17,11 +17,12 @@ def set_condition(conditions: list[Obj], type_: str, status: bool | str, reason:
     """A new list with condition `type_` set; the others are kept as they are."""
     value = status if isinstance(status, str) else ("True" if status else "False")
     previous = next((c for c in conditions if c.get("type") == type_), None)
-    changed = previous is None or previous.get("status") != value
-    condition = {
-        "type": type_, "status": value, "reason": reason, "message": message,
-        "lastTransitionTime": (at or now()) if changed else previous["lastTransitionTime"],
-    }
+    if previous is None or previous.get("status") != value:
+        transition = at or now()
+    else:
+        transition = previous["lastTransitionTime"]
+    condition: Obj = {"type": type_, "status": value, "reason": reason, "message": message,
+                 "lastTransitionTime": transition}
     if generation is not None:
         condition["observedGeneration"] = generation
     return [c for c in conditions if c.get("type") != type_] + [condition]
