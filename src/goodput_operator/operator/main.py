@@ -1,23 +1,77 @@
-"""`goodput-operator`: the operator process. Not built yet.
+"""`goodput-operator`: the operator process.
 
-The controllers arrive with the TrainingJob, UltraServerGroup and InferenceEndpoint
-issues; until then this entrypoint says so plainly and exits non-zero rather than
-pretending to reconcile anything.
+Runs kopf with our handlers: watches UltraServerGroups, TrainingJobs, nodes and pods,
+serves /healthz (kopf's liveness probe) and /metrics (Prometheus). Configuration by flags
+or environment (GOODPUT_NAMESPACES, GOODPUT_HEALTH_PORT, GOODPUT_METRICS_PORT,
+GOODPUT_LOG_FORMAT); `--help` lists them.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
+import logging
+import os
 import sys
 from collections.abc import Sequence
 
+import kopf
+from prometheus_client import start_http_server
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        payload = {"time": self.formatTime(record), "level": record.levelname,
+                   "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            payload["exception"] = self.formatException(record.exc_info)
+        return json.dumps(payload)
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    env = os.environ.get
+    parser = argparse.ArgumentParser(prog="goodput-operator", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--namespace", "-n", action="append",
+                        default=[n for n in env("GOODPUT_NAMESPACES", "").split(",") if n],
+                        help="watch only this namespace (repeatable); default: all")
+    parser.add_argument("--health-port", type=int, default=int(env("GOODPUT_HEALTH_PORT",
+                                                                  "8080")),
+                        help="port of /healthz (0: off)")
+    parser.add_argument("--metrics-port", type=int, default=int(env("GOODPUT_METRICS_PORT",
+                                                                   "9090")),
+                        help="port of /metrics (0: off)")
+    parser.add_argument("--log-format", choices=["text", "json"],
+                        default=env("GOODPUT_LOG_FORMAT", "text"))
+    parser.add_argument("--verbose", "-v", action="store_true")
+    return parser.parse_args(argv)
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    print(
-        "goodput-operator: the operator is not implemented yet — no controllers exist in this "
-        "release. Use `goodput sandbox up` to start a simulated cluster.",
-        file=sys.stderr,
-    )
-    return 3
+    args = parse(argv)
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter() if args.log_format == "json" else logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        handlers=[handler], force=True)
+    logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
+    if not args.verbose:  # one line per handled watch event is noise at INFO
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    import goodput_operator.controllers.handlers  # noqa: F401  (registers the handlers)
+
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr="0.0.0.0")
+    liveness = f"http://0.0.0.0:{args.health_port}/healthz" if args.health_port else None
+    namespaces = args.namespace or None
+    try:
+        asyncio.run(kopf.operator(
+            standalone=True, clusterwide=namespaces is None, namespaces=namespaces or (),
+            liveness_endpoint=liveness))
+    except KeyboardInterrupt:
+        return 130
+    return 0
 
 
 if __name__ == "__main__":

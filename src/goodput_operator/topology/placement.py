@@ -278,9 +278,12 @@ def explain_shortage(fleet: Fleet, request: Request, min_domains: int) -> str:
             partial_room += room
     total_domains = len(fleet.domains)
     if request.unit == "domain" and request.policy == "required":
+        spares = (f", {shape.spares_per_domain} more held as spare"
+                  if shape.spares_per_domain else "")
+        usable = shape.nodes_per_domain - shape.spares_per_domain
         need = (f"needs {min_domains} whole {noun}{'s' if min_domains != 1 else ''} "
-                f"({shape.nodes_per_domain} nodes x {shape.accelerators_per_node} "
-                f"{shape.accelerator_resource}) for {request.workers} workers x "
+                f"({usable} nodes x {shape.accelerators_per_node} "
+                f"{shape.accelerator_resource}{spares}) for {request.workers} workers x "
                 f"{request.accelerators}")
     elif request.unit == "block":
         need = (f"needs {request.workers} workers x {request.accelerators} inside one network "

@@ -1,0 +1,108 @@
+"""The few Kubernetes calls the controllers make, on the sync client (run in threads).
+
+Creates are idempotent (409 Conflict means it is already there), deletes tolerate 404,
+and every call is plain dicts in, plain dicts out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from goodput_operator.api.base import GROUP, VERSION
+
+Obj = dict[str, Any]
+log = logging.getLogger("goodput.kube")
+
+
+class Kube:
+    def __init__(self, api_client: client.ApiClient | None = None) -> None:
+        if api_client is None:
+            try:
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
+            except config.ConfigException:
+                config.load_kube_config()  # type: ignore[no-untyped-call]
+            api_client = client.ApiClient()
+        self.api = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    def create(self, obj: Obj) -> bool:
+        """Create OBJ (Pod, Service, ConfigMap); False if it already existed."""
+        kind, namespace = obj["kind"], obj["metadata"]["namespace"]
+        creators: dict[str, Callable[..., Any]] = {
+            "Pod": self.core.create_namespaced_pod,
+            "Service": self.core.create_namespaced_service,
+            "ConfigMap": self.core.create_namespaced_config_map}
+        create = creators[kind]
+        try:
+            create(namespace, obj)
+        except ApiException as err:
+            if err.status == 409:
+                return False
+            raise
+        return True
+
+    def replace_config_map(self, obj: Obj) -> None:
+        meta = obj["metadata"]
+        try:
+            self.core.patch_namespaced_config_map(
+                meta["name"], meta["namespace"], {"data": obj["data"]},
+                _content_type="application/merge-patch+json")
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            self.create(obj)
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def patch_pod(self, namespace: str, name: str, patch: Obj) -> None:
+        """JSON merge patch: lists in PATCH (gates, node selector terms) are replaced whole."""
+        self.core.patch_namespaced_pod(name, namespace, patch,
+                                       _content_type="application/merge-patch+json")
+
+    def patch_status(self, plural: str, namespace: str | None, name: str, status: Obj) -> None:
+        body = {"status": status}
+        if namespace is None:
+            self.custom.patch_cluster_custom_object_status(GROUP, VERSION, plural, name, body)
+        else:
+            self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, plural,
+                                                              name, body)
+
+    def delete_custom(self, plural: str, namespace: str, name: str) -> None:
+        try:
+            self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def event(self, obj: Obj, reason: str, message: str, type_: str = "Normal") -> None:
+        """A core/v1 Event on OBJ, as `kubectl describe` shows them."""
+        meta = obj["metadata"]
+        stamp = datetime.now(UTC)
+        namespace = meta.get("namespace") or "default"
+        body: Obj = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
+            "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                               "name": meta["name"], "namespace": meta.get("namespace"),
+                               "uid": meta.get("uid")},
+            "reason": reason, "message": message[:1024], "type": type_,
+            "source": {"component": "goodput-operator"},
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+            "reportingComponent": "goodput-operator", "reportingInstance": "goodput-operator",
+        }
+        try:
+            # the client takes plain dicts for bodies (its hints say models)
+            self.core.create_namespaced_event(namespace, cast(Any, body))
+        except ApiException as err:  # events are best effort
+            log.warning("could not post event %s on %s: %s", reason, meta["name"], err.reason)

@@ -1,0 +1,133 @@
+"""What the operator knows, fed by watch events: nodes, accelerator pods, groups, jobs,
+and one fleet model per UltraServerGroup kept current incrementally.
+
+All mutation happens on the event loop thread (the kopf handlers are async), so the
+reconcile loop and the handlers never race.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import Any
+
+from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
+from goodput_operator.resources.trainingjob import JOB_LABEL
+from goodput_operator.topology.model import Fleet, GroupShape
+
+Obj = dict[str, Any]
+RESERVED_NODE = "goodput.dev/node"  # a pinned pod's node, counted before it binds
+
+
+def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def pod_key(pod: Obj) -> str:
+    meta = pod["metadata"]
+    return f"{meta.get('namespace', 'default')}/{meta['name']}"
+
+
+def with_reservation(pod: Obj) -> Obj:
+    """A pinned pod that has not bound yet counts on the node it is pinned to."""
+    node = (pod["metadata"].get("annotations") or {}).get(RESERVED_NODE)
+    if node and not pod.get("spec", {}).get("nodeName"):
+        return {**pod, "spec": {**pod["spec"], "nodeName": node}}
+    return pod
+
+
+class State:
+    def __init__(self) -> None:
+        self.nodes: dict[str, Obj] = {}
+        self.pods: dict[str, Obj] = {}  # pods that request accelerators or are ours
+        self.job_pods: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
+        self.groups: dict[str, UltraServerGroupSpec] = {}
+        self.group_bodies: dict[str, Obj] = {}
+        self.fleets: dict[str, Fleet] = {}
+        self.jobs: dict[tuple[str, str], Obj] = {}
+        self.wake = asyncio.Event()
+
+    # ---- groups --------------------------------------------------------------
+    def upsert_group(self, body: Obj) -> None:
+        name = body["metadata"]["name"]
+        spec = UltraServerGroupSpec.model_validate(body["spec"])
+        self.group_bodies[name] = body
+        if self.groups.get(name) != spec:
+            self.groups[name] = spec
+            self.fleets[name] = self._build_fleet(spec)
+        self.wake.set()
+
+    def remove_group(self, name: str) -> None:
+        self.groups.pop(name, None)
+        self.group_bodies.pop(name, None)
+        self.fleets.pop(name, None)
+        self.wake.set()
+
+    def _build_fleet(self, spec: UltraServerGroupSpec) -> Fleet:
+        members = [n for n in self.nodes.values()
+                   if matches(spec.node_selector, n["metadata"].get("labels") or {})]
+        return Fleet.from_objects(GroupShape.from_spec(spec), members,
+                                  [with_reservation(p) for p in self.pods.values()])
+
+    # ---- nodes ---------------------------------------------------------------
+    def upsert_node(self, body: Obj) -> None:
+        name = body["metadata"]["name"]
+        self.nodes[name] = body
+        labels = body["metadata"].get("labels") or {}
+        for group, spec in self.groups.items():
+            fleet = self.fleets[group]
+            if matches(spec.node_selector, labels):
+                fleet.upsert_node(body)
+                for pod in self.pods.values():  # pods that were on it before it joined
+                    if with_reservation(pod).get("spec", {}).get("nodeName") == name:
+                        fleet.observe_pod(with_reservation(pod))
+            else:
+                fleet.remove_node(name)
+        self.wake.set()
+
+    def remove_node(self, name: str) -> None:
+        self.nodes.pop(name, None)
+        for fleet in self.fleets.values():
+            fleet.remove_node(name)
+        self.wake.set()
+
+    # ---- pods ----------------------------------------------------------------
+    def upsert_pod(self, body: Obj) -> None:
+        key = pod_key(body)
+        labels = body["metadata"].get("labels") or {}
+        self.pods[key] = body
+        for fleet in self.fleets.values():
+            fleet.observe_pod(with_reservation(body))
+        if JOB_LABEL in labels:
+            job = (body["metadata"].get("namespace", "default"), labels[JOB_LABEL])
+            self.job_pods[job][body["metadata"]["name"]] = body
+            self.wake.set()
+
+    def remove_pod(self, body: Obj) -> None:
+        key = pod_key(body)
+        self.pods.pop(key, None)
+        for fleet in self.fleets.values():
+            fleet.release(key)
+        labels = body["metadata"].get("labels") or {}
+        if JOB_LABEL in labels:
+            job = (body["metadata"].get("namespace", "default"), labels[JOB_LABEL])
+            self.job_pods[job].pop(body["metadata"]["name"], None)
+            if not self.job_pods[job]:
+                del self.job_pods[job]
+        self.wake.set()
+
+    # ---- jobs ----------------------------------------------------------------
+    def upsert_job(self, body: Obj) -> None:
+        meta = body["metadata"]
+        self.jobs[(meta["namespace"], meta["name"])] = body
+        self.wake.set()
+
+    def remove_job(self, namespace: str, name: str) -> None:
+        self.jobs.pop((namespace, name), None)
+        self.wake.set()
+
+    def ordered_jobs(self) -> list[Obj]:
+        """Priority first (higher first), then arrival (older first), then name."""
+        return sorted(self.jobs.values(), key=lambda j: (
+            -int(j.get("spec", {}).get("priority", 0)),
+            j["metadata"].get("creationTimestamp", ""), j["metadata"]["name"]))

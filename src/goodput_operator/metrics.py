@@ -1,0 +1,21 @@
+"""Prometheus metrics, all prefixed goodput_ (served on /metrics by the operator)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+JOBS = Gauge("goodput_trainingjobs", "TrainingJobs by phase", ["phase"])
+ACCELERATORS = Gauge("goodput_accelerators_allocated",
+                     "Accelerators requested by pods (or reserved) in an UltraServerGroup",
+                     ["group"])
+PLACEMENT_SECONDS = Histogram(
+    "goodput_placement_latency_seconds", "Time to solve one gang placement",
+    buckets=(0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+PENDING_SECONDS = Histogram(
+    "goodput_time_pending_seconds", "From job creation to its placement",
+    buckets=(0.1, 0.5, 1, 5, 15, 60, 300, 1800, 7200))
+RECONCILE_ERRORS = Counter("goodput_reconcile_errors_total",
+                           "Reconcile passes of one object that raised", ["kind"])
+RECONCILE_SECONDS = Histogram("goodput_reconcile_pass_seconds",
+                              "One pass over every TrainingJob",
+                              buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 5))
