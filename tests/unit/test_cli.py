@@ -74,9 +74,16 @@ def test_kubectl_plugin_is_the_same_cli() -> None:
     assert scripts["kubectl-goodput"] == scripts["goodput"] == "goodput_operator.cli:main"
 
 
-def test_operator_placeholder_says_it_is_not_implemented(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    code = operator_main.main([])
+def test_operator_without_a_cluster_fails_fast_with_one_line(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    from kubernetes.config import kube_config
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(tmp_path / "missing"))
+    code = operator_main.main(["--metrics-port", "0", "--health-port", "0"])
     _, err = capsys.readouterr()
-    assert code != 0
-    assert "not implemented yet" in err
+    assert code == 2
+    assert err.startswith("goodput-operator: error: no cluster to talk to")
+    assert len(err.strip().splitlines()) == 1

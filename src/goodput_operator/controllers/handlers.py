@@ -22,6 +22,7 @@ from goodput_operator.resources.trainingjob import JOB_LABEL
 
 log = logging.getLogger("goodput.operator")
 STATE = State()
+KUBE: Kube | None = None  # set by the entrypoint before kopf starts (fails fast there)
 _tasks: list[asyncio.Task[None]] = []
 
 
@@ -41,7 +42,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.networking.request_timeout = 60
     settings.batching.worker_limit = 64
     settings.scanning.disabled = True
-    kube = Kube()
+    kube = KUBE or Kube()
     _tasks.append(asyncio.create_task(trainingjob.run_loop(STATE, kube), name="trainingjobs"))
 
 

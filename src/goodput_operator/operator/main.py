@@ -59,7 +59,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("urllib3").setLevel(logging.WARNING)
     if not args.verbose:  # one line per handled watch event is noise at INFO
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    import goodput_operator.controllers.handlers  # noqa: F401  (registers the handlers)
+    from kubernetes.config import ConfigException
+
+    from goodput_operator.controllers import handlers  # registers the handlers
+    from goodput_operator.controllers.kube import Kube
+
+    try:
+        handlers.KUBE = Kube()
+    except ConfigException as err:
+        print(f"goodput-operator: error: no cluster to talk to ({err}); run it in a pod with "
+              "a service account, or set KUBECONFIG", file=sys.stderr)
+        return 2
 
     if args.metrics_port:
         start_http_server(args.metrics_port, addr="0.0.0.0")
