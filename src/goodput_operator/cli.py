@@ -50,6 +50,10 @@ def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     render = verbs.add_parser(
         "render-fleet", help="print a fleet's Node objects as YAML (for kind + kwok clusters)")
     render.add_argument("--fleet", default=fleet.DEFAULT_FLEET)
+    done = verb("succeed-pod", "finish a Running pod with exit code 0, as a worker whose "
+                               "script returned")
+    done.add_argument("pod")
+    done.add_argument("-n", "--namespace", default="default")
     verbs.add_parser("build", help="build the upstream binaries (done by `up` when needed)")
     verbs.add_parser("fleets", help="list the built-in fleets")
 
@@ -112,6 +116,9 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     elif args.verb == "heal-node":
         faults.heal_node(box, args.node)
         print(f"node {args.node} is healing")
+    elif args.verb == "succeed-pod":
+        faults.succeed_pod(box, args.pod, args.namespace)
+        print(f"pod {args.namespace}/{args.pod} is finishing with exit code 0")
     elif args.verb == "fail-pod":
         faults.fail_pod(box, args.pod, args.exit_code, args.namespace, args.container)
         print(f"pod {args.namespace}/{args.pod} is failing with exit code {args.exit_code}")

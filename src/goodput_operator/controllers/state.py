@@ -124,6 +124,8 @@ class State:
 
     def remove_job(self, namespace: str, name: str) -> None:
         self.jobs.pop((namespace, name), None)
+        for fleet in self.fleets.values():  # reservations of pods that never bound
+            fleet.release_owner(f"tj/{namespace}/{name}")
         self.wake.set()
 
     def ordered_jobs(self) -> list[Obj]:

@@ -43,19 +43,22 @@ def _parse_time(value: str | None) -> float | None:
 
 
 def reserve_from_status(state: State, job: Obj) -> None:
-    """Count a written placement whose pods are still gated (after an operator restart the
-    fleet is rebuilt from pods, and gated pods hold nothing yet)."""
+    """Count a written placement whose pods exist but are still gated: after an operator
+    restart between writing a placement and pinning, such pods hold nothing yet. Only
+    pods that exist now are reserved, so a deleted or finished pod is never re-counted."""
     status = job.get("status") or {}
-    group = job["spec"].get("ultraServerGroup")
-    fleet = state.fleets.get(group or "")
+    fleet = state.fleets.get(job["spec"].get("ultraServerGroup") or "")
     ranks = (status.get("placement") or {}).get("ranks") or []
     if fleet is None or not ranks or status.get("phase") in TERMINAL:
         return
     meta = job["metadata"]
+    pods = state.job_pods.get((meta["namespace"], meta["name"]), {})
     restart = int(status.get("restarts", 0))
     for rank in ranks:
-        key = f"{meta['namespace']}/{build.pod_name(meta['name'], restart, rank['rank'])}"
-        if key not in fleet.pods:
+        name = build.pod_name(meta["name"], restart, rank["rank"])
+        key = f"{meta['namespace']}/{name}"
+        pod = pods.get(name)
+        if pod is not None and build.is_gated(pod) and key not in fleet.pods:
             fleet.bind(key, rank["node"], int(job["spec"]["acceleratorsPerWorker"]),
                        owner(meta["namespace"], meta["name"]))
 

@@ -44,6 +44,7 @@ STAGE_FILES = (
     "kustomize/stage/pod/chaos/pod-container-running-failed.yaml",
 )
 
+OWN_STAGES = Path(__file__).parent / "stages"  # ours, e.g. pods that succeed on demand
 Progress = Callable[[str], None]
 
 
@@ -157,6 +158,7 @@ class Sandbox:
         }
         source = build.module_dir(KWOK_COMPONENT)
         stages = [(source / rel).read_text() for rel in STAGE_FILES]
+        stages += [p.read_text() for p in sorted(OWN_STAGES.glob("*.yaml"))]
         return "---\n".join([yaml.safe_dump(config, sort_keys=False), *stages])
 
 

@@ -14,6 +14,7 @@ from goodput_operator.sandbox.cluster import Sandbox, SandboxError, require_runn
 
 NODE_NOT_READY = "node-not-ready.stage.kwok.x-k8s.io"
 POD_FAILED = "pod-container-running-failed.stage.kwok.x-k8s.io"
+POD_SUCCEED = "sandbox.goodput.dev/succeed"
 
 
 def _get(sandbox: Sandbox, *args: str) -> dict[str, Any] | None:
@@ -59,18 +60,28 @@ def heal_node(sandbox: Sandbox, node: str) -> None:
     )
 
 
-def fail_pod(sandbox: Sandbox, pod: str, exit_code: int, namespace: str = "default",
-             container: str | None = None) -> None:
-    """Terminate a Running pod's containers (or one of them) with EXIT_CODE."""
-    if not 0 <= exit_code <= 255:
-        raise SandboxError(f"--exit-code must be 0..255, got {exit_code}")
+def succeed_pod(sandbox: Sandbox, pod: str, namespace: str = "default") -> None:
+    """Finish a Running pod with exit code 0 (our goodput-pod-succeed stage)."""
+    _require_running_pod(sandbox, pod, namespace)
+    sandbox.kubectl("label", "pod", pod, "-n", namespace, "--overwrite", f"{POD_SUCCEED}=true")
+
+
+def _require_running_pod(sandbox: Sandbox, pod: str, namespace: str) -> None:
     require_running(sandbox)
     found = _get(sandbox, "pod", pod, "-n", namespace)
     if found is None:
         raise SandboxError(f"pod {namespace}/{pod} does not exist in sandbox {sandbox.name!r}")
     phase = found.get("status", {}).get("phase")
     if phase != "Running":
-        raise SandboxError(f"pod {namespace}/{pod} is {phase}; only a Running pod can be failed")
+        raise SandboxError(f"pod {namespace}/{pod} is {phase}; only a Running pod can finish")
+
+
+def fail_pod(sandbox: Sandbox, pod: str, exit_code: int, namespace: str = "default",
+             container: str | None = None) -> None:
+    """Terminate a Running pod's containers (or one of them) with EXIT_CODE."""
+    if not 0 <= exit_code <= 255:
+        raise SandboxError(f"--exit-code must be 0..255, got {exit_code}")
+    _require_running_pod(sandbox, pod, namespace)
     annotations = [f"{POD_FAILED}/exit-code={exit_code}", f"{POD_FAILED}/delay=0s",
                    f"{POD_FAILED}/jitter-delay=0s"]
     if container:

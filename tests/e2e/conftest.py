@@ -1,0 +1,171 @@
+"""e2e harness: the CRDs, the operator as a real process, groups and jobs per test."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Cluster, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Operator:
+    """`goodput-operator` as a subprocess; restartable; its log kept for failures."""
+
+    def __init__(self, cluster: Cluster, log: Path) -> None:
+        self.cluster = cluster
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.health_port = free_port()
+        self.metrics_port = free_port()
+
+    def start(self) -> None:
+        env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "goodput_operator.operator.main",
+                 "--health-port", str(self.health_port),
+                 "--metrics-port", str(self.metrics_port)],
+                env=env, stdout=out, stderr=subprocess.STDOUT)
+        wait_for(self.healthy, timeout=60, what="operator /healthz")
+
+    def healthy(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"operator exited with {self.proc.returncode}; "
+                                 f"log: {self.log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz",
+                                        timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                    timeout=5) as response:
+            return str(response.read().decode())
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.proc = None
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: Cluster) -> Cluster:
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    cluster.kubectl("wait", "--for", "condition=Established", "--timeout=60s",
+                    "crd/trainingjobs.goodput.dev", "crd/ultraservergroups.goodput.dev",
+                    "crd/inferenceendpoints.goodput.dev")
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def operator(crds: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    running = Operator(crds, log)
+    running.start()
+    yield running
+    running.stop()
+    print(f"operator log: {log}")
+
+
+def apply(cluster: Cluster, doc: dict[str, Any], namespace: str | None = None) -> None:
+    args = ["apply", "--server-side", "-f", "-"] + (["-n", namespace] if namespace else [])
+    cluster.kubectl(*args, input_text=json.dumps(doc))
+
+
+@pytest.fixture
+def trn2_group(crds: Cluster) -> Iterator[str]:
+    """An UltraServerGroup over the session fleet's Trn2 UltraServers, without spares."""
+    name = f"trn2-{uuid.uuid4().hex[:6]}"
+    apply(crds, {
+        "apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
+        "metadata": {"name": name},
+        "spec": {"nodeSelector": {"node.kubernetes.io/instance-type": "trn2u.48xlarge"},
+                 "networkLevels": ["topology.k8s.aws/network-node-layer-1",
+                                   "topology.k8s.aws/network-node-layer-2"],
+                 "accelerator": {"resource": "aws.amazon.com/neuron", "perNode": 16},
+                 "nodesPerDomain": 4},
+    })
+    yield name
+    crds.kubectl("delete", "usg", name, "--ignore-not-found")
+
+
+def training_job(name: str, group: str, workers: int, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "goodput.dev/v1alpha1", "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {"ultraServerGroup": group, "workers": workers, "acceleratorsPerWorker": 16,
+                 "template": {"spec": {"containers": [{"name": "trainer",
+                                                       "image": "example.com/train:1"}]}},
+                 **spec},
+    }
+
+
+def get_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(cluster.kubectl("get", "tj", name, "-n", namespace,
+                                                        "-o", "json").stdout)
+    return result
+
+
+def job_pods(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = json.loads(cluster.kubectl(
+        "get", "pods", "-n", namespace, "-l", f"goodput.dev/trainingjob={name}", "-o", "json",
+    ).stdout)["items"]
+    return sorted(items, key=lambda p: int(p["metadata"]["labels"]["goodput.dev/rank"]))
+
+
+def wait_phase(cluster: Cluster, namespace: str, name: str, phase: str,
+               timeout: float = 60) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        job = get_job(cluster, namespace, name)
+        return job if (job.get("status") or {}).get("phase") == phase else None
+    try:
+        return wait_for(reached, timeout=timeout, what=f"{name} {phase}")
+    except AssertionError as err:
+        status = get_job(cluster, namespace, name).get("status")
+        raise AssertionError(f"{err}; status: {json.dumps(status)}") from None
+
+
+@pytest.fixture
+def jobs_cleanup(crds: Cluster, namespace: str) -> Iterator[None]:
+    """Delete the test's jobs and wait until their pods are gone, freeing the nodes."""
+    yield
+    crds.kubectl("delete", "tj", "--all", "-n", namespace, "--wait=true", "--timeout=60s")
+    wait_for(lambda: not json.loads(crds.kubectl("get", "pods", "-n", namespace, "-o",
+                                                 "json").stdout)["items"],
+             timeout=60, what=f"pods of {namespace} gone")
+
+
+@pytest.fixture
+def e2e(operator: Operator, jobs_cleanup: None) -> Operator:
+    return operator
+
+
+def sleep_briefly() -> None:
+    """For asserting that something does NOT happen: give the operator a few passes."""
+    time.sleep(3)
