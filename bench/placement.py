@@ -24,6 +24,7 @@ difference is packing alone. Model build time is reported separately.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import random
@@ -274,6 +275,11 @@ def run_fleet(label: str, shape: GroupShape, nodes: list[dict[str, Any]], events
     for name, factory in BASELINES.items():
         fleet = Fleet.from_objects(shape, nodes)
         engines.append((name, factory(fleet), fleet))
+    # Millions of long-lived model objects: without this a generation-2 collection of the
+    # cyclic GC lands inside some solves (hundreds of ms at 1M accelerators), whichever
+    # engine happens to be running. The same for every engine.
+    gc.collect()
+    gc.freeze()
     outcomes = [replay(name, engine, fleet, events) for name, engine, fleet in engines]
     summaries = [o.summary() for o in outcomes]
     ours = summaries[0]
@@ -303,8 +309,8 @@ def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b else None
 
 
-def plan(quick: bool) -> Iterator[tuple[str, int, int]]:
-    sizes = SIZES[:3] if quick else SIZES
+def plan(quick: bool, only: list[int] | None = None) -> Iterator[tuple[str, int, int]]:
+    sizes = only or (SIZES[:3] if quick else SIZES)
     for size in sizes:
         for kind in KINDS:
             _, per_domain, per_node, _, _ = KINDS[kind]
@@ -352,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fleet", help="a SimulatedFleet YAML file instead of the sizes")
     parser.add_argument("--trace", help="a JSON-lines trace instead of the generated one")
     parser.add_argument("--seed", type=int, default=20261126)
+    parser.add_argument("--sizes", type=int, nargs="+", choices=SIZES,
+                        help="only these fleet sizes (accelerators)")
     args = parser.parse_args(argv)
     results = []
     if args.fleet:
@@ -361,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                   else generate_trace(shape, domains, 400, args.seed))
         results.append(run_fleet(label, shape, nodes, events, domains))
     else:
-        for kind, domains, jobs in plan(args.quick):
+        for kind, domains, jobs in plan(args.quick, args.sizes):
             shape, nodes = fleet_nodes(kind, domains)
             events = (read_trace(args.trace) if args.trace
                       else generate_trace(shape, domains, jobs, args.seed))
@@ -371,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(run_fleet(f"{kind}-{accelerators // 1000}k", shape, nodes, events,
                                      domains))
             del nodes
+            gc.unfreeze()
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(render(results))
     print(f"\nPeak RSS {peak_mib:.0f} MiB (all fleets, four engines' copies each).")

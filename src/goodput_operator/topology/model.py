@@ -89,10 +89,12 @@ class Domain:
     # O(domains) instead of O(nodes) when most domains did not change since the last one.
     capacity_cache: dict[int, int] = field(default_factory=dict)  # accelerators -> workers
     pristine_cache: bool | None = None
+    unhealthy_cache: list[str] | None = None
 
     def changed(self) -> None:
         self.capacity_cache.clear()
         self.pristine_cache = None
+        self.unhealthy_cache = None
 
     def owners(self) -> set[str]:
         return {pod.owner for node in self.nodes for pod in node.pods.values()}

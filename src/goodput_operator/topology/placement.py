@@ -22,7 +22,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from goodput_operator.topology.model import Domain, Fleet, Node
 
@@ -40,8 +40,9 @@ class Request:
     policy: Policy = "required"
 
 
-@dataclass(frozen=True)
-class RankSlot:
+class RankSlot(NamedTuple):
+    """Where one rank runs (a tuple: gangs of 30k workers build 30k of them per solve)."""
+
     rank: int
     node: str
     domain: str
@@ -85,6 +86,13 @@ def domain_capacity(domain: Domain, accelerators: int) -> int:
         cached = sum(workers_on(n, accelerators) for n in domain.nodes)
         domain.capacity_cache[accelerators] = cached
     return cached
+
+
+def unhealthy(domain: Domain) -> list[str]:
+    """`node state` of each unhealthy node (cached until the domain changes)."""
+    if domain.unhealthy_cache is None:
+        domain.unhealthy_cache = [f"{n.name} {n.state}" for n in domain.nodes if not n.healthy]
+    return domain.unhealthy_cache
 
 
 def is_pristine(domain: Domain) -> bool:
@@ -264,7 +272,7 @@ def explain_shortage(fleet: Fleet, request: Request, min_domains: int) -> str:
     free_whole, degraded = 0, []
     full, partial, partial_room = Counter[str](), Counter[str](), 0
     for domain in fleet.ordered_domains():
-        bad = [f"{n.name} {n.state}" for n in domain.nodes if not n.healthy]
+        bad = unhealthy(domain)
         if bad or len(domain.nodes) < shape.nodes_per_domain:
             missing = shape.nodes_per_domain - len(domain.nodes)
             degraded.append(", ".join(bad + ([f"{missing} node(s) missing"] if missing > 0
