@@ -6,6 +6,7 @@ import argparse
 import shlex
 import sys
 from collections.abc import Sequence
+from typing import Any, cast
 
 import yaml
 
@@ -66,6 +67,13 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument("--version", action="version", version=f"goodput {__version__}")
     sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _sandbox_parser(sub)
+    topology = sub.add_parser(
+        "topology", help="draw each UltraServerGroup's domains and the jobs on their nodes",
+        description="Domains as boxes of nodes in slot order, each node marked with the job "
+                    "on it, or free, spare, quarantined, NotReady, cordoned.")
+    topology.add_argument("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config")
+    topology.add_argument("--group", action="append", help="only this group (repeatable)")
+    topology.add_argument("--output", "-o", help="also write the picture as SVG to this file")
     return root
 
 
@@ -125,11 +133,45 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_topology(args: argparse.Namespace) -> int:
+    from kubernetes import client, config
+
+    from goodput_operator.api.base import GROUP, VERSION
+    from goodput_operator.controllers.state import State
+    from goodput_operator.topology.view import render_svg, render_text
+
+    api = config.new_client_from_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    state = State()
+    for node in core.list_node().items:
+        state.upsert_node(api.sanitize_for_serialization(node))
+    for pod in core.list_pod_for_all_namespaces().items:
+        state.upsert_pod(api.sanitize_for_serialization(pod))
+    listed = cast(dict[str, Any], custom.list_cluster_custom_object(GROUP, VERSION,
+                                                                   "ultraservergroups"))
+    groups = listed["items"]
+    for group in groups:
+        if not args.group or group["metadata"]["name"] in args.group:
+            state.upsert_group(group)
+    if not state.fleets:
+        print("no UltraServerGroup found" + (f" named {', '.join(args.group)}"
+                                             if args.group else ""), file=sys.stderr)
+        return 1
+    print("\n\n".join(render_text(fleet, name) for name, fleet in sorted(state.fleets.items())))
+    if args.output:
+        with open(args.output, "w") as out:
+            out.write(render_svg(state.fleets))
+        print(f"\nwrote {args.output}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         if args.command == "sandbox":
             return _run_sandbox(args)
+        if args.command == "topology":
+            return _run_topology(args)
     except (cluster.SandboxError, fleet.FleetError, build.BuildError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
