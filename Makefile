@@ -7,7 +7,7 @@ SANDBOX ?= demo
 FLEET  ?= mixed
 PYTEST_ARGS ?=
 
-.PHONY: demo test unit integration lint generate verify build-sandbox sandbox-down clean venv
+.PHONY: demo demo-down test unit integration lint generate verify build-sandbox sandbox-down clean venv
 
 venv: $(STAMP)
 
@@ -18,13 +18,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-## demo: start the sandbox with the default fleet and show it
+## demo: the sandbox with the default fleet, the CRDs, the operator and example jobs
 demo: venv
-	@$(BIN)/goodput sandbox down --name $(SANDBOX) >/dev/null 2>&1 || true
-	$(BIN)/goodput sandbox up --name $(SANDBOX) --fleet $(FLEET)
-	@echo
-	@eval "$$($(BIN)/goodput sandbox env --name $(SANDBOX))" && kubectl get nodes \
-	  -o custom-columns='NODE:.metadata.name,READY:.status.conditions[?(@.type=="Ready")].status,TYPE:.metadata.labels.node\.kubernetes\.io/instance-type,NEURON:.status.allocatable.aws\.amazon\.com/neuron,GPU:.status.allocatable.nvidia\.com/gpu,ULTRASERVER:.metadata.labels.topology\.k8s\.aws/ultraserver-id,NVLINK-CLIQUE:.metadata.labels.nvidia\.com/gpu\.clique'
+	SANDBOX=$(SANDBOX) FLEET=$(FLEET) scripts/demo.sh
+
+## demo-down: stop the demo's operator and sandbox
+demo-down: venv
+	SANDBOX=$(SANDBOX) scripts/demo-down.sh
 
 ## test: lint, type-check, build the sandbox binaries (first time), then every test
 ## (unit, integration, e2e) on a fresh sandbox

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -207,3 +208,23 @@ def test_metrics_are_served(e2e: Operator) -> None:
     for name in ("goodput_trainingjobs{phase=\"Running\"}", "goodput_placement_latency_seconds",
                  "goodput_reconcile_errors_total", "goodput_time_pending_seconds"):
         assert name in text, name
+
+
+def test_topology_view_shows_the_placement(e2e: Operator, crds: Cluster, namespace: str,
+                                           trn2_group: str, tmp_path: Path) -> None:
+    import xml.etree.ElementTree as ET
+
+    apply(crds, training_job("drawn", trn2_group, 2), namespace)
+    wait_phase(crds, namespace, "drawn", "Running")
+    svg = tmp_path / "fleet.svg"
+    result = subprocess.run(
+        [sys.executable, "-m", "goodput_operator.cli", "topology", "--kubeconfig",
+         str(crds.kubeconfig), "--group", trn2_group, "--output", str(svg)],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"{trn2_group}: 2 UltraServers, 8 nodes (2 in use)")
+    assert any(" 0 drawn" in line and " 1 drawn" in line for line in lines)
+    titles = [t.text or "" for t in ET.parse(svg).getroot().iter(
+        "{http://www.w3.org/2000/svg}title")]
+    assert sum(t.endswith(": drawn") for t in titles) == 2

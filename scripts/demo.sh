@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# make demo: a sandbox with the default fleet, the CRDs, the operator, the example groups and
+# training jobs of each fleet; then what happened. `make demo-down` stops it all.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=.venv/bin
+NAME=${SANDBOX:-demo}
+FLEET=${FLEET:-mixed}
+STATE=.venv/demo
+mkdir -p "$STATE"
+
+scripts/demo-down.sh >/dev/null 2>&1 || true
+$BIN/goodput sandbox up --name "$NAME" --fleet "$FLEET"
+eval "$($BIN/goodput sandbox env --name "$NAME")"
+
+echo; echo "== Installing the CRDs"
+kubectl apply --server-side -f crds/ >/dev/null
+kubectl wait --for condition=Established --timeout=60s crd/trainingjobs.goodput.dev \
+  crd/ultraservergroups.goodput.dev crd/inferenceendpoints.goodput.dev >/dev/null
+
+echo "== Starting the operator (log: $STATE/operator.log)"
+nohup $BIN/goodput-operator --health-port 18080 --metrics-port 19090 \
+  >"$STATE/operator.log" 2>&1 &
+echo $! >"$STATE/operator.pid"
+for _ in $(seq 60); do
+  curl -sf localhost:18080/healthz >/dev/null && break
+  sleep 0.5
+done
+
+echo "== Applying the example UltraServerGroups and TrainingJobs (trn2, p5, nvl72)"
+kubectl create namespace demo >/dev/null 2>&1 || true
+for fleet in trn2 p5 nvl72; do
+  kubectl apply --server-side -f "examples/$fleet/ultraservergroup.yaml" >/dev/null
+  for job in examples/$fleet/trainingjob*.yaml; do
+    kubectl apply --server-side -n demo -f "$job" >/dev/null
+  done
+done
+
+echo "== Waiting for the jobs to run"
+kubectl wait -n demo --for=jsonpath='{.status.phase}'=Running tj --all --timeout=90s >/dev/null \
+  || echo "(some jobs are not Running yet: see their conditions below)"
+echo
+kubectl get usg
+echo
+kubectl get tj -n demo -o wide
+echo
+$BIN/goodput topology --output "$STATE/fleet.svg"
+cat <<EOT
+
+The sandbox and the operator keep running:
+  eval \$($BIN/goodput sandbox env --name $NAME)     # then kubectl get tj -A, kubectl describe tj ...
+  $BIN/goodput topology                              # the picture again ($STATE/fleet.svg as SVG)
+  curl localhost:19090/metrics | grep ^goodput_      # the operator's metrics
+  make demo-down                                     # stop the operator and the sandbox
+EOT
