@@ -32,8 +32,8 @@ class Kube:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
 
-    def create(self, obj: Obj) -> bool:
-        """Create OBJ (Pod, Service, ConfigMap); False if it already existed."""
+    def create(self, obj: Obj) -> Obj | None:
+        """Create OBJ (Pod, Service, ConfigMap): the stored object, or None if it existed."""
         kind, namespace = obj["kind"], obj["metadata"]["namespace"]
         creators: dict[str, Callable[..., Any]] = {
             "Pod": self.core.create_namespaced_pod,
@@ -41,12 +41,12 @@ class Kube:
             "ConfigMap": self.core.create_namespaced_config_map}
         create = creators[kind]
         try:
-            create(namespace, obj)
+            created = create(namespace, obj)
         except ApiException as err:
             if err.status == 409:
-                return False
+                return None
             raise
-        return True
+        return cast(Obj, self.api.sanitize_for_serialization(created))  # type: ignore[no-untyped-call]
 
     def replace_config_map(self, obj: Obj) -> None:
         meta = obj["metadata"]
@@ -66,10 +66,11 @@ class Kube:
             if err.status != 404:
                 raise
 
-    def patch_pod(self, namespace: str, name: str, patch: Obj) -> None:
+    def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
         """JSON merge patch: lists in PATCH (gates, node selector terms) are replaced whole."""
-        self.core.patch_namespaced_pod(name, namespace, patch,
-                                       _content_type="application/merge-patch+json")
+        patched = self.core.patch_namespaced_pod(name, namespace, patch,
+                                                 _content_type="application/merge-patch+json")
+        return cast(Obj, self.api.sanitize_for_serialization(patched))  # type: ignore[no-untyped-call]
 
     def patch_status(self, plural: str, namespace: str | None, name: str, status: Obj) -> None:
         body = {"status": status}

@@ -28,6 +28,17 @@ def pod_key(pod: Obj) -> str:
     return f"{meta.get('namespace', 'default')}/{meta['name']}"
 
 
+def _older(incoming: Obj, held: Obj | None) -> bool:
+    """resourceVersions are opaque, but etcd's are increasing integers: use them if so."""
+    if held is None:
+        return False
+    try:
+        return int(incoming["metadata"]["resourceVersion"]) < int(
+            held["metadata"]["resourceVersion"])
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def with_reservation(pod: Obj) -> Obj:
     """A pinned pod that has not bound yet counts on the node it is pinned to."""
     node = (pod["metadata"].get("annotations") or {}).get(RESERVED_NODE)
@@ -93,7 +104,11 @@ class State:
 
     # ---- pods ----------------------------------------------------------------
     def upsert_pod(self, body: Obj) -> None:
+        """A pod as a watch event or our own API call returned it; an event older than
+        what we already hold (our create/patch response came first) is ignored."""
         key = pod_key(body)
+        if _older(body, self.pods.get(key)):
+            return
         labels = body["metadata"].get("labels") or {}
         self.pods[key] = body
         for fleet in self.fleets.values():

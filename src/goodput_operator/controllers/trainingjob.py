@@ -23,13 +23,19 @@ from goodput_operator.api.trainingjob import PHASES, TrainingJobSpec
 from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import RESERVED_NODE, State
 from goodput_operator.resources import trainingjob as build
-from goodput_operator.resources.jobplan import TERMINAL, Plan, plan
+from goodput_operator.resources.jobplan import TERMINAL, Plan, attempt_of, index_of, plan
 from goodput_operator.topology.model import Fleet
 from goodput_operator.topology.placement import Request, place
 
 Obj = dict[str, Any]
 log = logging.getLogger("goodput.trainingjob")
 PLURAL = "trainingjobs"
+API_CONCURRENCY = 16  # concurrent API calls per job pass (pod creates, pins, deletes)
+DEBOUNCE_SECONDS = 0.02  # one pass for a burst of events, not one per event
+
+
+def restart_of(job: Obj) -> int:
+    return int((job.get("status") or {}).get("restarts", 0))
 
 
 def owner(namespace: str, name: str) -> str:
@@ -98,10 +104,16 @@ async def reconcile_job(state: State, kube: Kube, job: Obj) -> None:
     for type_, value, reason, message in decided.conditions:
         conditions = set_condition(conditions, type_, value, reason, message, generation)
 
+    fresh = False
     if decided.needs_placement:
         placement, conditions = _place(fleet, spec, job, conditions, events)
         if placement:
             desired["phase"], desired["message"] = "Placing", placement["reason"]
+            fresh = True
+            by_rank = {r["rank"]: r for r in placement["ranks"]}
+            decided.pin = [(p["metadata"]["name"], by_rank[index_of(p)]["node"],
+                            by_rank[index_of(p)]["domain"]) for p in pods
+                           if index_of(p) in by_rank and attempt_of(p) == restart_of(job)]
         else:
             desired["message"] = next(c["message"] for c in conditions if c["type"] == "Placed")
     if decided.restart:
@@ -111,7 +123,6 @@ async def reconcile_job(state: State, kube: Kube, job: Obj) -> None:
     if decided.phase == "Suspended":
         placement = None
 
-    await _children(kube, job, decided, placement, {p["metadata"]["name"]: p for p in pods})
     desired["placement"] = placement
     desired["conditions"] = conditions
     desired["workers"] = {"desired": spec.workers, "ready": decided.ready,
@@ -127,14 +138,20 @@ async def reconcile_job(state: State, kube: Kube, job: Obj) -> None:
             "Running", "Succeeded", "Failed", "Suspended"):
         kind = "Warning" if desired["phase"] == "Failed" else "Normal"
         events.append((kind, desired["phase"], desired["message"]))
-    await _write(kube, job, status, desired, events)
+    observed = {p["metadata"]["name"]: p for p in pods}
+    if fresh:  # the placement is on record before any pod is pinned to it
+        await _write(kube, job, status, desired, events)
+        await _children(state, kube, job, decided, placement, observed)
+    else:
+        await _children(state, kube, job, decided, placement, observed)
+        await _write(kube, job, status, desired, events)
     await _expire(kube, job, spec, {**status, **desired})
 
 
 def _place(fleet: Fleet, spec: TrainingJobSpec, job: Obj, conditions: list[Obj],
            events: list[tuple[str, str, str]]) -> tuple[Obj | None, list[Obj]]:
     meta = job["metadata"]
-    restart = int((job.get("status") or {}).get("restarts", 0))
+    restart = restart_of(job)
     request = Request(spec.workers, spec.accelerators_per_worker, spec.topology.unit,
                       spec.topology.policy)
     started = time.perf_counter()
@@ -162,22 +179,34 @@ def _place(fleet: Fleet, spec: TrainingJobSpec, job: Obj, conditions: list[Obj],
                                     generation)
 
 
-async def _children(kube: Kube, job: Obj, decided: Plan, placement: Obj | None,
+async def _children(state: State, kube: Kube, job: Obj, decided: Plan, placement: Obj | None,
                     observed: dict[str, Obj]) -> None:
+    """Create, pin and delete pods, API_CONCURRENCY calls at a time. What the API returns
+    goes straight into the state (expectations): the next pass, which may come before the
+    watch events do, must not create or pin the same pods again."""
     namespace = job["metadata"]["namespace"]
+    limit = asyncio.Semaphore(API_CONCURRENCY)
+
+    async def call(fn: Any, *args: Any) -> Any:
+        async with limit:
+            return await asyncio.to_thread(fn, *args)
+
     if decided.create:
-        await asyncio.to_thread(kube.create, build.service(job))
-    for pod in decided.create:
-        await asyncio.to_thread(kube.create, pod)
+        await call(kube.create, build.service(job))
+        for created in await asyncio.gather(*(call(kube.create, p) for p in decided.create)):
+            if created is not None:
+                state.upsert_pod(created)
     if decided.pin and placement:
         hosts = [r["node"] for r in sorted(placement["ranks"], key=lambda r: r["rank"])]
-        await asyncio.to_thread(kube.replace_config_map, build.hostfile(job, hosts))
+        await call(kube.replace_config_map, build.hostfile(job, hosts))
+        patches = []
         for pod_name, node, domain in decided.pin:
             patch = build.pin(observed[pod_name], node, domain)
             patch["metadata"]["annotations"][RESERVED_NODE] = node
-            await asyncio.to_thread(kube.patch_pod, namespace, pod_name, patch)
-    for pod_name in decided.delete:
-        await asyncio.to_thread(kube.delete_pod, namespace, pod_name)
+            patches.append(call(kube.patch_pod, namespace, pod_name, patch))
+        for patched in await asyncio.gather(*patches):
+            state.upsert_pod(patched)
+    await asyncio.gather(*(call(kube.delete_pod, namespace, name) for name in decided.delete))
 
 
 async def _write(kube: Kube, job: Obj, current: Obj, desired: Obj,
@@ -209,6 +238,7 @@ async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> Non
     while True:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(state.wake.wait(), timeout=resync_seconds)
+        await asyncio.sleep(DEBOUNCE_SECONDS)  # let a burst of watch events land first
         state.wake.clear()
         started = time.perf_counter()
         jobs = state.ordered_jobs()
