@@ -228,3 +228,15 @@ def test_topology_view_shows_the_placement(e2e: Operator, crds: Cluster, namespa
     titles = [t.text or "" for t in ET.parse(svg).getroot().iter(
         "{http://www.w3.org/2000/svg}title")]
     assert sum(t.endswith(": drawn") for t in titles) == 2
+
+
+def test_a_finished_job_is_deleted_after_its_ttl(e2e: Operator, crds: Cluster, namespace: str,
+                                                 trn2_group: str) -> None:
+    apply(crds, training_job("shortlived", trn2_group, 1, ttlSecondsAfterFinished=2), namespace)
+    wait_phase(crds, namespace, "shortlived", "Running")
+    pod = job_pods(crds, namespace, "shortlived")[0]["metadata"]["name"]
+    sandbox_cli(crds, "succeed-pod", pod, "-n", namespace)
+    wait_phase(crds, namespace, "shortlived", "Succeeded")
+    wait_for(lambda: crds.kubectl("get", "tj", "shortlived", "-n", namespace,
+                                  check=False).returncode != 0,
+             timeout=30, what="the job deleted after its TTL")

@@ -37,15 +37,15 @@ PLACED = {"placement": {"ranks": [{"rank": 0, "node": "n0", "domain": "d"},
                                   {"rank": 1, "node": "n1", "domain": "d"}]}}
 
 
-def test_a_new_job_creates_all_workers_gated() -> None:
+def test_a_new_job_creates_all_workers_gated_and_asks_for_a_placement() -> None:
     result = plan(job(), [], NEURON)
     assert [p["metadata"]["name"] for p in result.create] == ["j-r0-w0", "j-r0-w1"]
     assert all(build.is_gated(p) for p in result.create)
-    assert not result.needs_placement and result.phase == "Pending"
+    assert result.needs_placement and result.phase == "Pending"
 
 
-def test_placement_is_asked_for_only_when_the_whole_gang_exists_gated() -> None:
-    assert plan(job(), [pod(0)], NEURON).needs_placement is False
+def test_placement_is_asked_for_while_no_worker_runs_ungated() -> None:
+    assert plan(job(), [pod(0)], NEURON).needs_placement is True
     assert plan(job(), [pod(0), pod(1)], NEURON).needs_placement is True
     assert plan(job(), [pod(0), pod(1, gated=False)], NEURON).needs_placement is False
 

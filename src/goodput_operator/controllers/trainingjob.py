@@ -49,9 +49,10 @@ def _parse_time(value: str | None) -> float | None:
 
 
 def reserve_from_status(state: State, job: Obj) -> None:
-    """Count a written placement whose pods exist but are still gated: after an operator
-    restart between writing a placement and pinning, such pods hold nothing yet. Only
-    pods that exist now are reserved, so a deleted or finished pod is never re-counted."""
+    """Count a written placement for ranks whose pods are missing or still gated: after an
+    operator restart between writing a placement and pinning, they hold nothing yet.
+    Finished pods are never re-counted, and a deleted job's reservations are released
+    when its deletion is seen (State.remove_job)."""
     status = job.get("status") or {}
     fleet = state.fleets.get(job["spec"].get("ultraServerGroup") or "")
     ranks = (status.get("placement") or {}).get("ranks") or []
@@ -64,7 +65,7 @@ def reserve_from_status(state: State, job: Obj) -> None:
         name = build.pod_name(meta["name"], restart, rank["rank"])
         key = f"{meta['namespace']}/{name}"
         pod = pods.get(name)
-        if pod is not None and build.is_gated(pod) and key not in fleet.pods:
+        if (pod is None or build.is_gated(pod)) and key not in fleet.pods:
             fleet.bind(key, rank["node"], int(job["spec"]["acceleratorsPerWorker"]),
                        owner(meta["namespace"], meta["name"]))
 
@@ -120,6 +121,7 @@ async def reconcile_job(state: State, kube: Kube, job: Obj) -> None:
         desired["restarts"] = int(status.get("restarts", 0)) + 1
         placement = None
         events.append(("Warning", "Restarting", decided.message))
+        log.warning("%s/%s: %s", namespace, name, decided.message)
     if decided.phase == "Suspended":
         placement = None
 
@@ -162,6 +164,7 @@ def _place(fleet: Fleet, spec: TrainingJobSpec, job: Obj, conditions: list[Obj],
         previous = next((c for c in conditions if c["type"] == "Placed"), None)
         if previous is None or previous.get("message") != result.reason:
             events.append(("Normal", "WaitingForCapacity", result.reason))
+            log.info("%s/%s waits: %s", meta["namespace"], meta["name"], result.reason)
         return None, set_condition(conditions, "Placed", False, "WaitingForCapacity",
                                    result.reason, generation)
     for rank in result.ranks:  # reserve now: later jobs in this pass must see it
@@ -172,6 +175,7 @@ def _place(fleet: Fleet, spec: TrainingJobSpec, job: Obj, conditions: list[Obj],
     if created is not None:
         metrics.PENDING_SECONDS.observe(max(0.0, time.time() - created))
     events.append(("Normal", "Placed", result.reason))
+    log.info("%s/%s placed: %s", meta["namespace"], meta["name"], result.reason)
     placement = {"domains": list(result.domains), "reason": result.reason,
                  "ranks": [{"rank": r.rank, "node": r.node, "domain": r.domain}
                            for r in result.ranks]}

@@ -125,8 +125,10 @@ def plan(job: Obj, pods: list[Obj], resource: str) -> Plan:
     placement = status.get("placement") or {}
     ranks = {r["rank"]: r for r in placement.get("ranks") or []}
     if not ranks:
-        result.needs_placement = not result.create and all(
-            build.is_gated(p) for p in current.values())
+        # Place as soon as no worker runs ungated, whether or not every pod exists yet:
+        # a job's turn (priority, then arrival) must not depend on how fast its pods were
+        # created. Missing pods are created gated and pinned from the recorded placement.
+        result.needs_placement = all(build.is_gated(p) for p in current.values())
         result.message = "waiting for a placement"
         return result
     for index, pod in current.items():
