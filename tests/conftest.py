@@ -98,6 +98,17 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
             sandbox_cluster.down(box)
 
 
+@pytest.fixture(scope="session")
+def crds(cluster: Cluster) -> Cluster:
+    """The cluster with our CRDs installed (server-side apply) and established."""
+    root = Path(__file__).resolve().parents[1]
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(root / "crds"))
+    cluster.kubectl("wait", "--for", "condition=Established", "--timeout=60s",
+                    "crd/trainingjobs.goodput.dev", "crd/ultraservergroups.goodput.dev",
+                    "crd/inferenceendpoints.goodput.dev")
+    return cluster
+
+
 @pytest.fixture
 def sandbox(cluster: Cluster) -> Any:
     """The session sandbox itself, for tests of fault injection and the fleet."""

@@ -18,8 +18,6 @@ import pytest
 
 from tests.conftest import Cluster, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -72,15 +70,6 @@ class Operator:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self.proc = None
-
-
-@pytest.fixture(scope="session")
-def crds(cluster: Cluster) -> Cluster:
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    cluster.kubectl("wait", "--for", "condition=Established", "--timeout=60s",
-                    "crd/trainingjobs.goodput.dev", "crd/ultraservergroups.goodput.dev",
-                    "crd/inferenceendpoints.goodput.dev")
-    return cluster
 
 
 @pytest.fixture(scope="session")

@@ -22,15 +22,6 @@ EXAMPLES = sorted(p for p in (ROOT / "examples").rglob("*.yaml") if "fleets" not
 Doc = dict[str, Any]
 
 
-@pytest.fixture(scope="module")
-def crds(cluster: Cluster) -> Cluster:
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    cluster.kubectl("wait", "--for", "condition=Established", "--timeout=60s",
-                    "crd/trainingjobs.goodput.dev", "crd/ultraservergroups.goodput.dev",
-                    "crd/inferenceendpoints.goodput.dev")
-    return cluster
-
-
 def apply(cluster: Cluster, doc: Doc, namespace: str | None) -> Any:
     args = ["apply", "--server-side", "-f", "-"]
     if namespace and doc["kind"] != "UltraServerGroup":
