@@ -124,3 +124,25 @@ def test_shape_from_each_example_group(example: str, label: str, per_domain: int
             shape.domain_noun, shape.spares_per_domain) == (label, per_domain, per_node, noun,
                                                              spares)
     assert len(shape.network_levels) == 2
+
+
+def test_a_heartbeat_does_not_wake_the_operator() -> None:
+    import asyncio
+
+    from goodput_operator.controllers.state import State
+
+    async def scenario() -> tuple[bool, bool]:
+        state = State()
+        body = node("n0", "us-0")
+        body["status"]["conditions"][0]["lastHeartbeatTime"] = "t1"
+        state.upsert_node(body)
+        state.wake.clear()
+        beat = node("n0", "us-0")
+        beat["status"]["conditions"][0]["lastHeartbeatTime"] = "t2"
+        state.upsert_node(beat)
+        woke_on_heartbeat = state.wake.is_set()
+        state.upsert_node(node("n0", "us-0", ready=False))
+        return woke_on_heartbeat, state.wake.is_set()
+
+    heartbeat, failure = asyncio.run(scenario())
+    assert (heartbeat, failure) == (False, True)

@@ -134,3 +134,15 @@ def test_long_names_stay_within_dns_limits() -> None:
     long["metadata"]["name"] = "x" * 63
     assert len(build.pod_name("x" * 63, 12, 1023)) <= 63
     assert len(build.hostfile(long, ["n"])["metadata"]["name"]) <= 63
+
+
+def test_a_placed_rank_is_created_pinned_and_ungated() -> None:
+    pod = build.worker_pod(job(), 1, 0, NEURON)
+    ready = build.pinned(pod, "trn2-00-1", "us-0")
+    assert not build.is_gated(ready) and build.is_gated(pod)   # the original is untouched
+    term = ready["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    assert term["matchExpressions"] == [{"key": "kubernetes.io/hostname", "operator": "In",
+                                         "values": ["trn2-00-1"]}]
+    assert ready["metadata"]["annotations"] == {"goodput.dev/domain": "us-0",
+                                                "goodput.dev/node": "trn2-00-1"}

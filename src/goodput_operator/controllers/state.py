@@ -12,11 +12,11 @@ from collections import defaultdict
 from typing import Any
 
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
-from goodput_operator.resources.trainingjob import JOB_LABEL
+from goodput_operator.resources.trainingjob import JOB_LABEL, NODE_ANNOTATION
 from goodput_operator.topology.model import Fleet, GroupShape
 
 Obj = dict[str, Any]
-RESERVED_NODE = "goodput.dev/node"  # a pinned pod's node, counted before it binds
+RESERVED_NODE = NODE_ANNOTATION
 
 
 def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
@@ -26,6 +26,19 @@ def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
 def pod_key(pod: Obj) -> str:
     meta = pod["metadata"]
     return f"{meta.get('namespace', 'default')}/{meta['name']}"
+
+
+def node_digest(node: Obj) -> tuple[object, ...]:
+    """What placement reads from a node: labels, allocatable, taints, schedulability and the
+    status of each condition (not their heartbeat times)."""
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    conditions = tuple(sorted((c.get("type"), c.get("status"))
+                              for c in status.get("conditions") or []))
+    taints = tuple(sorted((t.get("key"), t.get("value"), t.get("effect"))
+                          for t in spec.get("taints") or []))
+    return (tuple(sorted((node["metadata"].get("labels") or {}).items())),
+            tuple(sorted((status.get("allocatable") or {}).items())), taints,
+            bool(spec.get("unschedulable")), conditions)
 
 
 def _older(incoming: Obj, held: Obj | None) -> bool:
@@ -82,8 +95,13 @@ class State:
 
     # ---- nodes ---------------------------------------------------------------
     def upsert_node(self, body: Obj) -> None:
+        """A node changed. Heartbeats (every node, every few seconds) change nothing the
+        fleet reads, so they are stored without touching the fleets or waking the loop."""
         name = body["metadata"]["name"]
+        previous = self.nodes.get(name)
         self.nodes[name] = body
+        if previous is not None and node_digest(previous) == node_digest(body):
+            return
         labels = body["metadata"].get("labels") or {}
         for group, spec in self.groups.items():
             fleet = self.fleets[group]

@@ -2,8 +2,8 @@
 
 One loop reconciles every job in order (priority, then arrival), so a higher-priority job
 gets freed capacity first and placements within a pass see each other's reservations.
-A placement is written to the job's status before any pod is pinned; the next pass pins
-from it, so an operator restart mid-launch finishes the launch instead of redoing it.
+A placement is written to the job's status before any pod is pinned or created pinned, so
+an operator restart mid-launch finishes the launch from it instead of redoing it.
 """
 
 from __future__ import annotations
@@ -114,7 +114,8 @@ async def reconcile_job(state: State, kube: Kube, job: Obj) -> None:
             by_rank = {r["rank"]: r for r in placement["ranks"]}
             decided.pin = [(p["metadata"]["name"], by_rank[index_of(p)]["node"],
                             by_rank[index_of(p)]["domain"]) for p in pods
-                           if index_of(p) in by_rank and attempt_of(p) == restart_of(job)]
+                           if index_of(p) in by_rank and attempt_of(p) == restart_of(job)
+                           and build.is_gated(p)]
         else:
             desired["message"] = next(c["message"] for c in conditions if c["type"] == "Placed")
     if decided.restart:
@@ -197,7 +198,13 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Plan, placement
 
     if decided.create:
         await call(kube.create, build.service(job))
-        for created in await asyncio.gather(*(call(kube.create, p) for p in decided.create)):
+        ranks = {r["rank"]: r for r in (placement or {}).get("ranks") or []}
+        if ranks:  # already placed: create pinned, one write per pod instead of two
+            hosts = [r["node"] for r in sorted(ranks.values(), key=lambda r: r["rank"])]
+            await call(kube.replace_config_map, build.hostfile(job, hosts))
+        bodies = [build.pinned(p, ranks[index_of(p)]["node"], ranks[index_of(p)].get("domain"))
+                  if index_of(p) in ranks else p for p in decided.create]
+        for created in await asyncio.gather(*(call(kube.create, p) for p in bodies)):
             if created is not None:
                 state.upsert_pod(created)
     if decided.pin and placement:
