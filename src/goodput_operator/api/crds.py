@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from goodput_operator.api.base import CATEGORY, GROUP, VERSION
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec, InferenceEndpointStatus
-from goodput_operator.api.schema import JsonSchema, k8s_schema, strip_defaults
+from goodput_operator.api.schema import JsonSchema, k8s_schema, map_schema, strip_defaults
 from goodput_operator.api.trainingjob import TrainingJobSpec, TrainingJobStatus
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec, UltraServerGroupStatus
 
@@ -126,17 +126,15 @@ KINDS: tuple[Kind, ...] = (
 )
 
 
+def _one_line(node: JsonSchema) -> JsonSchema:
+    if "description" in node:
+        node["description"] = re.sub(r"\s+", " ", node["description"]).strip()
+    return node
+
+
 def _tidy(schema: JsonSchema) -> JsonSchema:
     """Descriptions on one line each, as `kubectl explain` re-wraps them anyway."""
-    out = dict(schema)
-    if "description" in out:
-        out["description"] = re.sub(r"\s+", " ", out["description"]).strip()
-    if "properties" in out:
-        out["properties"] = {k: _tidy(v) for k, v in out["properties"].items()}
-    for key in ("items", "additionalProperties"):
-        if isinstance(out.get(key), dict):
-            out[key] = _tidy(out[key])
-    return out
+    return map_schema(schema, _one_line)
 
 
 def crd(kind: Kind) -> dict[str, Any]:

@@ -15,6 +15,7 @@ What pydantic emits and Kubernetes refuses or reads differently, and what we do:
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
@@ -104,13 +105,18 @@ def _collapse_any_of(node: JsonSchema, defs: dict[str, JsonSchema]) -> JsonSchem
     return merged
 
 
+def map_schema(schema: JsonSchema, change: Callable[[JsonSchema], JsonSchema]) -> JsonSchema:
+    """A copy with CHANGE applied to every node: the schema itself, its properties, items
+    and additionalProperties, all the way down."""
+    out = change(dict(schema))
+    if "properties" in out:
+        out["properties"] = {k: map_schema(v, change) for k, v in out["properties"].items()}
+    for key in ("items", "additionalProperties"):
+        if isinstance(out.get(key), dict):
+            out[key] = map_schema(out[key], change)
+    return out
+
+
 def strip_defaults(schema: JsonSchema) -> JsonSchema:
     """A copy without any `default` (for status, which the operator writes whole)."""
-    out = {k: v for k, v in schema.items() if k != "default"}
-    if "properties" in out:
-        out["properties"] = {k: strip_defaults(v) for k, v in out["properties"].items()}
-    if isinstance(out.get("items"), dict):
-        out["items"] = strip_defaults(out["items"])
-    if isinstance(out.get("additionalProperties"), dict):
-        out["additionalProperties"] = strip_defaults(out["additionalProperties"])
-    return out
+    return map_schema(schema, lambda node: {k: v for k, v in node.items() if k != "default"})

@@ -13,7 +13,7 @@ from typing import Any
 
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.resources.trainingjob import JOB_LABEL, NODE_ANNOTATION
-from goodput_operator.topology.model import Fleet, GroupShape
+from goodput_operator.topology.model import Fleet, GroupShape, trainingjob_owner
 
 Obj = dict[str, Any]
 RESERVED_NODE = NODE_ANNOTATION
@@ -66,7 +66,6 @@ class State:
         self.pods: dict[str, Obj] = {}  # pods that request accelerators or are ours
         self.job_pods: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
         self.groups: dict[str, UltraServerGroupSpec] = {}
-        self.group_bodies: dict[str, Obj] = {}
         self.fleets: dict[str, Fleet] = {}
         self.jobs: dict[tuple[str, str], Obj] = {}
         self.wake = asyncio.Event()
@@ -75,7 +74,6 @@ class State:
     def upsert_group(self, body: Obj) -> None:
         name = body["metadata"]["name"]
         spec = UltraServerGroupSpec.model_validate(body["spec"])
-        self.group_bodies[name] = body
         if self.groups.get(name) != spec:
             self.groups[name] = spec
             self.fleets[name] = self._build_fleet(spec)
@@ -83,7 +81,6 @@ class State:
 
     def remove_group(self, name: str) -> None:
         self.groups.pop(name, None)
-        self.group_bodies.pop(name, None)
         self.fleets.pop(name, None)
         self.wake.set()
 
@@ -158,7 +155,7 @@ class State:
     def remove_job(self, namespace: str, name: str) -> None:
         self.jobs.pop((namespace, name), None)
         for fleet in self.fleets.values():  # reservations of pods that never bound
-            fleet.release_owner(f"tj/{namespace}/{name}")
+            fleet.release_owner(trainingjob_owner(namespace, name))
         self.wake.set()
 
     def ordered_jobs(self) -> list[Obj]:

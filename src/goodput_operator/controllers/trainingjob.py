@@ -24,7 +24,7 @@ from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import RESERVED_NODE, State
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.jobplan import TERMINAL, Plan, attempt_of, index_of, plan
-from goodput_operator.topology.model import Fleet
+from goodput_operator.topology.model import Fleet, trainingjob_owner
 from goodput_operator.topology.placement import Request, place
 
 Obj = dict[str, Any]
@@ -36,10 +36,6 @@ DEBOUNCE_SECONDS = 0.02  # one pass for a burst of events, not one per event
 
 def restart_of(job: Obj) -> int:
     return int((job.get("status") or {}).get("restarts", 0))
-
-
-def owner(namespace: str, name: str) -> str:
-    return f"tj/{namespace}/{name}"
 
 
 def _parse_time(value: str | None) -> float | None:
@@ -67,7 +63,7 @@ def reserve_from_status(state: State, job: Obj) -> None:
         pod = pods.get(name)
         if (pod is None or build.is_gated(pod)) and key not in fleet.pods:
             fleet.bind(key, rank["node"], int(job["spec"]["acceleratorsPerWorker"]),
-                       owner(meta["namespace"], meta["name"]))
+                       trainingjob_owner(meta["namespace"], meta["name"]))
 
 
 async def reconcile_job(state: State, kube: Kube, job: Obj) -> None:
@@ -171,7 +167,7 @@ def _place(fleet: Fleet, spec: TrainingJobSpec, job: Obj, conditions: list[Obj],
     for rank in result.ranks:  # reserve now: later jobs in this pass must see it
         key = f"{meta['namespace']}/{build.pod_name(meta['name'], restart, rank.rank)}"
         fleet.bind(key, rank.node, spec.accelerators_per_worker,
-                   owner(meta["namespace"], meta["name"]))
+                   trainingjob_owner(meta["namespace"], meta["name"]))
     created = _parse_time(meta.get("creationTimestamp"))
     if created is not None:
         metrics.PENDING_SECONDS.observe(max(0.0, time.time() - created))

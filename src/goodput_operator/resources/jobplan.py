@@ -90,7 +90,8 @@ def plan(job: Obj, pods: list[Obj], resource: str) -> Plan:
     resume_from = (resume or {}).get("path")
     for index in range(spec.workers):
         if index not in current:
-            result.create.append(build.worker_pod(job, index, restart, resource, resume_from))
+            result.create.append(build.worker_pod(job, index, restart, resource, resume_from,
+                                                  spec))
 
     failed = [(i, p) for i, p in sorted(current.items()) if p.get("status", {}).get("phase")
               == "Failed"]

@@ -93,8 +93,8 @@ def hostfile(job: Obj, hosts: Sequence[str]) -> Obj:
     }
 
 
-def launcher_env(job: Obj, index: int, restart: int, resume_from: str | None) -> list[Obj]:
-    spec = _spec(job)
+def launcher_env(job: Obj, spec: TrainingJobSpec, index: int, restart: int,
+                 resume_from: str | None) -> list[Obj]:
     meta = job["metadata"]
     procs = spec.launcher.procs_per_worker or spec.accelerators_per_worker
     master = worker_dns(job, 0)
@@ -124,9 +124,11 @@ def launcher_env(job: Obj, index: int, restart: int, resume_from: str | None) ->
 
 
 def worker_pod(job: Obj, index: int, restart: int, resource: str,
-               resume_from: str | None = None) -> Obj:
-    """Worker `index` of attempt `restart`: gated, with rank environment and the hostfile."""
-    spec = _spec(job)
+               resume_from: str | None = None, spec: TrainingJobSpec | None = None) -> Obj:
+    """Worker `index` of attempt `restart`: gated, with rank environment and the hostfile.
+    SPEC is the already parsed job spec, when the caller has it (one parse per pass, not
+    one per pod)."""
+    spec = spec or _spec(job)
     meta = job["metadata"]
     template = copy.deepcopy(job["spec"]["template"])
     pod_spec: Obj = template.get("spec", {})
@@ -134,7 +136,7 @@ def worker_pod(job: Obj, index: int, restart: int, resource: str,
               RANK_LABEL: str(index), RESTART_LABEL: str(restart), **MANAGED_BY}
     annotations = dict(template.get("metadata", {}).get("annotations") or {})
     containers = pod_spec["containers"]
-    env = launcher_env(job, index, restart, resume_from)
+    env = launcher_env(job, spec, index, restart, resume_from)
     for position, container in enumerate(containers):
         names = {e["name"] for e in env}
         container["env"] = [e for e in container.get("env") or [] if e["name"] not in names] \

@@ -89,7 +89,7 @@ def go_binary_name(package: str) -> str:
     return parts[-1]
 
 
-def _stderr_progress(message: str) -> None:
+def print_progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
@@ -219,7 +219,7 @@ def _prepare_wrapper(go: _Go, component: Component) -> None:
     go.run("get", *(f"{pkg}@{component.version}" for pkg in component.binaries))
 
 
-def build(component: Component, progress: Progress = _stderr_progress) -> Path:
+def build(component: Component, progress: Progress = print_progress) -> Path:
     """Build one component's binaries unless they are already cached; return their folder."""
     target = bin_dir(component)
     with _locked(cache_root() / "locks" / f"{component.key}.lock"):
@@ -249,7 +249,7 @@ def build(component: Component, progress: Progress = _stderr_progress) -> Path:
 
 
 def ensure_all(components: Sequence[Component] = SANDBOX_COMPONENTS,
-               progress: Progress = _stderr_progress) -> dict[str, Path]:
+               progress: Progress = print_progress) -> dict[str, Path]:
     """Build what is missing and return every binary's path by name."""
     paths: dict[str, Path] = {}
     for component in components:

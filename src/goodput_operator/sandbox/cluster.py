@@ -163,7 +163,7 @@ class Sandbox:
 
 
 def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,
-       progress: Progress = build._stderr_progress, wait_seconds: float = 180) -> fleet.Fleet:
+       progress: Progress = build.print_progress, wait_seconds: float = 180) -> fleet.Fleet:
     """Build (first time), start the control plane, create the fleet's nodes, wait for Ready."""
     chosen = fleet.load(fleet_ref)  # validate before spending minutes on anything
     if sandbox.is_running():

@@ -137,13 +137,19 @@ def pod_accelerators(pod: Mapping[str, Any], resource: str) -> int:
     return total
 
 
+def trainingjob_owner(namespace: str, name: str) -> str:
+    """How a TrainingJob is named as the owner of usage in the fleet (and in explanations)."""
+    return f"tj/{namespace}/{name}"
+
+
 def pod_owner(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata", {})
     labels = meta.get("labels") or {}
     namespace = meta.get("namespace", "default")
-    for key, kind in (("goodput.dev/trainingjob", "tj"), ("goodput.dev/inferenceendpoint", "ie")):
-        if key in labels:
-            return f"{kind}/{namespace}/{labels[key]}"
+    if "goodput.dev/trainingjob" in labels:
+        return trainingjob_owner(namespace, labels["goodput.dev/trainingjob"])
+    if "goodput.dev/inferenceendpoint" in labels:
+        return f"ie/{namespace}/{labels['goodput.dev/inferenceendpoint']}"
     refs = meta.get("ownerReferences") or []
     if refs:
         return f"{refs[0].get('kind', '').lower()}/{namespace}/{refs[0].get('name', '')}"
