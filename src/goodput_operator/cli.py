@@ -74,7 +74,59 @@ def parser() -> argparse.ArgumentParser:
     topology.add_argument("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config")
     topology.add_argument("--group", action="append", help="only this group (repeatable)")
     topology.add_argument("--output", "-o", help="also write the picture as SVG to this file")
+    node = sub.add_parser("node", help="quarantine a node by hand, or release it",
+                          description="Quarantine: taint goodput.dev/quarantine=REASON:"
+                          "NoSchedule with evidence; jobs on it recover on spares. Release: "
+                          "remove it (the operator quarantines it again if it still fails).")
+    actions = node.add_subparsers(dest="action", required=True, metavar="ACTION")
+    hold = actions.add_parser("quarantine", help="take a node out of service")
+    hold.add_argument("node")
+    hold.add_argument("--reason", default="Manual",
+                      help="CamelCase reason on the taint (default: %(default)s)")
+    hold.add_argument("--message", default="", help="evidence to record with it")
+    free = actions.add_parser("release", help="return a quarantined node to service")
+    free.add_argument("node")
+    for action in (hold, free):
+        action.add_argument("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config")
     return root
+
+
+def _run_node(args: argparse.Namespace) -> int:
+    import re
+    import time
+
+    from kubernetes import config
+    from kubernetes.client.exceptions import ApiException
+
+    from goodput_operator.controllers.kube import Kube
+    from goodput_operator.health import quarantine as q
+
+    if args.action == "quarantine" and not re.fullmatch(r"[A-Z][A-Za-z0-9]{0,62}", args.reason):
+        print(f"error: --reason must be CamelCase letters and digits (got {args.reason!r})",
+              file=sys.stderr)
+        return 2
+    kube = Kube(config.new_client_from_config(config_file=args.kubeconfig))  # type: ignore[no-untyped-call]
+    try:
+        body = cast(dict[str, Any], kube.api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
+            kube.core.read_node(args.node)))
+        if args.action == "quarantine":
+            now = time.time()
+            finding = q.Finding(args.reason, args.message or "quarantined by hand", now)
+            kube.patch_node(args.node, q.quarantine_patch(body, finding, now, q.BY_HAND))
+            print(f"node {args.node} quarantined ({args.reason}); release it with "
+                  f"`goodput node release {args.node}`")
+        elif q.record_of(body) is None:
+            print(f"node {args.node} is not quarantined")
+        else:
+            kube.patch_node(args.node, q.release_patch(body))
+            print(f"node {args.node} released (the operator quarantines it again if it "
+                  "still fails its health checks)")
+    except ApiException as err:
+        reason = "not found" if err.status == 404 else "changed meanwhile, try again" \
+            if err.status == 409 else err.reason
+        print(f"error: node {args.node}: {reason}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _run_sandbox(args: argparse.Namespace) -> int:
@@ -172,6 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_sandbox(args)
         if args.command == "topology":
             return _run_topology(args)
+        if args.command == "node":
+            return _run_node(args)
     except (cluster.SandboxError, fleet.FleetError, build.BuildError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

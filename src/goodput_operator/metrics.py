@@ -19,3 +19,16 @@ RECONCILE_ERRORS = Counter("goodput_reconcile_errors_total",
 RECONCILE_SECONDS = Histogram("goodput_reconcile_pass_seconds",
                               "One pass over every TrainingJob",
                               buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 5))
+QUARANTINES = Counter("goodput_quarantines_total", "Nodes quarantined, by group and reason",
+                      ["group", "reason"])
+QUARANTINED = Gauge("goodput_quarantined_nodes", "Nodes in quarantine", ["group"])
+RECOVERY_SECONDS = Histogram(
+    "goodput_recovery_seconds", "Each recovery's phases: detection, replacement, restart",
+    ["phase"], buckets=(0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 900))
+BADPUT_SECONDS = Counter("goodput_badput_seconds_total",
+                         "Seconds lost to incidents (all phases and lost work), by cause",
+                         ["cause"])
+GOODPUT_RATIO = Gauge("goodput_ratio", "Productive / (productive + lost) seconds per job",
+                      ["namespace", "trainingjob"])
+REPORTS = Counter("goodput_reports_total", "Worker reports by kind and HTTP status",
+                  ["kind", "code"])

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from goodput_operator.resources import trainingjob as build
-from goodput_operator.resources.jobplan import plan
+from goodput_operator.resources.jobplan import Lost, plan
 
 pytestmark = pytest.mark.unit
 NEURON = "aws.amazon.com/neuron"
@@ -75,33 +75,83 @@ def test_succeeded_when_every_worker_succeeded() -> None:
     assert result.phase == "Succeeded" and result.message == "all 2 workers succeeded"
 
 
+NOW = 1_800_000_000.0
+
+
+def running(restart: int = 0) -> list[dict[str, Any]]:
+    return [pod(i, restart, phase="Running", gated=False, ready=True) for i in range(2)]
+
+
+def failed_worker(code: int, restart: int = 0) -> list[dict[str, Any]]:
+    worker = pod(1, restart, phase="Failed", gated=False, code=code)
+    worker["spec"]["nodeName"] = "n1"
+    return [pod(0, restart, phase="Running", gated=False, ready=True), worker]
+
+
 @pytest.mark.parametrize(
-    ("rules", "code", "phase", "fragment"),
+    ("rules", "code", "phase", "fragment", "restart_now", "blame"),
     [
         ([{"codes": [3], "action": "fail"}], 3, "Failed",
-         "worker w1 (j-r0-w1) exited with code 3; failurePolicy.exitCodes says fail"),
-        ([], 137, "Recovering", "exited with code 137; restarting the gang (restart 1)"),
-        ([{"codes": [137], "action": "restart"}], 137, "Recovering", "restart 1"),
+         "worker w1 (j-r0-w1) exited with code 3; failurePolicy.exitCodes says fail",
+         False, set()),
+        ([], 137, "Recovering", "ApplicationError: restart 1 in 10s (backoff)", False, set()),
+        ([{"codes": [137], "action": "restart"}], 137, "Recovering", "restart 1 in 10s",
+         False, set()),
+        ([{"codes": [74], "action": "quarantine"}], 74, "Recovering",
+         "waiting for node(s) n1 to be quarantined", False, {"n1"}),
     ],
 )
 def test_exit_codes_follow_the_failure_policy(rules: list, code: int, phase: str,
-                                              fragment: str) -> None:
-    pods = [pod(0, phase="Running", gated=False, ready=True),
-            pod(1, phase="Failed", gated=False, code=code)]
-    result = plan(job(PLACED, failurePolicy={"exitCodes": rules}), pods, NEURON)
+                                              fragment: str, restart_now: bool,
+                                              blame: set[str]) -> None:
+    result = plan(job(PLACED, failurePolicy={"exitCodes": rules}), failed_worker(code), NEURON,
+                  now=NOW)
     assert result.phase == phase
     assert fragment in result.message
+    assert result.restart is restart_now and set(result.blame) == blame
     if phase == "Failed":
         assert result.delete == ["j-r0-w0"]      # the still-running worker is stopped
     else:
-        assert result.restart and result.delete == ["j-r0-w0", "j-r0-w1"]
+        assert result.delete == []               # nothing stops before the restart
+        assert result.status["incidents"][-1]["restart"] == 1
 
 
-def test_an_ignored_exit_code_counts_as_done() -> None:
-    pods = [pod(0, phase="Succeeded", gated=False), pod(1, phase="Failed", gated=False, code=9)]
-    result = plan(job(PLACED, failurePolicy={"exitCodes": [{"codes": [9],
-                                                            "action": "ignore"}]}), pods, NEURON)
-    assert result.phase == "Succeeded"
+def test_an_application_error_restarts_on_the_same_nodes_once_the_backoff_is_over() -> None:
+    opened = plan(job(PLACED), failed_worker(1), NEURON, now=NOW)
+    assert opened.wake_at == NOW + 10
+    later = plan(job({**PLACED, **opened.status}), failed_worker(1), NEURON, now=NOW + 10)
+    assert later.restart and later.failed_nodes == [] and not later.blame
+    assert later.delete == ["j-r0-w0", "j-r0-w1"]
+
+
+def test_consecutive_application_errors_double_the_backoff() -> None:
+    earlier = [{"restart": 1, "cause": "ApplicationError", "runningAt": "2027-01-01T00:00:00Z"},
+               {"restart": 2, "cause": "ApplicationError", "runningAt": "2027-01-01T00:01:00Z"}]
+    status = {**PLACED, "restarts": 2, "incidents": earlier}
+    result = plan(job(status), failed_worker(1, restart=2), NEURON, now=NOW)
+    assert result.wake_at == NOW + 40            # 10 s, 20 s, 40 s
+
+
+def test_a_lost_node_restarts_the_gang_at_once_and_names_the_node_to_replace() -> None:
+    lost = {"n1": Lost("quarantined (NodeNotReady: Ready=False)", NOW - 6)}
+    result = plan(job({**PLACED, "goodput": {"since": "2027-01-15T08:00:00Z"}}), running(),
+                  NEURON, lost, now=NOW)
+    assert result.restart and result.failed_nodes == ["n1"]
+    assert result.delete == ["j-r0-w0", "j-r0-w1"]
+    incident = result.status["incidents"][-1]
+    assert incident["cause"] == "NodeFailure" and incident["nodes"] == ["n1"]
+    assert incident["detectionSeconds"] == 6
+    assert ("Warning", "Interrupted", "node n1 lost: quarantined (NodeNotReady: Ready=False)") \
+        in result.events
+
+
+def test_a_worker_blamed_node_is_replaced_once_it_is_quarantined() -> None:
+    rules = {"exitCodes": [{"codes": [74], "action": "quarantine"}]}
+    opened = plan(job(PLACED, failurePolicy=rules), failed_worker(74), NEURON, now=NOW)
+    lost = {"n1": Lost("quarantined (WorkerFailure: exit 74)", NOW)}
+    later = plan(job({**PLACED, **opened.status}, failurePolicy=rules), failed_worker(74),
+                 NEURON, lost, now=NOW + 1)
+    assert later.restart and later.failed_nodes == ["n1"] and not later.blame
 
 
 def test_the_restart_budget_ends_in_failure() -> None:
@@ -110,15 +160,38 @@ def test_the_restart_budget_ends_in_failure() -> None:
     assert result.phase == "Failed" and "restart budget of 2 used up" in result.message
 
 
-def test_pods_of_older_attempts_are_deleted_and_new_ones_resume_from_the_checkpoint() -> None:
-    status = {"restarts": 1, "checkpoint": {"latest": {"step": 300, "path": "/c/300"},
-                                            "latestVerified": {"step": 200, "path": "/c/200"}}}
-    result = plan(job(status), [pod(0, restart=0, phase="Failed", code=137)], NEURON)
-    assert result.delete == ["j-r0-w0"]
+def test_the_new_attempt_resumes_from_the_checkpoint_and_waits_for_the_old_pods() -> None:
+    status = {**PLACED, "restarts": 1,
+              "checkpoint": {"latest": {"step": 300, "path": "/c/300"},
+                             "latestVerified": {"step": 200, "path": "/c/200"}}}
+    result = plan(job(status), [pod(0, restart=0, phase="Running", gated=False)], NEURON)
+    assert result.delete == ["j-r0-w0"] and result.hold and result.pin == []
     names = [p["metadata"]["name"] for p in result.create]
     assert names == ["j-r1-w0", "j-r1-w1"]
     env = {e["name"]: e["value"] for e in result.create[0]["spec"]["containers"][0]["env"]}
     assert env["GOODPUT_RESUME_FROM"] == "/c/200" and env["GOODPUT_RESTART"] == "1"
+    gone = plan(job(status), [pod(0, restart=1), pod(1, restart=1)], NEURON)
+    assert not gone.hold and [p[0] for p in gone.pin] == ["j-r1-w0", "j-r1-w1"]
+
+
+def test_running_again_closes_the_incident_with_its_costs() -> None:
+    incident = {"restart": 1, "cause": "NodeFailure", "failedAt": "2027-01-15T08:00:00Z",
+                "detectedAt": "2027-01-15T08:00:06Z", "detectionSeconds": 6.0,
+                "replacedAt": "2027-01-15T08:00:06Z", "replacementSeconds": 0.0,
+                "lostWorkSeconds": 100.0}
+    status = {**PLACED, "restarts": 1, "incidents": [incident], "phase": "Recovering",
+              "goodput": {"productiveSeconds": 900}}
+    at = 1_800_000_000.0 + 0  # 2027-01-15T08:00:00Z
+    result = plan(job(status), running(restart=1), NEURON, now=at + 9)
+    assert result.phase == "Running"
+    closed = result.status["incidents"][-1]
+    assert closed["restartSeconds"] == 3 and closed["runningAt"] == "2027-01-15T08:00:09.000Z"
+    goodput = result.status["goodput"]
+    assert goodput["lostSeconds"] == {"detection": 6, "replacement": 0, "restart": 3,
+                                      "lostWork": 100}
+    assert goodput["lostByCause"] == {"NodeFailure": 109}
+    assert goodput["since"] == "2027-01-15T08:00:09.000Z"
+    assert result.events[0][1] == "Recovered"
 
 
 def test_suspend_stops_every_worker() -> None:

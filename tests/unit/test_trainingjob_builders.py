@@ -97,6 +97,19 @@ def test_every_container_sees_the_hostfile() -> None:
         pod["spec"]["volumes"]
 
 
+def test_every_container_gets_a_report_token_of_its_own_audience_and_the_url() -> None:
+    pod = build.worker_pod(job(), 0, 0, NEURON, report_url="https://op.goodput:8081")
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "goodput-report-token")
+    assert volume["projected"]["sources"] == [{"serviceAccountToken": {
+        "audience": "goodput.dev/report", "expirationSeconds": 3600, "path": "token"}}]
+    for container in pod["spec"]["containers"]:
+        assert {"name": "goodput-report-token", "readOnly": True,
+                "mountPath": "/var/run/secrets/goodput.dev/report"} in container["volumeMounts"]
+    env = env_of(pod)
+    assert env["GOODPUT_REPORT_URL"] == "https://op.goodput:8081"
+    assert env["GOODPUT_REPORT_TOKEN"] == "/var/run/secrets/goodput.dev/report/token"
+
+
 def test_hostfile_lists_workers_in_rank_order() -> None:
     config = build.hostfile(job(), ["trn2-00-0", "trn2-00-1", "trn2-01-0", "trn2-01-1"])
     assert config["data"]["hostfile"].splitlines() == [

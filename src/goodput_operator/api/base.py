@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 GROUP = "goodput.dev"
@@ -74,6 +74,12 @@ class ApiModel(BaseModel):
         extra="forbid",
         validate_default=True,
     )
+
+
+def describe_errors(err: ValidationError) -> str:
+    """A validation error in one line: `field.path: message; ...`."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
+                     for e in err.errors())
 
 
 def nested(model: type[ApiModel], **schema: Any) -> Any:

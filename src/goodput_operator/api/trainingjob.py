@@ -96,9 +96,10 @@ class ExitCodeRule(ApiModel):
 
     codes: list[Annotated[int, Field(ge=0, le=255)]] = Field(min_length=1, max_length=64)
     """Exit codes this rule matches (0..255)."""
-    action: Literal["restart", "fail", "ignore"]
-    """restart: restart the gang (counts against maxRestarts); fail: fail the job;
-    ignore: leave the job running."""
+    action: Literal["restart", "quarantine", "fail", "ignore"]
+    """restart: an application error, restart the gang (counts against maxRestarts);
+    quarantine: an infrastructure error (device, fabric), quarantine the worker's node and
+    restart the gang on a replacement; fail: fail the job; ignore: leave the job running."""
 
 
 class FailurePolicy(ApiModel):
@@ -207,8 +208,23 @@ class CheckpointRef(ApiModel):
     """Training step."""
     path: str | None = None
     """Where it was written."""
+    digest: str | None = None
+    """The worker's digest of its contents (e.g. sha256:...), to verify it on resume."""
     time: datetime | None = None
     """When it was committed."""
+
+
+class Progress(ApiModel):
+    """A worker's latest step report."""
+
+    step: int = Field(ge=0)
+    """Training step."""
+    rank: int | None = None
+    """The reporting worker's rank."""
+    time: datetime | None = None
+    """When it was reported."""
+    metrics: dict[str, float] = Field(default_factory=dict)
+    """Numbers the worker reported with it (loss, tokens/s, ...)."""
 
 
 class CheckpointStatus(ApiModel):
@@ -218,6 +234,49 @@ class CheckpointStatus(ApiModel):
     """The newest committed checkpoint."""
     latest_verified: CheckpointRef | None = None
     """The newest checkpoint whose step passed the cross-replica checks."""
+
+
+IncidentCause = Literal["NodeFailure", "InfrastructureError", "ApplicationError",
+                        "SilentDataCorruption"]
+
+
+class Incident(ApiModel):
+    """One interruption of the gang and what it cost, phase by phase."""
+
+    restart: int = Field(ge=1)
+    """The restart (GOODPUT_RESTART) that recovers from it."""
+    cause: IncidentCause
+    """NodeFailure (a node of the gang failed), InfrastructureError (a worker's exit code
+    blamed its node), ApplicationError (a worker failed on a healthy node) or
+    SilentDataCorruption."""
+    message: str = ""
+    """What happened, with the evidence."""
+    nodes: list[str] = Field(default_factory=list)
+    """Nodes blamed (quarantined) for it."""
+    failed_at: datetime | None = None
+    """When the failure began (node NotReady, worker exit)."""
+    detected_at: datetime | None = None
+    """When the operator acted on it."""
+    restart_at: datetime | None = None
+    """Earliest restart (exponential backoff after application errors)."""
+    replaced_at: datetime | None = None
+    """When the new placement (spares, moved gang) was written."""
+    running_at: datetime | None = None
+    """When every worker of the restart ran again; unset while recovering."""
+    action: Literal["replace", "move", "shrink", "wait", "restart"] | None = None
+    """replace: failed ranks moved to spares/free nodes keeping the topology; move: the
+    whole gang moved; shrink: fewer workers (elastic); wait: no capacity yet; restart: same
+    nodes."""
+    resume_from: CheckpointRef | None = None
+    """The checkpoint the restart resumes from."""
+    detection_seconds: float | None = Field(default=None, ge=0)
+    """failedAt to detectedAt."""
+    replacement_seconds: float | None = Field(default=None, ge=0)
+    """detectedAt to replacedAt (including backoff and waiting for capacity)."""
+    restart_seconds: float | None = Field(default=None, ge=0)
+    """replacedAt to runningAt."""
+    lost_work_seconds: float | None = Field(default=None, ge=0)
+    """Work done since the resumed checkpoint, redone after the restart."""
 
 
 class LostSeconds(ApiModel):
@@ -243,7 +302,11 @@ class Goodput(ApiModel):
     productive_seconds: float = Field(default=0, ge=0)
     """Seconds all workers ran useful steps."""
     lost_seconds: LostSeconds = nested(LostSeconds)
-    """Seconds lost, by cause."""
+    """Seconds lost, by recovery phase."""
+    lost_by_cause: dict[str, float] = Field(default_factory=dict)
+    """Seconds lost (all phases), by incident cause."""
+    since: datetime | None = None
+    """Start of the current productive stretch (all workers running); unset while not."""
 
 
 class WorkerCounts(ApiModel):
@@ -279,7 +342,11 @@ class TrainingJobStatus(ApiModel):
     restarts: int = Field(default=0, ge=0)
     """Gang restarts so far (all causes)."""
     checkpoint: CheckpointStatus = nested(CheckpointStatus)
-    """Latest and latest verified checkpoints."""
+    """Latest and latest verified checkpoints (written from workers' reports)."""
+    progress: Progress | None = None
+    """The latest step a worker reported."""
+    incidents: list[Incident] = Field(default_factory=list, max_length=32)
+    """The most recent interruptions (newest last, at most 32) with their costs."""
     goodput: Goodput = nested(Goodput)
     """Productive and lost seconds."""
     start_time: datetime | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from typing import Any
 
 import kopf
@@ -17,13 +18,17 @@ from pydantic import ValidationError
 from goodput_operator.api.base import GROUP, VERSION
 from goodput_operator.controllers import trainingjob
 from goodput_operator.controllers.kube import Kube
+from goodput_operator.controllers.reports import ReportServer
 from goodput_operator.controllers.state import State
 from goodput_operator.resources.trainingjob import JOB_LABEL
 
 log = logging.getLogger("goodput.operator")
 STATE = State()
 KUBE: Kube | None = None  # set by the entrypoint before kopf starts (fails fast there)
+REPORT_PORT = 0  # the workers' report channel (0: off); set by the entrypoint
+REPORT_TLS: ssl.SSLContext | None = None
 _tasks: list[asyncio.Task[None]] = []
+_servers: list[ReportServer] = []
 
 
 def _plain(body: Any) -> dict[str, Any]:
@@ -43,7 +48,11 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.batching.worker_limit = 64
     settings.scanning.disabled = True
     kube = KUBE or Kube()
-    _tasks.append(asyncio.create_task(trainingjob.run_loop(STATE, kube), name="trainingjobs"))
+    if REPORT_PORT:
+        server = ReportServer(STATE, kube)
+        await server.start(REPORT_PORT, tls=REPORT_TLS)
+        _servers.append(server)
+    _tasks.append(asyncio.create_task(trainingjob.run_loop(STATE, kube), name="reconcile"))
 
 
 @kopf.on.cleanup()
@@ -52,6 +61,9 @@ async def stop(**_: Any) -> None:
         task.cancel()
     await asyncio.gather(*_tasks, return_exceptions=True)
     _tasks.clear()
+    for server in _servers:
+        await server.stop()
+    _servers.clear()
 
 
 @kopf.on.event(GROUP, VERSION, "ultraservergroups")

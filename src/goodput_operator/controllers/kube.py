@@ -31,6 +31,7 @@ class Kube:
         self.api = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.authentication = client.AuthenticationV1Api(api_client)
 
     def create(self, obj: Obj) -> Obj | None:
         """Create OBJ (Pod, Service, ConfigMap): the stored object, or None if it existed."""
@@ -70,6 +71,19 @@ class Kube:
         """JSON merge patch: lists in PATCH (gates, node selector terms) are replaced whole."""
         patched = self.core.patch_namespaced_pod(name, namespace, patch,
                                                  _content_type="application/merge-patch+json")
+        return cast(Obj, self.api.sanitize_for_serialization(patched))  # type: ignore[no-untyped-call]
+
+    def review_token(self, token: str, audiences: list[str]) -> Obj:
+        """A TokenReview's status: authenticated, user (username, extra), error."""
+        body: Any = {"spec": {"token": token, "audiences": audiences}}
+        review = self.authentication.create_token_review(body)
+        return cast(Obj, self.api.sanitize_for_serialization(review.status) or {})  # type: ignore[no-untyped-call]
+
+    def patch_node(self, name: str, patch: Obj) -> Obj:
+        """JSON merge patch of a Node (taints are replaced whole; a resourceVersion in the
+        patch makes a concurrent change fail with 409 instead of being overwritten)."""
+        patched = self.core.patch_node(name, patch,
+                                       _content_type="application/merge-patch+json")
         return cast(Obj, self.api.sanitize_for_serialization(patched))  # type: ignore[no-untyped-call]
 
     def patch_status(self, plural: str, namespace: str | None, name: str, status: Obj) -> None:

@@ -12,6 +12,7 @@ from collections import defaultdict
 from typing import Any
 
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
+from goodput_operator.health.quarantine import Finding
 from goodput_operator.resources.trainingjob import JOB_LABEL, NODE_ANNOTATION
 from goodput_operator.topology.model import Fleet, GroupShape, trainingjob_owner
 
@@ -66,29 +67,56 @@ class State:
         self.pods: dict[str, Obj] = {}  # pods that request accelerators or are ours
         self.job_pods: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
         self.groups: dict[str, UltraServerGroupSpec] = {}
+        self.group_objects: dict[str, Obj] = {}
         self.fleets: dict[str, Fleet] = {}
         self.jobs: dict[tuple[str, str], Obj] = {}
         self.wake = asyncio.Event()
+        self.deadline: float | None = None  # earliest timer (grace, backoff) of this pass
+        # node health as the operator saw it change (health/quarantine.observe)
+        self.seen_unhealthy: dict[str, float] = {}
+        self.healthy_since: dict[str, float] = {}
+        self.blamed: dict[str, Finding] = {}  # nodes workers' failures blamed
+        self.progress: dict[tuple[str, str], Obj] = {}  # latest step report per job
+        self.report_url = ""  # where workers send reports (given to their pods)
+
+    def wake_at(self, when: float | None) -> None:
+        """Ask for a pass at WHEN (a grace period or backoff runs out then)."""
+        if when is not None and (self.deadline is None or when < self.deadline):
+            self.deadline = when
 
     # ---- groups --------------------------------------------------------------
     def upsert_group(self, body: Obj) -> None:
         name = body["metadata"]["name"]
         spec = UltraServerGroupSpec.model_validate(body["spec"])
+        self.group_objects[name] = body
         if self.groups.get(name) != spec:
             self.groups[name] = spec
-            self.fleets[name] = self._build_fleet(spec)
+            self._rebuild_fleets()  # membership of overlapping groups may change
         self.wake.set()
 
     def remove_group(self, name: str) -> None:
         self.groups.pop(name, None)
+        self.group_objects.pop(name, None)
         self.fleets.pop(name, None)
+        self._rebuild_fleets()
         self.wake.set()
 
-    def _build_fleet(self, spec: UltraServerGroupSpec) -> Fleet:
-        members = [n for n in self.nodes.values()
-                   if matches(spec.node_selector, n["metadata"].get("labels") or {})]
-        return Fleet.from_objects(GroupShape.from_spec(spec), members,
-                                  [with_reservation(p) for p in self.pods.values()])
+    def group_of(self, labels: dict[str, str]) -> str | None:
+        """The group a node belongs to: of the groups selecting it, the oldest (then by
+        name), so that overlapping selectors never count one node twice."""
+        owners = [(self.group_objects[g]["metadata"].get("creationTimestamp", ""), g)
+                  for g, spec in self.groups.items() if matches(spec.node_selector, labels)]
+        return min(owners)[1] if owners else None
+
+    def members(self, group: str) -> list[Obj]:
+        return [n for n in self.nodes.values()
+                if self.group_of(n["metadata"].get("labels") or {}) == group]
+
+    def _rebuild_fleets(self) -> None:
+        pods = [with_reservation(p) for p in self.pods.values()]
+        self.fleets = {name: Fleet.from_objects(GroupShape.from_spec(spec), self.members(name),
+                                                pods)
+                       for name, spec in self.groups.items()}
 
     # ---- nodes ---------------------------------------------------------------
     def upsert_node(self, body: Obj) -> None:
@@ -99,10 +127,9 @@ class State:
         self.nodes[name] = body
         if previous is not None and node_digest(previous) == node_digest(body):
             return
-        labels = body["metadata"].get("labels") or {}
-        for group, spec in self.groups.items():
-            fleet = self.fleets[group]
-            if matches(spec.node_selector, labels):
+        owner = self.group_of(body["metadata"].get("labels") or {})
+        for group, fleet in self.fleets.items():
+            if group == owner:
                 fleet.upsert_node(body)
                 for pod in self.pods.values():  # pods that were on it before it joined
                     if with_reservation(pod).get("spec", {}).get("nodeName") == name:
@@ -154,6 +181,7 @@ class State:
 
     def remove_job(self, namespace: str, name: str) -> None:
         self.jobs.pop((namespace, name), None)
+        self.progress.pop((namespace, name), None)
         for fleet in self.fleets.values():  # reservations of pods that never bound
             fleet.release_owner(trainingjob_owner(namespace, name))
         self.wake.set()

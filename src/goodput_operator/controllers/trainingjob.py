@@ -12,20 +12,32 @@ import asyncio
 import contextlib
 import logging
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 
 from goodput_operator import metrics
+from goodput_operator.api.base import describe_errors
 from goodput_operator.api.conditions import now, set_condition
 from goodput_operator.api.trainingjob import PHASES, TrainingJobSpec
+from goodput_operator.controllers import ultraservergroup
 from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import RESERVED_NODE, State
+from goodput_operator.health import badput
+from goodput_operator.health.quarantine import Finding, parse_time, record_of
 from goodput_operator.resources import trainingjob as build
-from goodput_operator.resources.jobplan import TERMINAL, Plan, attempt_of, index_of, plan
+from goodput_operator.resources.jobplan import (
+    TERMINAL,
+    Lost,
+    Plan,
+    attempt_of,
+    books_of,
+    index_of,
+    plan,
+)
 from goodput_operator.topology.model import Fleet, trainingjob_owner
-from goodput_operator.topology.placement import Request, place
+from goodput_operator.topology.placement import Placement, RankSlot, Request, place
+from goodput_operator.topology.replacement import Elastic, replace
 
 Obj = dict[str, Any]
 log = logging.getLogger("goodput.trainingjob")
@@ -36,12 +48,6 @@ DEBOUNCE_SECONDS = 0.02  # one pass for a burst of events, not one per event
 
 def restart_of(job: Obj) -> int:
     return int((job.get("status") or {}).get("restarts", 0))
-
-
-def _parse_time(value: str | None) -> float | None:
-    if not value:
-        return None
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
 def reserve_from_status(state: State, job: Obj) -> None:
@@ -75,7 +81,7 @@ async def reconcile_job(state: State, kube: Kube, job: Obj) -> None:
     try:
         spec = TrainingJobSpec.model_validate(job["spec"])
     except ValidationError as err:
-        detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        detail = describe_errors(err)
         await _write(kube, job, status, {"phase": "Failed", "message": f"invalid spec: {detail}",
                      "conditions": set_condition(conditions, "Failed", True, "InvalidSpec",
                                                  detail, generation)})
@@ -94,10 +100,18 @@ async def reconcile_job(state: State, kube: Kube, job: Obj) -> None:
         return
 
     pods = list(state.job_pods.get((namespace, name), {}).values())
-    decided = plan(job, pods, fleet.shape.accelerator_resource)
-    desired: Obj = {"phase": decided.phase, "message": decided.message}
+    clock = time.time()
+    decided = plan(job, pods, fleet.shape.accelerator_resource,
+                   lost_nodes(state, fleet, job, pods, clock), clock, state.report_url)
+    state.wake_at(decided.wake_at)
+    for node, evidence in decided.blame.items():  # the group pass quarantines them
+        state.blamed.setdefault(node, Finding("WorkerFailure", evidence, clock))
+        state.wake.set()
+    desired: Obj = {"phase": decided.phase, "message": decided.message, **decided.status}
+    if (namespace, name) in state.progress:
+        desired["progress"] = state.progress[(namespace, name)]
     placement = status.get("placement")
-    events: list[tuple[str, str, str]] = []
+    events: list[tuple[str, str, str]] = list(decided.events)
     for type_, value, reason, message in decided.conditions:
         conditions = set_condition(conditions, type_, value, reason, message, generation)
 
@@ -105,8 +119,15 @@ async def reconcile_job(state: State, kube: Kube, job: Obj) -> None:
     if decided.needs_placement:
         placement, conditions = _place(fleet, spec, job, conditions, events)
         if placement:
-            desired["phase"], desired["message"] = "Placing", placement["reason"]
+            if desired["phase"] != "Recovering":
+                desired["phase"] = "Placing"
+            desired["message"] = placement["reason"]
             fresh = True
+            books = {**books_of(status), **desired}
+            incident = badput.current_incident(books)
+            if incident is not None and not incident.get("replacedAt"):
+                desired["incidents"] = badput.replaced(books, clock, incident.get("action")
+                                                       or "wait")["incidents"]
             by_rank = {r["rank"]: r for r in placement["ranks"]}
             decided.pin = [(p["metadata"]["name"], by_rank[index_of(p)]["node"],
                             by_rank[index_of(p)]["domain"]) for p in pods
@@ -115,19 +136,27 @@ async def reconcile_job(state: State, kube: Kube, job: Obj) -> None:
         else:
             desired["message"] = next(c["message"] for c in conditions if c["type"] == "Placed")
     if decided.restart:
-        desired["restarts"] = int(status.get("restarts", 0)) + 1
-        placement = None
-        events.append(("Warning", "Restarting", decided.message))
-        log.warning("%s/%s: %s", namespace, name, decided.message)
+        desired["restarts"] = restart_of(job) + 1
+        placement, action, why = _replacement(fleet, spec, job, placement,
+                                              decided.failed_nodes)
+        books = {**books_of(status), **desired}
+        desired["incidents"] = (badput.replaced(books, clock, action) if placement else
+                                badput.update_incident(books, action=action))["incidents"]
+        desired["message"] = f"{decided.message}: {why}"
+        events.append(("Normal", "Replaced" if placement else "WaitingForCapacity", why))
+        log.warning("%s/%s: %s: %s", namespace, name, decided.message, why)
     if decided.phase == "Suspended":
         placement = None
 
     desired["placement"] = placement
     desired["conditions"] = conditions
-    desired["workers"] = {"desired": spec.workers, "ready": decided.ready,
+    if "goodput" in desired:
+        desired["goodput"] = {**desired["goodput"],
+                              "ratio": badput.ratio(desired["goodput"], clock)}
+    desired["workers"] = {"desired": decided.workers, "ready": decided.ready,
                           "succeeded": decided.succeeded, "failed": decided.failed}
     live = placement is not None and desired["phase"] not in TERMINAL
-    desired["accelerators"] = spec.workers * spec.accelerators_per_worker if live else 0
+    desired["accelerators"] = decided.workers * spec.accelerators_per_worker if live else 0
     if desired["phase"] == "Running" and not status.get("startTime"):
         desired["startTime"] = now()
     if desired["phase"] in TERMINAL and not status.get("completionTime"):
@@ -137,6 +166,7 @@ async def reconcile_job(state: State, kube: Kube, job: Obj) -> None:
             "Running", "Succeeded", "Failed", "Suspended"):
         kind = "Warning" if desired["phase"] == "Failed" else "Normal"
         events.append((kind, desired["phase"], desired["message"]))
+    _observe(job, desired, events, clock)
     observed = {p["metadata"]["name"]: p for p in pods}
     if fresh:  # the placement is on record before any pod is pinned to it
         await _write(kube, job, status, desired, events)
@@ -145,6 +175,76 @@ async def reconcile_job(state: State, kube: Kube, job: Obj) -> None:
         await _children(state, kube, job, decided, placement, observed)
         await _write(kube, job, status, desired, events)
     await _expire(kube, job, spec, {**status, **desired})
+
+
+def lost_nodes(state: State, fleet: Fleet, job: Obj, pods: list[Obj], now: float
+               ) -> dict[str, Lost]:
+    """The nodes this job touches (its ranks, its open incident's, its failed pods') that
+    it may no longer use: quarantined, gone, or moved out of its group."""
+    status = job.get("status") or {}
+    names = {r["node"] for r in (status.get("placement") or {}).get("ranks") or []}
+    for incident in (status.get("incidents") or [])[-1:]:
+        names.update(incident.get("nodes") or [])
+    names.update(p["spec"]["nodeName"] for p in pods if p.get("spec", {}).get("nodeName"))
+    lost: dict[str, Lost] = {}
+    for name in names:
+        node = fleet.nodes.get(name)
+        record = record_of(state.nodes[name]) if name in state.nodes else None
+        if node is None:
+            lost[name] = Lost("the node left the group or was deleted", now)
+        elif node.state == "quarantined" and record is not None:
+            lost[name] = Lost(f"quarantined ({record.reason}: {record.evidence})", record.since)
+    return lost
+
+
+def _replacement(fleet: Fleet, spec: TrainingJobSpec, job: Obj, placement: Obj | None,
+                 failed: list[str]) -> tuple[Obj | None, str, str]:
+    """The next attempt's placement: the same one when no node was lost, else failed ranks
+    on spares keeping the topology, the whole gang moved, shrunk, or none (wait)."""
+    ranks = (placement or {}).get("ranks") or []
+    if not ranks:
+        return None, "wait", "no placement yet: placing the gang when it fits"
+    if not failed:
+        return placement, "restart", "restarting on the same nodes"
+    if spec.failure_policy.node_replacement == "wait":
+        return None, "wait", ("failurePolicy.nodeReplacement is wait: placing the gang again "
+                              "when it fits")
+    current = Placement(True, "", tuple(
+        RankSlot(r["rank"], r["node"], r.get("domain") or "",
+                 fleet.nodes[r["node"]].slot if r["node"] in fleet.nodes else 0)
+        for r in sorted(ranks, key=lambda r: r["rank"])))
+    request = Request(len(ranks), spec.accelerators_per_worker, spec.topology.unit,
+                      spec.topology.policy)
+    elastic = Elastic(spec.elastic.min_workers, spec.elastic.step) if spec.elastic else None
+    meta = job["metadata"]
+    owner = trainingjob_owner(meta["namespace"], meta["name"])
+    result = replace(fleet, current, failed, request, owner, elastic)
+    if result.action == "wait":
+        return None, "wait", result.reason
+    restart = restart_of(job) + 1
+    for rank in result.ranks:  # reserve now: later jobs in this pass must see it
+        key = f"{meta['namespace']}/{build.pod_name(meta['name'], restart, rank.rank)}"
+        fleet.bind(key, rank.node, spec.accelerators_per_worker, owner)
+    domains = list(dict.fromkeys(r.domain for r in result.ranks))
+    return ({"domains": domains, "reason": result.reason,
+             "ranks": [{"rank": r.rank, "node": r.node, "domain": r.domain}
+                       for r in result.ranks]}, result.action, result.reason)
+
+
+def _observe(job: Obj, desired: Obj, events: list[tuple[str, str, str]], now: float) -> None:
+    """Metrics: each recovered incident's phases and cost, and the job's goodput ratio."""
+    meta = job["metadata"]
+    goodput = desired.get("goodput") or (job.get("status") or {}).get("goodput") or {}
+    ratio = badput.ratio(goodput, now)
+    if ratio is not None:
+        metrics.GOODPUT_RATIO.labels(meta["namespace"], meta["name"]).set(ratio)
+    if not any(reason == "Recovered" for _, reason, _ in events):
+        return
+    incident = desired["incidents"][-1]
+    for phase in badput.PHASES:
+        metrics.RECOVERY_SECONDS.labels(phase).observe(incident.get(f"{phase}Seconds") or 0)
+    lost = sum(incident.get(f"{k}Seconds") or 0 for k in (*badput.PHASES, "lostWork"))
+    metrics.BADPUT_SECONDS.labels(incident["cause"]).inc(lost)
 
 
 def _place(fleet: Fleet, spec: TrainingJobSpec, job: Obj, conditions: list[Obj],
@@ -168,7 +268,7 @@ def _place(fleet: Fleet, spec: TrainingJobSpec, job: Obj, conditions: list[Obj],
         key = f"{meta['namespace']}/{build.pod_name(meta['name'], restart, rank.rank)}"
         fleet.bind(key, rank.node, spec.accelerators_per_worker,
                    trainingjob_owner(meta["namespace"], meta["name"]))
-    created = _parse_time(meta.get("creationTimestamp"))
+    created = parse_time(meta.get("creationTimestamp"))
     if created is not None:
         metrics.PENDING_SECONDS.observe(max(0.0, time.time() - created))
     events.append(("Normal", "Placed", result.reason))
@@ -195,11 +295,11 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Plan, placement
     if decided.create:
         await call(kube.create, build.service(job))
         ranks = {r["rank"]: r for r in (placement or {}).get("ranks") or []}
-        if ranks:  # already placed: create pinned, one write per pod instead of two
+        if ranks and not decided.hold:  # placed: create pinned, one write per pod, not two
             hosts = [r["node"] for r in sorted(ranks.values(), key=lambda r: r["rank"])]
             await call(kube.replace_config_map, build.hostfile(job, hosts))
         bodies = [build.pinned(p, ranks[index_of(p)]["node"], ranks[index_of(p)].get("domain"))
-                  if index_of(p) in ranks else p for p in decided.create]
+                  if index_of(p) in ranks and not decided.hold else p for p in decided.create]
         for created in await asyncio.gather(*(call(kube.create, p) for p in bodies)):
             if created is not None:
                 state.upsert_pod(created)
@@ -230,7 +330,7 @@ async def _write(kube: Kube, job: Obj, current: Obj, desired: Obj,
 
 async def _expire(kube: Kube, job: Obj, spec: TrainingJobSpec, status: Obj) -> None:
     ttl = spec.ttl_seconds_after_finished
-    finished = _parse_time(status.get("completionTime"))
+    finished = parse_time(status.get("completionTime"))
     if ttl is None or finished is None or status.get("phase") not in TERMINAL:
         return
     if time.time() >= finished + ttl:
@@ -241,13 +341,19 @@ async def _expire(kube: Kube, job: Obj, spec: TrainingJobSpec, status: Obj) -> N
 
 
 async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> None:
-    """Reconcile every job whenever anything changed (and every resync_seconds)."""
+    """Reconcile every group, then every job, whenever anything changed, when a timer
+    (grace period, backoff) runs out, and every resync_seconds."""
     while True:
+        timeout = resync_seconds
+        if state.deadline is not None:
+            timeout = min(timeout, max(0.0, state.deadline - time.time()))
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(state.wake.wait(), timeout=resync_seconds)
+            await asyncio.wait_for(state.wake.wait(), timeout=timeout)
         await asyncio.sleep(DEBOUNCE_SECONDS)  # let a burst of watch events land first
         state.wake.clear()
+        state.deadline = None
         started = time.perf_counter()
+        await ultraservergroup.reconcile_groups(state, kube, time.time())
         jobs = state.ordered_jobs()
         for job in jobs:
             reserve_from_status(state, job)

@@ -1,9 +1,11 @@
 """`goodput-operator`: the operator process.
 
 Runs kopf with our handlers: watches UltraServerGroups, TrainingJobs, nodes and pods,
-serves /healthz (kopf's liveness probe) and /metrics (Prometheus). Configuration by flags
-or environment (GOODPUT_NAMESPACES, GOODPUT_HEALTH_PORT, GOODPUT_METRICS_PORT,
-GOODPUT_LOG_FORMAT); `--help` lists them.
+serves /healthz (kopf's liveness probe), /metrics (Prometheus) and the workers' report
+channel (/v1/reports, authenticated by TokenReview). Configuration by flags or
+environment (GOODPUT_NAMESPACES, GOODPUT_HEALTH_PORT, GOODPUT_METRICS_PORT,
+GOODPUT_REPORT_PORT, GOODPUT_REPORT_URL, GOODPUT_REPORT_TLS_CERT/KEY, GOODPUT_LOG_FORMAT);
+`--help` lists them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import json
 import logging
 import os
+import ssl
 import sys
 from collections.abc import Sequence
 
@@ -42,6 +45,16 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--metrics-port", type=int, default=int(env("GOODPUT_METRICS_PORT",
                                                                    "9090")),
                         help="port of /metrics (0: off)")
+    parser.add_argument("--report-port", type=int, default=int(env("GOODPUT_REPORT_PORT",
+                                                                  "8081")),
+                        help="port of the workers' report channel /v1/reports (0: off)")
+    parser.add_argument("--report-url", default=env("GOODPUT_REPORT_URL", ""),
+                        help="the URL workers reach the report channel at (given to their "
+                             "pods), e.g. https://goodput-operator.goodput-system.svc:8081")
+    parser.add_argument("--report-tls-cert", default=env("GOODPUT_REPORT_TLS_CERT"),
+                        help="serve the report channel over TLS with this certificate")
+    parser.add_argument("--report-tls-key", default=env("GOODPUT_REPORT_TLS_KEY"),
+                        help="the certificate's private key")
     parser.add_argument("--log-format", choices=["text", "json"],
                         default=env("GOODPUT_LOG_FORMAT", "text"))
     parser.add_argument("--verbose", "-v", action="store_true")
@@ -71,6 +84,12 @@ def main(argv: Sequence[str] | None = None) -> int:
               "a service account, or set KUBECONFIG", file=sys.stderr)
         return 2
 
+    handlers.REPORT_PORT = args.report_port
+    handlers.STATE.report_url = args.report_url or (
+        f"http://127.0.0.1:{args.report_port}" if args.report_port else "")
+    if args.report_tls_cert:
+        handlers.REPORT_TLS = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        handlers.REPORT_TLS.load_cert_chain(args.report_tls_cert, args.report_tls_key)
     if args.metrics_port:
         start_http_server(args.metrics_port, addr="0.0.0.0")
     liveness = f"http://0.0.0.0:{args.health_port}/healthz" if args.health_port else None

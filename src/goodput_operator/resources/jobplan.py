@@ -1,24 +1,41 @@
-"""The pure half of the TrainingJob reconcile: observed job + pods -> what to do and the
-status to write. The controller does the I/O (and the placement against the shared fleet
-model) around it. Every pass recomputes everything, so a lost event or an operator
-restart loses nothing.
+"""The pure half of the TrainingJob reconcile: observed job + pods + lost nodes -> what to
+do and the status to write. The controller does the I/O (and the placement against the
+shared fleet model) around it. Every pass recomputes everything, so a lost event or an
+operator restart loses nothing.
 
 Attempts: a job's pods belong to attempt `status.restarts`; pods of older attempts are
-deleted. A placement in the status belongs to the current attempt (it is cleared when a
-new attempt starts), so after a restart mid-launch the remaining gated pods are pinned
-from it and no pod is created twice (pod names are deterministic).
+deleted, and the new attempt's pods stay gated until they are gone (a pod pinned to a node
+still held by its predecessor would wait in the scheduler's backoff). A placement in the
+status belongs to the current attempt, so after an operator restart mid-launch the
+remaining gated pods are pinned from it and no pod is created twice.
+
+Incidents: a failure of the current attempt (a rank's node lost, a worker failed) opens an
+incident for the next attempt; the restart happens once its backoff has passed and any
+node blamed for it is quarantined; the incident closes when every worker runs again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from goodput_operator.api.trainingjob import TrainingJobSpec
+from goodput_operator.health import badput
+from goodput_operator.health.failures import classify
+from goodput_operator.health.quarantine import parse_time
 from goodput_operator.resources import trainingjob as build
 
 Obj = dict[str, Any]
 TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A node the job may no longer use (quarantined or gone): why, and since when."""
+
+    evidence: str
+    since: float
 
 
 @dataclass
@@ -29,8 +46,15 @@ class Plan:
     delete: list[str] = field(default_factory=list)  # pod names
     pin: list[tuple[str, str, str | None]] = field(default_factory=list)  # pod, node, domain
     needs_placement: bool = False
-    restart: bool = False  # start attempt restarts + 1 (placement cleared)
+    hold: bool = False  # older attempt's pods still exist: create gated, pin nothing yet
+    restart: bool = False  # start attempt restarts + 1 now
+    failed_nodes: list[str] = field(default_factory=list)  # to replace in that restart
+    blame: dict[str, str] = field(default_factory=dict)  # node -> evidence: quarantine it
+    status: Obj = field(default_factory=dict)  # incidents and goodput to write
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # type, reason, message
+    wake_at: float | None = None
     conditions: list[tuple[str, bool, str, str]] = field(default_factory=list)
+    workers: int = 0
     ready: int = 0
     succeeded: int = 0
     failed: int = 0
@@ -44,14 +68,6 @@ def index_of(pod: Obj) -> int:
     return int(pod["metadata"].get("labels", {}).get(build.RANK_LABEL, "-1"))
 
 
-def exit_code(pod: Obj) -> int | None:
-    for status in pod.get("status", {}).get("containerStatuses") or []:
-        terminated = (status.get("state") or {}).get("terminated")
-        if terminated and terminated.get("exitCode", 0) != 0:
-            return int(terminated["exitCode"])
-    return None
-
-
 def is_ready(pod: Obj) -> bool:
     if pod.get("status", {}).get("phase") != "Running":
         return False
@@ -59,91 +75,194 @@ def is_ready(pod: Obj) -> bool:
                for c in pod.get("status", {}).get("conditions") or [])
 
 
-def action_for(spec: TrainingJobSpec, code: int | None) -> str:
-    """The failure policy's action for an exit code (first matching rule; else restart)."""
-    for rule in spec.failure_policy.exit_codes:
-        if code is not None and code in rule.codes:
-            return rule.action
-    return "restart"
+def books_of(status: Obj) -> Obj:
+    """The part of the status the badput accounting reads and writes."""
+    return {"incidents": status.get("incidents") or [], "goodput": status.get("goodput") or {},
+            "checkpoint": status.get("checkpoint") or {}}
 
 
-def plan(job: Obj, pods: list[Obj], resource: str) -> Plan:
+def plan(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | None = None,
+         now: float = 0.0, report_url: str = "") -> Plan:
     spec = TrainingJobSpec.model_validate(job["spec"])
     status = job.get("status") or {}
+    lost = lost or {}
     phase = status.get("phase")
     restart = int(status.get("restarts", 0))
+    books = books_of(status)
     if phase in TERMINAL:
         return Plan(phase, status.get("message", ""),
                     delete=[p["metadata"]["name"] for p in pods if _active(p)])
     if spec.suspend:
         return Plan("Suspended", "suspended: workers stopped; checkpoints kept",
                     delete=[p["metadata"]["name"] for p in pods],
+                    status=_goodput_only(badput.stopped(books, now)),
                     conditions=[("Suspended", True, "Suspended", "spec.suspend is true")])
-
-    current = {index_of(p): p for p in pods if attempt_of(p) == restart}
-    stale = [p["metadata"]["name"] for p in pods if attempt_of(p) != restart]
-    result = Plan("Pending", "", delete=stale,
-                  conditions=[("Suspended", False, "Resumed", "")] if phase == "Suspended"
-                  else [])
-    resume = (status.get("checkpoint") or {}).get("latestVerified") or \
-        (status.get("checkpoint") or {}).get("latest")
-    resume_from = (resume or {}).get("path")
-    for index in range(spec.workers):
-        if index not in current:
-            result.create.append(build.worker_pod(job, index, restart, resource, resume_from,
-                                                  spec))
-
-    failed = [(i, p) for i, p in sorted(current.items()) if p.get("status", {}).get("phase")
-              == "Failed"]
-    result.failed = len(failed)
-    result.succeeded = sum(1 for p in current.values()
-                           if p.get("status", {}).get("phase") == "Succeeded")
-    result.ready = sum(1 for p in current.values() if is_ready(p))
-    for index, pod in failed:
-        code = exit_code(pod)
-        action = action_for(spec, code)
-        if action == "ignore":
-            result.succeeded += 1
-            continue
-        where = f"worker w{index} ({pod['metadata']['name']}) exited with code {code}"
-        if action == "fail":
-            return _finish(result, "Failed", f"{where}; failurePolicy.exitCodes says fail",
-                           "WorkerFailed", pods)
-        if restart >= spec.failure_policy.max_restarts:
-            return _finish(result, "Failed",
-                           f"{where}; restart budget of {spec.failure_policy.max_restarts} "
-                           "used up", "RestartBudgetExhausted", pods)
-        result.phase, result.restart = "Recovering", True
-        result.message = f"{where}; restarting the gang (restart {restart + 1})"
-        result.delete = [p["metadata"]["name"] for p in pods]
-        result.create = []
-        result.conditions.append(("Running", False, "Restarting", result.message))
-        return result
-    if current and result.succeeded == spec.workers:
-        return _finish(result, "Succeeded", f"all {spec.workers} workers succeeded",
-                       "AllWorkersSucceeded", [])
 
     placement = status.get("placement") or {}
     ranks = {r["rank"]: r for r in placement.get("ranks") or []}
+    current = {index_of(p): p for p in pods if attempt_of(p) == restart}
+    stale = [p["metadata"]["name"] for p in pods if attempt_of(p) != restart]
+    result = Plan("Pending", "", delete=stale, hold=bool(stale),
+                  workers=len(ranks) or spec.workers,
+                  conditions=[("Suspended", False, "Resumed", "")] if phase == "Suspended"
+                  else [])
+    result.succeeded = sum(1 for p in current.values()
+                           if p.get("status", {}).get("phase") == "Succeeded")
+    result.ready = sum(1 for p in current.values() if is_ready(p))
+    failed = [(i, p) for i, p in sorted(current.items())
+              if p.get("status", {}).get("phase") == "Failed"]
+    result.failed = len(failed)
+
+    incident = badput.current_incident(books)
+    if incident is None or incident["restart"] != restart + 1:
+        opened = _detect(result, spec, books, ranks, failed, lost, restart, now)
+        if result.phase == "Failed":
+            result.delete = [p["metadata"]["name"] for p in pods if _active(p)]
+            result.status = _goodput_only(badput.stopped(books, now))
+            return result
+        if opened is not None:
+            books, incident = opened, badput.current_incident(opened)
+    if incident is not None and incident["restart"] == restart + 1:
+        return _recover(result, spec, books, incident, pods, ranks, lost, restart, now)
+
+    if current and result.succeeded == result.workers:
+        result.status = _goodput_only(badput.stopped(books, now))
+        return _finish(result, "Succeeded", f"all {result.workers} workers succeeded",
+                       "AllWorkersSucceeded", [])
+    resume = books["checkpoint"].get("latestVerified") or books["checkpoint"].get("latest")
+    for index in range(result.workers):
+        if index not in current:
+            result.create.append(build.worker_pod(job, index, restart, resource,
+                                                  (resume or {}).get("path"), spec, report_url))
+    recovering = incident is not None and incident["restart"] == restart
     if not ranks:
         # Place as soon as no worker runs ungated, whether or not every pod exists yet:
         # a job's turn (priority, then arrival) must not depend on how fast its pods were
         # created. Missing pods are created gated and pinned from the recorded placement.
-        result.needs_placement = all(build.is_gated(p) for p in current.values())
+        result.needs_placement = not stale and all(build.is_gated(p) for p in current.values())
+        result.phase = "Recovering" if recovering else "Pending"
         result.message = "waiting for a placement"
         return result
-    for index, pod in current.items():
-        if build.is_gated(pod) and index in ranks:
-            result.pin.append((pod["metadata"]["name"], ranks[index]["node"],
-                               ranks[index].get("domain")))
-    if result.ready == spec.workers:
+    if not stale:
+        for index, pod in current.items():
+            if build.is_gated(pod) and index in ranks:
+                result.pin.append((pod["metadata"]["name"], ranks[index]["node"],
+                                   ranks[index].get("domain")))
+    if result.ready == result.workers:
         result.phase = "Running"
-        result.message = f"all {spec.workers} workers running"
+        result.message = f"all {result.workers} workers running"
         result.conditions.append(("Running", True, "AllWorkersRunning", result.message))
+        if recovering or not books["goodput"].get("since"):
+            result.status = badput.running_again(books, now)
+            if recovering:
+                done = result.status["incidents"][-1]
+                result.events.append(("Normal", "Recovered", _recovered(done)))
+    elif recovering:
+        result.phase = "Recovering"
+        result.message = f"restart {restart}: {result.ready}/{result.workers} workers running"
     else:
         result.phase = "Placing"
-        result.message = (f"placed; {result.ready}/{spec.workers} workers running")
+        result.message = f"placed; {result.ready}/{result.workers} workers running"
     return result
+
+
+def _detect(result: Plan, spec: TrainingJobSpec, books: Obj, ranks: dict[int, Obj],
+            failed: list[tuple[int, Obj]], lost: Mapping[str, Lost], restart: int,
+            now: float) -> Obj | None:
+    """Open an incident when the current attempt was hit; None when it was not."""
+    down = sorted({r["node"] for r in ranks.values() if r["node"] in lost})
+    infra: list[str] = []
+    application: list[str] = []
+    blamed: dict[str, str] = {}
+    times: list[float] = [lost[n].since for n in down]
+    for _, pod in failed:
+        node = pod.get("spec", {}).get("nodeName")
+        verdict = classify(pod, spec.failure_policy.exit_codes, node in lost)
+        if verdict.kind == "ignore":
+            result.succeeded += 1
+            continue
+        if verdict.kind == "fail":
+            _finish(result, "Failed", verdict.detail, "WorkerFailed", [])
+            return None
+        finished = parse_time(verdict.finished_at)
+        if finished is not None:
+            times.append(finished)
+        if verdict.kind == "application":
+            application.append(verdict.detail)
+        else:
+            infra.append(verdict.detail)
+            if verdict.blame_node and node:
+                blamed[node] = verdict.detail
+    if not (down or infra or application):
+        return None
+    if down:
+        cause = "NodeFailure"
+        message = "; ".join(f"node {n} lost: {lost[n].evidence}" for n in down)
+    elif infra:
+        cause, message = "InfrastructureError", "; ".join(infra)
+    else:
+        cause, message = "ApplicationError", "; ".join(application)
+    if restart >= spec.failure_policy.max_restarts:
+        _finish(result, "Failed", f"{message}; restart budget of "
+                f"{spec.failure_policy.max_restarts} used up", "RestartBudgetExhausted", [])
+        return None
+    restart_at = None
+    if cause == "ApplicationError":
+        streak = 1
+        for earlier in reversed(books["incidents"]):
+            if earlier.get("cause") != "ApplicationError":
+                break
+            streak += 1
+        backoff = spec.failure_policy.backoff
+        delay = badput.backoff_seconds(backoff.initial_seconds, backoff.max_seconds, streak)
+        restart_at = now + delay if delay > 0 else None
+    if badput.current_incident(books) is not None:  # hit again while recovering
+        books = badput.running_again(books, min(times or [now]))
+    result.events.append(("Warning", "Interrupted", message))
+    return badput.open_incident(books, restart + 1, cause, message, sorted({*down, *blamed}),
+                                min(times or [now]), now, restart_at)
+
+
+def _recover(result: Plan, spec: TrainingJobSpec, books: Obj, incident: Obj,
+             pods: list[Obj], ranks: dict[int, Obj], lost: Mapping[str, Lost], restart: int,
+             now: float) -> Plan:
+    """The incident is open for the next attempt: wait out backoff and quarantine, then
+    restart the gang (the controller finds the replacement placement)."""
+    result.phase, result.status = "Recovering", _incidents_only(books)
+    result.conditions.append(("Running", False, "Recovering", incident["message"]))
+    restart_at = parse_time(incident.get("restartAt"))
+    unresolved = [n for n in incident.get("nodes") or [] if n not in lost]
+    if restart_at is not None and now < restart_at:
+        result.wake_at = restart_at
+        result.message = (f"{incident['cause']}: restart {restart + 1} in "
+                          f"{restart_at - now:.0f}s (backoff)")
+    elif unresolved:
+        result.blame = {n: incident["message"] for n in unresolved}
+        result.message = f"waiting for node(s) {', '.join(unresolved)} to be quarantined"
+    else:
+        result.restart = True
+        result.failed_nodes = sorted({r["node"] for r in ranks.values() if r["node"] in lost})
+        result.message = f"{incident['cause']}: restarting the gang (restart {restart + 1})"
+        result.delete = [p["metadata"]["name"] for p in pods]
+        result.events.append(("Warning", "Restarting", result.message))
+    result.create, result.pin = [], []
+    return result
+
+
+def _recovered(incident: Obj) -> str:
+    return (f"restart {incident['restart']} running again after {incident['cause']}: "
+            f"detection {incident.get('detectionSeconds', 0):.1f}s, replacement "
+            f"{incident.get('replacementSeconds', 0):.1f}s, restart "
+            f"{incident.get('restartSeconds', 0):.1f}s, lost work "
+            f"{incident.get('lostWorkSeconds', 0):.1f}s")
+
+
+def _incidents_only(books: Obj) -> Obj:
+    return {"incidents": books["incidents"], "goodput": books["goodput"]}
+
+
+def _goodput_only(books: Obj) -> Obj:
+    return {"goodput": books["goodput"]}
 
 
 def _active(pod: Obj) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 
 from goodput_operator.api.base import API_VERSION
 from goodput_operator.api.trainingjob import TrainingJobSpec
+from goodput_operator.sdk import AUDIENCE, TOKEN_PATH
 
 GATE = "goodput.dev/placement"
 JOB_LABEL = "goodput.dev/trainingjob"
@@ -94,7 +95,7 @@ def hostfile(job: Obj, hosts: Sequence[str]) -> Obj:
 
 
 def launcher_env(job: Obj, spec: TrainingJobSpec, index: int, restart: int,
-                 resume_from: str | None) -> list[Obj]:
+                 resume_from: str | None, report_url: str = "") -> list[Obj]:
     meta = job["metadata"]
     procs = spec.launcher.procs_per_worker or spec.accelerators_per_worker
     master = worker_dns(job, 0)
@@ -106,6 +107,8 @@ def launcher_env(job: Obj, spec: TrainingJobSpec, index: int, restart: int,
         "GOODPUT_CHECKPOINT_DIR": spec.checkpoint.dir or "",
         "GOODPUT_RESUME_FROM": resume_from or "",
         "GOODPUT_HOSTFILE": f"{HOSTFILE_DIR}/hostfile",
+        "GOODPUT_REPORT_URL": report_url,
+        "GOODPUT_REPORT_TOKEN": TOKEN_PATH,
     }
     if spec.launcher.type in ("torchrun", "neuron"):
         env |= {
@@ -124,10 +127,12 @@ def launcher_env(job: Obj, spec: TrainingJobSpec, index: int, restart: int,
 
 
 def worker_pod(job: Obj, index: int, restart: int, resource: str,
-               resume_from: str | None = None, spec: TrainingJobSpec | None = None) -> Obj:
-    """Worker `index` of attempt `restart`: gated, with rank environment and the hostfile.
-    SPEC is the already parsed job spec, when the caller has it (one parse per pass, not
-    one per pod)."""
+               resume_from: str | None = None, spec: TrainingJobSpec | None = None,
+               report_url: str = "") -> Obj:
+    """Worker `index` of attempt `restart`: gated, with rank environment, the hostfile and
+    a projected token for the report channel (goodput_operator.sdk reads both). SPEC is
+    the already parsed job spec, when the caller has it (one parse per pass, not one per
+    pod)."""
     spec = spec or _spec(job)
     meta = job["metadata"]
     template = copy.deepcopy(job["spec"]["template"])
@@ -136,19 +141,24 @@ def worker_pod(job: Obj, index: int, restart: int, resource: str,
               RANK_LABEL: str(index), RESTART_LABEL: str(restart), **MANAGED_BY}
     annotations = dict(template.get("metadata", {}).get("annotations") or {})
     containers = pod_spec["containers"]
-    env = launcher_env(job, spec, index, restart, resume_from)
+    env = launcher_env(job, spec, index, restart, resume_from, report_url)
     for position, container in enumerate(containers):
         names = {e["name"] for e in env}
         container["env"] = [e for e in container.get("env") or [] if e["name"] not in names] \
             + env
         mounts = container.setdefault("volumeMounts", [])
         mounts.append({"name": "goodput-hostfile", "mountPath": HOSTFILE_DIR, "readOnly": True})
+        mounts.append({"name": "goodput-report-token", "readOnly": True,
+                       "mountPath": TOKEN_PATH.rsplit("/", 1)[0]})
         if position == 0:  # the first container is the worker and holds the accelerators
             resources = container.setdefault("resources", {})
             for kind in ("requests", "limits"):
                 resources.setdefault(kind, {})[resource] = str(spec.accelerators_per_worker)
-    pod_spec.setdefault("volumes", []).append(
-        {"name": "goodput-hostfile", "configMap": {"name": hostfile_name(meta["name"])}})
+    pod_spec.setdefault("volumes", []).extend([
+        {"name": "goodput-hostfile", "configMap": {"name": hostfile_name(meta["name"])}},
+        {"name": "goodput-report-token", "projected": {"sources": [{"serviceAccountToken": {
+            "audience": AUDIENCE, "expirationSeconds": 3600,
+            "path": TOKEN_PATH.rsplit("/", 1)[1]}}]}}])
     pod_spec["restartPolicy"] = "Never"
     pod_spec["hostname"] = hostname(index)
     pod_spec["subdomain"] = service_name(meta["name"])

@@ -20,6 +20,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from goodput_operator.api.base import describe_errors
+
 FLEET_API_VERSION = "sandbox.goodput.dev/v1alpha1"
 FLEET_KIND = "SimulatedFleet"
 ULTRASERVER_LABEL = "topology.k8s.aws/ultraserver-id"
@@ -134,9 +136,7 @@ def parse(document: Any, source: str) -> Fleet:
     try:
         return Fleet.model_validate(document)
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in err.errors()
-        )
+        problems = describe_errors(err)
         raise FleetError(f"{source}: invalid fleet: {problems}") from None
 
 

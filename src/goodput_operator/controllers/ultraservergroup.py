@@ -1,0 +1,182 @@
+"""UltraServerGroup reconcile: label the group's nodes, quarantine and release them by the
+group's policy (health/quarantine decides), and write the per-domain status.
+
+Runs in the same loop as the TrainingJobs, before them: a node quarantined in this pass is
+already out of the fleet when the jobs on it are recovered, in the same pass. Node patches
+return the node, which goes straight into the state (the watch event may come later).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from goodput_operator import metrics
+from goodput_operator.api.conditions import set_condition
+from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
+from goodput_operator.controllers.kube import Kube
+from goodput_operator.controllers.state import State
+from goodput_operator.health import quarantine as q
+from goodput_operator.topology.model import Domain, Fleet
+
+Obj = dict[str, Any]
+log = logging.getLogger("goodput.ultraservergroup")
+PLURAL = "ultraservergroups"
+GROUP_LABEL = "goodput.dev/group"
+DOMAIN_LABEL = "goodput.dev/domain"
+SLOT_LABEL = "goodput.dev/slot"
+
+
+async def reconcile_groups(state: State, kube: Kube, now: float) -> None:
+    for name in list(state.groups):
+        try:
+            await reconcile_group(state, kube, name, now)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # one bad group must not stop the others or the jobs
+            metrics.RECONCILE_ERRORS.labels("UltraServerGroup").inc()
+            log.exception("reconcile of UltraServerGroup %s failed", name)
+
+
+async def reconcile_group(state: State, kube: Kube, name: str, now: float) -> None:
+    spec, body, fleet = state.groups[name], state.group_objects[name], state.fleets[name]
+    policy = spec.quarantine
+    members = {n["metadata"]["name"]: n for n in state.members(name)}
+    for node_name, node in members.items():
+        unhealthy = q.finding(node, policy, None, now) is not None
+        q.observe(node_name, unhealthy, now, state.seen_unhealthy, state.healthy_since)
+    reported = {n: f for n, f in state.blamed.items() if n in members}
+    decision = q.decide(members, policy, now, state.seen_unhealthy, state.healthy_since,
+                        reported)
+    state.wake_at(decision.wake_at)
+    events: list[tuple[str, str, str]] = []
+    for node_name, found in decision.quarantine:
+        patched = await _patch_node(kube, node_name,
+                                    q.quarantine_patch(members[node_name], found, now))
+        if patched is None:
+            continue
+        state.upsert_node(patched)
+        state.blamed.pop(node_name, None)
+        message = f"quarantined {node_name}: {found.reason}: {found.evidence}"
+        log.warning("%s (group %s)", message, name)
+        await asyncio.to_thread(kube.event, patched, "Quarantined", message, "Warning")
+        events.append(("Warning", "NodeQuarantined", message))
+        metrics.QUARANTINES.labels(name, found.reason).inc()
+    for node_name, record in decision.release:
+        patched = await _patch_node(kube, node_name, q.release_patch(members[node_name]))
+        if patched is None:
+            continue
+        state.upsert_node(patched)
+        message = (f"released {node_name} from quarantine ({record.reason}): healthy for "
+                   f"{policy.release_after_healthy_seconds}s")
+        log.info("%s (group %s)", message, name)
+        await asyncio.to_thread(kube.event, patched, "Released", message)
+        events.append(("Normal", "NodeReleased", message))
+    await _label_nodes(state, kube, name, fleet)
+
+    status = dict(body.get("status") or {})
+    desired = group_status(spec, fleet, status.get("conditions") or [], decision.storm,
+                           body["metadata"].get("generation"))
+    if decision.storm and not q_is_storm(status):
+        events.append(("Warning", "StormGuard", decision.storm))
+        log.error("group %s: %s", name, decision.storm)
+    metrics.QUARANTINED.labels(name).set(desired["totals"]["quarantined"])
+    if any(status.get(k) != v for k, v in desired.items()):
+        await asyncio.to_thread(kube.patch_status, PLURAL, None, name, desired)
+        body["status"] = {**status, **desired}
+    for type_, reason, message in events:
+        await asyncio.to_thread(kube.event, body, reason, message, type_)
+
+
+def q_is_storm(status: Obj) -> bool:
+    return any(c.get("type") == "StormGuard" and c.get("status") == "True"
+               for c in status.get("conditions") or [])
+
+
+async def _patch_node(kube: Kube, name: str, patch: Obj) -> Obj | None:
+    """The patched node, or None when it changed under us (409) or is gone (404): the
+    next pass decides again from the fresh node."""
+    try:
+        return await asyncio.to_thread(kube.patch_node, name, patch)
+    except ApiException as err:
+        if err.status in (404, 409):
+            log.info("node %s changed or went away during the patch; retrying", name)
+            return None
+        raise
+
+
+async def _label_nodes(state: State, kube: Kube, group: str, fleet: Fleet) -> None:
+    """goodput.dev/group, /domain and /slot on each member, for kubectl and other tools."""
+    for domain in fleet.ordered_domains():
+        for node in domain.nodes:
+            want = {GROUP_LABEL: group, DOMAIN_LABEL: domain.id, SLOT_LABEL: str(node.slot)}
+            labels = state.nodes[node.name]["metadata"].get("labels") or {}
+            if all(labels.get(k) == v for k, v in want.items()):
+                continue
+            patched = await _patch_node(kube, node.name, {"metadata": {"labels": want}})
+            if patched is not None:
+                state.upsert_node(patched)
+
+
+def domain_health(domain: Domain, nodes_per_domain: int) -> str:
+    healthy = sum(1 for n in domain.nodes if n.healthy)
+    if healthy == 0:
+        return "Failed"
+    if healthy == len(domain.nodes) == nodes_per_domain:
+        return "Healthy"
+    return "Degraded"
+
+
+def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj],
+                 storm: str | None, generation: int | None) -> Obj:
+    """The group's status from its fleet model: per domain, totals, health, conditions."""
+    domains: list[Obj] = []
+    totals: Counter[str] = Counter()
+    misshaped: list[str] = []
+    for domain in fleet.ordered_domains():
+        health = domain_health(domain, spec.nodes_per_domain)
+        ready = [n for n in domain.nodes if n.healthy]
+        quarantined = [n.name for n in domain.nodes if n.state == "quarantined"]
+        spares = [n.name for n in domain.nodes if n.spare]
+        free = sum(n.free for n in ready if not n.spare)
+        domains.append({"id": domain.id, "health": health, "nodesReady": len(ready),
+                        "nodesTotal": len(domain.nodes), "freeAccelerators": free,
+                        "quarantinedNodes": quarantined, "spares": spares})
+        if len(domain.nodes) != spec.nodes_per_domain:
+            misshaped.append(f"{domain.id} has {len(domain.nodes)} of "
+                             f"{spec.nodes_per_domain} nodes")
+        misshaped += [f"{n.name} has {n.capacity} of {spec.accelerator.per_node} "
+                      f"{spec.accelerator.resource}" for n in domain.nodes
+                      if n.state == "misshaped"]
+        totals.update(domains=1, healthyDomains=health == "Healthy", nodes=len(domain.nodes),
+                      readyNodes=len(ready), accelerators=sum(n.capacity for n in ready),
+                      freeAccelerators=free, quarantined=len(quarantined), spares=len(spares))
+    healths = {d["health"] for d in domains}
+    group_health = "Empty" if not domains else "Healthy" if healths == {"Healthy"} else \
+        "Failed" if healths == {"Failed"} else "Degraded"
+    usable = group_health in ("Healthy", "Degraded")
+    conditions = set_condition(
+        conditions, "Ready", usable, "DomainsAvailable" if usable else
+        ("NoNodes" if not domains else "NoHealthyNodes"),
+        f"{totals['healthyDomains']}/{totals['domains']} domains healthy, "
+        f"{totals['readyNodes']}/{totals['nodes']} nodes ready" if domains else
+        f"no node matches spec.nodeSelector {spec.node_selector}", generation)
+    degraded = [f"{d['id']} {d['health']}" for d in domains if d["health"] != "Healthy"]
+    conditions = set_condition(
+        conditions, "Degraded", bool(degraded), "DomainsDegraded" if degraded else "AllHealthy",
+        ", ".join(degraded[:20]), generation)
+    conditions = set_condition(conditions, "StormGuard", storm is not None,
+                               "TooManyFailing" if storm else "WithinBudget", storm or "",
+                               generation)
+    conditions = set_condition(conditions, "MisShaped", bool(misshaped),
+                               "ShapeMismatch" if misshaped else "AsDeclared",
+                               "; ".join(misshaped[:20]), generation)
+    return {"observedGeneration": generation, "health": group_health,
+            "totals": {k: totals[k] for k in ("domains", "healthyDomains", "nodes",
+                                              "readyNodes", "accelerators",
+                                              "freeAccelerators", "quarantined", "spares")},
+            "domains": domains, "conditions": conditions}

@@ -1,0 +1,1 @@
+"""PURE: failure classification, quarantine decisions, storm guard, badput accounting."""

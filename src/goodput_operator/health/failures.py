@@ -1,0 +1,72 @@
+"""What a failed worker means: an application error, an infrastructure error (blame the
+node), a reason to fail the job, or nothing. Pure: pods are plain dicts.
+
+Kubernetes itself says when it killed a pod for infrastructure reasons (the
+DisruptionTarget condition, pod reasons such as NodeLost); otherwise the job's exit-code
+rules decide, first match wins, and an unmatched non-zero code is an application error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Obj = dict[str, Any]
+Kind = Literal["application", "infrastructure", "fail", "ignore"]
+INFRA_POD_REASONS = ("NodeLost", "UnexpectedAdmissionError", "Evicted", "Terminated",
+                     "NodeShutdown")
+
+
+@dataclass(frozen=True)
+class Classified:
+    kind: Kind
+    blame_node: bool  # quarantine the pod's node
+    detail: str
+    finished_at: str | None  # when the worker exited (RFC 3339), if known
+
+
+def exit_status(pod: Obj) -> tuple[int | None, str | None]:
+    """The first non-zero exit code of the pod's containers, and when it exited."""
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated and terminated.get("exitCode", 0) != 0:
+            return int(terminated["exitCode"]), terminated.get("finishedAt")
+    return None, None
+
+
+def action_for(rules: Any, code: int | None) -> str:
+    """The exit-code rules' action for CODE (first matching rule; else restart)."""
+    for rule in rules:
+        if code is not None and code in rule.codes:
+            return str(rule.action)
+    return "restart"
+
+
+def classify(pod: Obj, rules: Any, node_failed: bool) -> Classified:
+    """Why POD failed. NODE_FAILED: its node is known to be unhealthy."""
+    rank = (pod["metadata"].get("labels") or {}).get("goodput.dev/rank")
+    name = pod["metadata"]["name"]
+    if rank is not None:
+        name = f"worker w{rank} ({name})"
+    code, finished = exit_status(pod)
+    status = pod.get("status", {})
+    disruption = next((c for c in status.get("conditions") or []
+                       if c.get("type") == "DisruptionTarget" and c.get("status") == "True"),
+                      None)
+    if node_failed:
+        return Classified("infrastructure", False, f"{name} failed on a failed node "
+                          f"(exit code {code})", finished)
+    if disruption is not None or status.get("reason") in INFRA_POD_REASONS:
+        why = (disruption or {}).get("reason") or status.get("reason")
+        return Classified("infrastructure", False, f"{name} was stopped by Kubernetes "
+                          f"({why})", finished)
+    action = action_for(rules, code)
+    where = f"{name} exited with code {code}"
+    if action == "quarantine":
+        return Classified("infrastructure", True, f"{where}: an infrastructure error by "
+                          "failurePolicy.exitCodes", finished)
+    if action == "fail":
+        return Classified("fail", False, f"{where}; failurePolicy.exitCodes says fail", finished)
+    if action == "ignore":
+        return Classified("ignore", False, f"{where} (ignored)", finished)
+    return Classified("application", False, f"{where}: an application error", finished)

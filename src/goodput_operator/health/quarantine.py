@@ -1,0 +1,223 @@
+"""Which nodes to quarantine and release, from what the nodes say and what workers reported.
+
+Pure: nodes are plain dicts, the policy is the group's `Quarantine` model, time is a float.
+A node is *unhealthy* when its Ready condition is not True (after a grace period: a
+NotReady blip must not cost a restart), when a device-health agent's condition is True,
+when another remediation system's taint is on it, or when a worker failure blamed it.
+The storm guard (like NHC's minHealthy) stops quarantining when too much of the group
+would be out at once: a mass failure is more likely the network or the control plane than
+that many bad nodes, and quarantining them all would only take the rest of the work down.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from goodput_operator.topology.model import QUARANTINE_TAINT
+
+Obj = dict[str, Any]
+QUARANTINE_LABEL = "goodput.dev/quarantined"
+EVIDENCE_ANNOTATION = "goodput.dev/quarantine-evidence"
+BY_OPERATOR, BY_HAND = "operator", "manual"
+NEVER_AUTO_RELEASED = ("Manual", "SilentDataCorruption")  # released by hand or by probes
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Why a node is unhealthy, and since when (epoch seconds)."""
+
+    reason: str  # CamelCase: NodeNotReady, NodeCondition, HealthTaint, WorkerFailure, ...
+    evidence: str
+    since: float
+
+
+@dataclass(frozen=True)
+class Record:
+    """A quarantine as written on the node (taint + evidence annotation)."""
+
+    reason: str
+    evidence: str
+    since: float  # when the problem began
+    at: float  # when the node was quarantined
+    by: str  # operator | manual
+
+
+@dataclass
+class Decision:
+    quarantine: list[tuple[str, Finding]] = field(default_factory=list)
+    release: list[tuple[str, Record]] = field(default_factory=list)
+    held: list[tuple[str, Finding]] = field(default_factory=list)  # stopped by the storm guard
+    storm: str | None = None  # why the storm guard holds, when it does
+    wake_at: float | None = None  # when a grace period or release timer runs out
+
+
+def parse_time(value: str | None) -> float | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def iso(stamp: float) -> str:
+    """RFC 3339 with milliseconds: incident phases are seconds long, whole seconds would
+    blur them."""
+    return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def scaled(value: int | str, total: int) -> int:
+    """An int-or-percent against TOTAL; percentages round up, so 20% of 8 nodes is 2."""
+    if isinstance(value, int):
+        return value
+    if value.endswith("%"):
+        return math.ceil(total * int(value[:-1]) / 100)
+    return int(value)
+
+
+def finding(node: Obj, policy: Any, seen_since: float | None, now: float) -> Finding | None:
+    """What is wrong with NODE now, if anything. SEEN_SINCE is when the operator first saw
+    it unhealthy (some agents, and KWOK, leave stale transition times: the later wins)."""
+    taints = (node.get("spec") or {}).get("taints") or []
+    for taint in taints:
+        if taint.get("key") in policy.health_taints:
+            added = parse_time(taint.get("timeAdded")) or seen_since or now
+            return Finding("HealthTaint", f"taint {taint['key']}={taint.get('value', '')}:"
+                           f"{taint.get('effect', '')}", added)
+    conditions = (node.get("status") or {}).get("conditions") or []
+    for condition in conditions:
+        if condition.get("type") in policy.health_conditions and \
+                condition.get("status") == "True":
+            since = _later(parse_time(condition.get("lastTransitionTime")), seen_since, now)
+            return Finding("NodeCondition", f"condition {condition['type']}=True "
+                           f"({condition.get('reason', '')}: {condition.get('message', '')})",
+                           since)
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") != "True":
+        status = "missing" if ready is None else ready.get("status")
+        since = _later(parse_time((ready or {}).get("lastTransitionTime")), seen_since, now)
+        detail = f"{(ready or {}).get('reason', '')}: {(ready or {}).get('message', '')}"
+        return Finding("NodeNotReady", f"Ready={status} ({detail.strip(': ')})", since)
+    return None
+
+
+def _later(transition: float | None, seen: float | None, now: float) -> float:
+    known = [t for t in (transition, seen) if t is not None]
+    return max(known) if known else now
+
+
+def is_due(found: Finding, policy: Any, now: float) -> bool:
+    """NotReady waits out the grace period; every other finding counts at once."""
+    if found.reason != "NodeNotReady":
+        return True
+    return bool(now >= found.since + policy.not_ready_grace_seconds)
+
+
+def record_of(node: Obj) -> Record | None:
+    """The node's quarantine, if it has our taint (hand-written ones too)."""
+    taint = next((t for t in (node.get("spec") or {}).get("taints") or []
+                  if t.get("key") == QUARANTINE_TAINT), None)
+    if taint is None:
+        return None
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(EVIDENCE_ANNOTATION)
+    try:
+        data = json.loads(raw) if raw else {}
+    except ValueError:
+        data = {}
+    added = parse_time(taint.get("timeAdded")) or 0.0
+    return Record(str(data.get("reason") or taint.get("value") or "Manual"),
+                  str(data.get("evidence", "")), parse_time(data.get("since")) or added,
+                  parse_time(data.get("at")) or added, str(data.get("by", BY_HAND)))
+
+
+def decide(nodes: Mapping[str, Obj], policy: Any, now: float,
+           seen_unhealthy: Mapping[str, float], healthy_since: Mapping[str, float],
+           reported: Mapping[str, Finding]) -> Decision:
+    """Quarantine what is due, release what has been healthy long enough, hold the rest.
+
+    SEEN_UNHEALTHY: when the operator first saw each node unhealthy; HEALTHY_SINCE: when it
+    last saw each node turn healthy; REPORTED: findings from workers (pod failures, SDC).
+    """
+    decision = Decision()
+    out = 0
+    due: list[tuple[str, Finding]] = []
+    for name, node in nodes.items():
+        record = record_of(node)
+        found = finding(node, policy, seen_unhealthy.get(name), now) or reported.get(name)
+        if record is not None:
+            out += 1
+            _maybe_release(decision, name, record, found, policy, now,
+                           healthy_since.get(name, now))
+            continue
+        if found is None:
+            continue
+        if is_due(found, policy, now):
+            due.append((name, found))
+        else:
+            _wake(decision, found.since + policy.not_ready_grace_seconds)
+    limit = scaled(policy.max_unavailable, len(nodes))
+    if due and out + len(due) > limit:
+        decision.held = due
+        decision.storm = (f"{len(due)} node(s) failing with {out} already quarantined exceeds "
+                          f"quarantine.maxUnavailable={policy.max_unavailable} ({limit} of "
+                          f"{len(nodes)} nodes): quarantining none of them; "
+                          f"failing: {', '.join(sorted(n for n, _ in due)[:10])}")
+    else:
+        decision.quarantine = due
+    return decision
+
+
+def _maybe_release(decision: Decision, name: str, record: Record, found: Finding | None,
+                   policy: Any, now: float, healthy_since: float) -> None:
+    wait = policy.release_after_healthy_seconds
+    if found is not None or record.by != BY_OPERATOR or wait == 0 or \
+            record.reason in NEVER_AUTO_RELEASED:
+        return
+    release_at = max(record.at, healthy_since) + wait
+    if now >= release_at:
+        decision.release.append((name, record))
+    else:
+        _wake(decision, release_at)
+
+
+def _wake(decision: Decision, at: float) -> None:
+    decision.wake_at = at if decision.wake_at is None else min(decision.wake_at, at)
+
+
+def quarantine_patch(node: Obj, found: Finding, now: float, by: str = BY_OPERATOR) -> Obj:
+    """Merge patch putting NODE in quarantine: taint, label, evidence annotation. Carries
+    the node's resourceVersion, so a concurrent taint change makes it fail (409) instead of
+    being overwritten; the next pass retries on the fresh node."""
+    taints = [t for t in (node.get("spec") or {}).get("taints") or []
+              if t.get("key") != QUARANTINE_TAINT]
+    taints.append({"key": QUARANTINE_TAINT, "value": found.reason, "effect": "NoSchedule",
+                   "timeAdded": iso(now)})
+    evidence = {"reason": found.reason, "evidence": found.evidence, "since": iso(found.since),
+                "at": iso(now), "by": by}
+    return {"metadata": {"resourceVersion": node["metadata"].get("resourceVersion"),
+                         "labels": {QUARANTINE_LABEL: found.reason},
+                         "annotations": {EVIDENCE_ANNOTATION: json.dumps(evidence)}},
+            "spec": {"taints": taints}}
+
+
+def release_patch(node: Obj) -> Obj:
+    """Merge patch taking NODE out of quarantine (the evidence annotation goes too)."""
+    taints = [t for t in (node.get("spec") or {}).get("taints") or []
+              if t.get("key") != QUARANTINE_TAINT]
+    return {"metadata": {"resourceVersion": node["metadata"].get("resourceVersion"),
+                         "labels": {QUARANTINE_LABEL: None},
+                         "annotations": {EVIDENCE_ANNOTATION: None}},
+            "spec": {"taints": taints or None}}
+
+
+def observe(name: str, unhealthy: bool, now: float, seen_unhealthy: dict[str, float],
+            healthy_since: dict[str, float]) -> None:
+    """Remember when NAME was first seen unhealthy, or healthy again (updates the maps)."""
+    if unhealthy:
+        seen_unhealthy.setdefault(name, now)
+        healthy_since.pop(name, None)
+    else:
+        seen_unhealthy.pop(name, None)
+        healthy_since.setdefault(name, now)

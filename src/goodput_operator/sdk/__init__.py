@@ -1,0 +1,108 @@
+"""Worker-side helpers for training code: tell the operator about checkpoints and steps.
+
+    from goodput_operator.sdk import commit_checkpoint, report_step
+    commit_checkpoint(step, "/fsx/ckpt/step-3000", digest="sha256:...")
+    report_step(step, {"loss": 1.93, "tokens_per_s": 1.2e6})
+
+Standard library only (no kopf, no kubernetes client): it runs in every worker image.
+The worker proves who it is with its pod's projected ServiceAccount token (audience
+goodput.dev/report, mounted by the operator at GOODPUT_REPORT_TOKEN); the operator checks
+it with a TokenReview and accepts reports only for the job that owns the pod. Workers get
+no Kubernetes rights at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import ssl
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+AUDIENCE = "goodput.dev/report"
+TOKEN_PATH = "/var/run/secrets/goodput.dev/report/token"
+
+
+class ReportError(RuntimeError):
+    """The operator refused the report (status and its reason) or could not be reached."""
+
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(f"report refused ({status}): {message}" if status else message)
+        self.status = status
+
+
+class Reporter:
+    """One worker's channel to the operator; reads its settings from the environment the
+    operator gave the pod, or takes them explicitly (tests, custom launchers)."""
+
+    def __init__(self, url: str | None = None, token: str | None = None,
+                 token_path: str | None = None, timeout: float = 10.0,
+                 ca_file: str | None = None, job: str | None = None) -> None:
+        self.url = (url or os.environ.get("GOODPUT_REPORT_URL", "")).rstrip("/")
+        self.token = token
+        self.token_path = token_path or os.environ.get("GOODPUT_REPORT_TOKEN", TOKEN_PATH)
+        self.timeout = timeout
+        self.context = ssl.create_default_context(cafile=ca_file) if ca_file else None
+        self.rank = int(os.environ.get("GOODPUT_RANK", "0") or 0)
+        self.job = job or os.environ.get("GOODPUT_JOB") or None
+
+    def _token(self) -> str:
+        # re-read each time: the kubelet rotates projected tokens
+        return self.token if self.token is not None else \
+            Path(self.token_path).read_text().strip()
+
+    def send(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        if not self.url:
+            raise ReportError(None, "GOODPUT_REPORT_URL is not set: not running under the "
+                                    "goodput operator?")
+        request = urllib.request.Request(
+            f"{self.url}/v1/reports/{kind}", data=json.dumps(body).encode(), method="POST",
+            headers={"Content-Type": "application/json",
+                     "Authorization": f"Bearer {self._token()}"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout,
+                                        context=self.context) as response:
+                answer: dict[str, Any] = json.loads(response.read() or b"{}")
+                return answer
+        except urllib.error.HTTPError as err:
+            detail = err.read().decode(errors="replace")
+            with contextlib.suppress(ValueError):
+                detail = json.loads(detail).get("error", detail)
+            raise ReportError(err.code, detail) from None
+        except OSError as err:
+            raise ReportError(None, f"cannot reach the operator at {self.url}: {err}") from None
+
+    def commit_checkpoint(self, step: int, path: str, digest: str | None = None) -> dict[str, Any]:
+        """Record a completed checkpoint: the job resumes from it after a failure."""
+        return self.send("checkpoint", {"step": step, "path": path, "digest": digest,
+                                        "rank": self.rank, "job": self.job})
+
+    def report_step(self, step: int, metrics: Mapping[str, float] | None = None,
+                    **extra: Any) -> dict[str, Any]:
+        """Report progress (and, for the SDC checks, fingerprints in EXTRA)."""
+        return self.send("step", {"step": step, "metrics": dict(metrics or {}),
+                                  "rank": self.rank, "job": self.job, **extra})
+
+
+_default: Reporter | None = None
+
+
+def _reporter() -> Reporter:
+    global _default
+    if _default is None:
+        _default = Reporter()
+    return _default
+
+
+def commit_checkpoint(step: int, path: str, digest: str | None = None) -> dict[str, Any]:
+    """Record a completed checkpoint with the operator (see Reporter.commit_checkpoint)."""
+    return _reporter().commit_checkpoint(step, path, digest)
+
+
+def report_step(step: int, metrics: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """Report a training step's metrics to the operator (see Reporter.report_step)."""
+    return _reporter().report_step(step, metrics)

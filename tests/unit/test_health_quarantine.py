@@ -1,0 +1,141 @@
+"""Quarantine decisions: what counts as unhealthy, grace, storm guard, release."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from goodput_operator.api.ultraservergroup import Quarantine
+from goodput_operator.health import quarantine as q
+
+NOW = 1_800_000_000.0
+
+
+def node(name: str, ready: str = "True", conditions: tuple[tuple[str, str], ...] = (),
+         taints: tuple[str, ...] = (), record: q.Finding | None = None,
+         by: str = q.BY_OPERATOR, at: float = NOW - 1000) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "metadata": {"name": name, "resourceVersion": "7", "annotations": {}},
+        "spec": {"taints": [{"key": k, "value": "x", "effect": "NoSchedule"} for k in taints]},
+        "status": {"conditions": [{"type": "Ready", "status": ready,
+                                   "lastTransitionTime": "2027-01-15T07:59:50Z"}]
+                   + [{"type": t, "status": s} for t, s in conditions]},
+    }
+    if record is not None:
+        patch = q.quarantine_patch(body, record, at, by)
+        body["spec"]["taints"] = patch["spec"]["taints"]
+        body["metadata"]["annotations"].update(patch["metadata"]["annotations"])
+    return body
+
+
+POLICY = Quarantine()  # grace 5 s, maxUnavailable 20%, release after 600 s healthy
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (node("a"), None),
+        (node("a", ready="False"), "NodeNotReady"),
+        (node("a", ready="Unknown"), "NodeNotReady"),
+        (node("a", conditions=(("NeuronHealth", "True"),)), "NodeCondition"),
+        (node("a", conditions=(("NeuronHealth", "False"),)), None),
+        (node("a", conditions=(("GpuHealth", "True"),)), "NodeCondition"),
+        (node("a", taints=("sagemaker.amazonaws.com/node-health-status",)), "HealthTaint"),
+        (node("a", taints=("node.kubernetes.io/not-ready",)), None),  # kubelet's, not ours
+    ],
+)
+def test_what_counts_as_unhealthy(body: dict[str, Any], reason: str | None) -> None:
+    found = q.finding(body, POLICY, None, NOW)
+    assert (found.reason if found else None) == reason
+
+
+def test_not_ready_waits_out_the_grace_period_from_when_it_was_first_seen() -> None:
+    nodes = {"a": node("a", ready="False")}
+    early = q.decide(nodes, POLICY, NOW, {"a": NOW - 4}, {}, {})
+    assert early.quarantine == [] and early.wake_at == NOW + 1
+    due = q.decide(nodes, POLICY, NOW, {"a": NOW - 5}, {}, {})
+    assert [n for n, _ in due.quarantine] == ["a"]
+    assert due.quarantine[0][1].since == NOW - 5     # later than the stale transition time
+
+
+def test_device_conditions_and_worker_reports_count_at_once() -> None:
+    nodes = {"a": node("a", conditions=(("NeuronHealth", "True"),)), "b": node("b"),
+             **{f"x{i}": node(f"x{i}") for i in range(8)}}
+    report = q.Finding("WorkerFailure", "worker w1 exited with code 74", NOW)
+    decision = q.decide(nodes, POLICY, NOW, {}, {}, {"b": report})
+    assert sorted(n for n, _ in decision.quarantine) == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("failing", "already", "limit", "tripped"),
+    [
+        (1, 0, "20%", False),   # 20% of 8 rounds up to 2
+        (2, 0, "20%", False),
+        (3, 0, "20%", True),
+        (1, 2, "20%", True),    # quarantined nodes count against the budget
+        (5, 0, "50%", True),
+        (4, 0, "50%", False),
+        (1, 0, 0, True),
+    ],
+)
+def test_the_storm_guard_holds_every_quarantine_beyond_max_unavailable(
+        failing: int, already: int, limit: int | str, tripped: bool) -> None:
+    old = q.Finding("NodeNotReady", "Ready=False", NOW - 900)
+    nodes = {f"n{i}": node(f"n{i}", ready="False" if i < failing else "True",
+                           record=old if failing <= i < failing + already else None)
+             for i in range(8)}
+    policy = Quarantine(maxUnavailable=limit)
+    decision = q.decide(nodes, policy, NOW, {n: NOW - 60 for n in nodes}, {}, {})
+    assert (decision.storm is not None) is tripped
+    assert len(decision.quarantine) == (0 if tripped else failing)
+    assert len(decision.held) == (failing if tripped else 0)
+
+
+@pytest.mark.parametrize(
+    ("reason", "by", "healthy_for", "released"),
+    [
+        ("NodeNotReady", q.BY_OPERATOR, 600, True),
+        ("NodeNotReady", q.BY_OPERATOR, 599, False),
+        ("NodeNotReady", q.BY_HAND, 6000, False),            # by hand: released by hand
+        ("SilentDataCorruption", q.BY_OPERATOR, 6000, False),  # by clean probes only
+    ],
+)
+def test_release_after_being_healthy_for_the_policy_period(
+        reason: str, by: str, healthy_for: float, released: bool) -> None:
+    body = node("a", record=q.Finding(reason, "evidence", NOW - 9000), by=by, at=NOW - 9000)
+    decision = q.decide({"a": body}, POLICY, NOW, {}, {"a": NOW - healthy_for}, {})
+    assert bool(decision.release) is released
+
+
+def test_a_node_still_failing_is_never_released() -> None:
+    body = node("a", ready="False", record=q.Finding("NodeNotReady", "e", NOW - 9000),
+                at=NOW - 9000)
+    assert q.decide({"a": body}, POLICY, NOW, {"a": NOW - 9000}, {}, {}).release == []
+
+
+def test_the_patches_carry_taint_label_evidence_and_the_resource_version() -> None:
+    body = node("a", taints=("other",))
+    found = q.Finding("NodeNotReady", "Ready=False (SimulatedFailure)", NOW - 6)
+    patch = q.quarantine_patch(body, found, NOW)
+    assert patch["metadata"]["resourceVersion"] == "7"
+    assert [t["key"] for t in patch["spec"]["taints"]] == ["other", "goodput.dev/quarantine"]
+    assert patch["metadata"]["labels"] == {"goodput.dev/quarantined": "NodeNotReady"}
+    body["spec"]["taints"] = patch["spec"]["taints"]
+    body["metadata"]["annotations"].update(patch["metadata"]["annotations"])
+    record = q.record_of(body)
+    assert record == q.Record("NodeNotReady", found.evidence, NOW - 6, NOW, q.BY_OPERATOR)
+    release = q.release_patch(body)
+    assert [t["key"] for t in release["spec"]["taints"]] == ["other"]
+    assert release["metadata"]["labels"] == {"goodput.dev/quarantined": None}
+
+
+def test_observe_remembers_when_health_flipped() -> None:
+    seen: dict[str, float] = {}
+    healthy: dict[str, float] = {}
+    q.observe("a", True, 10, seen, healthy)
+    q.observe("a", True, 20, seen, healthy)
+    assert seen == {"a": 10} and healthy == {}
+    q.observe("a", False, 30, seen, healthy)
+    q.observe("a", False, 40, seen, healthy)
+    assert seen == {} and healthy == {"a": 30}
