@@ -37,12 +37,13 @@ def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     verb("kubeconfig", "print the path of the sandbox's kubeconfig")
     verb("env", "print shell exports (KUBECONFIG, and PATH with the sandbox's kubectl first): "
                 "eval $(goodput sandbox env)")
-    fail = verb("fail-node", "make a node NotReady (KWOK chaos stage) until heal-node")
-    fail.add_argument("node")
+    fail = verb("fail-node", "make nodes NotReady (KWOK chaos stage) until heal-node; several "
+                             "nodes fail together")
+    fail.add_argument("node", nargs="+")
     fail.add_argument("--reason", default="SimulatedFailure",
                       help="reason on the node's Ready condition (default: %(default)s)")
-    heal = verb("heal-node", "make a failed node Ready again")
-    heal.add_argument("node")
+    heal = verb("heal-node", "make failed nodes Ready again")
+    heal.add_argument("node", nargs="+")
     pod = verb("fail-pod", "terminate a Running pod's containers with an exit code")
     pod.add_argument("pod")
     pod.add_argument("--exit-code", type=int, required=True)
@@ -170,12 +171,13 @@ def _run_sandbox(args: argparse.Namespace) -> int:
         print(f"export KUBECONFIG={shlex.quote(str(box.kubeconfig))}")
         print(f'export PATH={shlex.quote(str(kubectl_dir))}:"$PATH"')
     elif args.verb == "fail-node":
-        faults.fail_node(box, args.node, reason=args.reason)
-        print(f"node {args.node} is failing (reason {args.reason}); heal it with "
-              f"`goodput sandbox heal-node {args.node}`")
+        faults.fail_node(box, *args.node, reason=args.reason)
+        names = " ".join(args.node)
+        print(f"{'nodes' if len(args.node) > 1 else 'node'} {names} failing (reason "
+              f"{args.reason}); heal with `goodput sandbox heal-node {names}`")
     elif args.verb == "heal-node":
-        faults.heal_node(box, args.node)
-        print(f"node {args.node} is healing")
+        faults.heal_node(box, *args.node)
+        print(f"{'nodes' if len(args.node) > 1 else 'node'} {' '.join(args.node)} healing")
     elif args.verb == "succeed-pod":
         faults.succeed_pod(box, args.pod, args.namespace)
         print(f"pod {args.namespace}/{args.pod} is finishing with exit code 0")

@@ -35,6 +35,8 @@ class Operator:
         self.proc: subprocess.Popen[bytes] | None = None
         self.health_port = free_port()
         self.metrics_port = free_port()
+        self.report_port = free_port()
+        self.report_url = f"http://127.0.0.1:{self.report_port}"
 
     def start(self) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
@@ -42,7 +44,8 @@ class Operator:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "goodput_operator.operator.main",
                  "--health-port", str(self.health_port),
-                 "--metrics-port", str(self.metrics_port)],
+                 "--metrics-port", str(self.metrics_port),
+                 "--report-port", str(self.report_port)],
                 env=env, stdout=out, stderr=subprocess.STDOUT)
         wait_for(self.healthy, timeout=60, what="operator /healthz")
 
@@ -91,15 +94,8 @@ def apply(cluster: Cluster, doc: dict[str, Any], namespace: str | None = None) -
 def trn2_group(crds: Cluster) -> Iterator[str]:
     """An UltraServerGroup over the session fleet's Trn2 UltraServers, without spares."""
     name = f"trn2-{uuid.uuid4().hex[:6]}"
-    apply(crds, {
-        "apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
-        "metadata": {"name": name},
-        "spec": {"nodeSelector": {"node.kubernetes.io/instance-type": "trn2u.48xlarge"},
-                 "networkLevels": ["topology.k8s.aws/network-node-layer-1",
-                                   "topology.k8s.aws/network-node-layer-2"],
-                 "accelerator": {"resource": "aws.amazon.com/neuron", "perNode": 16},
-                 "nodesPerDomain": 4},
-    })
+    apply(crds, {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
+                 "metadata": {"name": name}, "spec": trn2_group_spec()})
     yield name
     crds.kubectl("delete", "usg", name, "--ignore-not-found")
 
@@ -158,3 +154,70 @@ def e2e(operator: Operator, jobs_cleanup: None) -> Operator:
 def sleep_briefly() -> None:
     """For asserting that something does NOT happen: give the operator a few passes."""
     time.sleep(3)
+
+
+def sandbox_cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    assert cluster.sandbox_name
+    return subprocess.run([sys.executable, "-m", "goodput_operator.cli", "sandbox", *args,
+                           "--name", cluster.sandbox_name], capture_output=True, text=True,
+                          timeout=60, check=True)
+
+
+TRN2_NODES = [f"trn2-{u:02d}-{s}" for u in range(2) for s in range(4)]
+
+
+def trn2_group_spec(**spec: Any) -> dict[str, Any]:
+    return {"nodeSelector": {"node.kubernetes.io/instance-type": "trn2u.48xlarge"},
+            "networkLevels": ["topology.k8s.aws/network-node-layer-1",
+                              "topology.k8s.aws/network-node-layer-2"],
+            "accelerator": {"resource": "aws.amazon.com/neuron", "perNode": 16},
+            "nodesPerDomain": 4, **spec}
+
+
+class Faults:
+    """Fails session-fleet nodes for one test; at teardown heals them, waits until they are
+    Ready and lifts any quarantine, so the next test finds the fleet whole."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.failed: set[str] = set()
+
+    def fail(self, *nodes: str) -> None:
+        sandbox_cli(self.cluster, "fail-node", *nodes)
+        self.failed.update(nodes)
+
+    def heal(self, *nodes: str) -> None:
+        sandbox_cli(self.cluster, "heal-node", *nodes)
+
+    def restore(self) -> None:
+        if self.failed:
+            self.heal(*sorted(self.failed))
+            self.cluster.kubectl("wait", "node", *sorted(self.failed), "--for=condition=Ready",
+                                 "--timeout=60s")
+        for node in TRN2_NODES:
+            self.cluster.kubectl("taint", "node", node, "goodput.dev/quarantine-", check=False)
+            self.cluster.kubectl("label", "node", node, "goodput.dev/quarantined-")
+
+
+@pytest.fixture
+def faults(crds: Cluster) -> Iterator[Faults]:
+    injected = Faults(crds)
+    yield injected
+    injected.restore()
+
+
+@pytest.fixture
+def make_group(crds: Cluster) -> Iterator[Any]:
+    """Create an UltraServerGroup over the Trn2 UltraServers with the given spec fields."""
+    names: list[str] = []
+
+    def make(**spec: Any) -> str:
+        name = f"trn2-{uuid.uuid4().hex[:6]}"
+        apply(crds, {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
+                     "metadata": {"name": name}, "spec": trn2_group_spec(**spec)})
+        names.append(name)
+        return name
+
+    yield make
+    for name in names:
+        crds.kubectl("delete", "usg", name, "--ignore-not-found")

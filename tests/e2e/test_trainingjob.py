@@ -18,6 +18,7 @@ from tests.e2e.conftest import (
     apply,
     get_job,
     job_pods,
+    sandbox_cli,
     sleep_briefly,
     training_job,
     wait_phase,
@@ -30,13 +31,6 @@ ULTRASERVER = "topology.k8s.aws/ultraserver-id"
 def node_labels(cluster: Cluster) -> dict[str, dict[str, str]]:
     items = json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
     return {n["metadata"]["name"]: n["metadata"]["labels"] for n in items}
-
-
-def sandbox_cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    assert cluster.sandbox_name
-    return subprocess.run([sys.executable, "-m", "goodput_operator.cli", "sandbox", *args,
-                           "--name", cluster.sandbox_name], capture_output=True, text=True,
-                          timeout=60, check=True)
 
 
 def test_eight_workers_land_on_two_whole_ultraservers_in_fabric_order(

@@ -139,3 +139,11 @@ def test_observe_remembers_when_health_flipped() -> None:
     q.observe("a", False, 30, seen, healthy)
     q.observe("a", False, 40, seen, healthy)
     assert seen == {} and healthy == {"a": 30}
+
+
+def test_failures_arriving_together_are_judged_together() -> None:
+    nodes = {f"n{i}": node(f"n{i}", ready="False" if i < 3 else "True") for i in range(8)}
+    seen = {"n0": NOW - 5, "n1": NOW - 4.99, "n2": NOW - 4.98}  # one due, two in grace
+    decision = q.decide(nodes, POLICY, NOW, seen, {}, {})
+    assert decision.quarantine == [] and [n for n, _ in decision.held] == ["n0"]
+    assert decision.storm is not None and "3 node(s) failing" in decision.storm

@@ -203,3 +203,13 @@ def test_suspend_stops_every_worker() -> None:
 def test_terminal_jobs_stay_terminal() -> None:
     result = plan(job({"phase": "Succeeded", "message": "done"}), [], NEURON)
     assert result.phase == "Succeeded" and not result.create
+
+
+def test_a_gang_is_not_restarted_while_another_of_its_nodes_awaits_its_verdict() -> None:
+    lost = {"n1": Lost("quarantined", NOW - 5)}
+    waiting = plan(job(PLACED), running(), NEURON, lost, now=NOW, suspects={"n0"})
+    assert not waiting.restart and "verdict on node(s) n0" in waiting.message
+    both = {**lost, "n0": Lost("quarantined", NOW - 4.9)}
+    later = plan(job({**PLACED, **waiting.status}), running(), NEURON, both, now=NOW + 0.1,
+                 suspects={"n0"})
+    assert later.restart and later.failed_nodes == ["n0", "n1"]

@@ -105,3 +105,23 @@ def test_scale_down_frees_whole_domains(groups: list[tuple[str, str]], remove: i
                                         expected: list[str]) -> None:
     chosen = choose_scale_down([ReplicaGroup(g, d) for g, d in groups], remove)
     assert chosen == expected
+
+
+def test_a_moving_gang_may_take_the_spare_of_the_domain_it_moves_to() -> None:
+    fleet = trn2(2, spares=1)
+    placed = running(fleet, Request(3, 16))          # us0-n0..n2, spare us0-n3
+    fail(fleet, "us0-n0", "us0-n1", "us1-n1")
+    # us-1 has 3 healthy nodes, one of them held as its spare: a new 3-worker job waits,
+    # the recovering gang moves there, spare included
+    assert place(fleet, Request(3, 16)).ok is False
+    result = replace(fleet, placed, ["us0-n0", "us0-n1"], Request(3, 16), "job")
+    assert result.action == "move"
+    assert [r.node for r in result.ranks] == ["us1-n0", "us1-n2", "us1-n3"]
+    assert fleet.nodes["us1-n3"].spare                # held again once the move is found
+
+
+def test_spares_released_restores_the_spares_afterwards() -> None:
+    fleet = trn2(1, spares=1)
+    with fleet.spares_released():
+        assert not any(n.spare for n in fleet.nodes.values())
+    assert [n.name for n in fleet.nodes.values() if n.spare] == ["us0-n3"]

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -72,7 +73,25 @@ def reserve_from_status(state: State, job: Obj) -> None:
                        trainingjob_owner(meta["namespace"], meta["name"]))
 
 
-async def reconcile_job(state: State, kube: Kube, job: Obj) -> None:
+@dataclass
+class Decision:
+    """One job's pass, decided: the status to write, events, and the children to change."""
+
+    job: Obj
+    status: Obj
+    desired: Obj
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    plan: Plan | None = None  # None: only the status changes (invalid spec, no group)
+    placement: Obj | None = None
+    fresh: bool = False  # a placement made in this pass: write it before pinning
+    spec: TrainingJobSpec | None = None
+    observed: dict[str, Obj] = field(default_factory=dict)  # the job's pods, by name
+
+
+def decide_job(state: State, job: Obj) -> Decision:
+    """Everything this job's pass will do, decided without awaiting anything: all jobs of a
+    pass are decided on one snapshot of the fleet, so capacity freed while the pass writes
+    goes to the next pass's highest-priority job, not to whichever job is decided last."""
     meta = job["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     status: Obj = dict(job.get("status") or {})
@@ -82,10 +101,10 @@ async def reconcile_job(state: State, kube: Kube, job: Obj) -> None:
         spec = TrainingJobSpec.model_validate(job["spec"])
     except ValidationError as err:
         detail = describe_errors(err)
-        await _write(kube, job, status, {"phase": "Failed", "message": f"invalid spec: {detail}",
-                     "conditions": set_condition(conditions, "Failed", True, "InvalidSpec",
-                                                 detail, generation)})
-        return
+        return Decision(job, status, {"phase": "Failed", "message": f"invalid spec: {detail}",
+                                      "conditions": set_condition(conditions, "Failed", True,
+                                                                  "InvalidSpec", detail,
+                                                                  generation)})
     fleet = state.fleets.get(spec.ultra_server_group or "")
     if fleet is None:
         reason, message = ("UltraServerGroupNotFound",
@@ -93,16 +112,16 @@ async def reconcile_job(state: State, kube: Kube, job: Obj) -> None:
             if spec.ultra_server_group else \
             ("NoUltraServerGroup", "jobs without spec.ultraServerGroup are not placed yet: "
                                    "set spec.ultraServerGroup")
-        await _write(kube, job, status, {
+        return Decision(job, status, {
             "phase": "Pending", "message": message,
             "conditions": set_condition(conditions, "Placed", False, reason, message,
                                         generation)})
-        return
 
     pods = list(state.job_pods.get((namespace, name), {}).values())
     clock = time.time()
     decided = plan(job, pods, fleet.shape.accelerator_resource,
-                   lost_nodes(state, fleet, job, pods, clock), clock, state.report_url)
+                   lost_nodes(state, fleet, job, pods, clock), clock, state.report_url,
+                   suspects=state.seen_unhealthy.keys())
     state.wake_at(decided.wake_at)
     for node, evidence in decided.blame.items():  # the group pass quarantines them
         state.blamed.setdefault(node, Finding("WorkerFailure", evidence, clock))
@@ -167,14 +186,29 @@ async def reconcile_job(state: State, kube: Kube, job: Obj) -> None:
         kind = "Warning" if desired["phase"] == "Failed" else "Normal"
         events.append((kind, desired["phase"], desired["message"]))
     _observe(job, desired, events, clock)
-    observed = {p["metadata"]["name"]: p for p in pods}
-    if fresh:  # the placement is on record before any pod is pinned to it
+    return Decision(job, status, desired, events, decided, placement, fresh, spec,
+                    {p["metadata"]["name"]: p for p in pods})
+
+
+async def apply_job(state: State, kube: Kube, decision: Decision) -> None:
+    job, status, desired, events = (decision.job, decision.status, decision.desired,
+                                    decision.events)
+    decided, placement = decision.plan, decision.placement
+    if decided is None or decision.spec is None:
+        await _write(kube, job, status, desired, events)
+        return
+    observed = decision.observed
+    if decision.fresh:  # the placement is on record before any pod is pinned to it
         await _write(kube, job, status, desired, events)
         await _children(state, kube, job, decided, placement, observed)
     else:
         await _children(state, kube, job, decided, placement, observed)
         await _write(kube, job, status, desired, events)
-    await _expire(kube, job, spec, {**status, **desired})
+    await _expire(kube, job, decision.spec, {**status, **desired})
+
+
+async def reconcile_job(state: State, kube: Kube, job: Obj) -> None:
+    await apply_job(state, kube, decide_job(state, job))
 
 
 def lost_nodes(state: State, fleet: Fleet, job: Obj, pods: list[Obj], now: float
@@ -254,7 +288,11 @@ def _place(fleet: Fleet, spec: TrainingJobSpec, job: Obj, conditions: list[Obj],
     request = Request(spec.workers, spec.accelerators_per_worker, spec.topology.unit,
                       spec.topology.policy)
     started = time.perf_counter()
-    result = place(fleet, request)
+    if badput.current_incident(books_of(job.get("status") or {})) is not None:
+        with fleet.spares_released():  # a recovering gang may take spares
+            result = place(fleet, request)
+    else:
+        result = place(fleet, request)
     metrics.PLACEMENT_SECONDS.observe(time.perf_counter() - started)
     generation = meta.get("generation")
     if not result.ok:
@@ -357,15 +395,23 @@ async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> Non
         jobs = state.ordered_jobs()
         for job in jobs:
             reserve_from_status(state, job)
-        for job in jobs:
+        decisions = []
+        for job in jobs:  # one snapshot: no await until every job is decided
             try:
-                await reconcile_job(state, kube, job)
-            except asyncio.CancelledError:
-                raise
+                decisions.append(decide_job(state, job))
             except Exception:  # one bad job must not stop the others
                 metrics.RECONCILE_ERRORS.labels("TrainingJob").inc()
                 log.exception("reconcile of %s/%s failed", job["metadata"]["namespace"],
                               job["metadata"]["name"])
+        for decision in decisions:
+            try:
+                await apply_job(state, kube, decision)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                metrics.RECONCILE_ERRORS.labels("TrainingJob").inc()
+                meta = decision.job["metadata"]
+                log.exception("reconcile of %s/%s failed", meta["namespace"], meta["name"])
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         phases = {phase: 0 for phase in PHASES}
         for job in jobs:

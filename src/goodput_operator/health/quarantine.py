@@ -143,6 +143,7 @@ def decide(nodes: Mapping[str, Obj], policy: Any, now: float,
     decision = Decision()
     out = 0
     due: list[tuple[str, Finding]] = []
+    failing: list[str] = []
     for name, node in nodes.items():
         record = record_of(node)
         found = finding(node, policy, seen_unhealthy.get(name), now) or reported.get(name)
@@ -153,17 +154,20 @@ def decide(nodes: Mapping[str, Obj], policy: Any, now: float,
             continue
         if found is None:
             continue
+        failing.append(name)
         if is_due(found, policy, now):
             due.append((name, found))
         else:
             _wake(decision, found.since + policy.not_ready_grace_seconds)
     limit = scaled(policy.max_unavailable, len(nodes))
-    if due and out + len(due) > limit:
+    # nodes still in their grace period count too: failures that arrive together are
+    # judged together, not quarantined one by one until the budget runs out
+    if due and out + len(failing) > limit:
         decision.held = due
-        decision.storm = (f"{len(due)} node(s) failing with {out} already quarantined exceeds "
-                          f"quarantine.maxUnavailable={policy.max_unavailable} ({limit} of "
-                          f"{len(nodes)} nodes): quarantining none of them; "
-                          f"failing: {', '.join(sorted(n for n, _ in due)[:10])}")
+        decision.storm = (f"{len(failing)} node(s) failing with {out} already quarantined "
+                          f"exceeds quarantine.maxUnavailable={policy.max_unavailable} "
+                          f"({limit} of {len(nodes)} nodes): quarantining none of them; "
+                          f"failing: {', '.join(sorted(failing)[:10])}")
     else:
         decision.quarantine = due
     return decision

@@ -16,7 +16,7 @@ node blamed for it is quarantined; the incident closes when every worker runs ag
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,7 +82,9 @@ def books_of(status: Obj) -> Obj:
 
 
 def plan(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | None = None,
-         now: float = 0.0, report_url: str = "") -> Plan:
+         now: float = 0.0, report_url: str = "", suspects: Collection[str] = ()) -> Plan:
+    """SUSPECTS: nodes that are failing but not yet judged (NotReady within the grace
+    period): a gang is not restarted onto them, the verdict is only seconds away."""
     spec = TrainingJobSpec.model_validate(job["spec"])
     status = job.get("status") or {}
     lost = lost or {}
@@ -123,7 +125,8 @@ def plan(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | No
         if opened is not None:
             books, incident = opened, badput.current_incident(opened)
     if incident is not None and incident["restart"] == restart + 1:
-        return _recover(result, spec, books, incident, pods, ranks, lost, restart, now)
+        return _recover(result, spec, books, incident, pods, ranks, lost, suspects, restart,
+                        now)
 
     if current and result.succeeded == result.workers:
         result.status = _goodput_only(badput.stopped(books, now))
@@ -224,14 +227,16 @@ def _detect(result: Plan, spec: TrainingJobSpec, books: Obj, ranks: dict[int, Ob
 
 
 def _recover(result: Plan, spec: TrainingJobSpec, books: Obj, incident: Obj,
-             pods: list[Obj], ranks: dict[int, Obj], lost: Mapping[str, Lost], restart: int,
-             now: float) -> Plan:
+             pods: list[Obj], ranks: dict[int, Obj], lost: Mapping[str, Lost],
+             suspects: Collection[str], restart: int, now: float) -> Plan:
     """The incident is open for the next attempt: wait out backoff and quarantine, then
     restart the gang (the controller finds the replacement placement)."""
     result.phase, result.status = "Recovering", _incidents_only(books)
     result.conditions.append(("Running", False, "Recovering", incident["message"]))
     restart_at = parse_time(incident.get("restartAt"))
     unresolved = [n for n in incident.get("nodes") or [] if n not in lost]
+    pending = sorted({r["node"] for r in ranks.values()
+                      if r["node"] in suspects and r["node"] not in lost})
     if restart_at is not None and now < restart_at:
         result.wake_at = restart_at
         result.message = (f"{incident['cause']}: restart {restart + 1} in "
@@ -239,6 +244,9 @@ def _recover(result: Plan, spec: TrainingJobSpec, books: Obj, incident: Obj,
     elif unresolved:
         result.blame = {n: incident["message"] for n in unresolved}
         result.message = f"waiting for node(s) {', '.join(unresolved)} to be quarantined"
+    elif pending:  # failures arriving together are recovered from together
+        result.message = (f"waiting for the verdict on node(s) {', '.join(pending)} "
+                          "(failing, not yet judged: grace period or storm guard)")
     else:
         result.restart = True
         result.failed_nodes = sorted({r["node"] for r in ranks.values() if r["node"] in lost})

@@ -38,24 +38,26 @@ def _require_node(sandbox: Sandbox, node: str) -> dict[str, Any]:
     return found
 
 
-def fail_node(sandbox: Sandbox, node: str, reason: str = "SimulatedFailure",
+def fail_node(sandbox: Sandbox, *nodes: str, reason: str = "SimulatedFailure",
               message: str = "node failed (injected by goodput sandbox fail-node)") -> None:
-    """Make NODE NotReady until `heal_node`."""
-    _require_node(sandbox, node)
+    """Make NODES NotReady until `heal_node`; several nodes fail together (one write)."""
+    for node in nodes:
+        _require_node(sandbox, node)
     sandbox.kubectl(
-        "annotate", "node", node, "--overwrite",
+        "annotate", "node", *nodes, "--overwrite",
         f"{NODE_NOT_READY}/reason={reason}", f"{NODE_NOT_READY}/message={message}",
         f"{NODE_NOT_READY}/delay=0s", f"{NODE_NOT_READY}/jitter-delay=0s",
     )
-    sandbox.kubectl("label", "node", node, "--overwrite", f"{NODE_NOT_READY}=true")
+    sandbox.kubectl("label", "node", *nodes, "--overwrite", f"{NODE_NOT_READY}=true")
 
 
-def heal_node(sandbox: Sandbox, node: str) -> None:
-    """Remove the failure; KWOK's node-initialize stage makes the node Ready again."""
-    _require_node(sandbox, node)
-    sandbox.kubectl("label", "node", node, f"{NODE_NOT_READY}-")
+def heal_node(sandbox: Sandbox, *nodes: str) -> None:
+    """Remove the failure; KWOK's node-initialize stage makes the nodes Ready again."""
+    for node in nodes:
+        _require_node(sandbox, node)
+    sandbox.kubectl("label", "node", *nodes, f"{NODE_NOT_READY}-")
     sandbox.kubectl(
-        "annotate", "node", node, f"{NODE_NOT_READY}/reason-", f"{NODE_NOT_READY}/message-",
+        "annotate", "node", *nodes, f"{NODE_NOT_READY}/reason-", f"{NODE_NOT_READY}/message-",
         f"{NODE_NOT_READY}/delay-", f"{NODE_NOT_READY}/jitter-delay-",
     )
 

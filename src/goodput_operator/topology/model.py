@@ -8,8 +8,10 @@ the world. Pure: no Kubernetes client.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -300,6 +302,24 @@ class Fleet:
     def release_owner(self, owner: str) -> None:
         for key in list(self.by_owner.get(owner, ())):
             self.release(key)
+
+    @contextlib.contextmanager
+    def spares_released(self) -> Iterator[None]:
+        """Within the block, spares count as ordinary free nodes: for a gang recovering
+        from a failure, which is what spares are held for, when it must move or wait."""
+        if self.shape.spares_per_domain == 0:
+            yield
+            return
+        held = self.shape
+        self.shape = dataclasses.replace(held, spares_per_domain=0)
+        for domain in self.domains.values():
+            self._refresh_domain(domain)
+        try:
+            yield
+        finally:
+            self.shape = held
+            for domain in self.domains.values():
+                self._refresh_domain(domain)
 
     # ---- views ---------------------------------------------------------------
     def ordered_domains(self) -> list[Domain]:

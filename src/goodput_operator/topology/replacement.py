@@ -3,7 +3,8 @@
 Replacement (any number of failed nodes): each failed rank keeps its rank number and gets,
 in order of preference, a spare in the same domain, a free node in the same domain, then
 (unless the job requires its domains) a spare or free node in the same network block, then
-anywhere. When the topology cannot be kept, the whole gang moves to domains that hold it;
+anywhere. When the topology cannot be kept, the whole gang moves to domains that hold it (spares
+count there: recovery is what they are held for);
 failing that it shrinks within its elastic bounds, or waits — and the result says why.
 """
 
@@ -100,25 +101,29 @@ def _move_or_shrink(fleet: Fleet, request: Request, owner: str, lost: Sequence[R
     saved = {k: fleet.pods[k] for k in fleet.by_owner.get(owner, ())}
     fleet.release_owner(owner)
     try:
-        moved = place(fleet, request)
-        if moved.ok:
-            return Replacement("move", f"no spare keeps the topology for "
-                                       f"{len(lost)} failed rank(s); moving the gang: "
-                                       f"{moved.reason}", moved.ranks)
-        if elastic is not None:
-            size = request.workers - elastic.step
-            while size >= elastic.min_workers:
-                smaller = place(fleet, Request(size, request.accelerators, request.unit,
-                                               request.policy))
-                if smaller.ok:
-                    return Replacement("shrink", f"shrinking to {size} workers: "
-                                                 f"{smaller.reason}", smaller.ranks)
-                size -= elastic.step
-        return Replacement("wait", f"cannot replace {len(lost)} failed rank(s): "
-                                   f"{moved.reason}")
+        with fleet.spares_released():  # recovering is what spares are held for
+            return _relocate(fleet, request, lost, elastic)
     finally:
         for key, use in saved.items():
             fleet.bind(key, use.node, use.accelerators, use.owner)
+
+
+def _relocate(fleet: Fleet, request: Request, lost: Sequence[RankSlot],
+              elastic: Elastic | None) -> Replacement:
+    moved = place(fleet, request)
+    if moved.ok:
+        return Replacement("move", f"no spare keeps the topology for {len(lost)} failed "
+                                   f"rank(s); moving the gang: {moved.reason}", moved.ranks)
+    if elastic is not None:
+        size = request.workers - elastic.step
+        while size >= elastic.min_workers:
+            smaller = place(fleet, Request(size, request.accelerators, request.unit,
+                                           request.policy))
+            if smaller.ok:
+                return Replacement("shrink", f"shrinking to {size} workers: "
+                                             f"{smaller.reason}", smaller.ranks)
+            size -= elastic.step
+    return Replacement("wait", f"cannot replace {len(lost)} failed rank(s): {moved.reason}")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,269 @@
+"""Surviving failures: quarantine with evidence, spares, moving the gang, waiting, restart
+budgets, the storm guard, and the authenticated report channel — on the sandbox's Trn2
+UltraServers (2 x 4 nodes), with the operator as a real process."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from goodput_operator.sdk import Reporter, ReportError
+from tests.conftest import Cluster, wait_for
+from tests.e2e.conftest import (
+    Faults,
+    Operator,
+    apply,
+    get_job,
+    job_pods,
+    sandbox_cli,
+    sleep_briefly,
+    training_job,
+    wait_phase,
+)
+
+pytestmark = pytest.mark.e2e
+QUARANTINE = "goodput.dev/quarantine"
+
+
+def node(cluster: Cluster, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(cluster.kubectl("get", "node", name, "-o",
+                                                        "json").stdout)
+    return result
+
+
+def quarantined(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    body = node(cluster, name)
+    taint = next((t for t in body["spec"].get("taints") or [] if t["key"] == QUARANTINE), None)
+    return body if taint else None
+
+
+def group_status(cluster: Cluster, name: str) -> dict[str, Any]:
+    status: dict[str, Any] = json.loads(cluster.kubectl("get", "usg", name, "-o", "json")
+                                        .stdout).get("status") or {}
+    return status
+
+
+def ranks(job: dict[str, Any]) -> dict[int, str]:
+    return {r["rank"]: r["node"] for r in job["status"]["placement"]["ranks"]}
+
+
+def running_again(cluster: Cluster, namespace: str, name: str, restarts: int,
+                  timeout: float = 60) -> dict[str, Any]:
+    """The job at RESTARTS with every worker of that attempt Running."""
+    def reached() -> dict[str, Any] | None:
+        job = get_job(cluster, namespace, name)
+        status = job.get("status") or {}
+        pods = job_pods(cluster, namespace, name)
+        if status.get("restarts") == restarts and status.get("phase") == "Running" and \
+                all(p["status"].get("phase") == "Running" and
+                    p["metadata"]["labels"]["goodput.dev/restart"] == str(restarts)
+                    for p in pods):
+            return job
+        return None
+    try:
+        return wait_for(reached, timeout=timeout, what=f"{name} running at restart {restarts}")
+    except AssertionError as err:
+        status = get_job(cluster, namespace, name).get("status")
+        raise AssertionError(f"{err}; status: {json.dumps(status)}") from None
+
+
+def worker_token(cluster: Cluster, namespace: str, pod: str,
+                 audience: str = "goodput.dev/report") -> str:
+    """What the kubelet mounts into the worker: a token bound to its pod (KWOK runs no
+    kubelet, so the test asks the TokenRequest API itself, as the kubelet would)."""
+    uid = json.loads(cluster.kubectl("get", "pod", pod, "-n", namespace, "-o", "json")
+                     .stdout)["metadata"]["uid"]
+    wait_for(lambda: cluster.kubectl("get", "sa", "default", "-n", namespace,
+                                     check=False).returncode == 0,
+             timeout=30, what="default service account")
+    return str(cluster.kubectl("create", "token", "default", "-n", namespace, "--audience",
+                               audience, "--bound-object-kind", "Pod", "--bound-object-name",
+                               pod, "--bound-object-uid", uid).stdout.strip())
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_a_failed_node_is_quarantined_and_the_spare_of_its_ultraserver_takes_its_rank(
+        e2e: Operator, crds: Cluster, namespace: str, make_group: Any, faults: Faults) -> None:
+    group = make_group(spares={"perDomain": 1})
+    apply(crds, training_job("llama", group, 3, checkpoint={"dir": "/fsx/llama"}), namespace)
+    job = wait_phase(crds, namespace, "llama", "Running")
+    before = ranks(job)
+    domain = job["status"]["placement"]["domains"][0]
+    spare = next(d["spares"] for d in group_status(crds, group)["domains"] if d["id"] == domain)
+    assert len(spare) == 1 and spare[0] not in before.values()
+
+    rank0 = job_pods(crds, namespace, "llama")[0]["metadata"]["name"]
+    reporter = Reporter(e2e.report_url, worker_token(crds, namespace, rank0))
+    reporter.commit_checkpoint(1200, "/fsx/llama/step-1200", "sha256:0123")
+    wait_for(lambda: ((get_job(crds, namespace, "llama")["status"].get("checkpoint") or {})
+                      .get("latest") or {}).get("step") == 1200, timeout=10,
+             what="checkpoint in status")
+
+    victim = before[1]
+    faults.fail(victim)
+    job = running_again(crds, namespace, "llama", 1)
+
+    after = ranks(job)
+    assert after == {**before, 1: spare[0]}         # the failed rank moved, the others stayed
+    assert job["status"]["placement"]["domains"] == [domain]
+    body = quarantined(crds, victim)
+    assert body is not None
+    taint = next(t for t in body["spec"]["taints"] if t["key"] == QUARANTINE)
+    assert (taint["value"], taint["effect"]) == ("NodeNotReady", "NoSchedule")
+    assert body["metadata"]["labels"]["goodput.dev/quarantined"] == "NodeNotReady"
+    evidence = json.loads(body["metadata"]["annotations"]["goodput.dev/quarantine-evidence"])
+    assert evidence["reason"] == "NodeNotReady" and "SimulatedFailure" in evidence["evidence"]
+    assert evidence["by"] == "operator" and evidence["at"] >= evidence["since"]
+
+    incident = job["status"]["incidents"][-1]
+    assert incident["cause"] == "NodeFailure" and incident["nodes"] == [victim]
+    assert incident["action"] == "replace" and incident["restart"] == 1
+    assert incident["resumeFrom"]["step"] == 1200
+    for phase in ("detection", "replacement", "restart", "lostWork"):
+        assert incident[f"{phase}Seconds"] >= 0
+    assert incident["detectionSeconds"] >= 5         # the policy's NotReady grace period
+    assert job["status"]["goodput"]["lostByCause"]["NodeFailure"] > 0
+    for pod in job_pods(crds, namespace, "llama"):
+        env = env_of(pod)
+        assert env["GOODPUT_RESTART"] == "1"
+        assert env["GOODPUT_RESUME_FROM"] == "/fsx/llama/step-1200"
+
+    events = crds.kubectl("get", "events", "-A", "--field-selector",
+                          f"involvedObject.name={victim},reason=Quarantined").stdout
+    assert "NodeNotReady" in events
+    status = group_status(crds, group)
+    entry = next(d for d in status["domains"] if d["id"] == domain)
+    assert entry["quarantinedNodes"] == [victim] and entry["health"] == "Degraded"
+    assert status["totals"]["quarantined"] == 1
+    assert "goodput_recovery_seconds_count" in e2e.metrics()
+
+
+def test_two_failures_move_the_gang_and_a_job_with_no_placement_left_waits_for_a_heal(
+        e2e: Operator, crds: Cluster, namespace: str, make_group: Any, faults: Faults) -> None:
+    group = make_group(spares={"perDomain": 1},
+                       quarantine={"maxUnavailable": "50%", "releaseAfterHealthySeconds": 1})
+    apply(crds, training_job("llama", group, 3), namespace)
+    job = wait_phase(crds, namespace, "llama", "Running")
+    first = job["status"]["placement"]["domains"][0]
+
+    faults.fail(*list(ranks(job).values())[:2])     # two nodes of one UltraServer together
+    job = running_again(crds, namespace, "llama", 1)
+    second = job["status"]["placement"]["domains"]
+    assert second != [first] and len(second) == 1  # the whole gang moved, still one domain
+    assert job["status"]["incidents"][-1]["action"] == "move"
+
+    faults.fail(ranks(job)[0])                     # one more: the new domain's spare takes it
+    job = running_again(crds, namespace, "llama", 2)
+    assert job["status"]["placement"]["domains"] == second
+    assert job["status"]["incidents"][-1]["action"] == "replace"
+
+    last = ranks(job)[2]
+    faults.fail(last)                              # no domain has three healthy nodes left
+    def waiting() -> dict[str, Any] | None:
+        job = get_job(crds, namespace, "llama")
+        status = job.get("status") or {}
+        placed = next((c for c in status.get("conditions") or [] if c["type"] == "Placed"), {})
+        return job if status.get("phase") == "Recovering" and status.get("restarts") == 3 \
+            and placed.get("reason") == "WaitingForCapacity" else None
+    job = wait_for(waiting, timeout=60, what="the job waiting for capacity")
+    assert "UltraServer" in job["status"]["message"]
+    assert job_pods(crds, namespace, "llama") == [] or all(
+        p["spec"].get("schedulingGates") for p in job_pods(crds, namespace, "llama"))
+
+    faults.heal(last)                              # healthy for 1 s -> released -> resumes
+    job = running_again(crds, namespace, "llama", 3)
+    assert quarantined(crds, last) is None
+    assert job["status"]["incidents"][-1]["action"] == "wait"
+    assert len(job["status"]["placement"]["domains"]) == 1
+
+
+def test_an_application_error_restarts_without_quarantine_until_the_budget_is_spent(
+        e2e: Operator, crds: Cluster, namespace: str, make_group: Any, faults: Faults) -> None:
+    group = make_group()
+    apply(crds, training_job("flaky", group, 2, failurePolicy={
+        "maxRestarts": 1, "backoff": {"initialSeconds": 1, "maxSeconds": 2}}), namespace)
+    wait_phase(crds, namespace, "flaky", "Running")
+    victim = job_pods(crds, namespace, "flaky")[1]
+    sandbox_cli(crds, "fail-pod", victim["metadata"]["name"], "--exit-code", "1",
+                "-n", namespace)
+    job = running_again(crds, namespace, "flaky", 1)
+    incident = job["status"]["incidents"][-1]
+    assert incident["cause"] == "ApplicationError" and incident["nodes"] == []
+    assert incident["action"] == "restart" and "restartAt" in incident
+    assert quarantined(crds, victim["spec"]["nodeName"]) is None
+    assert ranks(job)[1] == victim["spec"]["nodeName"]   # same nodes again
+
+    again = job_pods(crds, namespace, "flaky")[0]["metadata"]["name"]
+    sandbox_cli(crds, "fail-pod", again, "--exit-code", "1", "-n", namespace)
+    job = wait_phase(crds, namespace, "flaky", "Failed")
+    assert "restart budget of 1 used up" in job["status"]["message"]
+    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "RestartBudgetExhausted"
+
+
+def test_failing_most_of_a_group_at_once_trips_the_storm_guard(
+        e2e: Operator, crds: Cluster, make_group: Any, faults: Faults) -> None:
+    group = make_group()                           # maxUnavailable 20%: 2 of 8 nodes
+    victims = ["trn2-00-0", "trn2-00-1", "trn2-00-2", "trn2-01-0", "trn2-01-1"]
+    wait_for(lambda: group_status(crds, group).get("health") == "Healthy", timeout=30,
+             what="group healthy")
+    faults.fail(*victims)
+
+    def tripped() -> dict[str, Any] | None:
+        status = group_status(crds, group)
+        guard = next((c for c in status.get("conditions") or []
+                      if c["type"] == "StormGuard"), {})
+        return guard if guard.get("status") == "True" else None
+    guard = wait_for(tripped, timeout=30, what="StormGuard condition")
+    assert guard["reason"] == "TooManyFailing"
+    assert "5 node(s) failing" in guard["message"] and "maxUnavailable=20%" in guard["message"]
+    sleep_briefly()
+    assert [v for v in victims if quarantined(crds, v)] == []
+    events = crds.kubectl("get", "events", "-n", "default", "--field-selector",
+                          f"involvedObject.name={group},reason=StormGuard").stdout
+    assert "quarantining none" in events
+
+    faults.heal(*victims)
+    wait_for(lambda: not tripped(), timeout=30, what="StormGuard cleared")
+
+
+def test_reports_are_accepted_only_from_the_jobs_own_current_workers(
+        e2e: Operator, crds: Cluster, namespace: str, trn2_group: str) -> None:
+    apply(crds, training_job("alpha", trn2_group, 1), namespace)
+    apply(crds, training_job("beta", trn2_group, 1), namespace)
+    wait_phase(crds, namespace, "alpha", "Running")
+    wait_phase(crds, namespace, "beta", "Running")
+    beta_pod = job_pods(crds, namespace, "beta")[0]["metadata"]["name"]
+    beta_token = worker_token(crds, namespace, beta_pod)
+
+    def refused(reporter: Reporter, **body: Any) -> int | None:
+        try:
+            reporter.send("checkpoint", {"step": 5, "path": "/x", "job": reporter.job, **body})
+        except ReportError as err:
+            return err.status
+        return None
+
+    url = e2e.report_url
+    assert refused(Reporter(url, beta_token, job=f"{namespace}/alpha")) == 403
+    assert refused(Reporter(url, "")) == 401
+    assert refused(Reporter(url, "not-a-token")) == 401
+    assert refused(Reporter(url, worker_token(crds, namespace, beta_pod, "other"))) == 401
+    assert refused(Reporter(url, beta_token), step=-1) == 400
+    assert refused(Reporter(url, beta_token), unexpected=True) == 400
+    assert "latest" not in (get_job(crds, namespace, "alpha")["status"].get("checkpoint") or {})
+    assert "latest" not in (get_job(crds, namespace, "beta")["status"].get("checkpoint") or {})
+
+    Reporter(url, beta_token, job=f"{namespace}/beta").commit_checkpoint(7, "/ckpt/7")
+    Reporter(url, beta_token).report_step(8, {"loss": 1.5})
+    def recorded() -> dict[str, Any] | None:
+        status = get_job(crds, namespace, "beta")["status"]
+        return status if status.get("progress", {}).get("step") == 8 else None
+    status = wait_for(recorded, timeout=10, what="beta's progress")
+    assert status["checkpoint"]["latest"]["step"] == 7
+    assert status["progress"]["metrics"] == {"loss": 1.5}
+    assert "latest" not in (get_job(crds, namespace, "alpha")["status"].get("checkpoint") or {})
