@@ -19,7 +19,7 @@ kubectl wait --for condition=Established --timeout=60s crd/trainingjobs.goodput.
   crd/ultraservergroups.goodput.dev crd/inferenceendpoints.goodput.dev >/dev/null
 
 echo "== Starting the operator (log: $STATE/operator.log)"
-nohup $BIN/goodput-operator --health-port 18080 --metrics-port 19090 \
+nohup $BIN/goodput-operator --health-port 18080 --metrics-port 19090 --report-port 18081 \
   >"$STATE/operator.log" 2>&1 &
 echo $! >"$STATE/operator.pid"
 for _ in $(seq 60); do
@@ -44,12 +44,26 @@ kubectl get usg
 echo
 kubectl get tj -n demo -o wide
 echo
+
+JOB=llama-8b-pretrain
+victim=$(kubectl get tj -n demo $JOB -o jsonpath='{.status.placement.ranks[1].node}')
+echo "== A node fails: $victim (rank 1 of $JOB) — quarantine, spare, restart"
+$BIN/goodput sandbox fail-node --name "$NAME" "$victim" --reason NeuronDeviceError >/dev/null
+kubectl wait -n demo tj/$JOB --for=jsonpath='{.status.restarts}'=1 --timeout=60s >/dev/null
+kubectl wait -n demo tj/$JOB --for=jsonpath='{.status.phase}'=Running --timeout=60s >/dev/null \
+  || echo "($JOB is not Running again yet: kubectl describe tj -n demo $JOB)"
+kubectl get tj -n demo $JOB -o jsonpath='{range .status.incidents[*]}restart {.restart}: {.cause} on {.nodes[0]} -> {.action}; detection {.detectionSeconds}s, replacement {.replacementSeconds}s, restart {.restartSeconds}s{"\n"}{end}'
+kubectl get node "$victim" -o jsonpath='{.metadata.annotations.goodput\.dev/quarantine-evidence}{"\n"}'
+echo
+kubectl get usg trn2-pool
+echo
 $BIN/goodput topology --output "$STATE/fleet.svg"
 cat <<EOT
 
 The sandbox and the operator keep running:
   eval \$($BIN/goodput sandbox env --name $NAME)     # then kubectl get tj -A, kubectl describe tj ...
   $BIN/goodput topology                              # the picture again ($STATE/fleet.svg as SVG)
+  $BIN/goodput sandbox heal-node --name $NAME $victim; $BIN/goodput node release $victim
   curl localhost:19090/metrics | grep ^goodput_      # the operator's metrics
   make demo-down                                     # stop the operator and the sandbox
 EOT

@@ -1,0 +1,59 @@
+"""`goodput node quarantine|release`: a hand-made quarantine, as the operator's own looks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import Cluster
+
+pytestmark = pytest.mark.integration
+NODE = "p5-00-3"
+
+
+def node_cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "goodput_operator.cli", "node", *args,
+                           "--kubeconfig", str(cluster.kubeconfig)],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_quarantine_by_hand_then_release(cluster: Cluster) -> None:
+    held = node_cli(cluster, "quarantine", NODE, "--reason", "NvlinkErrors",
+                    "--message", "xid 74 on gpu 3")
+    try:
+        assert held.returncode == 0, held.stderr
+        body = json.loads(cluster.kubectl("get", "node", NODE, "-o", "json").stdout)
+        taint = next(t for t in body["spec"]["taints"] if t["key"] == "goodput.dev/quarantine")
+        assert (taint["value"], taint["effect"]) == ("NvlinkErrors", "NoSchedule")
+        assert body["metadata"]["labels"]["goodput.dev/quarantined"] == "NvlinkErrors"
+        evidence = json.loads(body["metadata"]["annotations"]
+                              ["goodput.dev/quarantine-evidence"])
+        assert evidence["by"] == "manual" and evidence["evidence"] == "xid 74 on gpu 3"
+    finally:
+        released = node_cli(cluster, "release", NODE)
+    assert released.returncode == 0, released.stderr
+    body = json.loads(cluster.kubectl("get", "node", NODE, "-o", "json").stdout)
+    assert not any(t["key"] == "goodput.dev/quarantine" for t in body["spec"].get("taints")
+                   or [])
+    assert "goodput.dev/quarantined" not in body["metadata"]["labels"]
+    assert "goodput.dev/quarantine-evidence" not in (body["metadata"].get("annotations") or {})
+    again = node_cli(cluster, "release", NODE)
+    assert again.returncode == 0 and "is not quarantined" in again.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message", "code"),
+    [
+        (("quarantine", NODE, "--reason", "not camel"), "--reason must be CamelCase", 2),
+        (("quarantine", "no-such-node"), "node no-such-node: not found", 1),
+        (("release", "no-such-node"), "node no-such-node: not found", 1),
+    ],
+)
+def test_bad_input_gets_one_line(cluster: Cluster, args: tuple[str, ...], message: str,
+                                 code: int) -> None:
+    result = node_cli(cluster, *args)
+    assert result.returncode == code
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
