@@ -1,0 +1,131 @@
+"""Silent data corruption: cross-replica voting, numeric guards, verified checkpoints.
+
+Pure. Data-parallel replicas hold the same model shard and must agree bit for bit at every
+step they report. Per step and shard, the fingerprints are voted on: a value held by a
+strict majority of the replicas expected wins; replicas that disagree with it are
+*suspects* (their nodes are quarantined); without such a majority — a tie, or too few
+reports — the step is *unverifiable* and nobody is blamed. A checkpoint is *verified* when
+its step was voted unanimous and nothing (divergence, NaN/Inf, loss spike) was seen at or
+before it in this attempt; on suspicion the job rolls back to the newest verified one.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+Outcome = Literal["agree", "diverged", "unverifiable"]
+
+
+@dataclass(frozen=True)
+class Vote:
+    step: int
+    shard: str
+    outcome: Outcome
+    suspects: tuple[int, ...] = ()  # ranks in the minority
+    majority: str | None = None
+    message: str = ""
+
+
+def vote(step: int, shard: str, fingerprints: Mapping[int, str], expected: int) -> Vote:
+    """Judge one step of one shard from the replicas' fingerprints (rank -> value)."""
+    expected = max(expected, len(fingerprints))
+    quorum = expected // 2 + 1
+    counts = Counter(fingerprints.values())
+    missing = expected - len(fingerprints)
+    if not counts:
+        return Vote(step, shard, "unverifiable", message=f"step {step}: no reports")
+    value, held = counts.most_common(1)[0]
+    tie = len(counts) > 1 and list(counts.values()).count(held) > 1
+    if held < quorum or tie:
+        spread = ", ".join(f"{v[:8]}x{n}" for v, n in counts.most_common())
+        why = "a tie" if tie else f"{held} agree, a majority needs {quorum}"
+        return Vote(step, shard, "unverifiable",
+                    message=f"step {step} shard {shard}: no majority ({why}; {spread}; "
+                            f"{missing} of {expected} replicas missing)")
+    suspects = tuple(sorted(r for r, v in fingerprints.items() if v != value))
+    if not suspects:
+        note = f" ({missing} missing)" if missing else ""
+        return Vote(step, shard, "agree", majority=value,
+                    message=f"step {step} shard {shard}: {held} replicas agree{note}")
+    return Vote(step, shard, "diverged", suspects, value,
+                message=f"step {step} shard {shard}: rank(s) {', '.join(map(str, suspects))} "
+                        f"disagree with {held} of {expected} replicas (majority {value[:16]}, "
+                        f"theirs " + ", ".join(fingerprints[r][:16] for r in suspects) + ")")
+
+
+def guard(step: int, metrics: Mapping[str, float], recent: Sequence[float],
+          spike_factor: float | None) -> str | None:
+    """Evidence against a step from its numbers: non-finite values, or a loss above
+    SPIKE_FACTOR x the median of the RECENT losses. Against the step, not a node."""
+    for name, value in sorted(metrics.items()):
+        if not math.isfinite(value):
+            return f"step {step}: {name} is {value}"
+    loss = metrics.get("loss")
+    if spike_factor is not None and loss is not None and len(recent) >= 5:
+        median = statistics.median(recent)
+        if median > 0 and loss > spike_factor * median:
+            return (f"step {step}: loss {loss:.4g} is over {spike_factor}x the recent median "
+                    f"{median:.4g}")
+    return None
+
+
+@dataclass
+class Ledger:
+    """One attempt's reports, voted on as steps complete. Kept by the operator per job."""
+
+    replicas: int  # data-parallel replicas per shard (workers / shards)
+    pending: dict[int, dict[str, dict[int, str]]] = field(default_factory=dict)
+    unanimous: set[int] = field(default_factory=set)  # steps every shard agreed on
+    shard_votes: dict[int, dict[str, Outcome]] = field(default_factory=dict)
+    shards: set[str] = field(default_factory=set)
+    losses: list[float] = field(default_factory=list)
+    newest_judged: int = -1
+
+    def add(self, step: int, shard: str, rank: int, value: str) -> list[Vote]:
+        """Record one fingerprint; return the votes this completes. A step is judged when
+        every replica of a shard reported it, or — with whatever arrived — once a later
+        step has been judged (late or lost reports do not hold verification forever)."""
+        self.shards.add(shard)
+        self.pending.setdefault(step, {}).setdefault(shard, {})[rank] = value
+        votes: list[Vote] = []
+        if len(self.pending[step][shard]) >= self.replicas:
+            votes.append(self._judge(step, shard))
+        for older in sorted(s for s in self.pending if s < self.newest_judged):
+            for other in list(self.pending.get(older, {})):
+                votes.append(self._judge(older, other))
+        return votes
+
+    def _judge(self, step: int, shard: str) -> Vote:
+        reports = self.pending[step].pop(shard)
+        if not self.pending[step]:
+            del self.pending[step]
+        result = vote(step, shard, reports, self.replicas)
+        outcomes = self.shard_votes.setdefault(step, {})
+        outcomes[shard] = result.outcome
+        if all(outcomes.get(s) == "agree" for s in self.shards):
+            self.unanimous.add(step)
+        else:
+            self.unanimous.discard(step)
+        self.newest_judged = max(self.newest_judged, step)
+        return result
+
+
+def verified(step: int, unanimous: set[int], diverged: int | None,
+             guarded: int | None) -> bool:
+    """A checkpoint at STEP is verified: its step was unanimous, and no divergence or
+    guard came at or before it."""
+    return step in unanimous and (diverged is None or step < diverged) and \
+        (guarded is None or step < guarded)
+
+
+def rollback_target(history: Sequence[Mapping[str, object]], before: int | None
+                    ) -> Mapping[str, object] | None:
+    """The newest verified checkpoint from before step BEFORE (the first bad step)."""
+    candidates = [c for c in history if c.get("verified")
+                  and (before is None or int(str(c["step"])) < before)]
+    return max(candidates, key=lambda c: int(str(c["step"])), default=None)

@@ -1,0 +1,153 @@
+"""The probe's workload and its verdict. numpy on the CPU; torch on each CUDA device.
+
+Every device multiplies the same seeded matrices ITERATIONS times (each product feeds the
+next, normalised, so an early error propagates). Identical devices running the same
+kernels give bit-identical results, so the devices vote on a digest of their result
+(health.sdc.vote): a device outside the majority is bad. Each result is also compared
+with a float64 reference computed on the CPU, so a single device, or a majority gone bad
+the same way, is still caught.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from goodput_operator.health.sdc import vote
+
+REFERENCE_TOLERANCE = 1e-3  # relative Frobenius error allowed against float64
+
+
+@dataclass
+class DeviceResult:
+    index: int
+    name: str
+    digest: str
+    relative_error: float
+    ok: bool = True
+    detail: str = ""
+
+
+@dataclass
+class ProbeResult:
+    backend: str
+    size: int
+    iterations: int
+    devices: list[DeviceResult] = field(default_factory=list)
+    bad: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    gflops: float = 0.0  # per device, sustained over the run
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+def inputs(size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((size, size), dtype=np.float32),
+            rng.standard_normal((size, size), dtype=np.float32))
+
+
+def reference(a: np.ndarray, b: np.ndarray, iterations: int) -> np.ndarray:
+    x = a.astype(np.float64)
+    for _ in range(iterations):
+        x = _step(x, b.astype(np.float64))
+    return x
+
+
+def _step(x: Any, b: Any) -> Any:
+    y = x @ b
+    return y / abs(y).max()
+
+
+def flip_bit(result: np.ndarray, bit: int = 22) -> np.ndarray:
+    """The injected fault: one bit of one element, as a flaky multiplier would."""
+    flipped = np.ascontiguousarray(result).copy()
+    words = flipped.reshape(-1).view(np.uint32)
+    words[words.size // 3] ^= np.uint32(1 << bit)
+    return flipped
+
+
+def run(backend: str = "numpy", devices: int = 1, size: int = 256, iterations: int = 4,
+        seed: int = 1234, inject: int | None = None) -> ProbeResult:
+    """Run the workload on DEVICES accelerators (numpy: DEVICES independent runs on the
+    CPU) and judge them. INJECT: flip a bit in that device's result."""
+    a, b = inputs(size, seed)
+    expected = reference(a, b, iterations)
+    runner = _torch_devices if backend == "torch" else _numpy_devices
+    started = time.perf_counter()
+    outputs = runner(a, b, iterations, devices)
+    seconds = time.perf_counter() - started
+    result = ProbeResult(backend, size, iterations, seconds=round(seconds, 4))
+    flops = 2.0 * size ** 3 * iterations * len(outputs)
+    result.gflops = round(flops / seconds / 1e9 / max(len(outputs), 1), 2) if seconds else 0.0
+    digests: dict[int, str] = {}
+    for index, (name, output) in enumerate(outputs):
+        if inject == index:
+            output = flip_bit(output)
+        digest = hashlib.sha256(np.ascontiguousarray(output).tobytes()).hexdigest()[:32]
+        error = float(np.linalg.norm(output.astype(np.float64) - expected)
+                      / np.linalg.norm(expected))
+        device = DeviceResult(index, name, digest, error)
+        if not error <= REFERENCE_TOLERANCE:
+            device.ok = False
+            device.detail = (f"relative error {error:.3g} against the float64 reference "
+                             f"(allowed {REFERENCE_TOLERANCE})")
+        result.devices.append(device)
+        digests[index] = digest
+    if len(outputs) > 1:
+        verdict = vote(0, "probe", digests, len(outputs))
+        for index in verdict.suspects:
+            result.devices[index].ok = False
+            result.devices[index].detail = (result.devices[index].detail + "; " if
+                                            result.devices[index].detail else "") + \
+                f"result {digests[index][:16]} differs from {verdict.majority or ''}"[:200]
+        if verdict.outcome == "unverifiable":
+            result.message = verdict.message
+    result.bad = [d.index for d in result.devices if not d.ok]
+    names = ", ".join(f"{d.index} ({d.name}): {d.detail}" for d in result.devices if not d.ok)
+    result.message = (f"bad device(s): {names}" if result.bad else
+                      f"{len(outputs)} device(s) agree with each other and the reference") + \
+        (f"; {result.message}" if result.message else "")
+    return result
+
+
+def _numpy_devices(a: np.ndarray, b: np.ndarray, iterations: int, devices: int
+                   ) -> list[tuple[str, np.ndarray]]:
+    outputs = []
+    for index in range(devices):
+        x = a.copy()
+        for _ in range(iterations):
+            x = _step(x, b)
+        outputs.append((f"cpu:{index}", np.asarray(x, dtype=np.float32)))
+    return outputs
+
+
+def _torch_devices(a: np.ndarray, b: np.ndarray, iterations: int, devices: int
+                   ) -> list[tuple[str, np.ndarray]]:
+    import torch
+
+    count = torch.cuda.device_count()
+    if count == 0:
+        raise RuntimeError("backend torch needs a CUDA device; none is visible")
+    # no TF32: the devices must compute the same float32 products the reference checks
+    torch.backends.cuda.matmul.allow_tf32 = False
+    outputs = []
+    for index in range(min(devices, count) if devices else count):
+        device = torch.device("cuda", index)
+        x, y = torch.from_numpy(a).to(device), torch.from_numpy(b).to(device)
+        for _ in range(iterations):
+            x = _step(x, y)
+        torch.cuda.synchronize(device)
+        outputs.append((f"cuda:{index} {torch.cuda.get_device_name(index)}",
+                        x.cpu().numpy()))
+    return outputs

@@ -1,0 +1,92 @@
+"""SDC: voting among replicas, numeric guards, the ledger, verified checkpoints, rollback."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from goodput_operator.health.sdc import Ledger, guard, rollback_target, verified, vote
+
+A, B, C = "a" * 32, "b" * 32, "c" * 32
+
+
+@pytest.mark.parametrize(
+    ("fingerprints", "expected", "outcome", "suspects"),
+    [
+        ({0: A, 1: A}, 2, "agree", ()),
+        ({0: A, 1: B}, 2, "unverifiable", ()),               # 2 replicas: who is right?
+        ({0: A, 1: A, 2: A}, 3, "agree", ()),
+        ({0: A, 1: A, 2: B}, 3, "diverged", (2,)),
+        ({0: A, 1: B, 2: C}, 3, "unverifiable", ()),          # three-way split
+        ({0: A, 1: A}, 3, "agree", ()),                       # one missing, 2 of 3 agree
+        ({0: A, 1: B}, 3, "unverifiable", ()),                # one missing, a tie
+        ({0: A}, 3, "unverifiable", ()),                      # too few to be a majority
+        ({i: A for i in range(8)}, 8, "agree", ()),
+        ({**{i: A for i in range(7)}, 7: B}, 8, "diverged", (7,)),
+        ({**{i: A for i in range(5)}, 5: B, 6: B, 7: C}, 8, "diverged", (5, 6, 7)),
+        ({**{i: A for i in range(4)}, **{i: B for i in range(4, 8)}}, 8, "unverifiable", ()),
+        ({i: A for i in range(4)}, 8, "unverifiable", ()),    # half reported: no quorum
+        ({i: A for i in range(5)}, 8, "agree", ()),           # 5 of 8 is a majority
+    ],
+)
+def test_voting(fingerprints: dict[int, str], expected: int, outcome: str,
+                suspects: tuple[int, ...]) -> None:
+    result = vote(250, "0", fingerprints, expected)
+    assert (result.outcome, result.suspects) == (outcome, suspects)
+    assert result.message.startswith("step 250")
+
+
+def test_a_divergence_names_the_ranks_and_both_fingerprints() -> None:
+    result = vote(250, "0", {0: A, 1: A, 2: B}, 3)
+    assert "rank(s) 2 disagree with 2 of 3 replicas" in result.message
+    assert A[:16] in result.message and B[:16] in result.message
+
+
+@pytest.mark.parametrize(
+    ("metrics", "recent", "fired"),
+    [
+        ({"loss": 2.0}, [2.0] * 10, None),
+        ({"loss": math.nan}, [2.0] * 10, "loss is nan"),
+        ({"grad_norm": math.inf}, [], "grad_norm is inf"),
+        ({"loss": 9.0}, [2.0] * 10, "over 4.0x the recent median"),
+        ({"loss": 9.0}, [2.0] * 3, None),                    # too little history
+    ],
+)
+def test_guards_fire_on_non_finite_numbers_and_loss_spikes(
+        metrics: dict[str, float], recent: list[float], fired: str | None) -> None:
+    result = guard(300, metrics, recent, 4.0)
+    assert (result is None) if fired is None else (fired in (result or ""))
+
+
+def test_the_ledger_votes_when_every_replica_reported_and_catches_up_on_stragglers() -> None:
+    ledger = Ledger(replicas=3)
+    assert ledger.add(100, "0", 0, A) == [] and ledger.add(100, "0", 1, A) == []
+    [done] = ledger.add(100, "0", 2, A)
+    assert done.outcome == "agree" and 100 in ledger.unanimous
+    ledger.add(200, "0", 0, A)                            # rank 1 and 2 never report 200
+    for rank in range(3):
+        votes = ledger.add(300, "0", rank, B if rank == 2 else A)
+    assert [(v.step, v.outcome) for v in votes] == [(300, "diverged"), (200, "unverifiable")]
+    assert ledger.unanimous == {100}
+
+
+def test_a_step_is_unanimous_only_when_every_shard_agreed() -> None:
+    ledger = Ledger(replicas=2)
+    for shard in ("0", "1"):
+        ledger.add(10, shard, 0, A)
+        ledger.add(10, shard, 1, A if shard == "0" else B)
+    assert 10 not in ledger.unanimous
+
+
+def test_verified_checkpoints_and_the_rollback_target() -> None:
+    unanimous = {100, 200, 300}
+    assert verified(200, unanimous, diverged=250, guarded=None)
+    assert not verified(300, unanimous, diverged=250, guarded=None)
+    assert not verified(200, unanimous, diverged=None, guarded=200)
+    assert not verified(150, unanimous, diverged=None, guarded=None)
+    history = [{"step": 100, "verified": True}, {"step": 200, "verified": True},
+               {"step": 300, "verified": False}]
+    assert rollback_target(history, 250) == {"step": 200, "verified": True}
+    assert rollback_target(history, 150) == {"step": 100, "verified": True}
+    assert rollback_target(history, 100) is None
