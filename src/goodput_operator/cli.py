@@ -87,9 +87,36 @@ def parser() -> argparse.ArgumentParser:
     hold.add_argument("--message", default="", help="evidence to record with it")
     free = actions.add_parser("release", help="return a quarantined node to service")
     free.add_argument("node")
-    for action in (hold, free):
+    probe = actions.add_parser("probe", help="run the SDC probe on a node now (a Job)")
+    probe.add_argument("node")
+    probe.add_argument("--namespace", default="goodput-system",
+                       help="the operator's probe namespace (default: %(default)s)")
+    probe.add_argument("--image", default=f"goodput-operator:{__version__}")
+    probe.add_argument("--report-url",
+                       default="http://goodput-operator.goodput-system.svc:8081",
+                       help="where the probe reports (the operator's --report-url)")
+    for action in (hold, free, probe):
         action.add_argument("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config")
     return root
+
+
+def _start_probe(kube: Any, node: dict[str, Any], args: argparse.Namespace) -> int:
+    import time
+
+    from goodput_operator.resources.probe import probe_job
+
+    allocatable = node.get("status", {}).get("allocatable") or {}
+    resource = next((r for r in ("aws.amazon.com/neuron", "nvidia.com/gpu")
+                     if str(allocatable.get(r, "0")) not in ("0", "")), None)
+    if resource is None:
+        print(f"error: node {args.node} has no aws.amazon.com/neuron or nvidia.com/gpu",
+              file=sys.stderr)
+        return 1
+    job = probe_job(args.node, int(time.time()), args.namespace, args.image, args.report_url,
+                    resource, int(allocatable[resource]), "manual")
+    kube.create(job)
+    print(f"probe Job {args.namespace}/{job['metadata']['name']} started on {args.node}")
+    return 0
 
 
 def _run_node(args: argparse.Namespace) -> int:
@@ -110,6 +137,8 @@ def _run_node(args: argparse.Namespace) -> int:
     try:
         body = cast(dict[str, Any], kube.api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
             kube.core.read_node(args.node)))
+        if args.action == "probe":
+            return _start_probe(kube, body, args)
         if args.action == "quarantine":
             now = time.time()
             finding = q.Finding(args.reason, args.message or "quarantined by hand", now)

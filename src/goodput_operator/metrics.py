@@ -32,3 +32,13 @@ GOODPUT_RATIO = Gauge("goodput_ratio", "Productive / (productive + lost) seconds
                       ["namespace", "trainingjob"])
 REPORTS = Counter("goodput_reports_total", "Worker reports by kind and HTTP status",
                   ["kind", "code"])
+SDC_SUSPICIONS = Counter("goodput_sdc_suspicions_total",
+                         "Ranks whose fingerprint disagreed with their replicas' majority",
+                         ["namespace", "trainingjob"])
+PROBES = Counter("goodput_probes_total", "SDC probe results received, clean or bad",
+                 ["result"])
+PROBE_JOBS = Counter("goodput_probe_jobs_total", "SDC probe Jobs started, by why",
+                     ["trigger"])
+ROLLBACK_STEPS = Counter("goodput_rollback_steps_total",
+                         "Training steps given up by rolling back past corrupted checkpoints",
+                         ["namespace", "trainingjob"])

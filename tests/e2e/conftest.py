@@ -36,16 +36,19 @@ class Operator:
         self.health_port = free_port()
         self.metrics_port = free_port()
         self.report_port = free_port()
+        self.probe_namespace = "goodput-probes"
         self.report_url = f"http://127.0.0.1:{self.report_port}"
 
     def start(self) -> None:
         env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
+        self.cluster.kubectl("create", "namespace", self.probe_namespace, check=False)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "goodput_operator.operator.main",
                  "--health-port", str(self.health_port),
                  "--metrics-port", str(self.metrics_port),
-                 "--report-port", str(self.report_port)],
+                 "--report-port", str(self.report_port),
+                 "--probe-namespace", self.probe_namespace],
                 env=env, stdout=out, stderr=subprocess.STDOUT)
         wait_for(self.healthy, timeout=60, what="operator /healthz")
 
@@ -197,6 +200,8 @@ class Faults:
         for node in TRN2_NODES:
             self.cluster.kubectl("taint", "node", node, "goodput.dev/quarantine-", check=False)
             self.cluster.kubectl("label", "node", node, "goodput.dev/quarantined-")
+            self.cluster.kubectl("annotate", "node", node, "goodput.dev/lemon-score-",
+                                 "goodput.dev/quarantine-evidence-")
 
 
 @pytest.fixture

@@ -147,3 +147,21 @@ def test_failures_arriving_together_are_judged_together() -> None:
     decision = q.decide(nodes, POLICY, NOW, seen, {}, {})
     assert decision.quarantine == [] and [n for n, _ in decision.held] == ["n0"]
     assert decision.storm is not None and "3 node(s) failing" in decision.storm
+
+
+@pytest.mark.parametrize(("clean", "released"), [(0, False), (2, False), (3, True)])
+def test_a_corruption_suspect_is_released_after_enough_clean_probes_not_after_time(
+        clean: int, released: bool) -> None:
+    body = node("a", record=q.Finding("SilentDataCorruption", "rank 2 diverged", NOW - 9000),
+                at=NOW - 9000)
+    decision = q.decide({"a": body}, POLICY, NOW, {}, {"a": NOW - 9000}, {}, {"a": clean})
+    assert bool(decision.release) is released            # releaseAfterCleanProbes: 3
+
+
+def test_every_quarantine_raises_the_lemon_score() -> None:
+    body = node("a")
+    first = q.quarantine_patch(body, q.Finding("NodeNotReady", "e", NOW), NOW)
+    assert first["metadata"]["annotations"][q.LEMON_ANNOTATION] == "1"
+    body["metadata"]["annotations"][q.LEMON_ANNOTATION] = "4"
+    again = q.quarantine_patch(body, q.Finding("NodeNotReady", "e", NOW), NOW)
+    assert again["metadata"]["annotations"][q.LEMON_ANNOTATION] == "5"

@@ -125,3 +125,13 @@ def test_spares_released_restores_the_spares_afterwards() -> None:
     with fleet.spares_released():
         assert not any(n.spare for n in fleet.nodes.values())
     assert [n.name for n in fleet.nodes.values() if n.spare] == ["us0-n3"]
+
+
+def test_repeat_offenders_are_held_as_spares_and_replace_last() -> None:
+    fleet = trn2(1, spares=1)
+    lemon = node("us0-n1", "us-0", fleet.domains["us-0"].path[1])
+    lemon["metadata"]["annotations"] = {"goodput.dev/lemon-score": "3"}
+    fleet.upsert_node(lemon)
+    assert [n.name for n in fleet.nodes.values() if n.spare] == ["us0-n1"]
+    placed = running(fleet, Request(3, 16))
+    assert "us0-n1" not in placed.hosts

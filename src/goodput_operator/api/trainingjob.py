@@ -121,7 +121,12 @@ class Sdc(ApiModel):
 
     cross_replica_check: bool = False
     """Compare data-parallel replicas' fingerprints at each reported step; a minority that
-    disagrees marks its node suspect."""
+    disagrees marks its node suspect. With checkpoint.verify, only checkpoints whose step
+    the replicas agreed on are resumed from."""
+    shards: int = Field(default=1, ge=1, le=100_000)
+    """Model-parallel shards per replica: ranks reporting the same shard (the SDK's
+    `shard`) at a step are data-parallel replicas and must agree; there are
+    workers / shards of them. 1: every rank holds the whole model."""
     probe_on_start: bool = False
     """Run the SDC probe on each placed node before the job starts."""
     loss_spike_factor: float | None = Field(default=None, gt=1, le=1000)
@@ -227,13 +232,44 @@ class Progress(ApiModel):
     """Numbers the worker reported with it (loss, tokens/s, ...)."""
 
 
+class CheckpointRecord(CheckpointRef):
+    """A committed checkpoint and whether it is verified."""
+
+    verified: bool = False
+    """Its step's fingerprints agreed and no divergence or guard came at or before it."""
+
+
 class CheckpointStatus(ApiModel):
     """Latest and latest verified checkpoints."""
 
     latest: CheckpointRef | None = None
     """The newest committed checkpoint."""
     latest_verified: CheckpointRef | None = None
-    """The newest checkpoint whose step passed the cross-replica checks."""
+    """The newest checkpoint whose step passed the cross-replica checks (every checkpoint
+    when the job does not check replicas): the one a restart resumes from."""
+    history: list[CheckpointRecord] = Field(default_factory=list, max_length=16)
+    """The most recent checkpoints of this attempt (newest last, at most 16)."""
+
+
+class SdcStatus(ApiModel):
+    """What the cross-replica checks and guards saw in the current attempt."""
+
+    attempt: int = Field(default=0, ge=0)
+    """The restart these observations belong to."""
+    verified_step: int | None = None
+    """Newest step every replica group agreed on."""
+    diverged_step: int | None = None
+    """First step where a replica disagreed with the majority."""
+    divergence: str | None = None
+    """The evidence: ranks, nodes, fingerprints."""
+    guarded_step: int | None = None
+    """First step a numeric guard fired on (NaN/Inf, loss spike)."""
+    guard: str | None = None
+    """What the guard saw."""
+    unverifiable_steps: int = Field(default=0, ge=0)
+    """Steps without a majority (ties, missing reports)."""
+    last_vote: str | None = None
+    """The latest vote, in words."""
 
 
 IncidentCause = Literal["NodeFailure", "InfrastructureError", "ApplicationError",
@@ -345,6 +381,8 @@ class TrainingJobStatus(ApiModel):
     """Latest and latest verified checkpoints (written from workers' reports)."""
     progress: Progress | None = None
     """The latest step a worker reported."""
+    sdc: SdcStatus | None = None
+    """Cross-replica fingerprint votes and numeric guards of the current attempt."""
     incidents: list[Incident] = Field(default_factory=list, max_length=32)
     """The most recent interruptions (newest last, at most 32) with their costs."""
     goodput: Goodput = nested(Goodput)

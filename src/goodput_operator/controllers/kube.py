@@ -32,14 +32,17 @@ class Kube:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.authentication = client.AuthenticationV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
 
     def create(self, obj: Obj) -> Obj | None:
-        """Create OBJ (Pod, Service, ConfigMap): the stored object, or None if it existed."""
+        """Create OBJ (Pod, Service, ConfigMap, Job): the stored object, or None if it
+        existed."""
         kind, namespace = obj["kind"], obj["metadata"]["namespace"]
         creators: dict[str, Callable[..., Any]] = {
             "Pod": self.core.create_namespaced_pod,
             "Service": self.core.create_namespaced_service,
-            "ConfigMap": self.core.create_namespaced_config_map}
+            "ConfigMap": self.core.create_namespaced_config_map,
+            "Job": self.batch.create_namespaced_job}
         create = creators[kind]
         try:
             created = create(namespace, obj)

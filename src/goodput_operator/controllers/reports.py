@@ -23,11 +23,20 @@ from pydantic import ValidationError
 
 from goodput_operator import metrics
 from goodput_operator.api.base import describe_errors
-from goodput_operator.api.reports import KINDS, CheckpointReport, Report
+from goodput_operator.api.reports import (
+    KINDS,
+    CheckpointReport,
+    ProbeReport,
+    Report,
+    StepReport,
+)
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import State
-from goodput_operator.health.quarantine import iso
+from goodput_operator.health import sdc
+from goodput_operator.health.quarantine import Finding, iso
+from goodput_operator.resources.jobplan import strict_checkpoints
+from goodput_operator.resources.probe import PROBE_LABEL, PROBE_NODE_LABEL
 from goodput_operator.resources.trainingjob import JOB_LABEL, RANK_LABEL, RESTART_LABEL
 from goodput_operator.sdk import AUDIENCE
 
@@ -91,15 +100,19 @@ class ReportServer:
             raise Refused(400, f"malformed {kind} report: {describe_errors(err)}") from None
         except ValueError as err:
             raise Refused(400, f"malformed {kind} report: not JSON ({err})") from None
+        if isinstance(report, ProbeReport):
+            return await self._probe(pod, report)
+        assert isinstance(report, Report)
         job = self._job_of(pod)
         meta = job["metadata"]
         if report.job is not None and report.job != f"{meta['namespace']}/{meta['name']}":
             raise Refused(403, f"the token belongs to a worker of {meta['namespace']}/"
                                f"{meta['name']}, not of {report.job}")
-        if kind == "checkpoint":
-            assert isinstance(report, CheckpointReport)
-            return await self._checkpoint(job, pod, report)
-        return self._step(job, pod, report)
+        async with self.state.report_lock((meta["namespace"], meta["name"])):
+            if isinstance(report, CheckpointReport):
+                return await self._checkpoint(job, pod, report)
+            assert isinstance(report, StepReport)
+            return await self._step(job, pod, report)
 
     async def _authenticate(self, token: str) -> Obj:
         review = await asyncio.to_thread(self.kube.review_token, token, [AUDIENCE])
@@ -131,27 +144,132 @@ class ReportServer:
 
     async def _checkpoint(self, job: Obj, pod: Obj, report: CheckpointReport) -> Obj:
         meta = job["metadata"]
+        spec = TrainingJobSpec.model_validate(job["spec"])
+        status = job.setdefault("status", {})
         ref = {"step": report.step, "path": report.path, "time": iso(time.time())}
         if report.digest:
             ref["digest"] = report.digest
-        checkpoint: Obj = {"latest": ref}
-        if not TrainingJobSpec.model_validate(job["spec"]).checkpoint.verify:
-            checkpoint["latestVerified"] = ref  # nothing to verify against
-        await asyncio.to_thread(self.kube.patch_status, "trainingjobs", meta["namespace"],
-                                meta["name"], {"checkpoint": checkpoint})
-        status = job.setdefault("status", {})
-        status["checkpoint"] = {**(status.get("checkpoint") or {}), **checkpoint}
+        current = dict(status.get("checkpoint") or {})
+        history = [h for h in current.get("history") or [] if h["step"] != report.step]
+        current["history"] = [*history, {**ref, "verified": False}][-16:]
+        current["latest"] = ref
+        ledger = self._ledger(job, spec)
+        checkpoint = sdc.settle(current, status.get("sdc") or {}, ledger.unanimous,
+                                strict_checkpoints(spec))
+        await self._write(job, {"checkpoint": checkpoint})
         log.info("%s/%s: checkpoint step %d at %s (from %s)", meta["namespace"], meta["name"],
                  report.step, report.path, pod["metadata"]["name"])
-        self.state.wake.set()
         return {"accepted": True, "checkpoint": checkpoint}
 
-    def _step(self, job: Obj, pod: Obj, report: Report) -> Obj:
+    async def _step(self, job: Obj, pod: Obj, report: StepReport) -> Obj:
         meta = job["metadata"]
-        labels = pod["metadata"].get("labels") or {}
-        self.state.progress[(meta["namespace"], meta["name"])] = {
-            "step": report.step, "rank": int(labels.get(RANK_LABEL, 0)),
-            "time": iso(time.time()),
-            "metrics": dict(getattr(report, "metrics", {}))}
+        key = (meta["namespace"], meta["name"])
+        spec = TrainingJobSpec.model_validate(job["spec"])
+        rank = int((pod["metadata"].get("labels") or {}).get(RANK_LABEL, 0))
+        self.state.progress[key] = {"step": report.step, "rank": rank,
+                                    "time": iso(time.time()), "metrics": dict(report.metrics)}
         self.state.wake.set()
-        return {"accepted": True}
+        if report.fingerprint is None and not report.metrics:
+            return {"accepted": True}
+        ledger = self._ledger(job, spec)
+        votes = ledger.add(report.step, report.shard, rank, report.fingerprint) \
+            if report.fingerprint and spec.sdc.cross_replica_check else []
+        fired = sdc.guard(report.step, report.metrics, ledger.losses[-20:],
+                          spec.sdc.loss_spike_factor)
+        if "loss" in report.metrics and fired is None:
+            ledger.losses.append(report.metrics["loss"])
+        if not votes and fired is None:
+            return {"accepted": True}
+        status = job.setdefault("status", {})
+        observed, divergent = sdc.absorb(status.get("sdc") or {"attempt": ledger.attempt},
+                                         votes, fired, report.step, ledger.unanimous)
+        checkpoint = sdc.settle(status.get("checkpoint") or {}, observed, ledger.unanimous,
+                                strict_checkpoints(spec))
+        await self._write(job, {"sdc": observed, "checkpoint": checkpoint})
+        if fired:
+            log.warning("%s/%s: guard: %s", meta["namespace"], meta["name"], fired)
+            await asyncio.to_thread(self.kube.event, job, "StepGuard", fired, "Warning")
+        for result in divergent:
+            await self._suspect(job, result)
+        return {"accepted": True, "votes": [v.message for v in votes]}
+
+    async def _suspect(self, job: Obj, result: sdc.Vote) -> None:
+        """Blame the nodes of the ranks outside the majority: the group pass quarantines
+        them (storm guard permitting) and the job recovers from its verified checkpoint."""
+        meta = job["metadata"]
+        pods = self.state.job_pods.get((meta["namespace"], meta["name"]), {})
+        restart = str((job.get("status") or {}).get("restarts", 0))
+        for rank in result.suspects:
+            pod = next((p for p in pods.values()
+                        if (p["metadata"].get("labels") or {}).get(RANK_LABEL) == str(rank)
+                        and p["metadata"]["labels"].get(RESTART_LABEL) == restart), None)
+            node = (pod or {}).get("spec", {}).get("nodeName")
+            if not node:
+                continue
+            evidence = f"rank {rank} on {node}: {result.message}"
+            self.state.blamed[node] = Finding("SilentDataCorruption", evidence, time.time())
+            metrics.SDC_SUSPICIONS.labels(meta["namespace"], meta["name"]).inc()
+            log.warning("%s/%s: SDC suspected: %s", meta["namespace"], meta["name"], evidence)
+            await asyncio.to_thread(self.kube.event, job, "SdcSuspected", evidence, "Warning")
+        self.state.wake.set()
+
+    async def _probe(self, pod: Obj, report: ProbeReport) -> Obj:
+        """A probe pod's verdict on its own node: a bad device quarantines the node; clean
+        runs count towards releasing a node quarantined for corruption."""
+        meta = pod["metadata"]
+        probed = (meta.get("annotations") or {}).get(PROBE_NODE_LABEL)
+        if meta["namespace"] != self.state.probe_namespace or probed is None or \
+                (meta.get("labels") or {}).get(PROBE_LABEL) != "true":
+            raise Refused(403, f"pod {meta['namespace']}/{meta['name']} is not a probe pod "
+                               f"(namespace {self.state.probe_namespace}, label "
+                               f"{PROBE_LABEL}=true)")
+        if not (probed == report.node == pod.get("spec", {}).get("nodeName")):
+            raise Refused(403, f"probe pod {meta['name']} runs on "
+                               f"{pod.get('spec', {}).get('nodeName')} for {probed}; it cannot "
+                               f"report on {report.node}")
+        if meta["uid"] in self.state.probed:
+            raise Refused(409, f"probe pod {meta['name']} already reported")
+        self.state.probed.add(meta["uid"])
+        node = report.node
+        self.state.probe_runs[node] = self.state.probe_runs.get(node, 0) + 1
+        if report.ok and not report.bad:
+            self.state.clean_probes[node] = self.state.clean_probes.get(node, 0) + 1
+            metrics.PROBES.labels("clean").inc()
+            log.info("probe of %s clean (%d in a row): %s", node,
+                     self.state.clean_probes[node], report.message)
+        else:
+            self.state.clean_probes[node] = 0
+            bad = ", ".join(f"{d.index} ({d.name}): {d.detail}" for d in report.devices
+                            if not d.ok) or ", ".join(map(str, report.bad))
+            evidence = f"probe {meta['name']}: bad device(s) {bad}"
+            self.state.blamed[node] = Finding("SilentDataCorruption", evidence, time.time())
+            metrics.PROBES.labels("bad").inc()
+            log.warning("probe of %s failed: %s", node, evidence)
+        self.state.wake.set()
+        return {"accepted": True, "cleanProbes": self.state.clean_probes[node]}
+
+    def _ledger(self, job: Obj, spec: TrainingJobSpec) -> sdc.Ledger:
+        """The job's votes of its current attempt (a restart starts a new ledger)."""
+        meta = job["metadata"]
+        key = (meta["namespace"], meta["name"])
+        attempt = int((job.get("status") or {}).get("restarts", 0))
+        ledger = self.state.ledgers.get(key)
+        if ledger is None or ledger.attempt != attempt:
+            workers = len(((job.get("status") or {}).get("placement") or {}).get("ranks")
+                          or []) or spec.workers
+            ledger = sdc.Ledger(max(1, workers // spec.sdc.shards), attempt=attempt)
+            self.state.ledgers[key] = ledger
+        return ledger
+
+    async def _write(self, job: Obj, fields: Obj) -> None:
+        meta = job["metadata"]
+        await asyncio.to_thread(self.kube.patch_status, "trainingjobs", meta["namespace"],
+                                meta["name"], fields)
+        status = job.setdefault("status", {})
+        for key, value in fields.items():
+            if value is None:
+                status.pop(key, None)
+            else:
+                status[key] = {k: v for k, v in value.items() if v is not None} \
+                    if isinstance(value, dict) else value
+        self.state.wake.set()

@@ -13,6 +13,7 @@ from typing import Any
 
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.health.quarantine import Finding
+from goodput_operator.health.sdc import Ledger
 from goodput_operator.resources.trainingjob import JOB_LABEL, NODE_ANNOTATION
 from goodput_operator.topology.model import Fleet, GroupShape, trainingjob_owner
 
@@ -78,6 +79,17 @@ class State:
         self.blamed: dict[str, Finding] = {}  # nodes workers' failures blamed
         self.progress: dict[tuple[str, str], Obj] = {}  # latest step report per job
         self.report_url = ""  # where workers send reports (given to their pods)
+        self.probe_namespace = "goodput-system"  # where probe Jobs run
+        self.probe_image = ""  # the image probe Jobs run (the operator's own)
+        self.ledgers: dict[tuple[str, str], Ledger] = {}  # SDC votes per job
+        self.probed: set[str] = set()  # uids of probe pods that reported
+        self.probe_runs: dict[str, int] = {}  # node -> probe results received
+        self.clean_probes: dict[str, int] = {}  # node -> clean results in a row
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    def report_lock(self, job: tuple[str, str]) -> asyncio.Lock:
+        """Reports of one job are applied one at a time (each writes what it read)."""
+        return self._locks.setdefault(job, asyncio.Lock())
 
     def wake_at(self, when: float | None) -> None:
         """Ask for a pass at WHEN (a grace period or backoff runs out then)."""
@@ -182,6 +194,8 @@ class State:
     def remove_job(self, namespace: str, name: str) -> None:
         self.jobs.pop((namespace, name), None)
         self.progress.pop((namespace, name), None)
+        self.ledgers.pop((namespace, name), None)
+        self._locks.pop((namespace, name), None)
         for fleet in self.fleets.values():  # reservations of pods that never bound
             fleet.release_owner(trainingjob_owner(namespace, name))
         self.wake.set()

@@ -227,7 +227,8 @@ def lost_nodes(state: State, fleet: Fleet, job: Obj, pods: list[Obj], now: float
         if node is None:
             lost[name] = Lost("the node left the group or was deleted", now)
         elif node.state == "quarantined" and record is not None:
-            lost[name] = Lost(f"quarantined ({record.reason}: {record.evidence})", record.since)
+            lost[name] = Lost(f"quarantined ({record.reason}: {record.evidence})", record.since,
+                              record.reason)
     return lost
 
 
@@ -361,7 +362,9 @@ async def _write(kube: Kube, job: Obj, current: Obj, desired: Obj,
         meta = job["metadata"]
         await asyncio.to_thread(kube.patch_status, PLURAL, meta["namespace"], meta["name"],
                                 desired)
-        job["status"] = {**current, **{k: v for k, v in desired.items() if v is not None}}
+        # onto the live status: report handlers may have written other keys meanwhile
+        merged = {**(job.get("status") or {}), **desired}
+        job["status"] = {k: v for k, v in merged.items() if v is not None}
     for type_, reason, message in events or []:
         await asyncio.to_thread(kube.event, job, reason, message, type_)
 

@@ -21,6 +21,7 @@ from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import State
 from goodput_operator.health import quarantine as q
+from goodput_operator.resources.probe import probe_job
 from goodput_operator.topology.model import Domain, Fleet
 
 Obj = dict[str, Any]
@@ -49,9 +50,11 @@ async def reconcile_group(state: State, kube: Kube, name: str, now: float) -> No
     for node_name, node in members.items():
         unhealthy = q.finding(node, policy, None, now) is not None
         q.observe(node_name, unhealthy, now, state.seen_unhealthy, state.healthy_since)
+    for node_name in [n for n in state.blamed if n in members and q.record_of(members[n])]:
+        del state.blamed[node_name]  # already out of service: the blame is moot
     reported = {n: f for n, f in state.blamed.items() if n in members}
     decision = q.decide(members, policy, now, state.seen_unhealthy, state.healthy_since,
-                        reported)
+                        reported, state.clean_probes)
     state.wake_at(decision.wake_at)
     events: list[tuple[str, str, str]] = []
     for node_name, found in decision.quarantine:
@@ -71,12 +74,16 @@ async def reconcile_group(state: State, kube: Kube, name: str, now: float) -> No
         if patched is None:
             continue
         state.upsert_node(patched)
-        message = (f"released {node_name} from quarantine ({record.reason}): healthy for "
-                   f"{policy.release_after_healthy_seconds}s")
+        message = (f"released {node_name} from quarantine ({record.reason}): " + (
+            f"{state.clean_probes.pop(node_name, 0)} clean probe runs in a row"
+            if record.reason == q.SDC else
+            f"healthy for {policy.release_after_healthy_seconds}s"))
         log.info("%s (group %s)", message, name)
         await asyncio.to_thread(kube.event, patched, "Released", message)
         events.append(("Normal", "NodeReleased", message))
     await _label_nodes(state, kube, name, fleet)
+    if spec.probes.on_suspicion:
+        await _probe_suspects(state, kube, spec, members)
 
     status = dict(body.get("status") or {})
     desired = group_status(spec, fleet, status.get("conditions") or [], decision.storm,
@@ -90,6 +97,32 @@ async def reconcile_group(state: State, kube: Kube, name: str, now: float) -> No
         body["status"] = {**status, **desired}
     for type_, reason, message in events:
         await asyncio.to_thread(kube.event, body, reason, message, type_)
+
+
+async def _probe_suspects(state: State, kube: Kube, spec: UltraServerGroupSpec,
+                          members: dict[str, Obj]) -> None:
+    """Keep one probe Job running on each node quarantined for corruption until it has
+    enough clean runs; each result lets the next run start (Job names count the runs)."""
+    for node_name, node in members.items():
+        record = q.record_of(node)
+        if record is None or record.reason != q.SDC:
+            continue
+        if state.clean_probes.get(node_name, 0) >= spec.quarantine.release_after_clean_probes:
+            continue
+        run = state.probe_runs.get(node_name, 0)
+        job = probe_job(node_name, run, state.probe_namespace,
+                        spec.probes.image or state.probe_image, state.report_url,
+                        spec.accelerator.resource, spec.accelerator.per_node, "suspicion")
+        try:
+            created = await asyncio.to_thread(kube.create, job)
+        except ApiException as err:
+            log.warning("cannot start probe Job %s/%s: %s", state.probe_namespace,
+                        job["metadata"]["name"], err.reason)
+            continue
+        if created is not None:
+            metrics.PROBE_JOBS.labels("suspicion").inc()
+            log.info("probing %s (run %d): Job %s/%s", node_name, run, state.probe_namespace,
+                     job["metadata"]["name"])
 
 
 def q_is_storm(status: Obj) -> bool:

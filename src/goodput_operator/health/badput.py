@@ -19,15 +19,23 @@ MAX_INCIDENTS = 32
 PHASES = ("detection", "replacement", "restart")
 
 
+def resume_point(checkpoint: Obj, strict: bool) -> Obj | None:
+    """The checkpoint a restart resumes from: the newest verified one; when the job does
+    not verify (STRICT false), the newest committed one if none is verified."""
+    verified = checkpoint.get("latestVerified")
+    return verified if strict else (verified or checkpoint.get("latest"))
+
+
 def open_incident(status: Obj, restart: int, cause: str, message: str, nodes: list[str],
-                  failed_at: float, detected_at: float, restart_at: float | None = None) -> Obj:
+                  failed_at: float, detected_at: float, restart_at: float | None = None,
+                  strict: bool = False) -> Obj:
     """STATUS with a new incident appended (the oldest dropped beyond MAX_INCIDENTS) and
-    the productive stretch closed at FAILED_AT, minus the work since the last checkpoint."""
+    the productive stretch closed at FAILED_AT, minus the work since the checkpoint it
+    resumes from."""
     status = copy.deepcopy(status)
     goodput = status.setdefault("goodput", {})
     since = parse_time(goodput.get("since"))
-    checkpoint = (status.get("checkpoint") or {})
-    resume = checkpoint.get("latestVerified") or checkpoint.get("latest")
+    resume = resume_point(status.get("checkpoint") or {}, strict)
     lost_work = 0.0
     if since is not None:
         saved = parse_time((resume or {}).get("time"))

@@ -23,8 +23,9 @@ from goodput_operator.topology.model import QUARANTINE_TAINT
 Obj = dict[str, Any]
 QUARANTINE_LABEL = "goodput.dev/quarantined"
 EVIDENCE_ANNOTATION = "goodput.dev/quarantine-evidence"
+LEMON_ANNOTATION = "goodput.dev/lemon-score"  # quarantines so far: repeat offenders
 BY_OPERATOR, BY_HAND = "operator", "manual"
-NEVER_AUTO_RELEASED = ("Manual", "SilentDataCorruption")  # released by hand or by probes
+SDC = "SilentDataCorruption"  # released after clean probes, not after time
 
 
 @dataclass(frozen=True)
@@ -134,11 +135,14 @@ def record_of(node: Obj) -> Record | None:
 
 def decide(nodes: Mapping[str, Obj], policy: Any, now: float,
            seen_unhealthy: Mapping[str, float], healthy_since: Mapping[str, float],
-           reported: Mapping[str, Finding]) -> Decision:
+           reported: Mapping[str, Finding], clean_probes: Mapping[str, int] | None = None
+           ) -> Decision:
     """Quarantine what is due, release what has been healthy long enough, hold the rest.
 
     SEEN_UNHEALTHY: when the operator first saw each node unhealthy; HEALTHY_SINCE: when it
-    last saw each node turn healthy; REPORTED: findings from workers (pod failures, SDC).
+    last saw each node turn healthy; REPORTED: findings from workers (pod failures, SDC);
+    CLEAN_PROBES: clean SDC probe runs in a row per node (what releases a corruption
+    suspect).
     """
     decision = Decision()
     out = 0
@@ -149,6 +153,11 @@ def decide(nodes: Mapping[str, Obj], policy: Any, now: float,
         found = finding(node, policy, seen_unhealthy.get(name), now) or reported.get(name)
         if record is not None:
             out += 1
+            if record.reason == SDC:
+                needed = policy.release_after_clean_probes
+                if found is None and needed and (clean_probes or {}).get(name, 0) >= needed:
+                    decision.release.append((name, record))
+                continue
             _maybe_release(decision, name, record, found, policy, now,
                            healthy_since.get(name, now))
             continue
@@ -176,8 +185,7 @@ def decide(nodes: Mapping[str, Obj], policy: Any, now: float,
 def _maybe_release(decision: Decision, name: str, record: Record, found: Finding | None,
                    policy: Any, now: float, healthy_since: float) -> None:
     wait = policy.release_after_healthy_seconds
-    if found is not None or record.by != BY_OPERATOR or wait == 0 or \
-            record.reason in NEVER_AUTO_RELEASED:
+    if found is not None or record.by != BY_OPERATOR or wait == 0:
         return
     release_at = max(record.at, healthy_since) + wait
     if now >= release_at:
@@ -200,10 +208,18 @@ def quarantine_patch(node: Obj, found: Finding, now: float, by: str = BY_OPERATO
                    "timeAdded": iso(now)})
     evidence = {"reason": found.reason, "evidence": found.evidence, "since": iso(found.since),
                 "at": iso(now), "by": by}
+    lemon = lemon_score(node) + 1
     return {"metadata": {"resourceVersion": node["metadata"].get("resourceVersion"),
                          "labels": {QUARANTINE_LABEL: found.reason},
-                         "annotations": {EVIDENCE_ANNOTATION: json.dumps(evidence)}},
+                         "annotations": {EVIDENCE_ANNOTATION: json.dumps(evidence),
+                                         LEMON_ANNOTATION: str(lemon)}},
             "spec": {"taints": taints}}
+
+
+def lemon_score(node: Obj) -> int:
+    """How often NODE has been quarantined (the annotation survives releases)."""
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(LEMON_ANNOTATION, "0")
+    return int(raw) if str(raw).isdigit() else 0
 
 
 def release_patch(node: Obj) -> Obj:

@@ -79,6 +79,7 @@ class Ledger:
     """One attempt's reports, voted on as steps complete. Kept by the operator per job."""
 
     replicas: int  # data-parallel replicas per shard (workers / shards)
+    attempt: int = 0  # the job's restart these reports belong to
     pending: dict[int, dict[str, dict[int, str]]] = field(default_factory=dict)
     unanimous: set[int] = field(default_factory=set)  # steps every shard agreed on
     shard_votes: dict[int, dict[str, Outcome]] = field(default_factory=dict)
@@ -129,3 +130,54 @@ def rollback_target(history: Sequence[Mapping[str, object]], before: int | None
     candidates = [c for c in history if c.get("verified")
                   and (before is None or int(str(c["step"])) < before)]
     return max(candidates, key=lambda c: int(str(c["step"])), default=None)
+
+
+Obj = dict[str, object]
+
+
+def absorb(sdc: Obj, votes: Sequence[Vote], guard_message: str | None, step: int,
+           unanimous: set[int]) -> tuple[Obj, list[Vote]]:
+    """The job's `status.sdc` after VOTES (and a guard on STEP); the divergent votes."""
+    sdc = dict(sdc)
+    divergent = []
+    for result in sorted(votes, key=lambda v: v.step):
+        sdc["lastVote"] = result.message
+        if result.outcome == "diverged":
+            divergent.append(result)
+            first = sdc.get("divergedStep")
+            if first is None or result.step < int(str(first)):
+                sdc["divergedStep"], sdc["divergence"] = result.step, result.message
+        elif result.outcome == "unverifiable":
+            sdc["unverifiableSteps"] = int(str(sdc.get("unverifiableSteps") or 0)) + 1
+        elif result.step in unanimous:
+            newest = sdc.get("verifiedStep")
+            sdc["verifiedStep"] = max(result.step, int(str(newest))) if newest is not None \
+                else result.step
+    first_guard = sdc.get("guardedStep")
+    if guard_message and (first_guard is None or step < int(str(first_guard))):
+        sdc["guardedStep"], sdc["guard"] = step, guard_message
+    return sdc, divergent
+
+
+def settle(checkpoint: Obj, sdc: Obj, unanimous: set[int], strict: bool) -> Obj:
+    """`status.checkpoint` with each recorded checkpoint's `verified` brought up to date
+    and `latestVerified` the newest verified one. STRICT: verification needs votes;
+    otherwise every committed checkpoint counts (there is nothing to check against)."""
+    diverged = sdc.get("divergedStep")
+    guarded = sdc.get("guardedStep")
+    history = []
+    for entry in checkpoint.get("history") or []:  # type: ignore[attr-defined]
+        record = dict(entry)
+        step = int(str(record["step"]))
+        agreed = bool(record.get("verified")) or step in unanimous or not strict
+        record["verified"] = verified(step, {step} if agreed else set(),
+                                      None if diverged is None else int(str(diverged)),
+                                      None if guarded is None else int(str(guarded)))
+        history.append(record)
+    result = {**checkpoint, "history": history}
+    target = rollback_target(history, None)
+    if target is not None:
+        result["latestVerified"] = {k: v for k, v in target.items() if k != "verified"}
+    elif strict:
+        result["latestVerified"] = None  # a merge patch removes it
+    return result

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 import kopf
 from prometheus_client import start_http_server
 
+from goodput_operator import __version__
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
@@ -55,6 +57,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="serve the report channel over TLS with this certificate")
     parser.add_argument("--report-tls-key", default=env("GOODPUT_REPORT_TLS_KEY"),
                         help="the certificate's private key")
+    parser.add_argument("--probe-namespace", default=env("GOODPUT_PROBE_NAMESPACE",
+                                                         "goodput-system"),
+                        help="namespace of the SDC probe Jobs (its pods may report probes)")
+    parser.add_argument("--probe-image", default=env("GOODPUT_PROBE_IMAGE",
+                                                     f"goodput-operator:{__version__}"),
+                        help="image of the probe Jobs (default: the operator's own)")
     parser.add_argument("--log-format", choices=["text", "json"],
                         default=env("GOODPUT_LOG_FORMAT", "text"))
     parser.add_argument("--verbose", "-v", action="store_true")
@@ -85,6 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     handlers.REPORT_PORT = args.report_port
+    handlers.STATE.probe_namespace = args.probe_namespace
+    handlers.STATE.probe_image = args.probe_image
     handlers.STATE.report_url = args.report_url or (
         f"http://127.0.0.1:{args.report_port}" if args.report_port else "")
     if args.report_tls_cert:

@@ -36,6 +36,7 @@ class Lost:
 
     evidence: str
     since: float
+    reason: str = ""  # the quarantine's reason (SilentDataCorruption, NodeNotReady, ...)
 
 
 @dataclass
@@ -78,7 +79,7 @@ def is_ready(pod: Obj) -> bool:
 def books_of(status: Obj) -> Obj:
     """The part of the status the badput accounting reads and writes."""
     return {"incidents": status.get("incidents") or [], "goodput": status.get("goodput") or {},
-            "checkpoint": status.get("checkpoint") or {}}
+            "checkpoint": status.get("checkpoint") or {}, "sdc": status.get("sdc") or {}}
 
 
 def plan(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | None = None,
@@ -132,7 +133,7 @@ def plan(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | No
         result.status = _goodput_only(badput.stopped(books, now))
         return _finish(result, "Succeeded", f"all {result.workers} workers succeeded",
                        "AllWorkersSucceeded", [])
-    resume = books["checkpoint"].get("latestVerified") or books["checkpoint"].get("latest")
+    resume = badput.resume_point(books["checkpoint"], strict_checkpoints(spec))
     for index in range(result.workers):
         if index not in current:
             result.create.append(build.worker_pod(job, index, restart, resource,
@@ -156,7 +157,7 @@ def plan(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | No
         result.message = f"all {result.workers} workers running"
         result.conditions.append(("Running", True, "AllWorkersRunning", result.message))
         if recovering or not books["goodput"].get("since"):
-            result.status = badput.running_again(books, now)
+            result.status = _incidents_only(badput.running_again(books, now))
             if recovering:
                 done = result.status["incidents"][-1]
                 result.events.append(("Normal", "Recovered", _recovered(done)))
@@ -199,8 +200,11 @@ def _detect(result: Plan, spec: TrainingJobSpec, books: Obj, ranks: dict[int, Ob
     if not (down or infra or application):
         return None
     if down:
-        cause = "NodeFailure"
+        sdc = any(lost[n].reason == "SilentDataCorruption" for n in down)
+        cause = "SilentDataCorruption" if sdc else "NodeFailure"
         message = "; ".join(f"node {n} lost: {lost[n].evidence}" for n in down)
+        if sdc:
+            message += _rollback(books, spec)
     elif infra:
         cause, message = "InfrastructureError", "; ".join(infra)
     else:
@@ -223,7 +227,23 @@ def _detect(result: Plan, spec: TrainingJobSpec, books: Obj, ranks: dict[int, Ob
         books = badput.running_again(books, min(times or [now]))
     result.events.append(("Warning", "Interrupted", message))
     return badput.open_incident(books, restart + 1, cause, message, sorted({*down, *blamed}),
-                                min(times or [now]), now, restart_at)
+                                min(times or [now]), now, restart_at, strict_checkpoints(spec))
+
+
+def strict_checkpoints(spec: TrainingJobSpec) -> bool:
+    """Resume only from checkpoints the replicas' votes verified."""
+    return spec.checkpoint.verify and spec.sdc.cross_replica_check
+
+
+def _rollback(books: Obj, spec: TrainingJobSpec) -> str:
+    """Why the restart resumes from the checkpoint it does, after corruption."""
+    resume = badput.resume_point(books["checkpoint"], strict_checkpoints(spec))
+    latest = books["checkpoint"].get("latest") or {}
+    diverged = (books.get("sdc") or {}).get("divergedStep")
+    where = f"step {resume['step']} ({resume.get('path')})" if resume else "the start"
+    first = f" before the first divergent step {diverged}" if diverged is not None else ""
+    newer = f"; not the latest, step {latest['step']}" if latest and resume != latest else ""
+    return f"; rolling back to {where}, the newest verified checkpoint{first}{newer}"
 
 
 def _recover(result: Plan, spec: TrainingJobSpec, books: Obj, incident: Obj,
@@ -249,6 +269,7 @@ def _recover(result: Plan, spec: TrainingJobSpec, books: Obj, incident: Obj,
                           "(failing, not yet judged: grace period or storm guard)")
     else:
         result.restart = True
+        result.status["sdc"] = None  # the next attempt's votes start afresh
         result.failed_nodes = sorted({r["node"] for r in ranks.values() if r["node"] in lost})
         result.message = f"{incident['cause']}: restarting the gang (restart {restart + 1})"
         result.delete = [p["metadata"]["name"] for p in pods]

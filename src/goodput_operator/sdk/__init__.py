@@ -1,8 +1,8 @@
 """Worker-side helpers for training code: tell the operator about checkpoints and steps.
 
-    from goodput_operator.sdk import commit_checkpoint, report_step
+    from goodput_operator.sdk import commit_checkpoint, fingerprint, report_step
+    report_step(step, {"loss": 1.93}, fingerprint=fingerprint(model.parameters()))
     commit_checkpoint(step, "/fsx/ckpt/step-3000", digest="sha256:...")
-    report_step(step, {"loss": 1.93, "tokens_per_s": 1.2e6})
 
 Standard library only (no kopf, no kubernetes client): it runs in every worker image.
 The worker proves who it is with its pod's projected ServiceAccount token (audience
@@ -23,6 +23,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from goodput_operator.sdk.fingerprint import fingerprint
+
+__all__ = ["AUDIENCE", "ReportError", "Reporter", "commit_checkpoint", "fingerprint",
+           "report_step"]
 AUDIENCE = "goodput.dev/report"
 TOKEN_PATH = "/var/run/secrets/goodput.dev/report/token"
 
@@ -82,10 +86,14 @@ class Reporter:
                                         "rank": self.rank, "job": self.job})
 
     def report_step(self, step: int, metrics: Mapping[str, float] | None = None,
-                    **extra: Any) -> dict[str, Any]:
-        """Report progress (and, for the SDC checks, fingerprints in EXTRA)."""
-        return self.send("step", {"step": step, "metrics": dict(metrics or {}),
-                                  "rank": self.rank, "job": self.job, **extra})
+                    fingerprint: str | None = None, shard: str | int = 0) -> dict[str, Any]:
+        """Report progress; with FINGERPRINT (sdk.fingerprint of this replica's parameters
+        or all-reduced gradients) the step is voted on across the replicas of SHARD."""
+        body: dict[str, Any] = {"step": step, "metrics": dict(metrics or {}),
+                                "rank": self.rank, "job": self.job, "shard": str(shard)}
+        if fingerprint is not None:
+            body["fingerprint"] = fingerprint
+        return self.send("step", body)
 
 
 _default: Reporter | None = None
@@ -103,6 +111,7 @@ def commit_checkpoint(step: int, path: str, digest: str | None = None) -> dict[s
     return _reporter().commit_checkpoint(step, path, digest)
 
 
-def report_step(step: int, metrics: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """Report a training step's metrics to the operator (see Reporter.report_step)."""
-    return _reporter().report_step(step, metrics)
+def report_step(step: int, metrics: Mapping[str, float] | None = None,
+                fingerprint: str | None = None, shard: str | int = 0) -> dict[str, Any]:
+    """Report a training step to the operator (see Reporter.report_step)."""
+    return _reporter().report_step(step, metrics, fingerprint, shard)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 NodeState = Literal["ready", "notready", "cordoned", "quarantined", "misshaped"]
 QUARANTINE_TAINT = "goodput.dev/quarantine"
+LEMON_ANNOTATION = "goodput.dev/lemon-score"  # written by health/quarantine
 _DIGITS = re.compile(r"(\d+)")
 
 
@@ -64,6 +65,7 @@ class Node:
     used: int = 0
     spare: bool = False
     slot: int = 0
+    lemon: int = 0  # times quarantined before: such nodes are held as spares first
     sort_key: tuple[Any, ...] = ()
     pods: dict[str, PodUse] = field(default_factory=dict)
 
@@ -210,11 +212,14 @@ class Fleet:
             self._ordered = None
         sort_key = (int(labels.get(self.shape.slot_label, 1 << 30)),) if self.shape.slot_label \
             else natural_key(name)
+        raw_lemon = str((meta.get("annotations") or {}).get(LEMON_ANNOTATION, "0"))
+        lemon = int(raw_lemon) if raw_lemon.isdigit() else 0
         if existing is None:
             existing = Node(name, domain_id, capacity, state, sort_key=sort_key)
             self.nodes[name] = existing
         else:
             existing.capacity, existing.state, existing.sort_key = capacity, state, sort_key
+        existing.lemon = lemon
         if existing not in domain.nodes:
             domain.nodes.append(existing)
         if refresh:
@@ -238,13 +243,15 @@ class Fleet:
             self._refresh_domain(domain)
 
     def _refresh_domain(self, domain: Domain) -> None:
-        """Slot order, then spares: the highest healthy, empty slots of the domain."""
+        """Slot order, then spares: the healthy, empty nodes most often quarantined before,
+        then the highest slots of the domain."""
         domain.changed()
         domain.nodes.sort(key=lambda n: n.sort_key)
         for slot, node in enumerate(domain.nodes):
             node.slot = slot
         wanted = self.shape.spares_per_domain
-        for node in reversed(domain.nodes):
+        # repeat offenders are held back first (they run jobs last), then the highest slots
+        for node in sorted(reversed(domain.nodes), key=lambda n: -n.lemon):
             keep = wanted > 0 and node.healthy and not node.pods
             node.spare = keep
             wanted -= keep

@@ -89,8 +89,9 @@ def _candidate(fleet: Fleet, rank: RankSlot, request: Request, taken: Counter[st
             tiers.append([n for d in rest for n in d.nodes if n.spare])
             tiers.append([n for d in rest for n in d.nodes if not n.spare])
     for tier in tiers:
-        # nearest slot first: a replacement next to the failed node keeps rings short
-        for node in sorted(tier, key=lambda n: abs(n.slot - rank.slot)):
+        # nearest slot first (a replacement next to the failed node keeps rings short),
+        # repeat offenders last
+        for node in sorted(tier, key=lambda n: (n.lemon, abs(n.slot - rank.slot))):
             if room(node):
                 return node
     return None

@@ -1,0 +1,63 @@
+"""Pure builder of the SDC probe Job: `python -m goodput_operator.probe --report` pinned
+to one node, holding all of its accelerators, reporting through the workers' channel."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from goodput_operator.resources.trainingjob import MANAGED_BY
+from goodput_operator.sdk import AUDIENCE, TOKEN_PATH
+
+Obj = dict[str, Any]
+PROBE_LABEL = "goodput.dev/probe"
+PROBE_NODE_LABEL = "goodput.dev/probe-node"  # an annotation: node names outgrow labels
+TRIGGER_LABEL = "goodput.dev/probe-trigger"
+
+
+def probe_job_name(node: str, run: int) -> str:
+    suffix = f"-{run}"
+    stem = re.sub(r"[^a-z0-9-]", "-", f"probe-{node.lower()}")[:63 - len(suffix)].strip("-")
+    return stem + suffix
+
+
+def probe_job(node: str, run: int, namespace: str, image: str, report_url: str,
+              resource: str, accelerators: int, trigger: str) -> Obj:
+    """Probe run RUN of NODE. It tolerates every taint: it must run on a quarantined node."""
+    name = probe_job_name(node, run)
+    labels = {PROBE_LABEL: "true", TRIGGER_LABEL: trigger, **MANAGED_BY}
+    annotations = {PROBE_NODE_LABEL: node}
+    mount = TOKEN_PATH.rsplit("/", 1)
+    container: Obj = {
+        "name": "probe", "image": image,
+        "command": ["python", "-m", "goodput_operator.probe", "--report"],
+        "env": [{"name": "GOODPUT_REPORT_URL", "value": report_url},
+                {"name": "GOODPUT_REPORT_TOKEN", "value": TOKEN_PATH},
+                {"name": "GOODPUT_PROBE_NODE",
+                 "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+        "resources": {"requests": {resource: str(accelerators)},
+                      "limits": {resource: str(accelerators)}},
+        "volumeMounts": [{"name": "goodput-report-token", "mountPath": mount[0],
+                          "readOnly": True}],
+    }
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                     "annotations": annotations},
+        "spec": {
+            "backoffLimit": 0, "ttlSecondsAfterFinished": 600, "activeDeadlineSeconds": 900,
+            "template": {
+                "metadata": {"labels": labels, "annotations": annotations},
+                "spec": {
+                    "nodeName": node, "restartPolicy": "Never",
+                    "tolerations": [{"operator": "Exists"}],
+                    "automountServiceAccountToken": False,
+                    "containers": [container],
+                    "volumes": [{"name": "goodput-report-token", "projected": {"sources": [
+                        {"serviceAccountToken": {"audience": AUDIENCE,
+                                                 "expirationSeconds": 3600,
+                                                 "path": mount[1]}}]}}],
+                },
+            },
+        },
+    }

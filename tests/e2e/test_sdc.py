@@ -1,0 +1,129 @@
+"""Silent data corruption end to end: replicas vote through the SDK, the minority's node
+is quarantined with the evidence, the job rolls back to the last verified checkpoint
+before the divergence; probe results quarantine and release nodes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from goodput_operator.sdk import Reporter, ReportError
+from tests.conftest import Cluster, wait_for
+from tests.e2e.conftest import Faults, Operator, apply, get_job, job_pods, training_job
+from tests.e2e.test_recovery import env_of, quarantined, ranks, running_again, worker_token
+
+pytestmark = pytest.mark.e2e
+AGREED = "00c0ffee" * 4
+
+
+def fingerprint_at(step: int, corrupt: bool = False) -> str:
+    """What the replicas' fingerprints look like: equal at equal steps, unless corrupt."""
+    return f"{step:08x}" * 3 + ("deadbeef" if corrupt else "00c0ffee")
+
+
+def test_a_diverging_replica_is_quarantined_and_the_job_rolls_back_to_the_last_verified(
+        e2e: Operator, crds: Cluster, namespace: str, make_group: Any, faults: Faults) -> None:
+    group = make_group(spares={"perDomain": 1})
+    apply(crds, training_job("dp3", group, 3, checkpoint={"dir": "/fsx/dp3", "verify": True},
+                             sdc={"crossReplicaCheck": True}), namespace)
+    job = wait_for(lambda: (j := get_job(crds, namespace, "dp3")).get("status", {})
+                   .get("phase") == "Running" and j, timeout=60, what="dp3 Running")
+    before = ranks(job)
+    workers = {int(p["metadata"]["labels"]["goodput.dev/rank"]):
+               Reporter(e2e.report_url, worker_token(crds, namespace, p["metadata"]["name"]),
+                        job=f"{namespace}/dp3")
+               for p in job_pods(crds, namespace, "dp3")}
+
+    def step(number: int, corrupt_rank: int | None = None) -> None:
+        for rank, worker in workers.items():
+            worker.report_step(number, {"loss": 2.0},
+                               fingerprint=fingerprint_at(number, rank == corrupt_rank))
+
+    for number in (100, 200):
+        step(number)
+        workers[0].commit_checkpoint(number, f"/fsx/dp3/step-{number}")
+    workers[0].commit_checkpoint(300, "/fsx/dp3/step-300")
+    status = get_job(crds, namespace, "dp3")["status"]
+    assert status["checkpoint"]["latestVerified"]["step"] == 200
+    assert status["checkpoint"]["latest"]["step"] == 300
+    assert status["sdc"]["verifiedStep"] == 200
+
+    step(250, corrupt_rank=2)                            # rank 2's chip goes bad
+    suspect = before[2]
+    job = running_again(crds, namespace, "dp3", 1)
+
+    body = quarantined(crds, suspect)
+    assert body is not None
+    evidence = json.loads(body["metadata"]["annotations"]["goodput.dev/quarantine-evidence"])
+    assert evidence["reason"] == "SilentDataCorruption"
+    assert "rank 2" in evidence["evidence"] and "step 250" in evidence["evidence"]
+    assert fingerprint_at(250, True)[:16] in evidence["evidence"]
+    assert body["metadata"]["annotations"]["goodput.dev/lemon-score"] == "1"
+
+    after = ranks(job)
+    assert after[0] == before[0] and after[1] == before[1] and after[2] != suspect
+    incident = job["status"]["incidents"][-1]
+    assert incident["cause"] == "SilentDataCorruption" and incident["nodes"] == [suspect]
+    assert incident["resumeFrom"]["step"] == 200
+    assert "rolling back to step 200" in incident["message"]
+    assert "first divergent step 250" in incident["message"]
+    assert "not the latest, step 300" in incident["message"]
+    for pod in job_pods(crds, namespace, "dp3"):
+        assert env_of(pod)["GOODPUT_RESUME_FROM"] == "/fsx/dp3/step-200"
+    assert "sdc" not in job["status"]                   # the new attempt votes afresh
+    assert "goodput_sdc_suspicions_total" in e2e.metrics()
+
+
+def probe_pod(crds: Cluster, namespace: str, node: str, used: set[str]) -> dict[str, Any]:
+    def found() -> dict[str, Any] | None:
+        pods = json.loads(crds.kubectl("get", "pods", "-n", namespace, "-l",
+                                       "goodput.dev/probe=true", "-o", "json").stdout)["items"]
+        for pod in pods:
+            if pod["metadata"]["annotations"].get("goodput.dev/probe-node") == node and \
+                    pod["metadata"]["uid"] not in used and pod["spec"].get("nodeName"):
+                return pod
+        return None
+    pod = wait_for(found, timeout=30, what=f"a new probe pod on {node}")
+    used.add(pod["metadata"]["uid"])
+    return pod
+
+
+def test_a_bad_probe_quarantines_the_node_and_clean_probes_release_it(
+        e2e: Operator, crds: Cluster, make_group: Any, faults: Faults) -> None:
+    make_group(quarantine={"releaseAfterCleanProbes": 2})
+    node, probes, used = "trn2-01-3", e2e.probe_namespace, set[str]()
+    started = subprocess.run(
+        [sys.executable, "-m", "goodput_operator.cli", "node", "probe", node,
+         "--namespace", probes, "--kubeconfig", str(crds.kubeconfig)],
+        capture_output=True, text=True, timeout=60, check=True)
+    assert "probe Job" in started.stdout
+    pod = probe_pod(crds, probes, node, used)
+    reporter = Reporter(e2e.report_url, worker_token(crds, probes, pod["metadata"]["name"]))
+    with pytest.raises(ReportError) as elsewhere:
+        reporter.send("probe", {"node": "trn2-01-2", "ok": True})
+    assert elsewhere.value.status == 403
+    reporter.send("probe", {"node": node, "ok": False, "bad": [3], "devices": [
+        {"index": 3, "name": "neuron3", "ok": False, "detail": "result 1f2e differs"}]})
+    with pytest.raises(ReportError) as twice:
+        reporter.send("probe", {"node": node, "ok": True})
+    assert twice.value.status == 409
+
+    body = wait_for(lambda: quarantined(crds, node), timeout=30, what=f"{node} quarantined")
+    evidence = json.loads(body["metadata"]["annotations"]["goodput.dev/quarantine-evidence"])
+    assert evidence["reason"] == "SilentDataCorruption"
+    assert "bad device(s) 3 (neuron3): result 1f2e differs" in evidence["evidence"]
+
+    for _ in range(2):                                   # the operator probes the suspect
+        pod = probe_pod(crds, probes, node, used)
+        assert pod["metadata"]["labels"]["goodput.dev/probe-trigger"] == "suspicion"
+        token = worker_token(crds, probes, pod["metadata"]["name"])
+        assert quarantined(crds, node) is not None       # not released before the last one
+        Reporter(e2e.report_url, token).send("probe", {"node": node, "ok": True})
+    wait_for(lambda: quarantined(crds, node) is None, timeout=30, what=f"{node} released")
+    events = crds.kubectl("get", "events", "-A", "--field-selector",
+                          f"involvedObject.name={node},reason=Released").stdout
+    assert "2 clean probe runs" in events

@@ -1,0 +1,25 @@
+"""The probe Job builder."""
+
+from __future__ import annotations
+
+from goodput_operator.resources.probe import probe_job, probe_job_name
+
+
+def test_the_probe_job_is_pinned_tolerates_quarantine_and_reports_with_its_token() -> None:
+    job = probe_job("trn2-00-1", 2, "goodput-system", "img:1", "http://op:8081",
+                    "aws.amazon.com/neuron", 16, "suspicion")
+    pod = job["spec"]["template"]["spec"]
+    assert job["metadata"]["name"] == "probe-trn2-00-1-2"
+    assert pod["nodeName"] == "trn2-00-1" and pod["tolerations"] == [{"operator": "Exists"}]
+    assert job["spec"]["template"]["metadata"]["annotations"] == {
+        "goodput.dev/probe-node": "trn2-00-1"}
+    container = pod["containers"][0]
+    assert container["command"][-1] == "--report"
+    assert container["resources"]["limits"] == {"aws.amazon.com/neuron": "16"}
+    assert pod["volumes"][0]["projected"]["sources"][0]["serviceAccountToken"][
+        "audience"] == "goodput.dev/report"
+
+
+def test_probe_job_names_fit_dns_labels() -> None:
+    name = probe_job_name("ip-10-1-2-3.us-west-2.compute.internal" * 3, 12)
+    assert len(name) <= 63 and name.endswith("-12") and "." not in name
