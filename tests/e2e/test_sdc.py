@@ -127,3 +127,22 @@ def test_a_bad_probe_quarantines_the_node_and_clean_probes_release_it(
     events = crds.kubectl("get", "events", "-A", "--field-selector",
                           f"involvedObject.name={node},reason=Released").stdout
     assert "2 clean probe runs" in events
+
+
+def test_idle_nodes_are_probed_on_the_groups_schedule(
+        e2e: Operator, crds: Cluster, make_group: Any) -> None:
+    group = make_group(probes={"schedule": "* * * * *"})     # every minute
+
+    def swept() -> list[dict[str, Any]] | None:
+        jobs = json.loads(crds.kubectl("get", "jobs", "-n", e2e.probe_namespace, "-l",
+                                       "goodput.dev/probe-trigger=schedule", "-o", "json")
+                          .stdout)["items"]
+        return jobs or None
+    jobs = wait_for(swept, timeout=90, what="a scheduled probe sweep")
+    probed = {j["metadata"]["annotations"]["goodput.dev/probe-node"] for j in jobs}
+    assert probed <= {f"trn2-{u:02d}-{s}" for u in range(2) for s in range(4)}
+    status = json.loads(crds.kubectl("get", "usg", group, "-o", "json").stdout)["status"]
+    scheduled = next(c for c in status["conditions"] if c["type"] == "ProbesScheduled")
+    assert scheduled["status"] == "True" and "* * * * *" in scheduled["message"]
+    crds.kubectl("delete", "jobs", "-n", e2e.probe_namespace, "-l",
+                 "goodput.dev/probe-trigger=schedule")

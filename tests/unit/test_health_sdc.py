@@ -6,7 +6,15 @@ import math
 
 import pytest
 
-from goodput_operator.health.sdc import Ledger, guard, rollback_target, verified, vote
+from goodput_operator.health.sdc import (
+    Ledger,
+    absorb,
+    guard,
+    rollback_target,
+    settle,
+    verified,
+    vote,
+)
 
 A, B, C = "a" * 32, "b" * 32, "c" * 32
 
@@ -90,3 +98,36 @@ def test_verified_checkpoints_and_the_rollback_target() -> None:
     assert rollback_target(history, 250) == {"step": 200, "verified": True}
     assert rollback_target(history, 150) == {"step": 100, "verified": True}
     assert rollback_target(history, 100) is None
+
+
+def test_absorb_keeps_the_first_divergence_and_the_first_guard() -> None:
+    later = vote(300, "0", {0: A, 1: A, 2: B}, 3)
+    earlier = vote(250, "0", {0: A, 1: A, 2: C}, 3)
+    tie = vote(260, "0", {0: A, 1: B}, 2)
+    status, divergent = absorb({}, [later, earlier, tie], "step 270: loss is nan", 270, set())
+    assert status["divergedStep"] == 250 and "step 250" in str(status["divergence"])
+    assert [v.step for v in divergent] == [250, 300]
+    assert status["unverifiableSteps"] == 1 and status["guardedStep"] == 270
+    agreed = vote(200, "0", {0: A, 1: A, 2: A}, 3)
+    status, _ = absorb(status, [agreed], None, 200, {200})
+    assert status["verifiedStep"] == 200 and status["guardedStep"] == 270
+
+
+@pytest.mark.parametrize(
+    ("strict", "unanimous", "sdc", "verified_steps", "latest_verified"),
+    [
+        (False, set(), {}, [100, 200, 300], 300),               # nothing to check against
+        (True, set(), {}, [], None),                            # no votes: nothing verified
+        (True, {100, 200, 300}, {}, [100, 200, 300], 300),
+        (True, {100, 200, 300}, {"divergedStep": 250}, [100, 200], 200),
+        (True, {100, 300}, {"guardedStep": 100}, [], None),
+    ],
+)
+def test_settle_marks_verified_checkpoints(strict: bool, unanimous: set[int], sdc: dict,
+                                           verified_steps: list[int],
+                                           latest_verified: int | None) -> None:
+    checkpoint = {"latest": {"step": 300}, "history": [
+        {"step": s, "path": f"/c/{s}", "verified": False} for s in (100, 200, 300)]}
+    settled = settle(checkpoint, sdc, unanimous, strict)
+    assert [h["step"] for h in settled["history"] if h["verified"]] == verified_steps
+    assert (settled.get("latestVerified") or {}).get("step") == latest_verified

@@ -58,3 +58,10 @@ def test_fingerprints_are_bit_exact_and_order_sensitive() -> None:
     swapped[0, 0], swapped[0, 1] = weights[0][0, 1], weights[0][0, 0]
     assert fingerprint([swapped, weights[1]]) != base
     assert fingerprint(weights[0]) == fingerprint([weights[0]])
+
+
+def test_a_single_device_is_checked_against_the_reference() -> None:
+    clean = workload.run("numpy", devices=1, size=96, iterations=3)
+    assert clean.ok and clean.devices[0].relative_error < 1e-4
+    flipped = workload.run("numpy", devices=1, size=96, iterations=3, inject=0)
+    assert flipped.bad == [0] and "float64 reference" in flipped.message

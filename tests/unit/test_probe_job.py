@@ -9,7 +9,7 @@ def test_the_probe_job_is_pinned_tolerates_quarantine_and_reports_with_its_token
     job = probe_job("trn2-00-1", 2, "goodput-system", "img:1", "http://op:8081",
                     "aws.amazon.com/neuron", 16, "suspicion")
     pod = job["spec"]["template"]["spec"]
-    assert job["metadata"]["name"] == "probe-trn2-00-1-2"
+    assert job["metadata"]["name"] == "probe-trn2-00-1-suspi2"
     assert pod["nodeName"] == "trn2-00-1" and pod["tolerations"] == [{"operator": "Exists"}]
     assert job["spec"]["template"]["metadata"]["annotations"] == {
         "goodput.dev/probe-node": "trn2-00-1"}

@@ -199,4 +199,4 @@ class UltraServerGroupStatus(ApiModel):
     )
     """Each domain's health, readiness, free accelerators, quarantine and spares."""
     conditions: list[Condition] = conditions_field()
-    """Ready, Degraded, StormGuard and MisShaped conditions."""
+    """Ready, Degraded, StormGuard, MisShaped and ProbesScheduled conditions."""

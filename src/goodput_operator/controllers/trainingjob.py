@@ -163,6 +163,7 @@ def decide_job(state: State, job: Obj) -> Decision:
                                 badput.update_incident(books, action=action))["incidents"]
         desired["message"] = f"{decided.message}: {why}"
         events.append(("Normal", "Replaced" if placement else "WaitingForCapacity", why))
+        _count_rollback(job, desired["incidents"][-1])
         log.warning("%s/%s: %s: %s", namespace, name, decided.message, why)
     if decided.phase == "Suspended":
         placement = None
@@ -264,6 +265,16 @@ def _replacement(fleet: Fleet, spec: TrainingJobSpec, job: Obj, placement: Obj |
     return ({"domains": domains, "reason": result.reason,
              "ranks": [{"rank": r.rank, "node": r.node, "domain": r.domain}
                        for r in result.ranks]}, result.action, result.reason)
+
+
+def _count_rollback(job: Obj, incident: Obj) -> None:
+    """Steps given up by resuming from an older checkpoint than the newest, after SDC."""
+    latest = ((job.get("status") or {}).get("checkpoint") or {}).get("latest") or {}
+    resume = incident.get("resumeFrom") or {}
+    if incident["cause"] == "SilentDataCorruption" and "step" in latest:
+        meta = job["metadata"]
+        metrics.ROLLBACK_STEPS.labels(meta["namespace"], meta["name"]).inc(
+            max(0, int(latest["step"]) - int(resume.get("step", 0))))
 
 
 def _observe(job: Obj, desired: Obj, events: list[tuple[str, str, str]], now: float) -> None:

@@ -20,6 +20,7 @@ from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import State
+from goodput_operator.health import cron
 from goodput_operator.health import quarantine as q
 from goodput_operator.resources.probe import probe_job
 from goodput_operator.topology.model import Domain, Fleet
@@ -84,10 +85,11 @@ async def reconcile_group(state: State, kube: Kube, name: str, now: float) -> No
     await _label_nodes(state, kube, name, fleet)
     if spec.probes.on_suspicion:
         await _probe_suspects(state, kube, spec, members)
+    schedule_error = await _sweep(state, kube, name, spec, fleet, now)
 
     status = dict(body.get("status") or {})
     desired = group_status(spec, fleet, status.get("conditions") or [], decision.storm,
-                           body["metadata"].get("generation"))
+                           body["metadata"].get("generation"), schedule_error)
     if decision.storm and not q_is_storm(status):
         events.append(("Warning", "StormGuard", decision.storm))
         log.error("group %s: %s", name, decision.storm)
@@ -109,20 +111,50 @@ async def _probe_suspects(state: State, kube: Kube, spec: UltraServerGroupSpec,
             continue
         if state.clean_probes.get(node_name, 0) >= spec.quarantine.release_after_clean_probes:
             continue
-        run = state.probe_runs.get(node_name, 0)
-        job = probe_job(node_name, run, state.probe_namespace,
-                        spec.probes.image or state.probe_image, state.report_url,
-                        spec.accelerator.resource, spec.accelerator.per_node, "suspicion")
-        try:
-            created = await asyncio.to_thread(kube.create, job)
-        except ApiException as err:
-            log.warning("cannot start probe Job %s/%s: %s", state.probe_namespace,
-                        job["metadata"]["name"], err.reason)
-            continue
-        if created is not None:
-            metrics.PROBE_JOBS.labels("suspicion").inc()
-            log.info("probing %s (run %d): Job %s/%s", node_name, run, state.probe_namespace,
-                     job["metadata"]["name"])
+        await _start_probe(state, kube, spec, node_name, "suspicion")
+
+
+async def _start_probe(state: State, kube: Kube, spec: UltraServerGroupSpec, node: str,
+                       trigger: str, run: int | None = None) -> None:
+    """Probe run RUN of NODE (default: the results received so far), unless that Job
+    exists."""
+    run = state.probe_runs.get(node, 0) if run is None else run
+    job = probe_job(node, run, state.probe_namespace, spec.probes.image or state.probe_image,
+                    state.report_url, spec.accelerator.resource, spec.accelerator.per_node,
+                    trigger)
+    try:
+        created = await asyncio.to_thread(kube.create, job)
+    except ApiException as err:
+        log.warning("cannot start probe Job %s/%s: %s", state.probe_namespace,
+                    job["metadata"]["name"], err.reason)
+        return
+    if created is not None:
+        metrics.PROBE_JOBS.labels(trigger).inc()
+        log.info("probing %s (run %d, %s): Job %s/%s", node, run, trigger,
+                 state.probe_namespace, job["metadata"]["name"])
+
+
+async def _sweep(state: State, kube: Kube, group: str, spec: UltraServerGroupSpec,
+                 fleet: Fleet, now: float) -> str | None:
+    """On the group's probe schedule, probe every idle healthy node. Returns why the
+    schedule is unusable, if it is."""
+    schedule = spec.probes.schedule
+    if not schedule:
+        return None
+    last = state.last_sweep.setdefault(group, now)
+    try:
+        is_due = cron.due(schedule, last, now)
+    except cron.CronError as err:
+        return str(err)
+    state.wake_at(now - now % 60 + 60.5)  # look again at the next minute
+    if not is_due:
+        return None
+    state.last_sweep[group] = now
+    idle = [n.name for n in fleet.nodes.values() if n.healthy and not n.pods]
+    log.info("group %s: scheduled probe sweep of %d idle node(s)", group, len(idle))
+    for node in idle:
+        await _start_probe(state, kube, spec, node, "schedule", int(now))
+    return None
 
 
 def q_is_storm(status: Obj) -> bool:
@@ -165,7 +197,8 @@ def domain_health(domain: Domain, nodes_per_domain: int) -> str:
 
 
 def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj],
-                 storm: str | None, generation: int | None) -> Obj:
+                 storm: str | None, generation: int | None,
+                 schedule_error: str | None = None) -> Obj:
     """The group's status from its fleet model: per domain, totals, health, conditions."""
     domains: list[Obj] = []
     totals: Counter[str] = Counter()
@@ -208,6 +241,12 @@ def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj]
     conditions = set_condition(conditions, "MisShaped", bool(misshaped),
                                "ShapeMismatch" if misshaped else "AsDeclared",
                                "; ".join(misshaped[:20]), generation)
+    conditions = set_condition(
+        conditions, "ProbesScheduled", bool(spec.probes.schedule) and not schedule_error,
+        "InvalidSchedule" if schedule_error else "Scheduled" if spec.probes.schedule
+        else "Disabled", schedule_error or (f"probing idle nodes on '{spec.probes.schedule}'"
+                                            if spec.probes.schedule else
+                                            "spec.probes.schedule is empty"), generation)
     return {"observedGeneration": generation, "health": group_health,
             "totals": {k: totals[k] for k in ("domains", "healthyDomains", "nodes",
                                               "readyNodes", "accelerators",

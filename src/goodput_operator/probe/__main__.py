@@ -23,7 +23,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--devices", type=int, default=0,
                         help="devices to probe (0: every visible one; numpy: 2 runs)")
     parser.add_argument("--size", type=int, default=1024, help="matrix size")
-    parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--iterations", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="run the work this often per device; repeats must be identical")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--inject-bitflip", type=int, metavar="DEVICE",
                         help="fault injection for tests: flip a bit in DEVICE's result")
@@ -42,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     devices = args.devices or (2 if backend == "numpy" else 0)
     try:
         result = run(backend, devices, args.size, args.iterations, args.seed,
-                     args.inject_bitflip)
+                     args.inject_bitflip, args.repeats)
     except (RuntimeError, ImportError) as err:
         print(f"probe: cannot run: {err}", file=sys.stderr)
         return 2

@@ -15,8 +15,8 @@ PROBE_NODE_LABEL = "goodput.dev/probe-node"  # an annotation: node names outgrow
 TRIGGER_LABEL = "goodput.dev/probe-trigger"
 
 
-def probe_job_name(node: str, run: int) -> str:
-    suffix = f"-{run}"
+def probe_job_name(node: str, run: int, trigger: str = "") -> str:
+    suffix = f"-{trigger[:5]}{run}" if trigger else f"-{run}"
     stem = re.sub(r"[^a-z0-9-]", "-", f"probe-{node.lower()}")[:63 - len(suffix)].strip("-")
     return stem + suffix
 
@@ -24,7 +24,7 @@ def probe_job_name(node: str, run: int) -> str:
 def probe_job(node: str, run: int, namespace: str, image: str, report_url: str,
               resource: str, accelerators: int, trigger: str) -> Obj:
     """Probe run RUN of NODE. It tolerates every taint: it must run on a quarantined node."""
-    name = probe_job_name(node, run)
+    name = probe_job_name(node, run, trigger)
     labels = {PROBE_LABEL: "true", TRIGGER_LABEL: trigger, **MANAGED_BY}
     annotations = {PROBE_NODE_LABEL: node}
     mount = TOKEN_PATH.rsplit("/", 1)
