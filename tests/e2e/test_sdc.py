@@ -146,3 +146,24 @@ def test_idle_nodes_are_probed_on_the_groups_schedule(
     assert scheduled["status"] == "True" and "* * * * *" in scheduled["message"]
     crds.kubectl("delete", "jobs", "-n", e2e.probe_namespace, "-l",
                  "goodput.dev/probe-trigger=schedule")
+
+
+def test_probe_on_start_lets_workers_go_only_after_their_nodes_pass(
+        e2e: Operator, crds: Cluster, namespace: str, make_group: Any) -> None:
+    group = make_group()
+    apply(crds, training_job("careful", group, 2, sdc={"probeOnStart": True}), namespace)
+
+    def probing() -> dict[str, Any] | None:
+        status = get_job(crds, namespace, "careful").get("status") or {}
+        return status if "probing 2 placed node(s)" in status.get("message", "") else None
+    status = wait_for(probing, timeout=30, what="careful probing its nodes")
+    nodes = sorted(r["node"] for r in status["placement"]["ranks"])
+    assert all(p["spec"].get("schedulingGates") for p in job_pods(crds, namespace, "careful"))
+    used: set[str] = set()
+    for node in nodes:
+        pod = probe_pod(crds, e2e.probe_namespace, node, used)
+        assert pod["metadata"]["labels"]["goodput.dev/probe-trigger"] == "start"
+        token = worker_token(crds, e2e.probe_namespace, pod["metadata"]["name"])
+        Reporter(e2e.report_url, token).send("probe", {"node": node, "ok": True})
+    wait_for(lambda: get_job(crds, namespace, "careful")["status"].get("phase") == "Running",
+             timeout=30, what="careful Running after its probes")

@@ -213,3 +213,17 @@ def test_a_gang_is_not_restarted_while_another_of_its_nodes_awaits_its_verdict()
     later = plan(job({**PLACED, **waiting.status}), running(), NEURON, both, now=NOW + 0.1,
                  suspects={"n0"})
     assert later.restart and later.failed_nodes == ["n0", "n1"]
+
+
+def test_probe_on_start_holds_the_workers_until_every_placed_node_passed_a_probe() -> None:
+    placed = {"placement": {**PLACED["placement"], "placedAt": "2027-01-15T08:00:00.000Z"}}
+    spec = {"sdc": {"probeOnStart": True}}
+    waiting = plan(job(placed, **spec), [pod(0), pod(1)], NEURON, now=NOW + 5,
+                   probed={"n0": NOW + 1, "n1": NOW - 100})       # n1's probe is too old
+    assert waiting.probe == ["n1"] and waiting.pin == [] and waiting.hold
+    assert "probing 1 placed node(s)" in waiting.message
+    ready = plan(job(placed, **spec), [pod(0), pod(1)], NEURON, now=NOW + 9,
+                 probed={"n0": NOW + 1, "n1": NOW + 8})
+    assert ready.probe == [] and [p[0] for p in ready.pin] == ["j-r0-w0", "j-r0-w1"]
+    off = plan(job(placed), [pod(0), pod(1)], NEURON, now=NOW + 5)
+    assert off.probe == [] and len(off.pin) == 2

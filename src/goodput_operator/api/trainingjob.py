@@ -128,7 +128,8 @@ class Sdc(ApiModel):
     `shard`) at a step are data-parallel replicas and must agree; there are
     workers / shards of them. 1: every rank holds the whole model."""
     probe_on_start: bool = False
-    """Run the SDC probe on each placed node before the job starts."""
+    """Run the SDC probe on each placed node before the workers start (each restart too);
+    a node that fails it is quarantined and replaced."""
     loss_spike_factor: float | None = Field(default=None, gt=1, le=1000)
     """A loss above this multiple of its recent median counts as evidence against the step."""
 
@@ -204,6 +205,8 @@ class Placement(ApiModel):
     """One entry per rank, in rank order."""
     reason: str | None = None
     """Why this placement (or why none was possible)."""
+    placed_at: datetime | None = None
+    """When it was made (probes before start must be newer)."""
 
 
 class CheckpointRef(ApiModel):

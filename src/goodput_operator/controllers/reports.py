@@ -234,6 +234,7 @@ class ReportServer:
         self.state.probe_runs[node] = self.state.probe_runs.get(node, 0) + 1
         if report.ok and not report.bad:
             self.state.clean_probes[node] = self.state.clean_probes.get(node, 0) + 1
+            self.state.probed_at[node] = time.time()
             metrics.PROBES.labels("clean").inc()
             log.info("probe of %s clean (%d in a row): %s", node,
                      self.state.clean_probes[node], report.message)

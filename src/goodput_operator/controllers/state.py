@@ -85,6 +85,7 @@ class State:
         self.probed: set[str] = set()  # uids of probe pods that reported
         self.probe_runs: dict[str, int] = {}  # node -> probe results received
         self.clean_probes: dict[str, int] = {}  # node -> clean results in a row
+        self.probed_at: dict[str, float] = {}  # node -> its last clean probe
         self.last_sweep: dict[str, float] = {}  # group -> last scheduled probe sweep
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 

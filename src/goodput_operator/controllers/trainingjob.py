@@ -25,7 +25,7 @@ from goodput_operator.controllers import ultraservergroup
 from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import RESERVED_NODE, State
 from goodput_operator.health import badput
-from goodput_operator.health.quarantine import Finding, parse_time, record_of
+from goodput_operator.health.quarantine import Finding, iso, parse_time, record_of
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.jobplan import (
     TERMINAL,
@@ -121,7 +121,7 @@ def decide_job(state: State, job: Obj) -> Decision:
     clock = time.time()
     decided = plan(job, pods, fleet.shape.accelerator_resource,
                    lost_nodes(state, fleet, job, pods, clock), clock, state.report_url,
-                   suspects=state.seen_unhealthy.keys())
+                   suspects=state.seen_unhealthy.keys(), probed=state.probed_at)
     state.wake_at(decided.wake_at)
     for node, evidence in decided.blame.items():  # the group pass quarantines them
         state.blamed.setdefault(node, Finding("WorkerFailure", evidence, clock))
@@ -152,6 +152,9 @@ def decide_job(state: State, job: Obj) -> Decision:
                             by_rank[index_of(p)]["domain"]) for p in pods
                            if index_of(p) in by_rank and attempt_of(p) == restart_of(job)
                            and build.is_gated(p)]
+            if spec.sdc.probe_on_start:  # probes first: the workers stay gated
+                decided.hold, decided.pin = True, []
+                decided.probe = sorted({r["node"] for r in placement["ranks"]})
         else:
             desired["message"] = next(c["message"] for c in conditions if c["type"] == "Placed")
     if decided.restart:
@@ -199,6 +202,10 @@ async def apply_job(state: State, kube: Kube, decision: Decision) -> None:
         await _write(kube, job, status, desired, events)
         return
     observed = decision.observed
+    group = state.groups.get(decision.spec.ultra_server_group or "")
+    if group is not None:
+        for node in decided.probe:
+            await ultraservergroup.start_probe(state, kube, group, node, "start")
     if decision.fresh:  # the placement is on record before any pod is pinned to it
         await _write(kube, job, status, desired, events)
         await _children(state, kube, job, decided, placement, observed)
@@ -238,10 +245,11 @@ def _replacement(fleet: Fleet, spec: TrainingJobSpec, job: Obj, placement: Obj |
     """The next attempt's placement: the same one when no node was lost, else failed ranks
     on spares keeping the topology, the whole gang moved, shrunk, or none (wait)."""
     ranks = (placement or {}).get("ranks") or []
-    if not ranks:
+    if placement is None or not ranks:
         return None, "wait", "no placement yet: placing the gang when it fits"
     if not failed:
-        return placement, "restart", "restarting on the same nodes"
+        return ({**placement, "placedAt": iso(time.time())}, "restart",
+                "restarting on the same nodes")
     if spec.failure_policy.node_replacement == "wait":
         return None, "wait", ("failurePolicy.nodeReplacement is wait: placing the gang again "
                               "when it fits")
@@ -262,7 +270,7 @@ def _replacement(fleet: Fleet, spec: TrainingJobSpec, job: Obj, placement: Obj |
         key = f"{meta['namespace']}/{build.pod_name(meta['name'], restart, rank.rank)}"
         fleet.bind(key, rank.node, spec.accelerators_per_worker, owner)
     domains = list(dict.fromkeys(r.domain for r in result.ranks))
-    return ({"domains": domains, "reason": result.reason,
+    return ({"domains": domains, "reason": result.reason, "placedAt": iso(time.time()),
              "ranks": [{"rank": r.rank, "node": r.node, "domain": r.domain}
                        for r in result.ranks]}, result.action, result.reason)
 
@@ -324,6 +332,7 @@ def _place(fleet: Fleet, spec: TrainingJobSpec, job: Obj, conditions: list[Obj],
     events.append(("Normal", "Placed", result.reason))
     log.info("%s/%s placed: %s", meta["namespace"], meta["name"], result.reason)
     placement = {"domains": list(result.domains), "reason": result.reason,
+                 "placedAt": iso(time.time()),
                  "ranks": [{"rank": r.rank, "node": r.node, "domain": r.domain}
                            for r in result.ranks]}
     return placement, set_condition(conditions, "Placed", True, "Placed", result.reason,

@@ -111,10 +111,10 @@ async def _probe_suspects(state: State, kube: Kube, spec: UltraServerGroupSpec,
             continue
         if state.clean_probes.get(node_name, 0) >= spec.quarantine.release_after_clean_probes:
             continue
-        await _start_probe(state, kube, spec, node_name, "suspicion")
+        await start_probe(state, kube, spec, node_name, "suspicion")
 
 
-async def _start_probe(state: State, kube: Kube, spec: UltraServerGroupSpec, node: str,
+async def start_probe(state: State, kube: Kube, spec: UltraServerGroupSpec, node: str,
                        trigger: str, run: int | None = None) -> None:
     """Probe run RUN of NODE (default: the results received so far), unless that Job
     exists."""
@@ -153,7 +153,7 @@ async def _sweep(state: State, kube: Kube, group: str, spec: UltraServerGroupSpe
     idle = [n.name for n in fleet.nodes.values() if n.healthy and not n.pods]
     log.info("group %s: scheduled probe sweep of %d idle node(s)", group, len(idle))
     for node in idle:
-        await _start_probe(state, kube, spec, node, "schedule", int(now))
+        await start_probe(state, kube, spec, node, "schedule", int(now))
     return None
 
 

@@ -51,6 +51,7 @@ class Plan:
     restart: bool = False  # start attempt restarts + 1 now
     failed_nodes: list[str] = field(default_factory=list)  # to replace in that restart
     blame: dict[str, str] = field(default_factory=dict)  # node -> evidence: quarantine it
+    probe: list[str] = field(default_factory=list)  # nodes to probe before the start
     status: Obj = field(default_factory=dict)  # incidents and goodput to write
     events: list[tuple[str, str, str]] = field(default_factory=list)  # type, reason, message
     wake_at: float | None = None
@@ -83,9 +84,11 @@ def books_of(status: Obj) -> Obj:
 
 
 def plan(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | None = None,
-         now: float = 0.0, report_url: str = "", suspects: Collection[str] = ()) -> Plan:
+         now: float = 0.0, report_url: str = "", suspects: Collection[str] = (),
+         probed: Mapping[str, float] | None = None) -> Plan:
     """SUSPECTS: nodes that are failing but not yet judged (NotReady within the grace
-    period): a gang is not restarted onto them, the verdict is only seconds away."""
+    period): a gang is not restarted onto them, the verdict is only seconds away.
+    PROBED: when each node last passed the SDC probe (for sdc.probeOnStart)."""
     spec = TrainingJobSpec.model_validate(job["spec"])
     status = job.get("status") or {}
     lost = lost or {}
@@ -147,6 +150,13 @@ def plan(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | No
         result.phase = "Recovering" if recovering else "Pending"
         result.message = "waiting for a placement"
         return result
+    unprobed = _unprobed(spec, placement, ranks, current, probed or {})
+    if unprobed:
+        result.hold, result.probe = True, unprobed
+        result.phase = "Recovering" if recovering else "Placing"
+        result.message = (f"probing {len(unprobed)} placed node(s) for silent data "
+                          f"corruption before the start: {', '.join(unprobed[:8])}")
+        return result
     if not stale:
         for index, pod in current.items():
             if build.is_gated(pod) and index in ranks:
@@ -168,6 +178,16 @@ def plan(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | No
         result.phase = "Placing"
         result.message = f"placed; {result.ready}/{result.workers} workers running"
     return result
+
+
+def _unprobed(spec: TrainingJobSpec, placement: Obj, ranks: dict[int, Obj],
+              current: dict[int, Obj], probed: Mapping[str, float]) -> list[str]:
+    """Placed nodes still to pass the probe before a start (sdc.probeOnStart): only while
+    no worker of this attempt has been let go."""
+    if not spec.sdc.probe_on_start or any(not build.is_gated(p) for p in current.values()):
+        return []
+    since = parse_time(placement.get("placedAt")) or 0.0
+    return sorted({r["node"] for r in ranks.values() if probed.get(r["node"], -1.0) < since})
 
 
 def _detect(result: Plan, spec: TrainingJobSpec, books: Obj, ranks: dict[int, Obj],
