@@ -87,6 +87,7 @@ class State:
         self.clean_probes: dict[str, int] = {}  # node -> clean results in a row
         self.probed_at: dict[str, float] = {}  # node -> its last clean probe
         self.last_sweep: dict[str, float] = {}  # group -> last scheduled probe sweep
+        self.group_written: dict[str, float] = {}  # group -> last status write
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     def report_lock(self, job: tuple[str, str]) -> asyncio.Lock:

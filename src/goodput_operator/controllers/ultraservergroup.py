@@ -31,6 +31,8 @@ PLURAL = "ultraservergroups"
 GROUP_LABEL = "goodput.dev/group"
 DOMAIN_LABEL = "goodput.dev/domain"
 SLOT_LABEL = "goodput.dev/slot"
+STATUS_INTERVAL = 2.0  # seconds between writes of usage-only changes
+LABEL_CONCURRENCY = 16
 
 
 async def reconcile_groups(state: State, kube: Kube, now: float) -> None:
@@ -94,9 +96,10 @@ async def reconcile_group(state: State, kube: Kube, name: str, now: float) -> No
         events.append(("Warning", "StormGuard", decision.storm))
         log.error("group %s: %s", name, decision.storm)
     metrics.QUARANTINED.labels(name).set(desired["totals"]["quarantined"])
-    if any(status.get(k) != v for k, v in desired.items()):
+    if _due(state, name, status, desired, now):
         await asyncio.to_thread(kube.patch_status, PLURAL, None, name, desired)
         body["status"] = {**status, **desired}
+        state.group_written[name] = now
     for type_, reason, message in events:
         await asyncio.to_thread(kube.event, body, reason, message, type_)
 
@@ -157,6 +160,31 @@ async def _sweep(state: State, kube: Kube, group: str, spec: UltraServerGroupSpe
     return None
 
 
+def _due(state: State, name: str, status: Obj, desired: Obj, now: float) -> bool:
+    """Write the status when it changed: at once when health, conditions or membership
+    did, at most every STATUS_INTERVAL seconds when only usage counters moved (a gang
+    launch changes them with every pod; the last change is written when the interval
+    is over)."""
+    if all(status.get(k) == v for k, v in desired.items()):
+        return False
+    if _shape(status) != _shape(desired):
+        return True
+    since = now - state.group_written.get(name, 0.0)
+    if since >= STATUS_INTERVAL:
+        return True
+    state.wake_at(now + STATUS_INTERVAL - since)
+    return False
+
+
+def _shape(status: Obj) -> tuple[object, ...]:
+    """The status without its usage counters (free accelerators)."""
+    totals = {k: v for k, v in (status.get("totals") or {}).items() if k != "freeAccelerators"}
+    domains = [{k: v for k, v in d.items() if k != "freeAccelerators"}
+               for d in status.get("domains") or []]
+    return (status.get("health"), status.get("observedGeneration"), repr(totals),
+            repr(domains), repr(status.get("conditions")))
+
+
 def q_is_storm(status: Obj) -> bool:
     return any(c.get("type") == "StormGuard" and c.get("status") == "True"
                for c in status.get("conditions") or [])
@@ -175,16 +203,24 @@ async def _patch_node(kube: Kube, name: str, patch: Obj) -> Obj | None:
 
 
 async def _label_nodes(state: State, kube: Kube, group: str, fleet: Fleet) -> None:
-    """goodput.dev/group, /domain and /slot on each member, for kubectl and other tools."""
+    """goodput.dev/group, /domain and /slot on each member, for kubectl and other tools
+    (a new group's nodes are labelled LABEL_CONCURRENCY at a time)."""
+    wanted: list[tuple[str, dict[str, str]]] = []
     for domain in fleet.ordered_domains():
         for node in domain.nodes:
             want = {GROUP_LABEL: group, DOMAIN_LABEL: domain.id, SLOT_LABEL: str(node.slot)}
             labels = state.nodes[node.name]["metadata"].get("labels") or {}
-            if all(labels.get(k) == v for k, v in want.items()):
-                continue
-            patched = await _patch_node(kube, node.name, {"metadata": {"labels": want}})
-            if patched is not None:
-                state.upsert_node(patched)
+            if any(labels.get(k) != v for k, v in want.items()):
+                wanted.append((node.name, want))
+    limit = asyncio.Semaphore(LABEL_CONCURRENCY)
+
+    async def label(name: str, want: dict[str, str]) -> Obj | None:
+        async with limit:
+            return await _patch_node(kube, name, {"metadata": {"labels": want}})
+
+    for patched in await asyncio.gather(*(label(n, w) for n, w in wanted)):
+        if patched is not None:
+            state.upsert_node(patched)
 
 
 def domain_health(domain: Domain, nodes_per_domain: int) -> str:
