@@ -1,0 +1,197 @@
+"""The autoscaler: metric values -> desired replicas, without flapping. Pure.
+
+Per metric, an HPA-style ratio against the target (ignored within the tolerance); the
+largest recommendation wins. Recommendations are remembered: scaling up uses the smallest
+of the scale-up window, scaling down the largest of the scale-down window (so a brief dip
+never removes replicas), then rate policies bound the step. Two things go beyond the HPA:
+panic mode (a burst beyond `threshold` x capacity scales up at once, skipping the window
+and the rate limit, and blocks scale-down for a while), and capacity awareness (never
+more replicas than free domains can host; the caller reports ScalingLimited).
+Missing or stale metrics hold the current size; scale to zero only after a measured idle.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+PANIC_HOLD_SECONDS = 60.0  # no scale-down this long after the last panic
+# The HPA's default rate limits (behavior unset): up max(4 pods, 100%)/15 s, down 100%/15 s
+DEFAULT_UP = (("Replicas", 4, 15), ("Percent", 100, 15))
+DEFAULT_DOWN = (("Percent", 100, 15),)
+PER_REPLICA = ("QueueDepth", "Concurrency", "TokensPerSecond")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One metric's value now. TOTAL for the endpoint (queue depth summed over replicas,
+    tokens/s summed), or the latency itself for TTFTp95; None when missing or stale."""
+
+    type: str
+    target: float
+    value: float | None
+    name: str = ""
+
+
+@dataclass
+class History:
+    """What the autoscaler remembers between evaluations (per endpoint)."""
+
+    recommendations: list[tuple[float, int]] = field(default_factory=list)
+    changes: list[tuple[float, int, int]] = field(default_factory=list)  # time, from, to
+    panic_until: float = 0.0
+    idle_since: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    desired: int
+    reason: str
+    metrics: dict[str, str]
+    limited: str | None = None  # why fewer than recommended (capacity, maxReplicas)
+    unavailable: str | None = None  # metrics missing/stale: size held
+    panic: bool = False
+
+
+def metric_recommendation(sample: Sample, current: int) -> float:
+    """Replicas this one metric asks for (fractional)."""
+    assert sample.value is not None
+    if sample.type in PER_REPLICA or sample.type == "PromQL":
+        return sample.value / sample.target  # totals: replicas = total / per-replica target
+    return max(current, 1) * sample.value / sample.target  # latency: scale by the ratio
+
+
+def recommend(samples: Sequence[Sample], current: int, spec: Any, history: History,
+              now: float, capacity: int | None = None) -> Decision:
+    """Desired replicas now. SPEC: the endpoint's `Scaling` model. CAPACITY: the most
+    replicas the fleet can host now (existing + what free domains hold), if known."""
+    values = {s.name or s.type: ("missing" if s.value is None else f"{s.value:.4g}")
+              for s in samples}
+    missing = [s.name or s.type for s in samples if s.value is None]
+    if missing:
+        return Decision(current, f"holding {current}: no fresh value for "
+                        f"{', '.join(missing)}", values,
+                        unavailable=f"metric(s) {', '.join(missing)} missing or stale")
+    demand = sum(s.value or 0.0 for s in samples if s.type != "TTFTp95")
+    wanted = 0
+    why = "no demand"
+    for sample in samples:
+        raw = metric_recommendation(sample, current)
+        ratio = raw / current if current else math.inf if raw > 0 else 1.0
+        replicas = current if current and abs(ratio - 1) <= spec.tolerance else math.ceil(raw)
+        if replicas > wanted or (replicas == wanted and why == "no demand"):
+            wanted = replicas
+            why = (f"{sample.name or sample.type} {sample.value:.4g} vs target "
+                   f"{sample.target:.4g}" + (" (within tolerance)" if replicas == current
+                                             and current else ""))
+    panic = _panic(samples, current, spec, history, now)
+    wanted = _idle(wanted, demand, current, spec, history, now)
+    history.recommendations.append((now, wanted))
+    window = max(spec.scale_up.stabilization_seconds, spec.scale_down.stabilization_seconds)
+    history.recommendations = [(t, r) for t, r in history.recommendations if t >= now - window]
+    desired, why = _stabilize(wanted, current, spec, history, now, panic, why)
+    bounded = max(spec.min_replicas, min(spec.max_replicas, desired))
+    limited = None
+    if bounded < desired:
+        limited = f"{desired} wanted, scaling.maxReplicas is {spec.max_replicas}"
+    if capacity is not None and bounded > max(capacity, current):
+        limited = (f"{bounded} wanted, the free domains can host only {max(capacity, current)}"
+                   " replica(s) now")
+        bounded = max(capacity, current)
+    if bounded != current:
+        history.changes.append((now, current, bounded))
+        history.changes = [c for c in history.changes if c[0] >= now - 1800]
+    return Decision(bounded, why, values, limited=limited, panic=panic)
+
+
+def _panic(samples: Sequence[Sample], current: int, spec: Any, history: History,
+           now: float) -> bool:
+    """A burst: demand beyond THRESHOLD x what the current replicas are sized for."""
+    if not spec.panic.enabled:
+        return False
+    for sample in samples:
+        if sample.type == "TTFTp95":
+            continue
+        capacity = max(current, 1) * sample.target
+        if (sample.value or 0.0) >= spec.panic.threshold * capacity:
+            history.panic_until = now + PANIC_HOLD_SECONDS
+            return True
+    return now < history.panic_until
+
+
+def _idle(wanted: int, demand: float, current: int, spec: Any, history: History,
+          now: float) -> int:
+    """Scale to zero only after `scaleToZeroAfterSeconds` with no demand at all; from zero,
+    any demand asks for at least one replica."""
+    if demand > 0:
+        history.idle_since = None
+        return max(wanted, 1)
+    if history.idle_since is None:
+        history.idle_since = now
+    if spec.min_replicas == 0 and spec.scale_to_zero_after_seconds is not None and \
+            now - history.idle_since >= spec.scale_to_zero_after_seconds:
+        return 0
+    return max(wanted, 1) if current > 0 else 0
+
+
+def _stabilize(wanted: int, current: int, spec: Any, history: History, now: float,
+               panic: bool, why: str) -> tuple[int, str]:
+    if wanted > current:
+        if panic:
+            return wanted, f"panic: {why}"
+        up = [r for t, r in history.recommendations
+              if t >= now - spec.scale_up.stabilization_seconds]
+        target = max(current, min(up or [wanted]))
+        if spec.scale_up.select_policy == "Disabled":
+            return current, "scale-up disabled"
+        limit = _limit(current, spec.scale_up, history, now, up=True)
+        if target > limit:
+            return limit, f"{why}; rate-limited to {limit}"
+        return target, why
+    if wanted < current:
+        if panic:
+            return current, f"panic mode holds {current}"
+        down = [r for t, r in history.recommendations
+                if t >= now - spec.scale_down.stabilization_seconds]
+        target = min(current, max(down or [wanted]))
+        if spec.scale_down.select_policy == "Disabled":
+            return current, "scale-down disabled"
+        limit = _limit(current, spec.scale_down, history, now, up=False)
+        if target < limit:
+            return limit, f"{why}; rate-limited to {limit}"
+        if target == current:
+            return current, (f"{why}; scale-down window of "
+                             f"{spec.scale_down.stabilization_seconds}s holds {current}")
+        return target, why
+    return current, why
+
+
+def _limit(current: int, rules: Any, history: History, now: float, up: bool) -> int:
+    """The rate policies' bound, HPA-style: relative to the replica count at the start of
+    each policy's period."""
+    policies = [(p.type, p.value, p.period_seconds) for p in rules.policies] or \
+        list(DEFAULT_UP if up else DEFAULT_DOWN)
+    bounds = []
+    for kind, value, period in policies:
+        base = _replicas_at(history, now - period, current)
+        if up:
+            bounds.append(base + value if kind == "Replicas"
+                          else math.ceil(base * (1 + value / 100)))
+        else:
+            bounds.append(base - value if kind == "Replicas"
+                          else math.floor(base * (1 - value / 100)))
+    pick = max if (rules.select_policy == "Max") == up else min
+    return max(0, int(pick(bounds)))
+
+
+def _replicas_at(history: History, when: float, current: int) -> int:
+    """The replica count at WHEN, from the recorded changes."""
+    count = current
+    for time, before, _after in reversed(history.changes):
+        if time <= when:
+            break
+        count = before
+    return count
+

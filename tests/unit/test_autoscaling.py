@@ -1,0 +1,106 @@
+"""The autoscaler, decision by decision (table tests with a fake clock)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from goodput_operator.api.inferenceendpoint import Scaling
+from goodput_operator.autoscaling.algorithm import History, Sample, recommend
+
+
+def scaling(**spec: Any) -> Scaling:
+    return Scaling.model_validate({"maxReplicas": 20, "metrics": [{"type": "QueueDepth",
+                                                                   "target": 8}], **spec})
+
+
+def queue(total: float | None) -> list[Sample]:
+    return [Sample("QueueDepth", 8, total)]
+
+
+@pytest.mark.parametrize(
+    ("total", "current", "desired"),
+    [
+        (16, 2, 2),      # exactly on target
+        (17, 2, 2),      # ratio 1.06: within the 10% tolerance
+        (18, 2, 3),      # ratio 1.125: beyond it
+        (80, 2, 6),      # HPA default rate limit: max(+4, +100%) per 15 s -> 6, not 10
+        (40, 4, 5),
+    ],
+)
+def test_scale_up_follows_the_ratio_within_tolerance_and_rate(total: float, current: int,
+                                                              desired: int) -> None:
+    decision = recommend(queue(total), current, scaling(), History(), now=1000)
+    assert decision.desired == desired
+
+
+def test_scale_down_waits_for_the_window_and_takes_its_highest_recommendation() -> None:
+    spec, history = scaling(scaleDown={"stabilizationSeconds": 60}), History()
+    assert recommend(queue(40), 5, spec, history, now=0).desired == 5
+    assert recommend(queue(16), 5, spec, history, now=10).desired == 5      # within window
+    assert recommend(queue(24), 5, spec, history, now=40).desired == 5
+    assert recommend(queue(16), 5, spec, history, now=61).desired == 3      # 24/8 still in it
+    assert recommend(queue(16), 3, spec, history, now=101).desired == 2
+
+
+def test_a_wandering_metric_inside_the_tolerance_never_scales() -> None:
+    spec, history, current = scaling(scaleDown={"stabilizationSeconds": 0}), History(), 4
+    for step, total in enumerate([32, 34, 30, 33.5, 29.5, 31, 34.9, 29]):
+        current = recommend(queue(total), current, spec, history, now=step * 15).desired
+        assert current == 4
+
+
+def test_several_metrics_the_largest_recommendation_wins() -> None:
+    samples = [Sample("QueueDepth", 8, 16), Sample("TTFTp95", 0.5, 1.5)]
+    decision = recommend(samples, 2, scaling(), History(), now=0)
+    assert decision.desired == 6 and "TTFTp95" in decision.reason
+
+
+def test_missing_metrics_hold_the_size_and_never_scale_to_zero() -> None:
+    spec = scaling(minReplicas=0, scaleToZeroAfterSeconds=60)
+    decision = recommend(queue(None), 3, spec, History(), now=0)
+    assert decision.desired == 3 and decision.unavailable
+
+
+def test_scale_to_zero_after_an_idle_period_and_back_on_demand() -> None:
+    spec = scaling(minReplicas=0, scaleToZeroAfterSeconds=60,
+                   scaleDown={"stabilizationSeconds": 0})
+    history = History()
+    assert recommend(queue(0), 1, spec, history, now=0).desired == 1
+    assert recommend(queue(0), 1, spec, history, now=59).desired == 1
+    assert recommend(queue(0), 1, spec, history, now=60).desired == 0
+    assert recommend(queue(0), 0, spec, history, now=75).desired == 0
+    assert recommend(queue(1), 0, spec, history, now=90).desired == 1
+
+
+def test_without_opt_in_an_idle_endpoint_keeps_min_replicas() -> None:
+    spec = scaling(scaleDown={"stabilizationSeconds": 0})
+    assert recommend(queue(0), 3, spec, History(), now=0).desired == 1
+
+
+def test_panic_skips_the_window_and_the_rate_limit_and_holds_scale_down() -> None:
+    spec = scaling(panic={"enabled": True, "threshold": 2},
+                   scaleUp={"stabilizationSeconds": 30}, scaleDown={"stabilizationSeconds": 0})
+    history = History()
+    burst = recommend(queue(160), 2, spec, history, now=0)
+    assert burst.panic and burst.desired == 20 and burst.reason.startswith("panic")
+    calm = recommend(queue(8), 20, spec, history, now=30)
+    assert calm.desired == 20 and "panic mode holds" in calm.reason
+    assert recommend(queue(8), 20, spec, history, now=61).desired < 20
+
+
+def test_capacity_and_max_replicas_limit_with_a_reason() -> None:
+    decision = recommend(queue(64), 4, scaling(), History(), now=0, capacity=6)
+    assert decision.desired == 6 and "free domains can host only 6" in (decision.limited or "")
+    capped = recommend(queue(400), 18, scaling(), History(), now=0)
+    assert capped.desired == 20 and "maxReplicas is 20" in (capped.limited or "")
+
+
+def test_rate_policies_count_from_the_start_of_their_period() -> None:
+    spec = scaling(scaleUp={"stabilizationSeconds": 0, "policies": [
+        {"type": "Replicas", "value": 2, "periodSeconds": 60}]})
+    history = History()
+    assert recommend(queue(80), 2, spec, history, now=0).desired == 4
+    assert recommend(queue(80), 4, spec, history, now=30).desired == 4   # +2 per 60 s used
+    assert recommend(queue(80), 4, spec, history, now=61).desired == 6
