@@ -42,3 +42,6 @@ PROBE_JOBS = Counter("goodput_probe_jobs_total", "SDC probe Jobs started, by why
 ROLLBACK_STEPS = Counter("goodput_rollback_steps_total",
                          "Training steps given up by rolling back past corrupted checkpoints",
                          ["namespace", "trainingjob"])
+SCALING_DECISIONS = Counter("goodput_scaling_decisions_total",
+                            "Autoscaler decisions that changed an endpoint's size",
+                            ["direction"])

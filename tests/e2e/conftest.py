@@ -226,3 +226,15 @@ def make_group(crds: Cluster) -> Iterator[Any]:
     yield make
     for name in names:
         crds.kubectl("delete", "usg", name, "--ignore-not-found")
+
+
+@pytest.fixture(scope="session")
+def metrics_source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real Prometheus (Debian's package) scraping an exporter the tests drive."""
+    from tests.e2e.prometheus import Exporter, Prometheus
+
+    exporter = Exporter()
+    server = Prometheus(tmp_path_factory.mktemp("prometheus"), exporter)
+    server.start()
+    yield exporter, server
+    server.stop()

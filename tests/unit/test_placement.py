@@ -166,3 +166,13 @@ def test_nvl72_takes_the_tightest_contiguous_run() -> None:
 )
 def test_slice_start(free: list[bool], needed: int, start: int) -> None:
     assert slice_start(free, needed) == start
+
+
+def test_room_for_counts_gangs_and_leaves_the_fleet_as_it_was() -> None:
+    from goodput_operator.topology.placement import room_for
+
+    fleet = trn2(2)
+    before = fleet.snapshot()
+    assert room_for(fleet, Request(2, 16), limit=10) == 4      # two halves per UltraServer
+    assert room_for(fleet, Request(4, 16), limit=1) == 1
+    assert fleet.snapshot() == before

@@ -235,5 +235,7 @@ class InferenceEndpointStatus(ApiModel):
     """Each replica group's placement and readiness."""
     last_scaling: ScalingDecision | None = None
     """The last scaling decision."""
+    recent_scaling: list[ScalingDecision] = Field(default_factory=list, max_length=16)
+    """The most recent scaling decisions (newest last, at most 16)."""
     conditions: list[Condition] = conditions_field()
-    """Ready, Progressing, ScalingLimited, MetricsUnavailable conditions."""
+    """Ready, Progressing, ScalingLimited, MetricsUnavailable, Panic conditions."""

@@ -16,10 +16,11 @@ import kopf
 from pydantic import ValidationError
 
 from goodput_operator.api.base import GROUP, VERSION
-from goodput_operator.controllers import trainingjob
+from goodput_operator.controllers import inferenceendpoint, trainingjob
 from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.reports import ReportServer
 from goodput_operator.controllers.state import State
+from goodput_operator.resources.inference import ENDPOINT_LABEL
 from goodput_operator.resources.trainingjob import JOB_LABEL
 
 log = logging.getLogger("goodput.operator")
@@ -53,6 +54,8 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         await server.start(REPORT_PORT, tls=REPORT_TLS)
         _servers.append(server)
     _tasks.append(asyncio.create_task(trainingjob.run_loop(STATE, kube), name="reconcile"))
+    _tasks.append(asyncio.create_task(inferenceendpoint.run_autoscaler(STATE),
+                                      name="autoscaler"))
 
 
 @kopf.on.cleanup()
@@ -96,7 +99,7 @@ async def pod_event(type: str, body: kopf.Body, **_: Any) -> None:
                            for container in plain.get("spec", {}).get("containers") or []
                            for resource in (container.get("resources") or {}).get("requests")
                            or {})
-    if requests_devices or JOB_LABEL in labels:
+    if requests_devices or JOB_LABEL in labels or ENDPOINT_LABEL in labels:
         STATE.upsert_pod(plain)
 
 
@@ -107,3 +110,12 @@ async def job_event(type: str, body: kopf.Body, namespace: str | None, name: str
         STATE.remove_job(namespace or "default", name)
     else:
         STATE.upsert_job(_plain(body))
+
+
+@kopf.on.event(GROUP, VERSION, "inferenceendpoints")
+async def endpoint_event(type: str, body: kopf.Body, namespace: str | None, name: str,
+                         **_: Any) -> None:
+    if type == "DELETED":
+        STATE.remove_endpoint(namespace or "default", name)
+    else:
+        STATE.upsert_endpoint(_plain(body))

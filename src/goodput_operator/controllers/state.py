@@ -14,6 +14,7 @@ from typing import Any
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.health.quarantine import Finding
 from goodput_operator.health.sdc import Ledger
+from goodput_operator.resources.inference import ENDPOINT_LABEL
 from goodput_operator.resources.trainingjob import JOB_LABEL, NODE_ANNOTATION
 from goodput_operator.topology.model import Fleet, GroupShape, trainingjob_owner
 
@@ -88,6 +89,11 @@ class State:
         self.probed_at: dict[str, float] = {}  # node -> its last clean probe
         self.last_sweep: dict[str, float] = {}  # group -> last scheduled probe sweep
         self.group_written: dict[str, float] = {}  # group -> last status write
+        self.endpoints: dict[tuple[str, str], Obj] = {}
+        self.endpoint_pods: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
+        self.scaled: dict[tuple[str, str], Any] = {}  # the autoscaler's latest decision
+        self.scaling_history: dict[tuple[str, str], Any] = {}  # autoscaling.History
+        self.prometheus_url = "http://127.0.0.1:9090"
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     def report_lock(self, job: tuple[str, str]) -> asyncio.Lock:
@@ -174,6 +180,10 @@ class State:
             job = (body["metadata"].get("namespace", "default"), labels[JOB_LABEL])
             self.job_pods[job][body["metadata"]["name"]] = body
             self.wake.set()
+        if ENDPOINT_LABEL in labels:
+            endpoint = (body["metadata"].get("namespace", "default"), labels[ENDPOINT_LABEL])
+            self.endpoint_pods[endpoint][body["metadata"]["name"]] = body
+            self.wake.set()
 
     def remove_pod(self, body: Obj) -> None:
         key = pod_key(body)
@@ -181,11 +191,12 @@ class State:
         for fleet in self.fleets.values():
             fleet.release(key)
         labels = body["metadata"].get("labels") or {}
-        if JOB_LABEL in labels:
-            job = (body["metadata"].get("namespace", "default"), labels[JOB_LABEL])
-            self.job_pods[job].pop(body["metadata"]["name"], None)
-            if not self.job_pods[job]:
-                del self.job_pods[job]
+        for label, index in ((JOB_LABEL, self.job_pods), (ENDPOINT_LABEL, self.endpoint_pods)):
+            if label in labels:
+                owner = (body["metadata"].get("namespace", "default"), labels[label])
+                index[owner].pop(body["metadata"]["name"], None)
+                if not index[owner]:
+                    del index[owner]
         self.wake.set()
 
     # ---- jobs ----------------------------------------------------------------
@@ -201,6 +212,21 @@ class State:
         self._locks.pop((namespace, name), None)
         for fleet in self.fleets.values():  # reservations of pods that never bound
             fleet.release_owner(trainingjob_owner(namespace, name))
+        self.wake.set()
+
+    # ---- inference endpoints ---------------------------------------------------
+    def upsert_endpoint(self, body: Obj) -> None:
+        meta = body["metadata"]
+        self.endpoints[(meta["namespace"], meta["name"])] = body
+        self.wake.set()
+
+    def remove_endpoint(self, namespace: str, name: str) -> None:
+        key = (namespace, name)
+        self.endpoints.pop(key, None)
+        self.scaled.pop(key, None)
+        self.scaling_history.pop(key, None)
+        for fleet in self.fleets.values():
+            fleet.release_owner(f"ie/{namespace}/{name}")
         self.wake.set()
 
     def ordered_jobs(self) -> list[Obj]:

@@ -21,7 +21,7 @@ from goodput_operator import metrics
 from goodput_operator.api.base import describe_errors
 from goodput_operator.api.conditions import now, set_condition
 from goodput_operator.api.trainingjob import PHASES, TrainingJobSpec
-from goodput_operator.controllers import ultraservergroup
+from goodput_operator.controllers import inferenceendpoint, ultraservergroup
 from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import RESERVED_NODE, State
 from goodput_operator.health import badput
@@ -402,8 +402,9 @@ async def _expire(kube: Kube, job: Obj, spec: TrainingJobSpec, status: Obj) -> N
 
 
 async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> None:
-    """Reconcile every group, then every job, whenever anything changed, when a timer
-    (grace period, backoff) runs out, and every resync_seconds."""
+    """Reconcile every group, then every job, then every inference endpoint, whenever
+    anything changed, when a timer (grace period, backoff) runs out, and every
+    resync_seconds."""
     while True:
         timeout = resync_seconds
         if state.deadline is not None:
@@ -435,6 +436,7 @@ async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> Non
                 metrics.RECONCILE_ERRORS.labels("TrainingJob").inc()
                 meta = decision.job["metadata"]
                 log.exception("reconcile of %s/%s failed", meta["namespace"], meta["name"])
+        await inferenceendpoint.reconcile_endpoints(state, kube, time.time())
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         phases = {phase: 0 for phase in PHASES}
         for job in jobs:

@@ -63,6 +63,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--probe-image", default=env("GOODPUT_PROBE_IMAGE",
                                                      f"goodput-operator:{__version__}"),
                         help="image of the probe Jobs (default: the operator's own)")
+    parser.add_argument("--prometheus-url", default=env("GOODPUT_PROMETHEUS_URL",
+                                                        "http://127.0.0.1:9090"),
+                        help="Prometheus for autoscaling (an endpoint's "
+                             "scaling.prometheusUrl overrides it)")
     parser.add_argument("--log-format", choices=["text", "json"],
                         default=env("GOODPUT_LOG_FORMAT", "text"))
     parser.add_argument("--verbose", "-v", action="store_true")
@@ -95,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers.REPORT_PORT = args.report_port
     handlers.STATE.probe_namespace = args.probe_namespace
     handlers.STATE.probe_image = args.probe_image
+    handlers.STATE.prometheus_url = args.prometheus_url
     handlers.STATE.report_url = args.report_url or (
         f"http://127.0.0.1:{args.report_port}" if args.report_port else "")
     if args.report_tls_cert:

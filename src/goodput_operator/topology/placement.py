@@ -321,3 +321,22 @@ def commit(fleet: Fleet, placement: Placement, request: Request, owner: str) -> 
     """Record a placement's usage in the fleet (what bound pods will do for real)."""
     for rank in placement.ranks:
         fleet.bind(f"{owner}#{rank.rank}", rank.node, request.accelerators, owner)
+
+
+def room_for(fleet: Fleet, request: Request, limit: int) -> int:
+    """How many more gangs of REQUEST the fleet can host now (at most LIMIT): placed one
+    after another on a scratch reservation that is released afterwards."""
+    owner = "scratch/room-for"
+    count = 0
+    try:
+        while count < limit:
+            placed = place(fleet, request)
+            if not placed.ok:
+                break
+            for rank in placed.ranks:
+                fleet.bind(f"{owner}#{count}#{rank.rank}", rank.node, request.accelerators,
+                           owner)
+            count += 1
+    finally:
+        fleet.release_owner(owner)
+    return count

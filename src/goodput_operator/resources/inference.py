@@ -1,0 +1,124 @@
+"""Pure builders for an InferenceEndpoint's children: replica-group pods (a leader and
+workers, as LeaderWorkerSet shapes them), the Service over the leaders, and the headless
+Service that gives every member a DNS name. Pods are born gated, like training workers,
+and pinned once their whole group is placed inside one domain."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any
+
+from goodput_operator.api.base import API_VERSION
+from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
+from goodput_operator.resources.trainingjob import GATE, MANAGED_BY
+
+Obj = dict[str, Any]
+ENDPOINT_LABEL = "goodput.dev/inferenceendpoint"
+REPLICA_LABEL = "goodput.dev/replica"
+MEMBER_LABEL = "goodput.dev/member"
+REVISION_LABEL = "goodput.dev/revision"
+ROLE_LABEL = "goodput.dev/role"
+
+
+def revision(spec: Obj) -> str:
+    """What a rollout replaces groups for: the pod template, model, port and shape."""
+    basis = {k: spec.get(k) for k in ("template", "model", "port", "replicaShape")}
+    return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def owner_reference(ie: Obj) -> Obj:
+    meta = ie["metadata"]
+    return {"apiVersion": API_VERSION, "kind": "InferenceEndpoint", "name": meta["name"],
+            "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+def members_service(name: str) -> str:
+    return f"{name[:55].rstrip('-')}-members"
+
+
+def member_hostname(name: str, index: int, member: int) -> str:
+    suffix = f"-{index}-{member}"
+    return f"{name[:63 - len(suffix)].rstrip('-')}{suffix}"
+
+
+def pod_name(name: str, index: int, rev: str, member: int) -> str:
+    suffix = f"-{index}-{rev[:5]}-{member}"
+    return f"{name[:63 - len(suffix)].rstrip('-')}{suffix}"
+
+
+def selector(name: str) -> dict[str, str]:
+    return {ENDPOINT_LABEL: name}
+
+
+def leader_selector(name: str) -> str:
+    return f"{ENDPOINT_LABEL}={name},{ROLE_LABEL}=leader"
+
+
+def service(ie: Obj, spec: InferenceEndpointSpec) -> Obj:
+    """The endpoint: a ClusterIP Service over the leaders of every replica group."""
+    name = ie["metadata"]["name"]
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name[:63], "namespace": ie["metadata"]["namespace"],
+                         "labels": {**selector(name), **MANAGED_BY},
+                         "ownerReferences": [owner_reference(ie)]},
+            "spec": {"selector": {**selector(name), ROLE_LABEL: "leader"},
+                     "ports": [{"name": "http", "port": spec.port, "targetPort": spec.port}]}}
+
+
+def headless(ie: Obj) -> Obj:
+    """Stable DNS names for every member: <name>-<group>-<member>.<name>-members.<ns>.svc."""
+    name = ie["metadata"]["name"]
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": members_service(name), "namespace": ie["metadata"]["namespace"],
+                         "labels": {**selector(name), **MANAGED_BY},
+                         "ownerReferences": [owner_reference(ie)]},
+            "spec": {"clusterIP": "None", "selector": selector(name),
+                     "publishNotReadyAddresses": True}}
+
+
+def group_pods(ie: Obj, spec: InferenceEndpointSpec, index: int, rev: str,
+               resource: str) -> list[Obj]:
+    """Replica group INDEX at revision REV: member 0 is the leader."""
+    meta = ie["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    size = spec.replica_shape.workers
+    leader = f"{member_hostname(name, index, 0)}.{members_service(name)}.{namespace}.svc"
+    pods = []
+    for member in range(size):
+        template = copy.deepcopy(ie["spec"]["template"])
+        pod_spec: Obj = template.get("spec", {})
+        role = "leader" if member == 0 else "worker"
+        labels = {**(template.get("metadata", {}).get("labels") or {}), **selector(name),
+                  REPLICA_LABEL: str(index), MEMBER_LABEL: str(member), REVISION_LABEL: rev,
+                  ROLE_LABEL: role, **MANAGED_BY}
+        env = {"GOODPUT_ENDPOINT": f"{namespace}/{name}", "GOODPUT_ROLE": role,
+               "GOODPUT_REPLICA": str(index), "GOODPUT_GROUP_SIZE": str(size),
+               "GOODPUT_WORKER_INDEX": str(member), "GOODPUT_LEADER_ADDRESS": leader,
+               "GOODPUT_MODEL_NAME": spec.model.name,
+               "GOODPUT_MODEL_SOURCE": spec.model.source or "",
+               "GOODPUT_PORT": str(spec.port),
+               # LeaderWorkerSet's names, so servers written for LWS run unchanged
+               "LWS_LEADER_ADDRESS": leader, "LWS_GROUP_SIZE": str(size),
+               "LWS_WORKER_INDEX": str(member)}
+        for position, container in enumerate(pod_spec["containers"]):
+            container["env"] = [e for e in container.get("env") or [] if e["name"] not in env] \
+                + [{"name": k, "value": v} for k, v in env.items()]
+            if position == 0:
+                resources = container.setdefault("resources", {})
+                for kind in ("requests", "limits"):
+                    resources.setdefault(kind, {})[resource] = \
+                        str(spec.replica_shape.accelerators_per_worker)
+        pod_spec["restartPolicy"] = "Never"  # a failed member restarts its whole group
+        pod_spec["hostname"] = member_hostname(name, index, member)
+        pod_spec["subdomain"] = members_service(name)
+        pod_spec["schedulingGates"] = [{"name": GATE}]
+        pods.append({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": pod_name(name, index, rev, member),
+                                  "namespace": namespace, "labels": labels,
+                                  "annotations": dict(template.get("metadata", {})
+                                                      .get("annotations") or {}),
+                                  "ownerReferences": [owner_reference(ie)]},
+                     "spec": pod_spec})
+    return pods

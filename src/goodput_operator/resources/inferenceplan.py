@@ -1,0 +1,129 @@
+"""The pure half of the InferenceEndpoint reconcile: observed groups -> which groups to
+create, place and delete, for the desired count and the current revision.
+
+Groups are the unit of everything: a failed member (or a member on a lost node) restarts
+its whole group; a rollout replaces whole groups, creating at most maxSurge extra and
+keeping at least desired - maxUnavailable ready; scaling down removes the groups whose
+removal frees whole domains first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from goodput_operator.resources import inference as build
+from goodput_operator.resources import trainingjob as tj
+from goodput_operator.resources.jobplan import is_ready
+from goodput_operator.topology.replacement import ReplicaGroup, choose_scale_down
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class Group:
+    index: int
+    revision: str
+    pods: dict[int, Obj] = field(default_factory=dict)  # member -> pod
+
+    def nodes(self) -> list[str]:
+        return [p["spec"].get("nodeName") or (p["metadata"].get("annotations") or {}).get(
+            tj.NODE_ANNOTATION, "") for _, p in sorted(self.pods.items())]
+
+    def domain(self) -> str:
+        return next(((p["metadata"].get("annotations") or {}).get(tj.DOMAIN_ANNOTATION, "")
+                     for p in self.pods.values()), "")
+
+    def ready(self, size: int) -> bool:
+        return len(self.pods) == size and all(is_ready(p) for p in self.pods.values())
+
+    def gated(self) -> bool:
+        return all(tj.is_gated(p) for p in self.pods.values())
+
+
+@dataclass
+class EndpointPlan:
+    create: list[tuple[int, str]] = field(default_factory=list)  # (group index, revision)
+    complete: list[int] = field(default_factory=list)  # groups missing members: recreate
+    delete: dict[int, str] = field(default_factory=dict)  # group index -> why
+    place: list[int] = field(default_factory=list)  # whole groups gated: place and pin
+    groups: dict[int, Group] = field(default_factory=dict)
+    ready: int = 0
+    updated: int = 0
+    live: int = 0
+
+
+def groups_of(pods: list[Obj]) -> dict[int, Group]:
+    groups: dict[int, Group] = {}
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        index = int(labels.get(build.REPLICA_LABEL, "-1"))
+        group = groups.setdefault(index, Group(index, labels.get(build.REVISION_LABEL, "")))
+        group.pods[int(labels.get(build.MEMBER_LABEL, "0"))] = pod
+    return groups
+
+
+def scaled(value: int | str, total: int, round_up: bool) -> int:
+    if isinstance(value, int):
+        return value
+    fraction = total * int(value.rstrip("%")) / 100
+    return math.ceil(fraction) if round_up else math.floor(fraction)
+
+
+def plan(pods: list[Obj], size: int, desired: int, revision: str, rollout: Any,
+         lost: Collection[str]) -> EndpointPlan:
+    """SIZE: pods per group; LOST: nodes no longer usable (quarantined, gone)."""
+    result = EndpointPlan(groups=groups_of(pods))
+    live: dict[int, Group] = {}
+    for index, group in result.groups.items():
+        failed = [p["metadata"]["name"] for p in group.pods.values()
+                  if p.get("status", {}).get("phase") in ("Failed", "Succeeded")]
+        on_lost = sorted({n for n in group.nodes() if n in lost})
+        if failed:
+            result.delete[index] = f"member(s) {', '.join(failed)} stopped: restarting the group"
+        elif on_lost:
+            result.delete[index] = f"node(s) {', '.join(on_lost)} lost: restarting the group"
+        else:
+            live[index] = group
+            if len(group.pods) < size and group.gated():
+                result.complete.append(index)
+    new = {i: g for i, g in live.items() if g.revision == revision}
+    old = {i: g for i, g in live.items() if g.revision != revision}
+    surge = scaled(rollout.max_surge, desired, round_up=True)
+    unavailable = scaled(rollout.max_unavailable, desired, round_up=False)
+    if surge == 0 and unavailable == 0:
+        unavailable = 1  # as Deployments do: progress must stay possible
+
+    ready = {i for i, g in live.items() if g.ready(size)}
+    # old groups that are not ready cost nothing to remove
+    for index in sorted(old):
+        if index not in ready:
+            result.delete[index] = "replaced by the new revision"
+    old = {i: g for i, g in old.items() if i not in result.delete}
+    room = desired + surge - len(new) - len(old)
+    missing = desired - len(new)
+    taken = set(result.groups)
+    for _ in range(max(0, min(room, missing))):
+        index = next(i for i in range(len(taken) + 1) if i not in taken)
+        taken.add(index)
+        result.create.append((index, revision))
+    removable = len(ready) - (desired - unavailable)
+    for index in sorted(old, key=lambda i: -i):
+        if removable <= 0:
+            break
+        result.delete[index] = "replaced by the new revision"
+        removable -= 1 if index in ready else 0
+    excess = len(new) - desired
+    if excess > 0 and not old:
+        choices = [ReplicaGroup(str(i), g.domain()) for i, g in sorted(new.items())
+                   if i not in result.delete]
+        for chosen in choose_scale_down(choices, excess):
+            result.delete[int(chosen)] = "scaling down (frees whole domains first)"
+    result.place = sorted(i for i, g in live.items()
+                          if i not in result.delete and g.gated() and len(g.pods) == size)
+    result.live = len([i for i in live if i not in result.delete])
+    result.ready = len([i for i in ready if i not in result.delete])
+    result.updated = len([i for i in new if i not in result.delete])
+    return result

@@ -1,0 +1,89 @@
+"""A real Prometheus on loopback, scraping a tiny exporter the tests drive."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+
+from tests.conftest import wait_for
+from tests.e2e.conftest import free_port
+
+
+class Exporter:
+    """vLLM-named gauges per endpoint, served to Prometheus; tests set the values.
+
+    Served in the classic text format, as vLLM serves them: prometheus_client's
+    OpenMetrics output rewrites the `:` in vLLM's names to `_`."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.waiting = Gauge("vllm:num_requests_waiting", "queued requests",
+                             ["namespace", "endpoint"], registry=self.registry)
+        registry = self.registry
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = generate_latest(registry)
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def queue(self, namespace: str, endpoint: str, depth: float) -> None:
+        self.waiting.labels(namespace, endpoint).set(depth)
+
+
+class Prometheus:
+    """`prometheus` scraping the exporter every second; stop() and start() keep its data."""
+
+    def __init__(self, workdir: Path, exporter: Exporter) -> None:
+        binary = shutil.which("prometheus")
+        if binary is None:
+            raise AssertionError("prometheus is not installed: run `make prometheus` "
+                                 "(Debian's package)")
+        self.binary = binary
+        self.workdir = workdir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        (workdir / "prometheus.yml").write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            "scrape_configs:\n"
+            "  - job_name: servers\n"
+            f"    static_configs: [{{targets: ['127.0.0.1:{exporter.port}']}}]\n")
+
+    def start(self) -> None:
+        log = (self.workdir / "prometheus.log").open("ab")
+        self.proc = subprocess.Popen(
+            [self.binary, f"--config.file={self.workdir / 'prometheus.yml'}",
+             f"--storage.tsdb.path={self.workdir / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=log, stderr=subprocess.STDOUT)
+        wait_for(self.ready, timeout=60, what="Prometheus ready")
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+        self.proc = None

@@ -1,0 +1,240 @@
+"""InferenceEndpoints end to end: replica groups inside one domain, autoscaling from a real
+Prometheus (queue depth from an exporter the test drives), capacity limits, metrics
+outages, and rollouts group by group."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from goodput_operator.sandbox.cluster import kubectl_binary
+from tests.conftest import Cluster, wait_for
+from tests.e2e.conftest import Operator, apply, sleep_briefly
+
+pytestmark = pytest.mark.e2e
+CLIQUE = "nvidia.com/gpu.clique"
+
+
+@pytest.fixture
+def endpoints(crds: Cluster, namespace: str, operator: Operator) -> Iterator[None]:
+    yield
+    crds.kubectl("delete", "ie", "--all", "-n", namespace, "--wait=true", "--timeout=60s")
+    wait_for(lambda: not json.loads(crds.kubectl("get", "pods", "-n", namespace, "-o",
+                                                 "json").stdout)["items"],
+             timeout=60, what=f"pods of {namespace} gone")
+
+
+@pytest.fixture
+def nvl72_group(crds: Cluster) -> Iterator[str]:
+    name = "nvl72-ie"
+    apply(crds, {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
+                 "metadata": {"name": name},
+                 "spec": {"nodeSelector": {"node.kubernetes.io/instance-type":
+                                           "p6e-gb200.36xlarge"},
+                          "domainLabel": CLIQUE, "interconnect": "nvlink",
+                          "accelerator": {"resource": "nvidia.com/gpu", "perNode": 4},
+                          "nodesPerDomain": 18}})
+    yield name
+    crds.kubectl("delete", "usg", name, "--ignore-not-found")
+
+
+def endpoint(name: str, group: str, workers: int, accelerators: int,
+             **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "goodput.dev/v1alpha1", "kind": "InferenceEndpoint",
+            "metadata": {"name": name},
+            "spec": {"ultraServerGroup": group, "model": {"name": "llama"},
+                     "replicaShape": {"workers": workers,
+                                      "acceleratorsPerWorker": accelerators},
+                     "template": {"spec": {"containers": [{"name": "server",
+                                                           "image": "vllm:1"}]}},
+                     **spec}}
+
+
+def get_ie(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(cluster.kubectl("get", "ie", name, "-n", namespace,
+                                                        "-o", "json").stdout)
+    return result
+
+
+def wait_status(cluster: Cluster, namespace: str, name: str, what: str, timeout: float = 60,
+                **fields: Any) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        status = get_ie(cluster, namespace, name).get("status") or {}
+        return status if all(status.get(k) == v for k, v in fields.items()) else None
+    try:
+        return wait_for(reached, timeout=timeout, what=what)
+    except AssertionError as err:
+        status = get_ie(cluster, namespace, name).get("status")
+        raise AssertionError(f"{err}; status: {json.dumps(status)}") from None
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(c for c in status.get("conditions") or [] if c["type"] == type_)
+
+
+def pods_of(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = json.loads(cluster.kubectl(
+        "get", "pods", "-n", namespace, "-l", f"goodput.dev/inferenceendpoint={name}",
+        "-o", "json").stdout)["items"]
+    return items
+
+
+def test_multi_node_replicas_stay_inside_one_nvlink_domain(
+        crds: Cluster, namespace: str, nvl72_group: str, endpoints: None) -> None:
+    apply(crds, endpoint("llama-405b", nvl72_group, 2, 4, replicas=3), namespace)
+    status = wait_status(crds, namespace, "llama-405b", "3 groups ready", readyReplicas=3)
+    labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in json.loads(
+        crds.kubectl("get", "nodes", "-o", "json").stdout)["items"]}
+    assert len(status["groups"]) == 3
+    for group in status["groups"]:
+        assert len(group["nodes"]) == 2
+        assert {labels[n][CLIQUE] for n in group["nodes"]} == {group["domain"]}
+    pods = pods_of(crds, namespace, "llama-405b")
+    leader = next(p for p in pods if p["metadata"]["labels"]["goodput.dev/role"] == "leader"
+                  and p["metadata"]["labels"]["goodput.dev/replica"] == "0")
+    env = {e["name"]: e.get("value", "") for e in leader["spec"]["containers"][0]["env"]}
+    assert env["LWS_GROUP_SIZE"] == "2" and env["GOODPUT_WORKER_INDEX"] == "0"
+    leader_dns = f"llama-405b-0-0.llama-405b-members.{namespace}.svc"
+    assert env["GOODPUT_LEADER_ADDRESS"] == env["LWS_LEADER_ADDRESS"] == leader_dns
+    service = json.loads(crds.kubectl("get", "svc", "llama-405b", "-n", namespace, "-o",
+                                      "json").stdout)
+    assert service["spec"]["selector"] == {"goodput.dev/inferenceendpoint": "llama-405b",
+                                           "goodput.dev/role": "leader"}
+    assert status["selector"] == \
+        "goodput.dev/inferenceendpoint=llama-405b,goodput.dev/role=leader"
+
+
+def autoscaled(name: str, group: str, url: str, workers: int = 1, **scaling: Any
+               ) -> dict[str, Any]:
+    return endpoint(name, group, workers, 16, scaling={
+        "minReplicas": 1, "maxReplicas": 4, "intervalSeconds": 1, "prometheusUrl": url,
+        "metrics": [{"type": "QueueDepth", "target": 8}],
+        "scaleUp": {"stabilizationSeconds": 0},
+        "scaleDown": {"stabilizationSeconds": 8}, **scaling})
+
+
+def test_queue_depth_scales_up_at_once_down_after_the_window_and_never_flaps(
+        crds: Cluster, namespace: str, make_group: Any, endpoints: None,
+        metrics_source: Any) -> None:
+    exporter, prometheus = metrics_source
+    group = make_group()
+    exporter.queue(namespace, "chat", 8)
+    apply(crds, autoscaled("chat", group, prometheus.url), namespace)
+    wait_status(crds, namespace, "chat", "1 replica ready", readyReplicas=1, desiredReplicas=1)
+
+    exporter.queue(namespace, "chat", 30)                 # 30 / 8 -> 4 replicas
+    status = wait_status(crds, namespace, "chat", "4 replicas ready", readyReplicas=4)
+    up = status["recentScaling"][-1]
+    assert (up["from"], up["to"]) == (1, 4)               # one step: no window held it back
+    assert up["metrics"] == {"QueueDepth": "30"}
+
+    decisions = len(status["recentScaling"])
+    for depth in (31, 33, 29.5, 34, 30, 32.5):          # +-7%: inside the 10% tolerance
+        exporter.queue(namespace, "chat", depth)
+        time.sleep(1.2)
+    status = get_ie(crds, namespace, "chat")["status"]
+    assert status["desiredReplicas"] == 4 and len(status["recentScaling"]) == decisions
+
+    dropped = time.time()
+    exporter.queue(namespace, "chat", 8)
+    status = wait_status(crds, namespace, "chat", "back to 1", timeout=60, desiredReplicas=1,
+                         readyReplicas=1)
+    down = status["recentScaling"][-1]
+    assert (down["from"], down["to"]) == (4, 1)
+    decided = time.mktime(time.strptime(down["time"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+    assert decided >= dropped + 8 - 1                     # not before the scale-down window
+    events = crds.kubectl("get", "events", "-n", namespace, "--field-selector",
+                          "involvedObject.name=chat,reason=Scaled").stdout
+    assert "1 -> 4" in events and "4 -> 1" in events
+
+
+def test_demand_beyond_the_free_domains_is_limited_with_a_reason(
+        crds: Cluster, namespace: str, make_group: Any, endpoints: None,
+        metrics_source: Any) -> None:
+    exporter, prometheus = metrics_source
+    group = make_group()                                  # 2 UltraServers x 4 nodes
+    exporter.queue(namespace, "big", 400)                 # asks for 50 two-node replicas
+    apply(crds, autoscaled("big", group, prometheus.url, workers=2, maxReplicas=10,
+                           scaleUp={"stabilizationSeconds": 0, "policies": [
+                               {"type": "Replicas", "value": 10, "periodSeconds": 1}]}),
+          namespace)
+    status = wait_status(crds, namespace, "big", "4 replicas ready", readyReplicas=4,
+                         desiredReplicas=4)
+    limited = condition(status, "ScalingLimited")
+    assert limited["status"] == "True" and limited["reason"] == "InsufficientCapacity"
+    assert "the free domains can host only 4" in limited["message"]
+    sleep_briefly()
+    pods = pods_of(crds, namespace, "big")
+    assert len(pods) == 8 and all(p["status"].get("phase") == "Running" for p in pods)
+    for group_status in status["groups"]:               # each replica inside one UltraServer
+        assert group_status["domain"] and len(group_status["nodes"]) == 2
+
+
+def test_prometheus_down_holds_the_size_and_raises_a_condition(
+        crds: Cluster, namespace: str, make_group: Any, endpoints: None,
+        metrics_source: Any) -> None:
+    exporter, prometheus = metrics_source
+    group = make_group()
+    exporter.queue(namespace, "steady", 16)
+    apply(crds, autoscaled("steady", group, prometheus.url), namespace)
+    wait_status(crds, namespace, "steady", "2 ready", readyReplicas=2, desiredReplicas=2)
+    prometheus.stop()
+    try:
+        def raised() -> dict[str, Any] | None:
+            status = get_ie(crds, namespace, "steady")["status"]
+            return status if condition(status, "MetricsUnavailable")["status"] == "True" \
+                else None
+        status = wait_for(raised, timeout=30, what="MetricsUnavailable")
+        assert "holding 2 replicas" in condition(status, "MetricsUnavailable")["message"]
+        exporter.queue(namespace, "steady", 0)            # unseen: Prometheus is down
+        sleep_briefly()
+        assert get_ie(crds, namespace, "steady")["status"]["desiredReplicas"] == 2
+    finally:
+        prometheus.start()
+    exporter.queue(namespace, "steady", 16)
+    wait_for(lambda: condition(get_ie(crds, namespace, "steady")["status"],
+                               "MetricsUnavailable")["status"] == "False",
+             timeout=60, what="MetricsUnavailable cleared")
+
+
+def test_a_template_change_rolls_out_group_by_group(
+        crds: Cluster, namespace: str, nvl72_group: str, endpoints: None) -> None:
+    apply(crds, endpoint("roll", nvl72_group, 2, 4, replicas=3,
+                         rollout={"maxSurge": 1, "maxUnavailable": 0}), namespace)
+    wait_status(crds, namespace, "roll", "3 ready", readyReplicas=3, updatedReplicas=3)
+    watch = subprocess.Popen(
+        [str(kubectl_binary()), "--kubeconfig",
+         str(crds.kubeconfig), "get", "ie", "roll", "-n", namespace, "-w", "-o", "json"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        crds.kubectl("patch", "ie", "roll", "-n", namespace, "--type", "merge", "-p",
+                     json.dumps({"spec": {"template": {"spec": {"containers": [
+                         {"name": "server", "image": "vllm:2"}]}}}}))
+        status = wait_status(crds, namespace, "roll", "rolled out", timeout=60,
+                             observedGeneration=2, updatedReplicas=3, readyReplicas=3,
+                             replicas=3)
+        time.sleep(1)
+    finally:
+        watch.terminate()
+        output, _ = watch.communicate(timeout=10)
+    snapshots, decoder, position = [], json.JSONDecoder(), 0
+    while position < len(output):
+        while position < len(output) and output[position].isspace():
+            position += 1
+        if position >= len(output):
+            break
+        obj, position = decoder.raw_decode(output, position)
+        snapshots.append(obj.get("status") or {})
+    during = [s for s in snapshots if s.get("observedGeneration") == 2]
+    assert during, "the watch saw no status of the rollout"
+    assert any(0 < s.get("updatedReplicas", 0) < 3 for s in during)  # group by group
+    for seen in during:
+        assert seen["replicas"] <= 3 + 1                # maxSurge 1
+        assert seen["readyReplicas"] >= 3 - 0           # maxUnavailable 0
+    revisions = {g["revision"] for g in status["groups"]}
+    assert len(revisions) == 1
