@@ -104,3 +104,15 @@ def test_rate_policies_count_from_the_start_of_their_period() -> None:
     assert recommend(queue(80), 2, spec, history, now=0).desired == 4
     assert recommend(queue(80), 4, spec, history, now=30).desired == 4   # +2 per 60 s used
     assert recommend(queue(80), 4, spec, history, now=61).desired == 6
+
+
+def test_lookahead_judges_a_growing_queue_where_it_is_heading() -> None:
+    spec = scaling(lookaheadSeconds=30, scaleDown={"stabilizationSeconds": 0})
+    history = History()
+    assert recommend(queue(16), 2, spec, history, now=0).desired == 2
+    growing = recommend(queue(24), 2, spec, history, now=15)      # +8/15 s -> 40 in 30 s
+    assert growing.desired == 5
+    draining = recommend(queue(8), 5, spec, history, now=30)       # -16/15 s -> 0 in 30 s
+    assert draining.desired == 1 and draining.reason.startswith("QueueDepth 0 ")  # no window
+    first = recommend(queue(24), 5, scaling(lookaheadSeconds=30), History(), now=0)
+    assert first.desired == 3                                     # no trend yet: as it is

@@ -116,6 +116,10 @@ class Scaling(ApiModel):
     """Signals to scale on; the largest recommendation wins."""
     tolerance: float = Field(default=0.1, ge=0, lt=1)
     """Ignore ratios within 1 +/- tolerance of the target (no flapping)."""
+    lookahead_seconds: int = Field(default=0, ge=0, le=3600)
+    """Judge QueueDepth and Concurrency where their recent trend takes them this many
+    seconds from now (set it to a replica's start-up time: replicas asked for now only
+    help then). A growing queue scales up sooner; a draining one adds nothing. 0: off."""
     interval_seconds: int = Field(default=15, ge=1, le=600)
     """How often metrics are evaluated."""
     scale_up: ScalingRules = Field(

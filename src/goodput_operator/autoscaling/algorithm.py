@@ -43,6 +43,7 @@ class History:
     changes: list[tuple[float, int, int]] = field(default_factory=list)  # time, from, to
     panic_until: float = 0.0
     idle_since: float | None = None
+    last: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric: time, value
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ def recommend(samples: Sequence[Sample], current: int, spec: Any, history: Histo
                         f"{', '.join(missing)}", values,
                         unavailable=f"metric(s) {', '.join(missing)} missing or stale")
     demand = sum(s.value or 0.0 for s in samples if s.type != "TTFTp95")
+    samples = [_ahead(s, spec, history, now) for s in samples]
     wanted = 0
     why = "no demand"
     for sample in samples:
@@ -104,6 +106,22 @@ def recommend(samples: Sequence[Sample], current: int, spec: Any, history: Histo
         history.changes.append((now, current, bounded))
         history.changes = [c for c in history.changes if c[0] >= now - 1800]
     return Decision(bounded, why, values, limited=limited, panic=panic)
+
+
+def _ahead(sample: Sample, spec: Any, history: History, now: float) -> Sample:
+    """SAMPLE moved along its trend since the last evaluation by `lookaheadSeconds`
+    (queue-like metrics only; never below zero)."""
+    key = sample.name or sample.type
+    previous = history.last.get(key)
+    assert sample.value is not None
+    history.last[key] = (now, sample.value)
+    lookahead = getattr(spec, "lookahead_seconds", 0)
+    if not lookahead or previous is None or sample.type not in ("QueueDepth", "Concurrency") \
+            or now <= previous[0]:
+        return sample
+    slope = (sample.value - previous[1]) / (now - previous[0])
+    return Sample(sample.type, sample.target, max(0.0, sample.value + slope * lookahead),
+                  sample.name)
 
 
 def _panic(samples: Sequence[Sample], current: int, spec: Any, history: History,
