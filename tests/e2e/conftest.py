@@ -238,3 +238,15 @@ def metrics_source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     server.start()
     yield exporter, server
     server.stop()
+
+
+def wait_event(cluster: Cluster, involved: str, reason: str, text: str,
+               namespace: str | None = None, timeout: float = 15) -> str:
+    """An event's text, once posted (events follow the status or node write they report)."""
+    scope = ["-n", namespace] if namespace else ["-A"]
+
+    def posted() -> str | None:
+        out = str(cluster.kubectl("get", "events", *scope, "--field-selector",
+                                  f"involvedObject.name={involved},reason={reason}").stdout)
+        return out if text in out else None
+    return wait_for(posted, timeout=timeout, what=f"{reason} event on {involved}: {text}")

@@ -14,7 +14,7 @@ import pytest
 
 from goodput_operator.sandbox.cluster import kubectl_binary
 from tests.conftest import Cluster, wait_for
-from tests.e2e.conftest import Operator, apply, sleep_briefly
+from tests.e2e.conftest import Operator, apply, sleep_briefly, wait_event
 
 pytestmark = pytest.mark.e2e
 CLIQUE = "nvidia.com/gpu.clique"
@@ -130,7 +130,7 @@ def test_queue_depth_scales_up_at_once_down_after_the_window_and_never_flaps(
     exporter.queue(namespace, "chat", 30)                 # 30 / 8 -> 4 replicas
     status = wait_status(crds, namespace, "chat", "4 replicas ready", readyReplicas=4)
     up = status["recentScaling"][-1]
-    assert (up["from"], up["to"]) == (1, 4)               # one step: no window held it back
+    assert (up["from"], up["to"]) == (1, 4), status       # one step: no window held it back
     assert up["metrics"] == {"QueueDepth": "30"}
 
     decisions = len(status["recentScaling"])
@@ -148,9 +148,7 @@ def test_queue_depth_scales_up_at_once_down_after_the_window_and_never_flaps(
     assert (down["from"], down["to"]) == (4, 1)
     decided = time.mktime(time.strptime(down["time"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
     assert decided >= dropped + 8 - 1                     # not before the scale-down window
-    events = crds.kubectl("get", "events", "-n", namespace, "--field-selector",
-                          "involvedObject.name=chat,reason=Scaled").stdout
-    assert "1 -> 4" in events and "4 -> 1" in events
+    assert "1 -> 4" in wait_event(crds, "chat", "Scaled", "4 -> 1", namespace=namespace)
 
 
 def test_demand_beyond_the_free_domains_is_limited_with_a_reason(

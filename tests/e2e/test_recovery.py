@@ -20,6 +20,7 @@ from tests.e2e.conftest import (
     sandbox_cli,
     sleep_briefly,
     training_job,
+    wait_event,
     wait_phase,
 )
 
@@ -66,7 +67,9 @@ def running_again(cluster: Cluster, namespace: str, name: str, restarts: int,
         return wait_for(reached, timeout=timeout, what=f"{name} running at restart {restarts}")
     except AssertionError as err:
         status = get_job(cluster, namespace, name).get("status")
-        raise AssertionError(f"{err}; status: {json.dumps(status)}") from None
+        pods = [(p["metadata"]["name"], p["spec"].get("nodeName"), p["status"].get("phase"),
+                 p["status"].get("conditions")) for p in job_pods(cluster, namespace, name)]
+        raise AssertionError(f"{err}; status: {json.dumps(status)}; pods: {pods}") from None
 
 
 def worker_token(cluster: Cluster, namespace: str, pod: str,
@@ -133,9 +136,7 @@ def test_a_failed_node_is_quarantined_and_the_spare_of_its_ultraserver_takes_its
         assert env["GOODPUT_RESTART"] == "1"
         assert env["GOODPUT_RESUME_FROM"] == "/fsx/llama/step-1200"
 
-    events = crds.kubectl("get", "events", "-A", "--field-selector",
-                          f"involvedObject.name={victim},reason=Quarantined").stdout
-    assert "NodeNotReady" in events
+    wait_event(crds, victim, "Quarantined", "NodeNotReady")
     status = group_status(crds, group)
     entry = next(d for d in status["domains"] if d["id"] == domain)
     assert entry["quarantinedNodes"] == [victim] and entry["health"] == "Degraded"
@@ -224,9 +225,7 @@ def test_failing_most_of_a_group_at_once_trips_the_storm_guard(
     assert "5 node(s) failing" in guard["message"] and "maxUnavailable=20%" in guard["message"]
     sleep_briefly()
     assert [v for v in victims if quarantined(crds, v)] == []
-    events = crds.kubectl("get", "events", "-n", "default", "--field-selector",
-                          f"involvedObject.name={group},reason=StormGuard").stdout
-    assert "quarantining none" in events
+    wait_event(crds, group, "StormGuard", "quarantining none", namespace="default")
 
     faults.heal(*victims)
     wait_for(lambda: not tripped(), timeout=30, what="StormGuard cleared")

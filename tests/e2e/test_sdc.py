@@ -13,7 +13,15 @@ import pytest
 
 from goodput_operator.sdk import Reporter, ReportError
 from tests.conftest import Cluster, wait_for
-from tests.e2e.conftest import Faults, Operator, apply, get_job, job_pods, training_job
+from tests.e2e.conftest import (
+    Faults,
+    Operator,
+    apply,
+    get_job,
+    job_pods,
+    training_job,
+    wait_event,
+)
 from tests.e2e.test_recovery import env_of, quarantined, ranks, running_again, worker_token
 
 pytestmark = pytest.mark.e2e
@@ -124,9 +132,7 @@ def test_a_bad_probe_quarantines_the_node_and_clean_probes_release_it(
         assert quarantined(crds, node) is not None       # not released before the last one
         Reporter(e2e.report_url, token).send("probe", {"node": node, "ok": True})
     wait_for(lambda: quarantined(crds, node) is None, timeout=30, what=f"{node} released")
-    events = crds.kubectl("get", "events", "-A", "--field-selector",
-                          f"involvedObject.name={node},reason=Released").stdout
-    assert "2 clean probe runs" in events
+    wait_event(crds, node, "Released", "2 clean probe runs")
 
 
 def test_idle_nodes_are_probed_on_the_groups_schedule(

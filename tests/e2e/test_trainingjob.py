@@ -21,6 +21,7 @@ from tests.e2e.conftest import (
     sandbox_cli,
     sleep_briefly,
     training_job,
+    wait_event,
     wait_phase,
 )
 
@@ -93,9 +94,8 @@ def test_a_job_too_big_waits_with_a_reason_and_starts_when_the_other_finishes(
     assert f"tj/{namespace}/first" in condition["message"]
     assert get_job(crds, namespace, "second")["status"]["phase"] == "Pending"
     assert all(build.is_gated(p) for p in job_pods(crds, namespace, "second"))
-    events = crds.kubectl("get", "events", "-n", namespace, "--field-selector",
-                          "involvedObject.name=second").stdout
-    assert "WaitingForCapacity" in events
+    wait_event(crds, "second", "WaitingForCapacity", "needs 1 whole UltraServer",
+               namespace=namespace)
 
     for pod in job_pods(crds, namespace, "first"):
         sandbox_cli(crds, "succeed-pod", pod["metadata"]["name"], "-n", namespace)
