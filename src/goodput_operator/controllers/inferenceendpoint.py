@@ -310,7 +310,8 @@ async def run_autoscaler(state: State, tick: float = 1.0) -> None:
                 state.scaled.pop(key, None)
                 continue
             last = state.scaled.get(key)
-            if last is None or now - last.at >= spec.scaling.interval_seconds:
+            # within half a tick of due counts as due: evaluations stay one interval apart
+            if last is None or now - last.at >= spec.scaling.interval_seconds - tick / 2:
                 try:
                     await evaluate(state, ie, spec, now)
                 except asyncio.CancelledError:
