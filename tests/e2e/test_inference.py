@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from datetime import datetime
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
