@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,7 @@ from goodput_operator.controllers.state import RESERVED_NODE, State
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import inference as build
 from goodput_operator.resources import trainingjob as tj
-from goodput_operator.resources.inferenceplan import EndpointPlan, plan
+from goodput_operator.resources.inferenceplan import EndpointPlan, groups_of, plan
 from goodput_operator.topology.model import Fleet
 from goodput_operator.topology.placement import Request, place, room_for
 
@@ -66,6 +67,13 @@ class EndpointDecision:
 
 def owner(namespace: str, name: str) -> str:
     return f"ie/{namespace}/{name}"
+
+
+def placed_groups(pods: Iterable[Obj], size: int) -> int:
+    """Groups whose every member holds a node (bound, or pinned and reserved)."""
+    groups = groups_of([p for p in pods
+                        if p.get("status", {}).get("phase") not in ("Failed", "Succeeded")])
+    return sum(1 for g in groups.values() if len(g.pods) == size and all(g.nodes()))
 
 
 def request_of(spec: InferenceEndpointSpec) -> Request:
@@ -284,9 +292,11 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, now: floa
     current = desired_replicas(state, ie, spec)
     fleet = state.fleets.get(spec.ultra_server_group)
     capacity = None
-    if fleet is not None:
-        capacity = current + room_for(fleet, request_of(spec),
-                                      max(0, spec.scaling.max_replicas - current))
+    if fleet is not None:  # groups holding nodes now, plus what the free space can host
+        placed = placed_groups(state.endpoint_pods.get(key, {}).values(),
+                               spec.replica_shape.workers)
+        capacity = placed + room_for(fleet, request_of(spec),
+                                     max(0, spec.scaling.max_replicas - placed))
     history = state.scaling_history.setdefault(key, History())
     decision = recommend(samples, current, spec.scaling, history, now, capacity)
     state.scaled[key] = Scaled(decision, current, now)
