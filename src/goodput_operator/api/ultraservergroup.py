@@ -69,7 +69,9 @@ class Spares(ApiModel):
     per_domain: int = Field(default=0, ge=0, le=64)
     """Spare nodes kept in each domain."""
     per_group: int = Field(default=0, ge=0, le=100_000)
-    """Spare nodes kept anywhere in the group, on top of `perDomain`."""
+    """Spare nodes kept anywhere in the group, on top of `perDomain`. Not honoured yet:
+    only `perDomain` holds nodes back today (the group's SparesPerGroup condition says
+    so when this is set)."""
 
 
 class Quarantine(ApiModel):
@@ -199,4 +201,5 @@ class UltraServerGroupStatus(ApiModel):
     )
     """Each domain's health, readiness, free accelerators, quarantine and spares."""
     conditions: list[Condition] = conditions_field()
-    """Ready, Degraded, StormGuard, MisShaped and ProbesScheduled conditions."""
+    """Ready, Degraded, StormGuard, MisShaped, ProbesScheduled (and SparesPerGroup)
+    conditions."""
