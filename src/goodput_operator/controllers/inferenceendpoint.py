@@ -95,7 +95,7 @@ def desired_replicas(state: State, ie: Obj, spec: InferenceEndpointSpec) -> int:
     return max(spec.scaling.min_replicas, min(spec.scaling.max_replicas, int(start)))
 
 
-def decide_endpoint(state: State, ie: Obj, now: float) -> EndpointDecision:
+def decide_endpoint(state: State, ie: Obj) -> EndpointDecision:
     meta = ie["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     status = dict(ie.get("status") or {})
@@ -133,7 +133,7 @@ def decide_endpoint(state: State, ie: Obj, now: float) -> EndpointDecision:
         result.create += [p for p in build.group_pods(ie, spec, index, group.revision, resource)
                           if int(p["metadata"]["labels"][build.MEMBER_LABEL]) not in group.pods]
     waiting = _place(fleet, spec, decided, namespace, name, result)
-    conditions = _conditions(state, ie, spec, decided, desired, waiting, conditions, result, now)
+    conditions = _conditions(state, ie, spec, decided, desired, waiting, conditions)
     result.desired = {
         "observedGeneration": generation, "replicas": decided.live,
         "desiredReplicas": desired, "readyReplicas": decided.ready,
@@ -170,8 +170,7 @@ def _place(fleet: Fleet, spec: InferenceEndpointSpec, decided: EndpointPlan, nam
 
 
 def _conditions(state: State, ie: Obj, spec: InferenceEndpointSpec, decided: EndpointPlan,
-                desired: int, waiting: list[str], conditions: list[Obj],
-                result: EndpointDecision, now: float) -> list[Obj]:
+                desired: int, waiting: list[str], conditions: list[Obj]) -> list[Obj]:
     generation = ie["metadata"].get("generation")
     ready = decided.ready >= desired
     conditions = set_condition(conditions, "Ready", ready,
@@ -249,11 +248,11 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
         await asyncio.to_thread(kube.event, ie, reason, message, type_)
 
 
-async def reconcile_endpoints(state: State, kube: Kube, now: float) -> None:
+async def reconcile_endpoints(state: State, kube: Kube) -> None:
     decisions = []
     for ie in list(state.endpoints.values()):  # one snapshot: no await while deciding
         try:
-            decisions.append(decide_endpoint(state, ie, now))
+            decisions.append(decide_endpoint(state, ie))
         except Exception:
             metrics.RECONCILE_ERRORS.labels("InferenceEndpoint").inc()
             log.exception("reconcile of %s/%s failed", ie["metadata"]["namespace"],

@@ -436,7 +436,7 @@ async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> Non
                 metrics.RECONCILE_ERRORS.labels("TrainingJob").inc()
                 meta = decision.job["metadata"]
                 log.exception("reconcile of %s/%s failed", meta["namespace"], meta["name"])
-        await inferenceendpoint.reconcile_endpoints(state, kube, time.time())
+        await inferenceendpoint.reconcile_endpoints(state, kube)
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
         phases = {phase: 0 for phase in PHASES}
         for job in jobs:
