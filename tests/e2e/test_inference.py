@@ -108,6 +108,10 @@ def test_multi_node_replicas_stay_inside_one_nvlink_domain(
                                            "goodput.dev/role": "leader"}
     assert status["selector"] == \
         "goodput.dev/inferenceendpoint=llama-405b,goodput.dev/role=leader"
+    group = wait_for(lambda: json.loads(crds.kubectl("get", "usg", nvl72_group, "-o", "json")
+                                        .stdout).get("status"), timeout=30,
+                     what="the group's status")      # one domain: totals still integers
+    assert group["totals"]["domains"] == 1 and group["totals"]["healthyDomains"] == 1
 
 
 def autoscaled(name: str, group: str, url: str, workers: int = 1, **scaling: Any

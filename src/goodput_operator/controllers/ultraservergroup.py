@@ -254,7 +254,7 @@ def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj]
         misshaped += [f"{n.name} has {n.capacity} of {spec.accelerator.per_node} "
                       f"{spec.accelerator.resource}" for n in domain.nodes
                       if n.state == "misshaped"]
-        totals.update(domains=1, healthyDomains=health == "Healthy", nodes=len(domain.nodes),
+        totals.update(domains=1, healthyDomains=int(health == "Healthy"), nodes=len(domain.nodes),
                       readyNodes=len(ready), accelerators=sum(n.capacity for n in ready),
                       freeAccelerators=free, quarantined=len(quarantined), spares=len(spares))
     healths = {d["health"] for d in domains}

@@ -1,0 +1,32 @@
+"""The UltraServerGroup status computed from the fleet model."""
+
+from __future__ import annotations
+
+from goodput_operator.api.ultraservergroup import UltraServerGroupSpec, UltraServerGroupStatus
+from goodput_operator.controllers.ultraservergroup import group_status
+from tests.unit.fleets import node, trn2
+
+SPEC = UltraServerGroupSpec.model_validate({
+    "nodeSelector": {"t": "trn2"}, "accelerator": {"perNode": 16}, "nodesPerDomain": 4,
+    "spares": {"perDomain": 1, "perGroup": 2}})
+
+
+def test_one_degraded_domain_gives_integer_totals_that_validate() -> None:
+    fleet = trn2(1, spares=1)
+    fleet.upsert_node(node("us0-n0", "us-0", fleet.domains["us-0"].path[1], ready=False))
+    status = group_status(SPEC, fleet, [], None, 3)
+    assert status["totals"]["healthyDomains"] == 0
+    assert all(type(v) is int for v in status["totals"].values())
+    UltraServerGroupStatus.model_validate(status)        # what the API server would check
+    assert status["health"] == "Degraded"
+    assert status["domains"][0]["nodesReady"] == 3 and status["domains"][0]["spares"] == ["us0-n3"]
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Degraded"]["status"] == "True"
+    assert conditions["SparesPerGroup"]["reason"] == "NotSupported"
+
+
+def test_a_storm_is_a_condition() -> None:
+    status = group_status(SPEC, trn2(2), [], "5 node(s) failing ...", 1)
+    storm = next(c for c in status["conditions"] if c["type"] == "StormGuard")
+    assert (storm["status"], storm["reason"]) == ("True", "TooManyFailing")
+    assert status["totals"]["healthyDomains"] == 2 and status["health"] == "Healthy"
