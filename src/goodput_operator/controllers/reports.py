@@ -12,6 +12,7 @@ most report for its own job, until its pod is gone (bound tokens die with the po
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import ssl
@@ -43,6 +44,8 @@ from goodput_operator.sdk import AUDIENCE
 Obj = dict[str, Any]
 log = logging.getLogger("goodput.reports")
 MAX_BODY = 64 * 1024
+REVIEW_TTL = 30.0  # seconds an accepted token is trusted without asking again (the pod
+# itself is checked on every report: a deleted pod's token stops working at once)
 POD_NAME = "authentication.kubernetes.io/pod-name"
 POD_UID = "authentication.kubernetes.io/pod-uid"
 
@@ -57,6 +60,7 @@ class ReportServer:
     def __init__(self, state: State, kube: Kube) -> None:
         self.state = state
         self.kube = kube
+        self.reviews: dict[str, tuple[float, Obj]] = {}  # sha256(token) -> (expiry, review)
         self.runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
@@ -115,7 +119,16 @@ class ReportServer:
             return await self._step(job, pod, report)
 
     async def _authenticate(self, token: str) -> Obj:
-        review = await asyncio.to_thread(self.kube.review_token, token, [AUDIENCE])
+        key = hashlib.sha256(token.encode()).hexdigest()
+        cached = self.reviews.get(key)
+        if cached is not None and cached[0] > time.monotonic():
+            review = cached[1]
+        else:  # one TokenReview per token per REVIEW_TTL, not one per report
+            review = await asyncio.to_thread(self.kube.review_token, token, [AUDIENCE])
+            if review.get("authenticated"):
+                if len(self.reviews) > 10_000:
+                    self.reviews.clear()
+                self.reviews[key] = (time.monotonic() + REVIEW_TTL, review)
         if not review.get("authenticated"):
             raise Refused(401, f"token rejected: {review.get('error') or 'not authenticated'}")
         user = review.get("user") or {}
