@@ -7,6 +7,7 @@ declared with `cel()` become `x-kubernetes-validations` checked at admission.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -100,6 +101,17 @@ IntOrPercent = Annotated[
         )),
     }),
 ]
+
+
+def resolve(value: int | str, total: int, round_up: bool = True) -> int:
+    """An IntOrPercent against TOTAL. Percentages round up (a budget of 20% of 8 nodes is 2,
+    a rollout's surge) or down (a rollout's maxUnavailable), as Deployments do."""
+    if isinstance(value, int):
+        return value
+    if value.endswith("%"):
+        fraction = total * int(value[:-1]) / 100
+        return math.ceil(fraction) if round_up else math.floor(fraction)
+    return int(value)
 
 
 class Condition(ApiModel):

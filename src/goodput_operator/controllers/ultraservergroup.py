@@ -16,7 +16,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from goodput_operator import metrics
-from goodput_operator.api.conditions import set_condition
+from goodput_operator.api.conditions import is_true, set_condition
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import State
@@ -92,7 +92,7 @@ async def reconcile_group(state: State, kube: Kube, name: str, now: float) -> No
     status = dict(body.get("status") or {})
     desired = group_status(spec, fleet, status.get("conditions") or [], decision.storm,
                            body["metadata"].get("generation"), schedule_error)
-    if decision.storm and not q_is_storm(status):
+    if decision.storm and not is_true(status.get("conditions") or [], "StormGuard"):
         events.append(("Warning", "StormGuard", decision.storm))
         log.error("group %s: %s", name, decision.storm)
     metrics.QUARANTINED.labels(name).set(desired["totals"]["quarantined"])
@@ -183,11 +183,6 @@ def _shape(status: Obj) -> tuple[object, ...]:
                for d in status.get("domains") or []]
     return (status.get("health"), status.get("observedGeneration"), repr(totals),
             repr(domains), repr(status.get("conditions")))
-
-
-def q_is_storm(status: Obj) -> bool:
-    return any(c.get("type") == "StormGuard" and c.get("status") == "True"
-               for c in status.get("conditions") or [])
 
 
 async def _patch_node(kube: Kube, name: str, patch: Obj) -> Obj | None:

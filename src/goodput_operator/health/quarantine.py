@@ -12,12 +12,12 @@ that many bad nodes, and quarantining them all would only take the rest of the w
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from goodput_operator.api.base import resolve
 from goodput_operator.topology.model import QUARANTINE_TAINT
 
 Obj = dict[str, Any]
@@ -67,15 +67,6 @@ def iso(stamp: float) -> str:
     """RFC 3339 with milliseconds: incident phases are seconds long, whole seconds would
     blur them."""
     return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-def scaled(value: int | str, total: int) -> int:
-    """An int-or-percent against TOTAL; percentages round up, so 20% of 8 nodes is 2."""
-    if isinstance(value, int):
-        return value
-    if value.endswith("%"):
-        return math.ceil(total * int(value[:-1]) / 100)
-    return int(value)
 
 
 def finding(node: Obj, policy: Any, seen_since: float | None, now: float) -> Finding | None:
@@ -168,7 +159,7 @@ def decide(nodes: Mapping[str, Obj], policy: Any, now: float,
             due.append((name, found))
         else:
             _wake(decision, found.since + policy.not_ready_grace_seconds)
-    limit = scaled(policy.max_unavailable, len(nodes))
+    limit = resolve(policy.max_unavailable, len(nodes))  # 20% of 8 nodes is 2
     # nodes still in their grace period count too: failures that arrive together are
     # judged together, not quarantined one by one until the budget runs out
     if due and out + len(failing) > limit:

@@ -9,11 +9,11 @@ removal frees whole domains first.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from goodput_operator.api.base import resolve
 from goodput_operator.resources import inference as build
 from goodput_operator.resources import trainingjob as tj
 from goodput_operator.resources.jobplan import is_ready
@@ -65,13 +65,6 @@ def groups_of(pods: list[Obj]) -> dict[int, Group]:
     return groups
 
 
-def scaled(value: int | str, total: int, round_up: bool) -> int:
-    if isinstance(value, int):
-        return value
-    fraction = total * int(value.rstrip("%")) / 100
-    return math.ceil(fraction) if round_up else math.floor(fraction)
-
-
 def plan(pods: list[Obj], size: int, desired: int, revision: str, rollout: Any,
          lost: Collection[str]) -> EndpointPlan:
     """SIZE: pods per group; LOST: nodes no longer usable (quarantined, gone)."""
@@ -91,8 +84,8 @@ def plan(pods: list[Obj], size: int, desired: int, revision: str, rollout: Any,
                 result.complete.append(index)
     new = {i: g for i, g in live.items() if g.revision == revision}
     old = {i: g for i, g in live.items() if g.revision != revision}
-    surge = scaled(rollout.max_surge, desired, round_up=True)
-    unavailable = scaled(rollout.max_unavailable, desired, round_up=False)
+    surge = resolve(rollout.max_surge, desired, round_up=True)
+    unavailable = resolve(rollout.max_unavailable, desired, round_up=False)
     if surge == 0 and unavailable == 0:
         unavailable = 1  # as Deployments do: progress must stay possible
 
