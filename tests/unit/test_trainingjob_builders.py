@@ -139,7 +139,8 @@ def test_pin_narrows_affinity_and_removes_only_our_gate() -> None:
         assert {"key": "kubernetes.io/hostname", "operator": "In",
                 "values": ["trn2-00-3"]} in term["matchExpressions"]
     assert patch["spec"]["schedulingGates"] == [{"name": "example.com/other"}]
-    assert patch["metadata"]["annotations"] == {"goodput.dev/domain": "us-1"}
+    assert patch["metadata"]["annotations"] == {"goodput.dev/domain": "us-1",
+                                               "goodput.dev/node": "trn2-00-3"}
 
 
 def test_long_names_stay_within_dns_limits() -> None:

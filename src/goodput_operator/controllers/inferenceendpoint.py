@@ -29,7 +29,7 @@ from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
 from goodput_operator.autoscaling import prometheus
 from goodput_operator.autoscaling.algorithm import Decision, History, Sample, recommend
 from goodput_operator.controllers.kube import Kube
-from goodput_operator.controllers.state import RESERVED_NODE, State
+from goodput_operator.controllers.state import State
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import inference as build
 from goodput_operator.resources import trainingjob as tj
@@ -230,7 +230,6 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
             await asyncio.to_thread(kube.create, body)
     for pod, node, domain in decided.pin:  # pinned pods first: they are placed
         patch = tj.pin(pod, node, domain)
-        patch["metadata"]["annotations"][RESERVED_NODE] = node
         state.upsert_pod(await asyncio.to_thread(kube.patch_pod, meta["namespace"],
                                                  pod["metadata"]["name"], patch))
     for body in decided.create:

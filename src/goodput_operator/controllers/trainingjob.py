@@ -23,7 +23,7 @@ from goodput_operator.api.conditions import now, set_condition
 from goodput_operator.api.trainingjob import PHASES, TrainingJobSpec
 from goodput_operator.controllers import inferenceendpoint, ultraservergroup
 from goodput_operator.controllers.kube import Kube
-from goodput_operator.controllers.state import RESERVED_NODE, State
+from goodput_operator.controllers.state import State
 from goodput_operator.health import badput
 from goodput_operator.health.quarantine import Finding, iso, parse_time, record_of
 from goodput_operator.resources import trainingjob as build
@@ -368,7 +368,6 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Plan, placement
         patches = []
         for pod_name, node, domain in decided.pin:
             patch = build.pin(observed[pod_name], node, domain)
-            patch["metadata"]["annotations"][RESERVED_NODE] = node
             patches.append(call(kube.patch_pod, namespace, pod_name, patch))
         for patched in await asyncio.gather(*patches):
             state.upsert_pod(patched)

@@ -175,7 +175,8 @@ def worker_pod(job: Obj, index: int, restart: int, resource: str,
 
 
 def pin(pod: Obj, node: str, domain: str | None) -> Obj:
-    """The patch that pins a gated pod to its node and lets it schedule.
+    """The patch that pins a gated pod to its node and lets it schedule; the node is also
+    recorded as an annotation, so the pod counts there before it binds.
 
     Node affinity may only be narrowed while a pod is gated: the hostname requirement is
     added to every existing term (a term list ORs), so the pod's own rules still hold.
@@ -192,7 +193,7 @@ def pin(pod: Obj, node: str, domain: str | None) -> Obj:
         term["matchExpressions"] = [*expressions, want]
     required["nodeSelectorTerms"] = terms
     gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != GATE]
-    annotations = {DOMAIN_ANNOTATION: domain} if domain else {}
+    annotations = {NODE_ANNOTATION: node, **({DOMAIN_ANNOTATION: domain} if domain else {})}
     return {"metadata": {"annotations": annotations},
             "spec": {"affinity": affinity, "schedulingGates": gates}}
 
@@ -203,7 +204,6 @@ def pinned(pod: Obj, node: str, domain: str | None) -> Obj:
     patch = pin(pod, node, domain)
     result = copy.deepcopy(pod)
     result["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
-    result["metadata"]["annotations"][NODE_ANNOTATION] = node
     result["spec"]["affinity"] = patch["spec"]["affinity"]
     result["spec"]["schedulingGates"] = patch["spec"]["schedulingGates"]
     return result
