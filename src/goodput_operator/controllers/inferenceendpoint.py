@@ -34,7 +34,7 @@ from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import inference as build
 from goodput_operator.resources import trainingjob as tj
 from goodput_operator.resources.inferenceplan import EndpointPlan, groups_of, plan
-from goodput_operator.topology.model import Fleet
+from goodput_operator.topology.model import Fleet, endpoint_owner
 from goodput_operator.topology.placement import Request, place, room_for
 
 Obj = dict[str, Any]
@@ -63,10 +63,6 @@ class EndpointDecision:
     pin: list[tuple[Obj, str, str]] = field(default_factory=list)  # pod, node, domain
     delete: list[str] = field(default_factory=list)
     services: list[Obj] = field(default_factory=list)
-
-
-def owner(namespace: str, name: str) -> str:
-    return f"ie/{namespace}/{name}"
 
 
 def placed_groups(pods: Iterable[Obj], size: int) -> int:
@@ -163,7 +159,7 @@ def _place(fleet: Fleet, spec: InferenceEndpointSpec, decided: EndpointPlan, nam
         for rank in placed.ranks:
             pod = group.pods[rank.rank]
             fleet.bind(f"{namespace}/{pod['metadata']['name']}", rank.node,
-                       request.accelerators, owner(namespace, name))
+                       request.accelerators, endpoint_owner(namespace, name))
             result.pin.append((pod, rank.node, rank.domain))
         result.events.append(("Normal", "Placed", f"group {index}: {placed.reason}"))
     return waiting

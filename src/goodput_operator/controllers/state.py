@@ -16,7 +16,12 @@ from goodput_operator.health.quarantine import Finding
 from goodput_operator.health.sdc import Ledger
 from goodput_operator.resources.inference import ENDPOINT_LABEL
 from goodput_operator.resources.trainingjob import JOB_LABEL, NODE_ANNOTATION
-from goodput_operator.topology.model import Fleet, GroupShape, trainingjob_owner
+from goodput_operator.topology.model import (
+    Fleet,
+    GroupShape,
+    endpoint_owner,
+    trainingjob_owner,
+)
 
 Obj = dict[str, Any]
 RESERVED_NODE = NODE_ANNOTATION
@@ -226,7 +231,7 @@ class State:
         self.scaled.pop(key, None)
         self.scaling_history.pop(key, None)
         for fleet in self.fleets.values():
-            fleet.release_owner(f"ie/{namespace}/{name}")
+            fleet.release_owner(endpoint_owner(namespace, name))
         self.wake.set()
 
     def ordered_jobs(self) -> list[Obj]:

@@ -146,6 +146,11 @@ def trainingjob_owner(namespace: str, name: str) -> str:
     return f"tj/{namespace}/{name}"
 
 
+def endpoint_owner(namespace: str, name: str) -> str:
+    """How an InferenceEndpoint is named as the owner of usage in the fleet."""
+    return f"ie/{namespace}/{name}"
+
+
 def pod_owner(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata", {})
     labels = meta.get("labels") or {}
@@ -153,7 +158,7 @@ def pod_owner(pod: Mapping[str, Any]) -> str:
     if "goodput.dev/trainingjob" in labels:
         return trainingjob_owner(namespace, labels["goodput.dev/trainingjob"])
     if "goodput.dev/inferenceendpoint" in labels:
-        return f"ie/{namespace}/{labels['goodput.dev/inferenceendpoint']}"
+        return endpoint_owner(namespace, labels["goodput.dev/inferenceendpoint"])
     refs = meta.get("ownerReferences") or []
     if refs:
         return f"{refs[0].get('kind', '').lower()}/{namespace}/{refs[0].get('name', '')}"
