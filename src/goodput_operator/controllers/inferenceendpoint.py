@@ -28,7 +28,7 @@ from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
 from goodput_operator.autoscaling import prometheus
 from goodput_operator.autoscaling.algorithm import Decision, History, Sample, recommend
-from goodput_operator.controllers.kube import Kube
+from goodput_operator.controllers.kube import Kube, write_status
 from goodput_operator.controllers.state import State
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import inference as build
@@ -234,13 +234,7 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
             state.upsert_pod(created)
     for name in decided.delete:
         await asyncio.to_thread(kube.delete_pod, meta["namespace"], name)
-    current = decided.status
-    if any(current.get(k) != v for k, v in decided.desired.items()):
-        await asyncio.to_thread(kube.patch_status, PLURAL, meta["namespace"], meta["name"],
-                                decided.desired)
-        ie["status"] = {**(ie.get("status") or {}), **decided.desired}
-    for type_, reason, message in decided.events:
-        await asyncio.to_thread(kube.event, ie, reason, message, type_)
+    await write_status(kube, PLURAL, ie, decided.status, decided.desired, decided.events)
 
 
 async def reconcile_endpoints(state: State, kube: Kube) -> None:

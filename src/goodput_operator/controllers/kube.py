@@ -6,6 +6,7 @@ and every call is plain dicts in, plain dicts out.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -124,3 +125,18 @@ class Kube:
             self.core.create_namespaced_event(namespace, cast(Any, body))
         except ApiException as err:  # events are best effort
             log.warning("could not post event %s on %s: %s", reason, meta["name"], err.reason)
+
+
+async def write_status(kube: Kube, plural: str, obj: Obj, current: Obj, desired: Obj,
+                       events: list[tuple[str, str, str]] | None = None) -> None:
+    """One status write when anything in DESIRED differs from CURRENT, then the events
+    (never before). The write lands on the live status held for OBJ: other writers (the
+    report handlers) may have changed other keys meanwhile; None removes a key."""
+    if any(current.get(key) != value for key, value in desired.items()):
+        meta = obj["metadata"]
+        await asyncio.to_thread(kube.patch_status, plural, meta.get("namespace"), meta["name"],
+                                desired)
+        merged = {**(obj.get("status") or {}), **desired}
+        obj["status"] = {k: v for k, v in merged.items() if v is not None}
+    for type_, reason, message in events or []:
+        await asyncio.to_thread(kube.event, obj, reason, message, type_)

@@ -22,7 +22,7 @@ from goodput_operator.api.base import describe_errors
 from goodput_operator.api.conditions import now, set_condition
 from goodput_operator.api.trainingjob import PHASES, TrainingJobSpec
 from goodput_operator.controllers import inferenceendpoint, ultraservergroup
-from goodput_operator.controllers.kube import Kube
+from goodput_operator.controllers.kube import Kube, write_status
 from goodput_operator.controllers.state import State
 from goodput_operator.health import badput
 from goodput_operator.health.quarantine import Finding, iso, parse_time, record_of
@@ -199,7 +199,7 @@ async def apply_job(state: State, kube: Kube, decision: Decision) -> None:
                                     decision.events)
     decided, placement = decision.plan, decision.placement
     if decided is None or decision.spec is None:
-        await _write(kube, job, status, desired, events)
+        await write_status(kube, PLURAL, job, status, desired, events)
         return
     observed = decision.observed
     group = state.groups.get(decision.spec.ultra_server_group or "")
@@ -207,11 +207,11 @@ async def apply_job(state: State, kube: Kube, decision: Decision) -> None:
         for node in decided.probe:
             await ultraservergroup.start_probe(state, kube, group, node, "start")
     if decision.fresh:  # the placement is on record before any pod is pinned to it
-        await _write(kube, job, status, desired, events)
+        await write_status(kube, PLURAL, job, status, desired, events)
         await _children(state, kube, job, decided, placement, observed)
     else:
         await _children(state, kube, job, decided, placement, observed)
-        await _write(kube, job, status, desired, events)
+        await write_status(kube, PLURAL, job, status, desired, events)
     await _expire(kube, job, decision.spec, {**status, **desired})
 
 
@@ -372,20 +372,6 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Plan, placement
         for patched in await asyncio.gather(*patches):
             state.upsert_pod(patched)
     await asyncio.gather(*(call(kube.delete_pod, namespace, name) for name in decided.delete))
-
-
-async def _write(kube: Kube, job: Obj, current: Obj, desired: Obj,
-                 events: list[tuple[str, str, str]] | None = None) -> None:
-    """One status write when anything changed, then the events (never before)."""
-    if any(current.get(key) != value for key, value in desired.items()):
-        meta = job["metadata"]
-        await asyncio.to_thread(kube.patch_status, PLURAL, meta["namespace"], meta["name"],
-                                desired)
-        # onto the live status: report handlers may have written other keys meanwhile
-        merged = {**(job.get("status") or {}), **desired}
-        job["status"] = {k: v for k, v in merged.items() if v is not None}
-    for type_, reason, message in events or []:
-        await asyncio.to_thread(kube.event, job, reason, message, type_)
 
 
 async def _expire(kube: Kube, job: Obj, spec: TrainingJobSpec, status: Obj) -> None:
