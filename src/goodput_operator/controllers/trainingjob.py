@@ -121,7 +121,7 @@ def decide_job(state: State, job: Obj) -> Decision:
     clock = time.time()
     decided = plan(job, pods, fleet.shape.accelerator_resource,
                    lost_nodes(state, fleet, job, pods, clock), clock, state.report_url,
-                   suspects=state.seen_unhealthy.keys(), probed=state.probed_at)
+                   suspects=state.seen_unhealthy.keys(), probed=state.probed_at, spec=spec)
     state.wake_at(decided.wake_at)
     for node, evidence in decided.blame.items():  # the group pass quarantines them
         state.blamed.setdefault(node, Finding("WorkerFailure", evidence, clock))

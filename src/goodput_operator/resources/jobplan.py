@@ -85,11 +85,13 @@ def books_of(status: Obj) -> Obj:
 
 def plan(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | None = None,
          now: float = 0.0, report_url: str = "", suspects: Collection[str] = (),
-         probed: Mapping[str, float] | None = None) -> Plan:
+         probed: Mapping[str, float] | None = None, spec: TrainingJobSpec | None = None
+         ) -> Plan:
     """SUSPECTS: nodes that are failing but not yet judged (NotReady within the grace
     period): a gang is not restarted onto them, the verdict is only seconds away.
-    PROBED: when each node last passed the SDC probe (for sdc.probeOnStart)."""
-    spec = TrainingJobSpec.model_validate(job["spec"])
+    PROBED: when each node last passed the SDC probe (for sdc.probeOnStart). SPEC: the
+    job's spec already parsed, when the caller has it (one parse per job per pass)."""
+    spec = spec or TrainingJobSpec.model_validate(job["spec"])
     status = job.get("status") or {}
     lost = lost or {}
     phase = status.get("phase")
