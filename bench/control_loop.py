@@ -16,19 +16,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any, cast
 
 from kubernetes import client, config
 
+from bench.harness import operator_sandbox
 from goodput_operator.sandbox import cluster
 
-ROOT = Path(__file__).resolve().parents[1]
 NAME = "bench-control-loop"
 FLEET = "synthetic:trn2:128"
 NEURON = "aws.amazon.com/neuron"
@@ -105,27 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = (16, 64) if args.quick else (16, 64, 256)
     repeats = 1 if args.quick else args.repeats
-    box = cluster.Sandbox(NAME)
-    if box.is_running():
-        cluster.down(box)
-    cluster.up(box, FLEET, wait_seconds=600)
-    box.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-    box.kubectl("wait", "--for", "condition=Established", "--timeout=60s",
-                "crd/trainingjobs.goodput.dev")
     group = {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
              "metadata": {"name": "bench-trn2"},
              "spec": {"nodeSelector": {"node.kubernetes.io/instance-type": "trn2u.48xlarge"},
                       "networkLevels": ["topology.k8s.aws/network-node-layer-1",
                                         "topology.k8s.aws/network-node-layer-2"],
                       "accelerator": {"perNode": 16}, "nodesPerDomain": 4}}
-    box.kubectl("apply", "--server-side", "-f", "-", input_text=json.dumps(group))
-    log = open(Path(box.home) / "operator.log", "w")  # noqa: SIM115 (lives as long as it)
-    operator = subprocess.Popen(
-        [sys.executable, "-m", "goodput_operator.operator.main", "--health-port", "0",
-         "--metrics-port", "0"], env={**os.environ, "KUBECONFIG": str(box.kubeconfig)},
-        stdout=log, stderr=subprocess.STDOUT)
     results: dict[int, dict[str, list[float]]] = {}
-    try:
+    with operator_sandbox(NAME, FLEET, group, wait_seconds=600) as box:
         time.sleep(3)  # the operator lists nodes and pods
         bench = Bench(box)
         for workers in sizes:
@@ -137,10 +121,6 @@ def main(argv: list[str] | None = None) -> int:
                     results[workers][kind].append(seconds)
                     print(f"# {kind} {workers} workers, trial {trial}: {seconds:.2f}s",
                           file=sys.stderr, flush=True)
-    finally:
-        operator.terminate()
-        operator.wait(timeout=30)
-        cluster.down(box)
     rows = []
     for workers, times in results.items():
         ours, base = statistics.median(times["ours"]), statistics.median(times["baseline"])

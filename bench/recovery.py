@@ -27,20 +27,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any, cast
 
 from kubernetes import client, config
 
+from bench.harness import operator_sandbox
 from goodput_operator.health import quarantine as q
 from goodput_operator.sandbox import cluster, faults
 
-ROOT = Path(__file__).resolve().parents[1]
 NAME = "bench-recovery"
 FLEET = "trn2"
 NAMESPACE = "bench"
@@ -161,23 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     trials = 3 if args.quick else args.trials
-    box = cluster.Sandbox(NAME)
-    if box.is_running():
-        cluster.down(box)
-    cluster.up(box, FLEET)
-    box.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-    box.kubectl("wait", "--for", "condition=Established", "--timeout=60s",
-                "crd/trainingjobs.goodput.dev")
-    box.kubectl("create", "namespace", NAMESPACE)
-    box.kubectl("apply", "--server-side", "-f", "-", input_text=json.dumps(group()))
-    log = open(Path(box.home) / "operator.log", "w")  # noqa: SIM115 (lives as long as it)
-    operator = subprocess.Popen(
-        [sys.executable, "-m", "goodput_operator.operator.main", "--health-port", "0",
-         "--metrics-port", "0", "--report-port", "0"],
-        env={**os.environ, "KUBECONFIG": str(box.kubeconfig)}, stdout=log,
-        stderr=subprocess.STDOUT)
     results: list[dict[str, float]] = []
-    try:
+    with operator_sandbox(NAME, FLEET, group(), namespaces=[NAMESPACE]) as box:
         bench = Bench(box)
         box.kubectl("apply", "--server-side", "-f", "-", input_text=json.dumps(training_job()))
         bench.wait("job running", lambda: bench.running(0))
@@ -186,10 +168,6 @@ def main(argv: list[str] | None = None) -> int:
             results.append(row)
             print(f"# trial {trial}: " + ", ".join(f"{k} {v:.2f}s" for k, v in row.items()),
                   file=sys.stderr, flush=True)
-    finally:
-        operator.terminate()
-        operator.wait(timeout=30)
-        cluster.down(box)
     summary: dict[str, dict[str, float]] = {}
     for key in ("detection", "replacement", "restart", "total", "k8s_taint"):
         values = [r[key] for r in results if not math.isnan(r[key])]
