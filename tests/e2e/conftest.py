@@ -143,9 +143,14 @@ def wait_phase(cluster: Cluster, namespace: str, name: str, phase: str,
 def jobs_cleanup(crds: Cluster, namespace: str) -> Iterator[None]:
     """Delete the test's jobs and wait until their pods are gone, freeing the nodes."""
     yield
-    crds.kubectl("delete", "tj", "--all", "-n", namespace, "--wait=true", "--timeout=60s")
-    wait_for(lambda: not json.loads(crds.kubectl("get", "pods", "-n", namespace, "-o",
-                                                 "json").stdout)["items"],
+    delete_all(crds, "tj", namespace)
+
+
+def delete_all(cluster: Cluster, kind: str, namespace: str) -> None:
+    """Delete every KIND in NAMESPACE and wait until their pods are gone (nodes free)."""
+    cluster.kubectl("delete", kind, "--all", "-n", namespace, "--wait=true", "--timeout=60s")
+    wait_for(lambda: not json.loads(cluster.kubectl("get", "pods", "-n", namespace, "-o",
+                                                    "json").stdout)["items"],
              timeout=60, what=f"pods of {namespace} gone")
 
 

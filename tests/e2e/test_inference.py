@@ -15,7 +15,7 @@ import pytest
 
 from goodput_operator.sandbox.cluster import kubectl_binary
 from tests.conftest import Cluster, wait_for
-from tests.e2e.conftest import Operator, apply, sleep_briefly, wait_event
+from tests.e2e.conftest import Operator, apply, delete_all, sleep_briefly, wait_event
 
 pytestmark = pytest.mark.e2e
 CLIQUE = "nvidia.com/gpu.clique"
@@ -23,11 +23,9 @@ CLIQUE = "nvidia.com/gpu.clique"
 
 @pytest.fixture
 def endpoints(crds: Cluster, namespace: str, operator: Operator) -> Iterator[None]:
+    """Delete the test's endpoints and wait until their pods are gone, freeing the nodes."""
     yield
-    crds.kubectl("delete", "ie", "--all", "-n", namespace, "--wait=true", "--timeout=60s")
-    wait_for(lambda: not json.loads(crds.kubectl("get", "pods", "-n", namespace, "-o",
-                                                 "json").stdout)["items"],
-             timeout=60, what=f"pods of {namespace} gone")
+    delete_all(crds, "ie", namespace)
 
 
 @pytest.fixture
