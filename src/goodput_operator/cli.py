@@ -56,7 +56,7 @@ def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                "script returned")
     done.add_argument("pod")
     done.add_argument("-n", "--namespace", default="default")
-    verbs.add_parser("build", help="build the upstream binaries (done by `up` when needed)")
+    verbs.add_parser("build", help="build the upstream binaries, helm included")
     verbs.add_parser("fleets", help="list the built-in fleets")
 
 
@@ -161,7 +161,7 @@ def _run_node(args: argparse.Namespace) -> int:
 
 def _run_sandbox(args: argparse.Namespace) -> int:
     if args.verb == "build":
-        for name, path in build.ensure_all().items():
+        for name, path in build.ensure_all(versions.ALL_COMPONENTS).items():
             print(f"{name}: {path}")
         return 0
     if args.verb == "render-fleet":

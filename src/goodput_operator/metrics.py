@@ -45,3 +45,12 @@ ROLLBACK_STEPS = Counter("goodput_rollback_steps_total",
 SCALING_DECISIONS = Counter("goodput_scaling_decisions_total",
                             "Autoscaler decisions that changed an endpoint's size",
                             ["direction"])
+RECOVERING_SECONDS = Gauge("goodput_trainingjob_recovering_seconds",
+                           "How long a recovering job has been down (0 when not recovering)",
+                           ["namespace", "trainingjob"])
+STORM_GUARD = Gauge("goodput_storm_guard_active",
+                    "1 while a group's quarantine storm guard holds quarantines back",
+                    ["group"])
+SCALING_LIMITED = Gauge("goodput_scaling_limited",
+                        "1 while an endpoint wants more replicas than it may have",
+                        ["namespace", "inferenceendpoint"])

@@ -1,4 +1,5 @@
-"""The kopf registrations: watch events feed `State`; a startup handler starts the loops.
+"""The kopf registrations: watch events feed `State`; a startup handler primes it and starts
+the loops.
 
 Every handler is async so that all state changes happen on the event loop thread. No
 handler here is a change-detection handler, so kopf never adds finalizers or annotations
@@ -9,27 +10,48 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
-from pydantic import ValidationError
 
 from goodput_operator.api.base import GROUP, VERSION
 from goodput_operator.controllers import inferenceendpoint, trainingjob
 from goodput_operator.controllers.kube import Kube
+from goodput_operator.controllers.leader import LeaderElection
 from goodput_operator.controllers.reports import ReportServer
+from goodput_operator.controllers.runtime import Health, accept_group, prime, tracked_pod
 from goodput_operator.controllers.state import State
-from goodput_operator.resources.inference import ENDPOINT_LABEL
-from goodput_operator.resources.trainingjob import JOB_LABEL
 
 log = logging.getLogger("goodput.operator")
 STATE = State()
-KUBE: Kube | None = None  # set by the entrypoint before kopf starts (fails fast there)
-REPORT_PORT = 0  # the workers' report channel (0: off); set by the entrypoint
-REPORT_TLS: ssl.SSLContext | None = None
+LEADER_LABEL = "goodput.dev/leader"  # on the leading replica's pod: the report Service's selector
+
+
+@dataclass
+class Options:
+    """What the entrypoint decided (flags, environment); read once at startup."""
+    kube: Kube | None = None
+    namespaces: list[str] | None = None  # None: every namespace
+    health_port: int = 0
+    report_port: int = 0  # the workers' report channel (0: off)
+    report_tls: ssl.SSLContext | None = None
+    leader_election: bool = False
+    lease_namespace: str = "goodput-system"
+    lease_name: str = "goodput-operator"
+    identity: str = field(default_factory=socket.gethostname)
+    pod_namespace: str = ""  # this process's pod (leader label); empty outside a cluster
+    pod_name: str = ""
+    stop: asyncio.Event = field(default_factory=asyncio.Event)  # kopf's stop flag
+    lost_leadership: bool = False
+
+
+OPTIONS = Options()
 _tasks: list[asyncio.Task[None]] = []
-_servers: list[ReportServer] = []
+_servers: list[ReportServer | Health] = []
+_election: list[LeaderElection] = []
 
 
 def _plain(body: Any) -> dict[str, Any]:
@@ -38,6 +60,8 @@ def _plain(body: Any) -> dict[str, Any]:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    """Serve health, list everything once (the watches start after this returns), then
+    lead — at once, or after winning the Lease when leader election is on."""
     settings.persistence.finalizer = "goodput.dev/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="goodput.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="goodput.dev")
@@ -48,18 +72,55 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.networking.request_timeout = 60
     settings.batching.worker_limit = 64
     settings.scanning.disabled = True
-    kube = KUBE or Kube()
-    if REPORT_PORT:
-        server = ReportServer(STATE, kube)
-        await server.start(REPORT_PORT, tls=REPORT_TLS)
+    kube = OPTIONS.kube or Kube()
+    election = LeaderElection(kube, OPTIONS.lease_namespace, OPTIONS.lease_name,
+                              OPTIONS.identity) if OPTIONS.leader_election else None
+    leading = (lambda: election.leading) if election else (lambda: True)
+    if OPTIONS.health_port and not _servers:
+        health = Health(STATE, kube, leading)
+        await health.start(OPTIONS.health_port)
+        _servers.append(health)
+    await _label_own_pod(kube, False)
+    if not STATE.primed:
+        await prime(STATE, kube, OPTIONS.namespaces)
+    if OPTIONS.report_port:
+        server = ReportServer(STATE, kube, leading)
+        await server.start(OPTIONS.report_port, tls=OPTIONS.report_tls)
         _servers.append(server)
-    _tasks.append(asyncio.create_task(trainingjob.run_loop(STATE, kube), name="reconcile"))
-    _tasks.append(asyncio.create_task(inferenceendpoint.run_autoscaler(STATE),
-                                      name="autoscaler"))
+
+    async def lead() -> None:
+        await _label_own_pod(kube, True)
+        _tasks.append(asyncio.create_task(trainingjob.run_loop(STATE, kube), name="reconcile"))
+        _tasks.append(asyncio.create_task(inferenceendpoint.run_autoscaler(STATE),
+                                          name="autoscaler"))
+
+    def lost() -> None:
+        OPTIONS.lost_leadership = True
+        OPTIONS.stop.set()
+
+    if election is None:
+        await lead()
+    else:
+        _election.append(election)
+        _tasks.append(asyncio.create_task(election.run(lead, lost), name="leader-election"))
+
+
+async def _label_own_pod(kube: Kube, leading: bool) -> None:
+    """Mark this replica's pod as the leader (or not): the report Service selects it."""
+    if not OPTIONS.pod_name:
+        return
+    patch = {"metadata": {"labels": {LEADER_LABEL: "true" if leading else None}}}
+    try:
+        await asyncio.to_thread(kube.patch_pod, OPTIONS.pod_namespace, OPTIONS.pod_name, patch)
+    except Exception as err:  # the label only routes reports
+        log.warning("could not label pod %s/%s: %s", OPTIONS.pod_namespace, OPTIONS.pod_name,
+                    err)
 
 
 @kopf.on.cleanup()
 async def stop(**_: Any) -> None:
+    """Graceful shutdown: stop the loops between API calls, close the servers, give the
+    lease back so the standby takes over within seconds."""
     for task in _tasks:
         task.cancel()
     await asyncio.gather(*_tasks, return_exceptions=True)
@@ -67,6 +128,9 @@ async def stop(**_: Any) -> None:
     for server in _servers:
         await server.stop()
     _servers.clear()
+    for election in _election:
+        await asyncio.to_thread(election.release)
+    _election.clear()
 
 
 @kopf.on.event(GROUP, VERSION, "ultraservergroups")
@@ -74,10 +138,7 @@ async def group_event(type: str, body: kopf.Body, name: str, **_: Any) -> None:
     if type == "DELETED":
         STATE.remove_group(name)
         return
-    try:
-        STATE.upsert_group(_plain(body))
-    except ValidationError as err:
-        log.error("UltraServerGroup %s is invalid and ignored: %s", name, err)
+    accept_group(STATE, _plain(body))
 
 
 @kopf.on.event("", "v1", "nodes")
@@ -93,13 +154,7 @@ async def pod_event(type: str, body: kopf.Body, **_: Any) -> None:
     plain = _plain(body)
     if type == "DELETED":
         STATE.remove_pod(plain)
-        return
-    labels = plain["metadata"].get("labels") or {}
-    requests_devices = any("/" in resource
-                           for container in plain.get("spec", {}).get("containers") or []
-                           for resource in (container.get("resources") or {}).get("requests")
-                           or {})
-    if requests_devices or JOB_LABEL in labels or ENDPOINT_LABEL in labels:
+    elif tracked_pod(plain):
         STATE.upsert_pod(plain)
 
 

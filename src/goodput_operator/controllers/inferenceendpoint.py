@@ -181,6 +181,7 @@ def _conditions(state: State, ie: Obj, spec: InferenceEndpointSpec, decided: End
     scaled = state.scaled.get(key) if spec.scaling else None
     limited = [*([scaled.decision.limited] if scaled and scaled.decision.limited else []),
                *waiting]
+    metrics.SCALING_LIMITED.labels(*key).set(1 if limited else 0)
     conditions = set_condition(conditions, "ScalingLimited", bool(limited),
                                "InsufficientCapacity" if waiting or (
                                    scaled and "free domains" in (scaled.decision.limited or ""))

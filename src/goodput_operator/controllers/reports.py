@@ -17,6 +17,7 @@ import json
 import logging
 import ssl
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -57,9 +58,11 @@ class Refused(Exception):
 
 
 class ReportServer:
-    def __init__(self, state: State, kube: Kube) -> None:
+    def __init__(self, state: State, kube: Kube,
+                 leading: Callable[[], bool] = lambda: True) -> None:
         self.state = state
         self.kube = kube
+        self.leading = leading  # a standby replica refuses (503): only the leader writes
         self.reviews: dict[str, tuple[float, Obj]] = {}  # sha256(token) -> (expiry, review)
         self.runner: web.AppRunner | None = None
 
@@ -94,6 +97,9 @@ class ReportServer:
     async def _handle(self, kind: str, request: web.Request) -> Obj:
         if kind not in KINDS:
             raise Refused(404, f"no report kind {kind!r}; use one of {sorted(KINDS)}")
+        if not self.leading():
+            raise Refused(503, "this operator replica is a standby; retry (the leader takes "
+                               "reports)")
         header = request.headers.get("Authorization", "")
         if not header.startswith("Bearer ") or not header[7:].strip():
             raise Refused(401, "missing bearer token (the pod's goodput.dev/report token)")

@@ -78,6 +78,8 @@ class State:
         self.fleets: dict[str, Fleet] = {}
         self.jobs: dict[tuple[str, str], Obj] = {}
         self.wake = asyncio.Event()
+        self.primed = False  # the initial list of every watched kind has landed
+        self.last_pass = 0.0  # when the reconcile loop last finished a pass (liveness)
         self.deadline: float | None = None  # earliest timer (grace, backoff) of this pass
         # node health as the operator saw it change (health/quarantine.observe)
         self.seen_unhealthy: dict[str, float] = {}

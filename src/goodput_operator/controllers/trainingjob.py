@@ -292,6 +292,10 @@ def _observe(job: Obj, desired: Obj, events: list[tuple[str, str, str]], now: fl
     ratio = badput.ratio(goodput, now)
     if ratio is not None:
         metrics.GOODPUT_RATIO.labels(meta["namespace"], meta["name"]).set(ratio)
+    incidents = desired.get("incidents") or (job.get("status") or {}).get("incidents") or []
+    failed_at = parse_time(incidents[-1].get("failedAt")) if incidents else None
+    metrics.RECOVERING_SECONDS.labels(meta["namespace"], meta["name"]).set(
+        now - failed_at if desired.get("phase") == "Recovering" and failed_at else 0)
     if not any(reason == "Recovered" for _, reason, _ in events):
         return
     incident = desired["incidents"][-1]
@@ -423,6 +427,7 @@ async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> Non
                 log.exception("reconcile of %s/%s failed", meta["namespace"], meta["name"])
         await inferenceendpoint.reconcile_endpoints(state, kube)
         metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+        state.last_pass = time.time()
         phases = {phase: 0 for phase in PHASES}
         for job in jobs:
             phase = (job.get("status") or {}).get("phase")

@@ -96,6 +96,7 @@ async def reconcile_group(state: State, kube: Kube, name: str, now: float) -> No
         events.append(("Warning", "StormGuard", decision.storm))
         log.error("group %s: %s", name, decision.storm)
     metrics.QUARANTINED.labels(name).set(desired["totals"]["quarantined"])
+    metrics.STORM_GUARD.labels(name).set(1 if decision.storm else 0)
     if _due(state, name, status, desired, now):
         await asyncio.to_thread(kube.patch_status, PLURAL, None, name, desired)
         body["status"] = {**status, **desired}

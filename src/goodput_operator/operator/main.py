@@ -1,11 +1,9 @@
 """`goodput-operator`: the operator process.
 
-Runs kopf with our handlers: watches UltraServerGroups, TrainingJobs, nodes and pods,
-serves /healthz (kopf's liveness probe), /metrics (Prometheus) and the workers' report
-channel (/v1/reports, authenticated by TokenReview). Configuration by flags or
-environment (GOODPUT_NAMESPACES, GOODPUT_HEALTH_PORT, GOODPUT_METRICS_PORT,
-GOODPUT_REPORT_PORT, GOODPUT_REPORT_URL, GOODPUT_REPORT_TLS_CERT/KEY, GOODPUT_LOG_FORMAT);
-`--help` lists them.
+Runs kopf with our handlers: watches UltraServerGroups, TrainingJobs, InferenceEndpoints,
+nodes and pods; serves /healthz and /readyz, /metrics (Prometheus) and the workers' report
+channel (/v1/reports, authenticated by TokenReview). Every flag has an environment variable
+(shown in brackets); the flag wins. docs/operating.md lists them all.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ import logging
 import os
 import ssl
 import sys
+import uuid
 from collections.abc import Sequence
 
 import kopf
@@ -34,46 +33,60 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(payload)
 
 
+# flag, environment variable, default, type, help: the one place configuration is defined
+FLAGS: list[tuple[str, str, str, type, str]] = [
+    ("--health-port", "GOODPUT_HEALTH_PORT", "8080", int,
+     "port of /healthz (liveness) and /readyz (readiness); 0: off"),
+    ("--metrics-port", "GOODPUT_METRICS_PORT", "9090", int, "port of /metrics; 0: off"),
+    ("--report-port", "GOODPUT_REPORT_PORT", "8081", int,
+     "port of the workers' report channel /v1/reports; 0: off"),
+    ("--report-url", "GOODPUT_REPORT_URL", "", str,
+     "the URL workers reach the report channel at (given to their pods), e.g. "
+     "https://goodput-operator-reports.goodput-system.svc:8081"),
+    ("--report-tls-cert", "GOODPUT_REPORT_TLS_CERT", "", str,
+     "serve the report channel over TLS with this certificate"),
+    ("--report-tls-key", "GOODPUT_REPORT_TLS_KEY", "", str, "the certificate's private key"),
+    ("--probe-namespace", "GOODPUT_PROBE_NAMESPACE", "goodput-system", str,
+     "namespace of the SDC probe Jobs (its pods may report probes)"),
+    ("--probe-image", "GOODPUT_PROBE_IMAGE", f"goodput-operator:{__version__}", str,
+     "image of the probe Jobs (default: the operator's own)"),
+    ("--prometheus-url", "GOODPUT_PROMETHEUS_URL", "http://127.0.0.1:9090", str,
+     "Prometheus for autoscaling (an endpoint's scaling.prometheusUrl overrides it)"),
+    ("--lease-namespace", "GOODPUT_LEASE_NAMESPACE", "", str,
+     "namespace of the leader-election Lease (default: $POD_NAMESPACE, else goodput-system)"),
+    ("--lease-name", "GOODPUT_LEASE_NAME", "goodput-operator", str,
+     "name of the leader-election Lease"),
+]
+
+
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     env = os.environ.get
     parser = argparse.ArgumentParser(prog="goodput-operator", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--namespace", "-n", action="append",
                         default=[n for n in env("GOODPUT_NAMESPACES", "").split(",") if n],
-                        help="watch only this namespace (repeatable); default: all")
-    parser.add_argument("--health-port", type=int, default=int(env("GOODPUT_HEALTH_PORT",
-                                                                  "8080")),
-                        help="port of /healthz (0: off)")
-    parser.add_argument("--metrics-port", type=int, default=int(env("GOODPUT_METRICS_PORT",
-                                                                   "9090")),
-                        help="port of /metrics (0: off)")
-    parser.add_argument("--report-port", type=int, default=int(env("GOODPUT_REPORT_PORT",
-                                                                  "8081")),
-                        help="port of the workers' report channel /v1/reports (0: off)")
-    parser.add_argument("--report-url", default=env("GOODPUT_REPORT_URL", ""),
-                        help="the URL workers reach the report channel at (given to their "
-                             "pods), e.g. https://goodput-operator.goodput-system.svc:8081")
-    parser.add_argument("--report-tls-cert", default=env("GOODPUT_REPORT_TLS_CERT"),
-                        help="serve the report channel over TLS with this certificate")
-    parser.add_argument("--report-tls-key", default=env("GOODPUT_REPORT_TLS_KEY"),
-                        help="the certificate's private key")
-    parser.add_argument("--probe-namespace", default=env("GOODPUT_PROBE_NAMESPACE",
-                                                         "goodput-system"),
-                        help="namespace of the SDC probe Jobs (its pods may report probes)")
-    parser.add_argument("--probe-image", default=env("GOODPUT_PROBE_IMAGE",
-                                                     f"goodput-operator:{__version__}"),
-                        help="image of the probe Jobs (default: the operator's own)")
-    parser.add_argument("--prometheus-url", default=env("GOODPUT_PROMETHEUS_URL",
-                                                        "http://127.0.0.1:9090"),
-                        help="Prometheus for autoscaling (an endpoint's "
-                             "scaling.prometheusUrl overrides it)")
+                        help="watch only this namespace (repeatable) [GOODPUT_NAMESPACES, "
+                             "comma-separated]; default: every namespace")
+    for flag, variable, default, kind, text in FLAGS:
+        parser.add_argument(flag, type=kind, default=kind(env(variable, default)),
+                            help=f"{text} [{variable}]")
+    parser.add_argument("--leader-election", action=argparse.BooleanOptionalAction,
+                        default=env("GOODPUT_LEADER_ELECTION", "false") == "true",
+                        help="run as one of several replicas: only the holder of the Lease "
+                             "acts, the others keep their caches warm and take over "
+                             "[GOODPUT_LEADER_ELECTION=true]")
     parser.add_argument("--log-format", choices=["text", "json"],
-                        default=env("GOODPUT_LOG_FORMAT", "text"))
-    parser.add_argument("--verbose", "-v", action="store_true")
-    return parser.parse_args(argv)
+                        default=env("GOODPUT_LOG_FORMAT", "text"), help="[GOODPUT_LOG_FORMAT]")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        default=env("GOODPUT_VERBOSE", "false") == "true",
+                        help="debug logs [GOODPUT_VERBOSE=true]")
+    args = parser.parse_args(argv)
+    args.lease_namespace = args.lease_namespace or env("POD_NAMESPACE") or "goodput-system"
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    env_get = os.environ.get
     args = parse(argv)
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if args.log_format == "json" else logging.Formatter(
@@ -89,33 +102,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     from goodput_operator.controllers import handlers  # registers the handlers
     from goodput_operator.controllers.kube import Kube
 
+    options = handlers.OPTIONS
     try:
-        handlers.KUBE = Kube()
+        options.kube = Kube()
     except ConfigException as err:
         print(f"goodput-operator: error: no cluster to talk to ({err}); run it in a pod with "
               "a service account, or set KUBECONFIG", file=sys.stderr)
         return 2
 
-    handlers.REPORT_PORT = args.report_port
+    options.report_port = args.report_port
+    options.health_port = args.health_port
+    options.namespaces = args.namespace or None
+    options.leader_election = args.leader_election
+    options.lease_namespace, options.lease_name = args.lease_namespace, args.lease_name
+    options.pod_namespace = env_get("POD_NAMESPACE", "")
+    options.pod_name = env_get("POD_NAME", "")
+    # unique per process, as client-go's: a restarted container must not inherit the lease
+    options.identity = f"{options.pod_name or options.identity}_{uuid.uuid4().hex[:8]}"
     handlers.STATE.probe_namespace = args.probe_namespace
     handlers.STATE.probe_image = args.probe_image
     handlers.STATE.prometheus_url = args.prometheus_url
     handlers.STATE.report_url = args.report_url or (
         f"http://127.0.0.1:{args.report_port}" if args.report_port else "")
     if args.report_tls_cert:
-        handlers.REPORT_TLS = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        handlers.REPORT_TLS.load_cert_chain(args.report_tls_cert, args.report_tls_key)
+        options.report_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        options.report_tls.load_cert_chain(args.report_tls_cert, args.report_tls_key)
     if args.metrics_port:
         start_http_server(args.metrics_port, addr="0.0.0.0")
-    liveness = f"http://0.0.0.0:{args.health_port}/healthz" if args.health_port else None
-    namespaces = args.namespace or None
+    namespaces = options.namespaces
     try:
         asyncio.run(kopf.operator(
             standalone=True, clusterwide=namespaces is None, namespaces=namespaces or (),
-            liveness_endpoint=liveness))
+            stop_flag=options.stop))
     except KeyboardInterrupt:
         return 130
-    return 0
+    return 1 if options.lost_leadership else 0
 
 
 if __name__ == "__main__":

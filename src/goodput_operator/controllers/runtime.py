@@ -1,0 +1,161 @@
+"""The operator process around the controllers: the initial sync and the health endpoints.
+
+The reconcile loop must not run on a half-filled cache: a node missing from it reads as "the
+node left the group" and restarts a healthy gang. So before kopf starts its watches the
+startup handler lists every object once (`prime`); the watches then only bring newer
+versions. Readiness means "this process sees the cluster": primed, the API server answered
+recently, and the loop (when this replica leads) finished a pass recently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from goodput_operator.api.base import GROUP, VERSION, describe_errors
+from goodput_operator.controllers.kube import Kube, Obj
+from goodput_operator.controllers.state import State
+from goodput_operator.resources.inference import ENDPOINT_LABEL
+from goodput_operator.resources.trainingjob import JOB_LABEL
+
+log = logging.getLogger("goodput.runtime")
+PAGE = 500  # objects per list request: bounded memory per response on large fleets
+
+
+def tracked_pod(pod: Obj) -> bool:
+    """Pods the operator keeps: ours, and any that request a device (they occupy nodes)."""
+    labels = pod["metadata"].get("labels") or {}
+    return JOB_LABEL in labels or ENDPOINT_LABEL in labels or any(
+        "/" in resource for container in pod.get("spec", {}).get("containers") or []
+        for resource in (container.get("resources") or {}).get("requests") or {})
+
+
+def accept_group(state: State, body: Obj) -> None:
+    """An UltraServerGroup the API server stored but our model refuses (a newer schema, a
+    hand-edited object) is logged and skipped: one bad group must not stop the operator."""
+    try:
+        state.upsert_group(body)
+    except ValidationError as err:
+        log.error("UltraServerGroup %s is invalid and ignored: %s", body["metadata"]["name"],
+                  describe_errors(err))
+
+
+def list_all(kube: Kube, path: str) -> list[Obj]:
+    """Every object at the API PATH (a list URL), page by page, as plain JSON dicts."""
+    items: list[Obj] = []
+    token = ""
+    while True:
+        query: list[tuple[str, Any]] = [("limit", PAGE)] + ([("continue", token)] if token
+                                                            else [])
+        page = kube.get_json(path, query)
+        kind = page.get("kind", "List").removesuffix("List")
+        for item in page.get("items") or []:
+            item.setdefault("kind", kind)
+            items.append(item)
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return items
+
+
+def _paths(plural: str, namespaces: list[str] | None, core: bool = False) -> list[str]:
+    base = "/api/v1" if core else f"/apis/{GROUP}/{VERSION}"
+    if not namespaces:
+        return [f"{base}/{plural}"]
+    return [f"{base}/namespaces/{ns}/{plural}" for ns in namespaces]
+
+
+async def prime(state: State, kube: Kube, namespaces: list[str] | None = None) -> None:
+    """Fill STATE with every group, node, tracked pod, job and endpoint the operator
+    watches, so that its first pass sees the whole cluster."""
+    started = time.perf_counter()
+
+    async def fetch(path: str) -> list[Obj]:
+        return await asyncio.to_thread(list_all, kube, path)
+
+    for group in await fetch(f"/apis/{GROUP}/{VERSION}/ultraservergroups"):
+        accept_group(state, group)
+    for node in await fetch("/api/v1/nodes"):
+        state.upsert_node(node)
+    counts = {"pods": 0, "trainingjobs": 0, "inferenceendpoints": 0}
+    for path in _paths("pods", namespaces, core=True):
+        for pod in await fetch(path):
+            if tracked_pod(pod):
+                state.upsert_pod(pod)
+                counts["pods"] += 1
+    for plural, upsert in (("trainingjobs", state.upsert_job),
+                           ("inferenceendpoints", state.upsert_endpoint)):
+        for path in _paths(plural, namespaces):
+            for obj in await fetch(path):
+                upsert(obj)
+                counts[plural] += 1
+    state.primed = True
+    log.info("initial sync: %d groups, %d nodes, %d pods, %d jobs, %d endpoints in %.1fs",
+             len(state.groups), len(state.nodes), counts["pods"], counts["trainingjobs"],
+             counts["inferenceendpoints"], time.perf_counter() - started)
+
+
+@dataclass
+class Health:
+    """/healthz (liveness) and /readyz (readiness) on one port.
+
+    Live: the loop is not wedged (a leading replica finished a pass in the last
+    `stuck_seconds`). Ready: primed, the API server answered within `api_seconds`, and a
+    leading replica's loop is live. A standby replica is ready once primed: it serves
+    metrics and must not block a rolling update."""
+    state: State
+    kube: Kube
+    leading: Callable[[], bool] = lambda: True
+    api_seconds: float = 30.0
+    stuck_seconds: float = 300.0
+    _api_ok_at: float = 0.0
+    _runner: web.AppRunner | None = field(default=None, repr=False)
+
+    def live(self, now: float) -> tuple[bool, str]:
+        if self.leading() and self.state.primed and self.state.last_pass and \
+                now - self.state.last_pass > self.stuck_seconds:
+            return False, f"no reconcile pass for {now - self.state.last_pass:.0f}s"
+        return True, "ok"
+
+    async def ready(self, now: float) -> tuple[bool, str]:
+        if not self.state.primed:
+            return False, "initial sync not finished"
+        if now - self._api_ok_at > self.api_seconds / 3:
+            try:
+                await asyncio.wait_for(asyncio.to_thread(self._ping), timeout=5)
+                self._api_ok_at = now
+            except Exception as err:  # any failure means "cannot see"
+                log.warning("readiness: the API server did not answer: %s", err)
+        if now - self._api_ok_at > self.api_seconds:
+            return False, f"no answer from the API server for {now - self._api_ok_at:.0f}s"
+        return self.live(now)
+
+    def _ping(self) -> None:
+        self.kube.get_json("/version")
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        ok, why = self.live(time.time())
+        return web.json_response({"ok": ok, "reason": why}, status=200 if ok else 503)
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        ok, why = await self.ready(time.time())
+        return web.json_response({"ok": ok, "reason": why, "leader": self.leading()},
+                                 status=200 if ok else 503)
+
+    async def start(self, port: int, host: str = "0.0.0.0") -> None:
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()

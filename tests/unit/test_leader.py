@@ -1,0 +1,62 @@
+"""Leader election: when a replica may write the Lease (pure decision, table-tested)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from goodput_operator.controllers.leader import Observed, micro_time, next_record
+
+ME, OTHER = "op-a_1", "op-b_2"
+T0 = 1_800_000_000.0
+
+
+def lease(holder: str, renewed: str = "2027-01-15T08:00:00.000000Z", duration: int = 15,
+          transitions: int = 0) -> dict[str, Any]:
+    return {"metadata": {"resourceVersion": "7"},
+            "spec": {"holderIdentity": holder, "renewTime": renewed,
+                     "acquireTime": "2027-01-15T07:00:00.000000Z",
+                     "leaseDurationSeconds": duration, "leaseTransitions": transitions}}
+
+
+def seen(record: dict[str, Any], at: float) -> Observed:
+    spec = record["spec"]
+    return Observed(spec["holderIdentity"], spec["renewTime"], "7", at)
+
+
+@pytest.mark.parametrize(("case", "current", "observed_at", "now", "expect"), [
+    ("no lease yet: create it", None, None, 100.0, "take"),
+    ("released lease (empty holder): take at once", lease(""), 100.0, 100.0, "take"),
+    ("our own lease: renew", lease(ME), 0.0, 100.0, "renew"),
+    ("another's live lease: wait", lease(OTHER), 95.0, 100.0, None),
+    ("another's lease seen unchanged for its whole duration: take over", lease(OTHER), 85.0,
+     100.0, "take"),
+    ("a longer lease duration is honoured", lease(OTHER, duration=60), 85.0, 100.0, None),
+])
+def test_who_may_write_the_lease(case: str, current: dict[str, Any] | None,
+                                 observed_at: float | None, now: float,
+                                 expect: str | None) -> None:
+    observed = seen(current, observed_at) if current and observed_at is not None else None
+    record = next_record(current, ME, observed, T0, now, 15.0)
+    if expect is None:
+        assert record is None, case
+        return
+    assert record is not None, case
+    assert record["holderIdentity"] == ME
+    assert record["renewTime"] == micro_time(T0)
+    held_before = current and current["spec"]["holderIdentity"] == ME
+    assert (record["acquireTime"] == micro_time(T0)) == (not held_before), case
+    transitions = 1 if current and current["spec"]["holderIdentity"] not in ("", ME) else 0
+    assert record["leaseTransitions"] == transitions, case
+
+
+def test_a_record_that_just_changed_means_its_holder_is_alive() -> None:
+    """Expiry is measured from when this replica saw the record change, not from the
+    holder's clock: a renewal we have not observed yet never looks expired."""
+    stale_view = Observed(OTHER, "2027-01-15T07:59:00.000000Z", "6", 0.0)
+    assert next_record(lease(OTHER), ME, stale_view, T0, 1000.0, 15.0) is None
+
+
+def test_micro_time_is_the_api_servers_format() -> None:
+    assert micro_time(0.5) == "1970-01-01T00:00:00.500000Z"

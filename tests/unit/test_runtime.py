@@ -1,0 +1,47 @@
+"""The process around the controllers: which pods are tracked, and what health means."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from goodput_operator.controllers.runtime import Health, tracked_pod
+from goodput_operator.controllers.state import State
+
+
+def pod(labels: dict[str, str] | None = None, requests: dict[str, str] | None = None
+        ) -> dict[str, Any]:
+    return {"metadata": {"name": "p", "labels": labels or {}},
+            "spec": {"containers": [{"resources": {"requests": requests or {}}}]}}
+
+
+@pytest.mark.parametrize(("case", "body", "tracked"), [
+    ("a TrainingJob worker", pod({"goodput.dev/trainingjob": "j"}), True),
+    ("an InferenceEndpoint replica", pod({"goodput.dev/inferenceendpoint": "e"}), True),
+    ("anyone's pod that requests a device occupies a node",
+     pod(requests={"nvidia.com/gpu": "8", "cpu": "1"}), True),
+    ("a CPU-only pod of someone else", pod(requests={"cpu": "1", "memory": "1Gi"}), False),
+    ("a pod without resources", {"metadata": {"name": "p"}, "spec": {}}, False),
+])
+def test_tracked_pods(case: str, body: dict[str, Any], tracked: bool) -> None:
+    assert tracked_pod(body) is tracked, case
+
+
+@pytest.mark.parametrize(("case", "leading", "last_pass", "live"), [
+    ("a leader whose loop just passed", True, 990.0, True),
+    ("a leader whose loop is wedged", True, 600.0, False),
+    ("a standby runs no loop and is live", False, 0.0, True),
+    ("a leader before its first pass", True, 0.0, True),
+])
+def test_liveness(case: str, leading: bool, last_pass: float, live: bool) -> None:
+    state = State()
+    state.primed, state.last_pass = True, last_pass
+    health = Health(state, kube=None, leading=lambda: leading)  # type: ignore[arg-type]
+    assert health.live(1000.0)[0] is live, case
+
+
+def test_not_ready_before_the_initial_sync() -> None:
+    health = Health(State(), kube=None)  # type: ignore[arg-type]
+    assert asyncio.run(health.ready(1000.0)) == (False, "initial sync not finished")
