@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests import helm
 from tests.conftest import Cluster, wait_for
 
 
@@ -29,9 +31,12 @@ def free_port() -> int:
 class Operator:
     """`goodput-operator` as a subprocess; restartable; its log kept for failures."""
 
-    def __init__(self, cluster: Cluster, log: Path) -> None:
+    def __init__(self, cluster: Cluster, log: Path, kubeconfig: Path | None = None,
+                 extra_args: tuple[str, ...] = ()) -> None:
         self.cluster = cluster
         self.log = log
+        self.kubeconfig = kubeconfig or cluster.kubeconfig  # whose credentials it acts with
+        self.extra_args = extra_args
         self.proc: subprocess.Popen[bytes] | None = None
         self.health_port = free_port()
         self.metrics_port = free_port()
@@ -40,7 +45,7 @@ class Operator:
         self.report_url = f"http://127.0.0.1:{self.report_port}"
 
     def start(self) -> None:
-        env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         self.cluster.kubectl("create", "namespace", self.probe_namespace, check=False)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
@@ -48,7 +53,7 @@ class Operator:
                  "--health-port", str(self.health_port),
                  "--metrics-port", str(self.metrics_port),
                  "--report-port", str(self.report_port),
-                 "--probe-namespace", self.probe_namespace],
+                 "--probe-namespace", self.probe_namespace, *self.extra_args],
                 env=env, stdout=out, stderr=subprocess.STDOUT)
         wait_for(self.healthy, timeout=60, what="operator /healthz")
 
@@ -62,6 +67,15 @@ class Operator:
                 return bool(response.status == 200)
         except OSError:
             return False
+
+    def readiness(self) -> dict[str, Any]:
+        """/readyz's answer (ok, reason, leader), whatever its status code."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz",
+                                        timeout=5) as response:
+                return dict(json.loads(response.read()))
+        except urllib.error.HTTPError as err:
+            return dict(json.loads(err.read()))
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
@@ -78,10 +92,36 @@ class Operator:
         self.proc = None
 
 
+CHART_RELEASE = "goodput-e2e"  # installed once per session; its namespace holds the Lease
+CHART_NAMESPACE = "goodput-e2e"
+CHART_VALUES = {"replicaCount": 0, "probeNamespace": "goodput-probes",
+                "dashboards": {"enabled": False}}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The RBAC audit reads what every other e2e test made the operator do: it runs last."""
+    items.sort(key=lambda item: item.name.startswith("test_chart_rbac"))
+
+
 @pytest.fixture(scope="session")
-def operator(crds: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+def chart_kubeconfig(crds: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The chart installed (no replicas: the operator runs here, as a process) and a
+    kubeconfig holding a token of the chart's ServiceAccount. Every e2e test runs the
+    operator with it, so a verb missing from the chart's RBAC fails a scenario, and one
+    the operator never uses fails test_chart_rbac.py."""
+    crds.kubectl("create", "namespace", "goodput-probes", check=False)
+    helm.install(crds.kubeconfig, CHART_RELEASE, CHART_NAMESPACE, **CHART_VALUES)
+    token = crds.kubectl("create", "token", helm.account_name(CHART_RELEASE), "-n",
+                         CHART_NAMESPACE, "--duration=6h").stdout.strip()
+    return helm.service_account_kubeconfig(
+        crds.kubeconfig, token, tmp_path_factory.mktemp("chart") / "kubeconfig")
+
+
+@pytest.fixture(scope="session")
+def operator(crds: Cluster, chart_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[Operator]:
     log = tmp_path_factory.mktemp("operator") / "operator.log"
-    running = Operator(crds, log)
+    running = Operator(crds, log, chart_kubeconfig)
     running.start()
     yield running
     running.stop()

@@ -6,32 +6,21 @@ import json
 import re
 from pathlib import Path
 
-from prometheus_client import REGISTRY
+from goodput_operator import metrics
 
-import goodput_operator.metrics  # noqa: F401  (registers the operator's metrics)
-
-DASHBOARD = Path(__file__).resolve().parents[2] / "charts/goodput-operator/dashboards" \
-    / "goodput-operator.json"
-SUFFIXES = ("_bucket", "_sum", "_count", "_total", "_created")
-
-
-def exported() -> set[str]:
-    names = set()
-    for collector in REGISTRY.collect():
-        if collector.name.startswith("goodput_"):
-            names.add(collector.name)
-            names.update(collector.name + s for s in SUFFIXES)
-    return names
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "charts/goodput-operator/dashboards/goodput-operator.json"
+METRIC = re.compile(r"\bgoodput_[a-z_]+")
 
 
 def test_every_panel_queries_metrics_the_operator_exports() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
-    known = exported()
+    known = metrics.series_names()
     seen = set()
     for panel in dashboard["panels"]:
         assert panel["targets"], panel["title"]
         for target in panel["targets"]:
-            names = set(re.findall(r"\bgoodput_[a-z_]+", target["expr"]))
+            names = set(METRIC.findall(target["expr"]))
             assert names, f"{panel['title']}: no goodput_ metric in {target['expr']}"
             assert names <= known, f"{panel['title']}: unknown {names - known}"
             seen |= names
@@ -39,3 +28,19 @@ def test_every_panel_queries_metrics_the_operator_exports() -> None:
                    "goodput_recovery_seconds_bucket", "goodput_quarantined_nodes",
                    "goodput_scaling_decisions_total", "goodput_accelerators_allocated"):
         assert wanted in seen, wanted
+
+
+def test_the_metrics_reference_is_current() -> None:
+    """docs/metrics.md is generated: `python -m goodput_operator.metrics > docs/metrics.md`."""
+    assert (ROOT / "docs/metrics.md").read_text() == metrics.reference()
+
+
+def test_the_operating_guide_documents_every_setting() -> None:
+    from goodput_operator.operator.main import FLAGS
+
+    guide = (ROOT / "docs/operating.md").read_text()
+    for flag, variable, *_ in FLAGS:
+        assert f"`{flag}" in guide and variable in guide, flag
+    for variable in ("GOODPUT_NAMESPACES", "GOODPUT_LEADER_ELECTION", "GOODPUT_LOG_FORMAT",
+                     "GOODPUT_VERBOSE"):
+        assert variable in guide, variable

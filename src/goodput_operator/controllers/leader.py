@@ -61,7 +61,7 @@ def next_record(lease: Obj | None, identity: str, seen: Observed | None, now: fl
             "acquireTime": stamp if taking else spec.get("acquireTime", stamp),
             "renewTime": stamp,
             "leaseTransitions": int(spec.get("leaseTransitions") or 0) + (
-                1 if taking and holder else 0)}
+                1 if taking and lease is not None else 0)}
 
 
 class LeaderElection:

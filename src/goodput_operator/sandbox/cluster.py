@@ -45,6 +45,7 @@ STAGE_FILES = (
 )
 
 OWN_STAGES = Path(__file__).parent / "stages"  # ours, e.g. pods that succeed on demand
+AUDIT_POLICY = Path(__file__).parent / "audit-policy.yaml"
 Progress = Callable[[str], None]
 
 
@@ -130,6 +131,11 @@ class Sandbox:
             raise SandboxError(f"kubectl {' '.join(args[:2])} failed: {proc.stderr.strip()}")
         return proc
 
+    @property
+    def audit_log(self) -> Path:
+        """What service accounts did (AUDIT_POLICY), one JSON event per line."""
+        return build.cache_root() / "kwok" / "clusters" / self.name / "logs" / "audit.log"
+
     def kwokctl_config(self, binaries: dict[str, Path]) -> str:
         """The KwokctlConfiguration plus the stage documents, as one YAML stream."""
         kube_dir = binaries["kube-apiserver"].parent
@@ -150,6 +156,7 @@ class Sandbox:
             # failures flip Ready at once through the chaos stage, and faster heartbeats
             # would load a 2-core machine running thousands of simulated nodes.
             "disableQPSLimits": True,
+            "kubeAuditPolicy": str(AUDIT_POLICY),
         }
         config = {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",

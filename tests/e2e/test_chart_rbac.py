@@ -1,0 +1,37 @@
+"""The chart's RBAC is exactly what the operator uses: every e2e scenario runs the operator
+with a token of the chart's ServiceAccount, and the API server's audit log says what it did.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests import helm
+from tests.conftest import Cluster
+from tests.e2e.conftest import CHART_NAMESPACE, CHART_RELEASE, CHART_VALUES
+
+E2E = Path(__file__).parent
+
+
+def test_chart_rbac_is_exactly_what_the_operator_used(crds: Cluster, chart_kubeconfig: Path,
+                                                      request: pytest.FixtureRequest) -> None:
+    """Runs last (tests/e2e/conftest.py orders it): nothing refused to the operator; and,
+    when the whole e2e suite ran, every granted verb was used at least once."""
+    if not crds.is_sandbox:
+        pytest.skip("reads the sandbox API server's audit log")
+    from goodput_operator.sandbox.cluster import Sandbox
+
+    assert crds.sandbox_name
+    account = f"system:serviceaccount:{CHART_NAMESPACE}:{helm.account_name(CHART_RELEASE)}"
+    used, refused = helm.audited(Sandbox(crds.sandbox_name).audit_log, account)
+    assert used, f"no request by {account} in the audit log: is auditing on?"
+    assert not refused, "the chart's RBAC refused the operator:\n" + "\n".join(refused)
+    grants = helm.granted(CHART_RELEASE, CHART_NAMESPACE, **CHART_VALUES)
+    assert all(any(helm.covers(g, u) for g in grants) for u in used)  # else it was refused
+    ran = {Path(str(item.fspath)).name for item in request.session.items}
+    if not {p.name for p in E2E.glob("test_*.py")} <= ran:
+        pytest.skip("the unused-permission half needs the whole e2e suite")
+    unused = sorted(g for g in grants if not any(helm.covers(g, u) for u in used))
+    assert not unused, f"the chart grants permissions the operator never used: {unused}"
