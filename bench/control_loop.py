@@ -110,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
                       "accelerator": {"perNode": 16}, "nodesPerDomain": 4}}
     results: dict[int, dict[str, list[float]]] = {}
     with operator_sandbox(NAME, FLEET, group, wait_seconds=600) as box:
-        time.sleep(3)  # the operator lists nodes and pods
         bench = Bench(box)
         for workers in sizes:
             results[workers] = {"ours": [], "baseline": []}

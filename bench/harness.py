@@ -1,13 +1,17 @@
-"""What the sandbox benchmarks share: a fresh sandbox with the CRDs, an UltraServerGroup,
-and the operator running as a process, torn down afterwards."""
+"""What the sandbox benchmarks share: a fresh sandbox with the CRDs and an UltraServerGroup,
+and the operator running as a process (restartable, its metrics and memory readable)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,12 +21,72 @@ from goodput_operator.sandbox import cluster
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(current, peak) resident memory of PID in MiB, from /proc."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text()
+                  .splitlines() if ":" in line)
+    return (int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024)
+
+
+class OperatorProcess:
+    """`goodput-operator` on the sandbox's kubeconfig, logging to LOG (appended)."""
+
+    def __init__(self, box: cluster.Sandbox, log: Path) -> None:
+        self.box, self.log = box, log
+        self.metrics_port, self.health_port = free_port(), free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.log, "a") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "goodput_operator.operator.main",
+                 "--health-port", str(self.health_port),
+                 "--metrics-port", str(self.metrics_port), "--report-port", "0"],
+                env={**os.environ, "KUBECONFIG": str(self.box.kubeconfig)}, stdout=out,
+                stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=60)
+        self.proc = None
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/readyz",
+                                        timeout=5) as response:
+                return bool(response.status == 200)
+        except (OSError, urllib.error.HTTPError):
+            return False
+
+    def metrics(self) -> dict[str, float]:
+        """Every goodput_ sample as {'name{labels}': value}."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                    timeout=10) as response:
+            text = response.read().decode()
+        samples = {}
+        for line in text.splitlines():
+            if line.startswith("goodput_"):
+                key, value = line.rsplit(" ", 1)
+                samples[key] = float(value)
+        return samples
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+
 @contextlib.contextmanager
-def operator_sandbox(name: str, fleet: str, group: dict[str, Any],
-                     namespaces: Sequence[str] = (),
-                     wait_seconds: float = 120) -> Iterator[cluster.Sandbox]:
-    """Sandbox NAME (recreated) with FLEET, the CRDs, GROUP and NAMESPACES; the operator
-    logs to operator.log in the sandbox's home."""
+def sandbox(name: str, fleet: str, group: dict[str, Any], namespaces: Sequence[str] = (),
+            wait_seconds: float = 120) -> Iterator[cluster.Sandbox]:
+    """Sandbox NAME (recreated) with FLEET, the CRDs, GROUP and NAMESPACES; deleted after."""
     box = cluster.Sandbox(name)
     if box.is_running():
         cluster.down(box)
@@ -34,16 +98,31 @@ def operator_sandbox(name: str, fleet: str, group: dict[str, Any],
         for namespace in namespaces:
             box.kubectl("create", "namespace", namespace)
         box.kubectl("apply", "--server-side", "-f", "-", input_text=json.dumps(group))
-        with open(Path(box.home) / "operator.log", "w") as log:
-            operator = subprocess.Popen(
-                [sys.executable, "-m", "goodput_operator.operator.main", "--health-port", "0",
-                 "--metrics-port", "0", "--report-port", "0"],
-                env={**os.environ, "KUBECONFIG": str(box.kubeconfig)}, stdout=log,
-                stderr=subprocess.STDOUT)
-            try:
-                yield box
-            finally:
-                operator.terminate()
-                operator.wait(timeout=30)
+        yield box
     finally:
         cluster.down(box)
+
+
+@contextlib.contextmanager
+def operator_sandbox(name: str, fleet: str, group: dict[str, Any],
+                     namespaces: Sequence[str] = (),
+                     wait_seconds: float = 120) -> Iterator[cluster.Sandbox]:
+    """`sandbox` with the operator running (logging to operator.log in its home), ready."""
+    with sandbox(name, fleet, group, namespaces, wait_seconds) as box:
+        operator = OperatorProcess(box, Path(box.home) / "operator.log")
+        operator.start()
+        try:
+            wait_until(operator.ready, 120, "operator ready")
+            yield box
+        finally:
+            operator.stop()
+
+
+def wait_until(probe: Any, timeout: float, what: str, interval: float = 0.2) -> float:
+    """Poll PROBE until truthy; the seconds it took. Raises after TIMEOUT."""
+    started = time.monotonic()
+    while not probe():
+        if time.monotonic() - started > timeout:
+            raise RuntimeError(f"timed out after {timeout:.0f}s: {what}")
+        time.sleep(interval)
+    return time.monotonic() - started

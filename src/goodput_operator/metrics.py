@@ -22,8 +22,10 @@ PENDING_SECONDS = Histogram(
 RECONCILE_ERRORS = Counter("goodput_reconcile_errors_total",
                            "Reconcile passes of one object that raised", ["kind"])
 RECONCILE_SECONDS = Histogram("goodput_reconcile_pass_seconds",
-                              "One pass over every TrainingJob",
-                              buckets=(0.001, 0.01, 0.05, 0.1, 0.5, 1, 5))
+                              "One pass over every group, TrainingJob and InferenceEndpoint "
+                              "(the longest any change waits to be acted on)",
+                              buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1,
+                                       1.5, 2, 3, 5, 10, 30))
 QUARANTINES = Counter("goodput_quarantines_total", "Nodes quarantined, by group and reason",
                       ["group", "reason"])
 QUARANTINED = Gauge("goodput_quarantined_nodes", "Nodes in quarantine", ["group"])
@@ -59,6 +61,9 @@ STORM_GUARD = Gauge("goodput_storm_guard_active",
 SCALING_LIMITED = Gauge("goodput_scaling_limited",
                         "1 while an endpoint wants more replicas than it may have",
                         ["namespace", "inferenceendpoint"])
+API_REQUESTS = Counter("goodput_api_requests_total",
+                       "Requests the operator sent to the API server (watches not counted)",
+                       ["method"])
 
 
 SERIES_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),

@@ -16,10 +16,24 @@ from typing import Any, cast
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from goodput_operator import metrics
 from goodput_operator.api.base import GROUP, VERSION
 
 Obj = dict[str, Any]
 log = logging.getLogger("goodput.kube")
+
+
+def _count_requests(api_client: client.ApiClient) -> None:
+    """Count every request this client sends (goodput_api_requests_total{method}): the
+    operator's load on the API server, beside kopf's few long-lived watches."""
+    rest = api_client.rest_client
+    send = rest.request
+
+    def counted(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        metrics.API_REQUESTS.labels(method).inc()
+        return send(method, url, *args, **kwargs)  # type: ignore[no-untyped-call]
+
+    rest.request = counted  # type: ignore[method-assign]
 
 
 class Kube:
@@ -35,6 +49,7 @@ class Kube:
         self.custom = client.CustomObjectsApi(api_client)
         self.authentication = client.AuthenticationV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
+        _count_requests(api_client)
 
     def get_json(self, path: str, query: list[tuple[str, Any]] | None = None) -> Obj:
         """GET an API PATH as plain JSON (no model round trip: lists of thousands of pods

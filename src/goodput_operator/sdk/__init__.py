@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import ssl
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -45,11 +46,13 @@ class Reporter:
 
     def __init__(self, url: str | None = None, token: str | None = None,
                  token_path: str | None = None, timeout: float = 10.0,
-                 ca_file: str | None = None, job: str | None = None) -> None:
+                 ca_file: str | None = None, job: str | None = None, retries: int = 3
+                 ) -> None:
         self.url = (url or os.environ.get("GOODPUT_REPORT_URL", "")).rstrip("/")
         self.token = token
         self.token_path = token_path or os.environ.get("GOODPUT_REPORT_TOKEN", TOKEN_PATH)
         self.timeout = timeout
+        self.retries = retries
         self.context = ssl.create_default_context(cafile=ca_file) if ca_file else None
         self.rank = int(os.environ.get("GOODPUT_RANK", "0") or 0)
         self.job = job or os.environ.get("GOODPUT_JOB") or None
@@ -60,6 +63,18 @@ class Reporter:
             Path(self.token_path).read_text().strip()
 
     def send(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST one report. A 503 (a standby operator replica answered during a leader
+        hand-over) or an unreachable operator is retried a few times with backoff."""
+        for attempt in range(self.retries + 1):
+            try:
+                return self._send_once(kind, body)
+            except ReportError as err:
+                if err.status not in (None, 503) or attempt == self.retries or not self.url:
+                    raise
+                time.sleep(min(4.0, 0.5 * 2 ** attempt))
+        raise AssertionError("unreachable")
+
+    def _send_once(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
         if not self.url:
             raise ReportError(None, "GOODPUT_REPORT_URL is not set: not running under the "
                                     "goodput operator?")

@@ -1,0 +1,243 @@
+"""Scale benchmark: the operator on a large simulated fleet.
+
+    python -m bench.scale [--quick] [--json] [--domains N] [--jobs J] [--endpoints E]
+
+On a sandbox with a synthetic Trn2 fleet (default 500 UltraServers = 2,000 nodes), apply J
+TrainingJobs (4 workers x 16 chips, one UltraServer each; default 200) and E
+InferenceEndpoints (R replicas of one worker x 2 chips; default 500 x 18), about 10k pods,
+and measure:
+- time until every job runs and every endpoint has all its replicas ready;
+- the operator's memory (RSS, peak), against kube-controller-manager and kube-scheduler
+  measured in the same run (Go controllers caching the same pods and nodes);
+- reconcile pass latency p50/p99 (every group, job and endpoint per pass: the longest a
+  change waits), from the operator's histogram, against the same on the idle fleet;
+- API requests per second the operator sends (its own counter; kopf's watches excluded);
+- an operator restart: time to ready and to its first full pass, and how many jobs it
+  restarted (must be 0: it continues from what the API server holds).
+Targets (issue 9): RSS <= 400 MB, p99 reconcile <= 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.harness import OperatorProcess, rss_mb, sandbox, wait_until
+from goodput_operator.sandbox import cluster
+
+NAME = "bench-scale"
+NAMESPACE = "scale"
+GROUP = {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
+         "metadata": {"name": "scale-trn2"},
+         "spec": {"nodeSelector": {"node.kubernetes.io/instance-type": "trn2u.48xlarge"},
+                  "domainLabel": "topology.k8s.aws/ultraserver-id",
+                  "networkLevels": ["topology.k8s.aws/network-node-layer-1",
+                                    "topology.k8s.aws/network-node-layer-2"],
+                  "accelerator": {"resource": "aws.amazon.com/neuron", "perNode": 16},
+                  "nodesPerDomain": 4}}
+TEMPLATE = {"spec": {"containers": [{"name": "main", "image": "example.com/app:1"}]}}
+PASS = "goodput_reconcile_pass_seconds"
+
+
+def training_job(index: int) -> dict[str, Any]:
+    return {"apiVersion": "goodput.dev/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"name": f"tj-{index:04d}", "namespace": NAMESPACE},
+            "spec": {"ultraServerGroup": "scale-trn2", "workers": 4,
+                     "acceleratorsPerWorker": 16, "template": TEMPLATE}}
+
+
+def endpoint(index: int, replicas: int) -> dict[str, Any]:
+    return {"apiVersion": "goodput.dev/v1alpha1", "kind": "InferenceEndpoint",
+            "metadata": {"name": f"ie-{index:04d}", "namespace": NAMESPACE},
+            "spec": {"ultraServerGroup": "scale-trn2", "model": {"name": f"m-{index}"},
+                     "replicaShape": {"workers": 1, "acceleratorsPerWorker": 2},
+                     "replicas": replicas, "template": TEMPLATE}}
+
+
+def apply_all(box: cluster.Sandbox, objects: list[dict[str, Any]]) -> None:
+    for start in range(0, len(objects), 100):
+        box.kubectl("apply", "--server-side", "-f", "-", timeout=300, input_text=json.dumps(
+            {"apiVersion": "v1", "kind": "List", "items": objects[start:start + 100]}))
+
+
+def listed(box: cluster.Sandbox, plural: str) -> list[dict[str, Any]]:
+    out = box.kubectl("get", plural, "-n", NAMESPACE, "-o", "json", timeout=300)
+    return list(json.loads(out.stdout)["items"])
+
+
+def all_running(box: cluster.Sandbox, jobs: int, endpoints: int, replicas: int
+                ) -> tuple[int, int]:
+    running = sum(1 for j in listed(box, "trainingjobs")
+                  if (j.get("status") or {}).get("phase") == "Running")
+    full = sum(1 for e in listed(box, "inferenceendpoints")
+               if (e.get("status") or {}).get("readyReplicas", 0) >= replicas)
+    return running, full
+
+
+def quantile(buckets: dict[float, float], q: float) -> float:
+    """histogram_quantile over cumulative BUCKETS {upper bound: count}, as Prometheus does."""
+    bounds = sorted(buckets)
+    total = buckets[bounds[-1]]
+    if total == 0:
+        return 0.0
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound in bounds:
+        if buckets[bound] >= rank:
+            if bound == float("inf"):
+                return lower
+            width = buckets[bound] - below
+            return lower + (bound - lower) * ((rank - below) / width if width else 1.0)
+        lower, below = bound, buckets[bound]
+    return lower
+
+
+def pass_buckets(samples: dict[str, float]) -> dict[float, float]:
+    found = {}
+    for key, value in samples.items():
+        if key.startswith(f"{PASS}_bucket"):
+            bound = key.split('le="', 1)[1].split('"', 1)[0]
+            found[float(bound)] = value
+    return found
+
+
+def minus(after: dict[float, float], before: dict[float, float]) -> dict[float, float]:
+    return {bound: count - before.get(bound, 0.0) for bound, count in after.items()}
+
+
+def api_requests(samples: dict[str, float]) -> float:
+    return sum(v for k, v in samples.items() if k.startswith("goodput_api_requests_total"))
+
+
+def component_rss(box: cluster.Sandbox, component: str) -> float:
+    found = subprocess.run(["pgrep", "-f", f"clusters/{box.name}/bin/{component}"],
+                           capture_output=True, text=True).stdout.split()
+    return rss_mb(int(found[0]))[0] if found else float("nan")
+
+
+def measure(domains: int, jobs: int, endpoints: int, replicas: int, window: float,
+            progress: bool = True) -> dict[str, Any]:
+    result: dict[str, Any] = {"nodes": domains * 4, "trainingjobs": jobs,
+                              "inferenceendpoints": endpoints,
+                              "pods": jobs * 4 + endpoints * replicas}
+    with sandbox(NAME, f"synthetic:trn2:{domains}", GROUP, [NAMESPACE],
+                 wait_seconds=1200) as box:
+        operator = OperatorProcess(box, Path(box.home) / "operator.log")
+        operator.start()
+        wait_until(operator.ready, 300, "operator ready on the idle fleet")
+        time.sleep(window / 2)  # a few idle passes
+        idle = operator.metrics()
+        result["idle_rss_mb"] = round(rss_mb(operator.pid)[0], 1)
+        result["idle_pass_p99_s"] = round(quantile(pass_buckets(idle), 0.99), 3)
+
+        started = time.monotonic()
+        apply_all(box, [training_job(i) for i in range(jobs)]
+                  + [endpoint(i, replicas) for i in range(endpoints)])
+        result["apply_s"] = round(time.monotonic() - started, 1)
+        last = 0.0
+
+        def done() -> bool:
+            nonlocal last
+            running, full = all_running(box, jobs, endpoints, replicas)
+            if progress and time.monotonic() - last > 15:
+                last = time.monotonic()
+                print(f"# {time.monotonic() - started:.0f}s: {running}/{jobs} jobs running, "
+                      f"{full}/{endpoints} endpoints ready, operator RSS "
+                      f"{rss_mb(operator.pid)[0]:.0f} MiB", file=sys.stderr, flush=True)
+            return running == jobs and full == endpoints
+
+        result["all_running_s"] = round(wait_until(done, 3600, "everything running", 2.0)
+                                        + result["apply_s"], 1)
+        before, t0 = operator.metrics(), time.monotonic()
+        time.sleep(window)
+        after, elapsed = operator.metrics(), time.monotonic() - t0
+        busy = minus(pass_buckets(after), pass_buckets(idle))
+        result["passes"] = int(busy[float("inf")])
+        result["pass_p50_s"] = round(quantile(busy, 0.5), 3)
+        result["pass_p99_s"] = round(quantile(busy, 0.99), 3)
+        steady = minus(pass_buckets(after), pass_buckets(before))
+        result["steady_pass_p99_s"] = round(quantile(steady, 0.99), 3)
+        result["api_rps_steady"] = round((api_requests(after) - api_requests(before))
+                                         / elapsed, 2)
+        result["api_requests_total"] = int(api_requests(after))
+        result["rss_mb"], result["peak_rss_mb"] = (round(v, 1) for v in rss_mb(operator.pid))
+        result["kcm_rss_mb"] = round(component_rss(box, "kube-controller-manager"), 1)
+        result["scheduler_rss_mb"] = round(component_rss(box, "kube-scheduler"), 1)
+
+        restarts = sum(int((j.get("status") or {}).get("restarts", 0))
+                       for j in listed(box, "trainingjobs"))
+        operator.stop()
+        t0 = time.monotonic()
+        operator.start()
+        result["restart_ready_s"] = round(wait_until(operator.ready, 600, "ready again"), 1)
+        result["restart_first_pass_s"] = round(wait_until(
+            lambda: operator.metrics().get(f"{PASS}_count", 0) >= 1, 600, "first pass")
+            + result["restart_ready_s"], 1)
+        time.sleep(window / 2)
+        running, full = all_running(box, jobs, endpoints, replicas)
+        result["after_restart_running"] = f"{running}/{jobs} jobs, {full}/{endpoints} endpoints"
+        result["jobs_restarted_by_operator_restart"] = sum(
+            int((j.get("status") or {}).get("restarts", 0))
+            for j in listed(box, "trainingjobs")) - restarts
+        result["restart_rss_mb"] = round(rss_mb(operator.pid)[1], 1)
+        del t0
+        operator.stop()
+    return result
+
+
+def table(r: dict[str, Any]) -> str:
+    rows = [
+        ("operator RSS (steady / peak), MiB", f"{r['rss_mb']} / {r['peak_rss_mb']}", "<= 400",
+         f"kube-controller-manager {r['kcm_rss_mb']}",
+         f"{r['peak_rss_mb'] / r['kcm_rss_mb']:.2f}x"),
+        ("", "", "", f"kube-scheduler {r['scheduler_rss_mb']}",
+         f"{r['peak_rss_mb'] / r['scheduler_rss_mb']:.2f}x"),
+        ("reconcile pass p50 / p99 under load, s", f"{r['pass_p50_s']} / {r['pass_p99_s']}",
+         "p99 <= 2", f"idle fleet p99 {r['idle_pass_p99_s']}",
+         f"{r['pass_p99_s'] / max(r['idle_pass_p99_s'], 0.001):.1f}x"),
+        ("reconcile pass p99 steady, s", r["steady_pass_p99_s"], "p99 <= 2", "", ""),
+        ("API requests/s, steady", r["api_rps_steady"], "", "", ""),
+        ("apply -> all running, s", r["all_running_s"], "", "", ""),
+        ("restart -> ready / first full pass, s",
+         f"{r['restart_ready_s']} / {r['restart_first_pass_s']}", "", "", ""),
+        ("jobs restarted by the operator restart", r["jobs_restarted_by_operator_restart"],
+         "0", "", ""),
+    ]
+    lines = [f"{r['nodes']} nodes, {r['trainingjobs']} TrainingJobs, "
+             f"{r['inferenceendpoints']} InferenceEndpoints, {r['pods']} pods; "
+             f"{r['passes']} passes measured",
+             "| metric | ours | target | baseline (same run) | ratio |", "|---|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} | {e} |" for a, b, c, d, e in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="200 nodes, 20 jobs, 50 endpoints x 8 replicas (~500 pods)")
+    parser.add_argument("--domains", type=int, help="UltraServers (4 nodes each)")
+    parser.add_argument("--jobs", type=int)
+    parser.add_argument("--endpoints", type=int)
+    parser.add_argument("--replicas", type=int, help="replicas per endpoint")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    sizes = (50, 20, 50, 8, 20.0) if args.quick else (500, 200, 500, 18, 60.0)
+    domains, jobs, endpoints, replicas = (
+        given if given is not None else default for given, default in zip(
+            (args.domains, args.jobs, args.endpoints, args.replicas), sizes[:4], strict=True))
+    if jobs > domains or jobs * 4 * 16 + endpoints * replicas * 2 > domains * 4 * 16:
+        parser.error("that many jobs and replicas do not fit the fleet")
+    result = measure(domains, jobs, endpoints, replicas, sizes[4])
+    print(table(result))
+    if args.json:
+        print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

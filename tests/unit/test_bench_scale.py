@@ -1,0 +1,30 @@
+"""The scale benchmark's arithmetic: quantiles from a Prometheus histogram."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from bench.scale import minus, pass_buckets, quantile
+
+INF = math.inf
+
+
+@pytest.mark.parametrize(("case", "buckets", "q", "expected"), [
+    ("no observations", {0.1: 0, 1.0: 0, INF: 0}, 0.99, 0.0),
+    ("all in the first bucket: interpolated from 0", {0.1: 10, 1.0: 10, INF: 10}, 0.5, 0.05),
+    ("the median in the second bucket", {0.1: 2, 1.0: 10, INF: 10}, 0.5, 0.1 + 0.9 * 3 / 8),
+    ("beyond the last finite bound: that bound", {0.1: 0, 1.0: 5, INF: 10}, 0.99, 1.0),
+])
+def test_quantile_as_prometheus_histogram_quantile(case: str, buckets: dict[float, float],
+                                                   q: float, expected: float) -> None:
+    assert quantile(buckets, q) == pytest.approx(expected), case
+
+
+def test_buckets_are_read_from_exposition_samples_and_subtracted() -> None:
+    before = pass_buckets({'goodput_reconcile_pass_seconds_bucket{le="0.5"}': 3.0,
+                           'goodput_reconcile_pass_seconds_bucket{le="+Inf"}': 4.0,
+                           "goodput_reconcile_pass_seconds_count": 4.0})
+    after = {0.5: 10.0, INF: 12.0}
+    assert before == {0.5: 3.0, INF: 4.0}
+    assert minus(after, before) == {0.5: 7.0, INF: 8.0}

@@ -1,0 +1,61 @@
+"""The workers' SDK: what it retries (a standby's 503, an unreachable operator) and what not."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
+
+import pytest
+
+from goodput_operator.sdk import Reporter, ReportError
+
+
+class Scripted(BaseHTTPRequestHandler):
+    answers: ClassVar[list[int]] = []
+    seen: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        self.seen.append(self.path)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        code = self.answers.pop(0)
+        body = {"ok": True} if code == 200 else {"error": f"scripted {code}"}
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(json.dumps(body).encode())
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = HTTPServer(("127.0.0.1", 0), Scripted)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    Scripted.seen.clear()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.mark.parametrize(("case", "answers", "outcome", "tries"), [
+    ("a standby answers during a hand-over, then the leader", [503, 503, 200], 200, 3),
+    ("a refusal is final: no retry", [403], 403, 1),
+    ("a malformed report is final", [400], 400, 1),
+    ("503 past the retry budget surfaces", [503, 503], 503, 2),
+])
+def test_what_the_reporter_retries(server: str, case: str, answers: list[int], outcome: int,
+                                   tries: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("time.sleep", lambda _: None)
+    Scripted.answers = list(answers)
+    reporter = Reporter(url=server, token="t", retries=1 if case.startswith("503 past")
+                        else 3)
+    if outcome == 200:
+        assert reporter.report_step(5) == {"ok": True}, case
+    else:
+        with pytest.raises(ReportError) as err:
+            reporter.report_step(5)
+        assert err.value.status == outcome, case
+    assert len(Scripted.seen) == tries, case
