@@ -21,11 +21,15 @@ PENDING_SECONDS = Histogram(
     buckets=(0.1, 0.5, 1, 5, 15, 60, 300, 1800, 7200))
 RECONCILE_ERRORS = Counter("goodput_reconcile_errors_total",
                            "Reconcile passes of one object that raised", ["kind"])
+PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30)
+RECONCILE_OBJECT_SECONDS = Histogram(
+    "goodput_reconcile_seconds",
+    "Applying one object's decision (its API writes), as controller-runtime's reconcile time",
+    ["kind"], buckets=PASS_BUCKETS)
 RECONCILE_SECONDS = Histogram("goodput_reconcile_pass_seconds",
                               "One pass over every group, TrainingJob and InferenceEndpoint "
                               "(the longest any change waits to be acted on)",
-                              buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1,
-                                       1.5, 2, 3, 5, 10, 30))
+                              buckets=PASS_BUCKETS)
 QUARANTINES = Counter("goodput_quarantines_total", "Nodes quarantined, by group and reason",
                       ["group", "reason"])
 QUARANTINED = Gauge("goodput_quarantined_nodes", "Nodes in quarantine", ["group"])

@@ -28,3 +28,10 @@ def test_buckets_are_read_from_exposition_samples_and_subtracted() -> None:
     after = {0.5: 10.0, INF: 12.0}
     assert before == {0.5: 3.0, INF: 4.0}
     assert minus(after, before) == {0.5: 7.0, INF: 8.0}
+
+
+def test_buckets_of_a_labelled_histogram_are_summed_over_its_labels() -> None:
+    samples = {'goodput_reconcile_seconds_bucket{kind="TrainingJob",le="1.0"}': 2.0,
+               'goodput_reconcile_seconds_bucket{kind="InferenceEndpoint",le="1.0"}': 3.0,
+               'goodput_reconcile_pass_seconds_bucket{le="1.0"}': 99.0}
+    assert pass_buckets(samples, "goodput_reconcile_seconds") == {1.0: 5.0}

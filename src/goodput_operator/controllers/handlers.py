@@ -12,6 +12,7 @@ import asyncio
 import logging
 import socket
 import ssl
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ import kopf
 
 from goodput_operator.api.base import GROUP, VERSION
 from goodput_operator.controllers import inferenceendpoint, trainingjob
-from goodput_operator.controllers.kube import Kube
+from goodput_operator.controllers.kube import API_CONNECTIONS, Kube
 from goodput_operator.controllers.leader import LeaderElection
 from goodput_operator.controllers.reports import ReportServer
 from goodput_operator.controllers.runtime import Health, accept_group, prime, tracked_pod
@@ -73,6 +74,10 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.batching.worker_limit = 64
     settings.scanning.disabled = True
     kube = OPTIONS.kube or Kube()
+    # API calls run in threads: as many as the client's connection pool (the default
+    # executor has cpu_count + 4, so six on two cores, and bursts of creates queue there)
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(max_workers=API_CONNECTIONS, thread_name_prefix="api"))
     election = LeaderElection(kube, OPTIONS.lease_namespace, OPTIONS.lease_name,
                               OPTIONS.identity) if OPTIONS.leader_election else None
     leading = (lambda: election.leading) if election else (lambda: True)

@@ -28,7 +28,7 @@ from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
 from goodput_operator.autoscaling import prometheus
 from goodput_operator.autoscaling.algorithm import Decision, History, Sample, recommend
-from goodput_operator.controllers.kube import Kube, write_status
+from goodput_operator.controllers.kube import Kube, apply_each, write_status
 from goodput_operator.controllers.state import State
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import inference as build
@@ -223,18 +223,18 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
     ie = decided.ie
     meta = ie["metadata"]
     if decided.create:
-        for body in decided.services:
-            await asyncio.to_thread(kube.create, body)
-    for pod, node, domain in decided.pin:  # pinned pods first: they are placed
-        patch = tj.pin(pod, node, domain)
-        state.upsert_pod(await asyncio.to_thread(kube.patch_pod, meta["namespace"],
-                                                 pod["metadata"]["name"], patch))
-    for body in decided.create:
-        created = await asyncio.to_thread(kube.create, body)
+        await asyncio.gather(*(asyncio.to_thread(kube.create, body)
+                               for body in decided.services))
+    pins = [asyncio.to_thread(kube.patch_pod, meta["namespace"], pod["metadata"]["name"],
+                              tj.pin(pod, node, domain)) for pod, node, domain in decided.pin]
+    for pinned in await asyncio.gather(*pins):  # pinned pods first: they are placed
+        state.upsert_pod(pinned)
+    for created in await asyncio.gather(*(asyncio.to_thread(kube.create, body)
+                                          for body in decided.create)):
         if created is not None:
             state.upsert_pod(created)
-    for name in decided.delete:
-        await asyncio.to_thread(kube.delete_pod, meta["namespace"], name)
+    await asyncio.gather(*(asyncio.to_thread(kube.delete_pod, meta["namespace"], name)
+                           for name in decided.delete))
     await write_status(kube, PLURAL, ie, decided.status, decided.desired, decided.events)
 
 
@@ -247,15 +247,9 @@ async def reconcile_endpoints(state: State, kube: Kube) -> None:
             metrics.RECONCILE_ERRORS.labels("InferenceEndpoint").inc()
             log.exception("reconcile of %s/%s failed", ie["metadata"]["namespace"],
                           ie["metadata"]["name"])
-    for decided in decisions:
-        try:
-            await apply_endpoint(state, kube, decided)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            metrics.RECONCILE_ERRORS.labels("InferenceEndpoint").inc()
-            meta = decided.ie["metadata"]
-            log.exception("reconcile of %s/%s failed", meta["namespace"], meta["name"])
+    await apply_each("InferenceEndpoint", decisions,
+                     lambda decided: apply_endpoint(state, kube, decided),
+                     lambda decided: decided.ie)
 
 
 # ---- the autoscaler ---------------------------------------------------------------------

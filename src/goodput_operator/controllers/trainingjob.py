@@ -22,7 +22,7 @@ from goodput_operator.api.base import describe_errors
 from goodput_operator.api.conditions import now, set_condition
 from goodput_operator.api.trainingjob import PHASES, TrainingJobSpec
 from goodput_operator.controllers import inferenceendpoint, ultraservergroup
-from goodput_operator.controllers.kube import Kube, write_status
+from goodput_operator.controllers.kube import Kube, apply_each, write_status
 from goodput_operator.controllers.state import State
 from goodput_operator.health import badput
 from goodput_operator.health.quarantine import Finding, iso, parse_time, record_of
@@ -390,6 +390,9 @@ async def _expire(kube: Kube, job: Obj, spec: TrainingJobSpec, status: Obj) -> N
         await asyncio.to_thread(kube.delete_custom, PLURAL, meta["namespace"], meta["name"])
 
 
+SLOW_PASS_SECONDS = 1.0  # a pass longer than this is logged with where its time went
+
+
 async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> None:
     """Reconcile every group, then every job, then every inference endpoint, whenever
     anything changed, when a timer (grace period, backoff) runs out, and every
@@ -405,6 +408,7 @@ async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> Non
         state.deadline = None
         started = time.perf_counter()
         await ultraservergroup.reconcile_groups(state, kube, time.time())
+        grouped = time.perf_counter()
         jobs = state.ordered_jobs()
         for job in jobs:
             reserve_from_status(state, job)
@@ -416,18 +420,18 @@ async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> Non
                 metrics.RECONCILE_ERRORS.labels("TrainingJob").inc()
                 log.exception("reconcile of %s/%s failed", job["metadata"]["namespace"],
                               job["metadata"]["name"])
-        for decision in decisions:
-            try:
-                await apply_job(state, kube, decision)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                metrics.RECONCILE_ERRORS.labels("TrainingJob").inc()
-                meta = decision.job["metadata"]
-                log.exception("reconcile of %s/%s failed", meta["namespace"], meta["name"])
+        await apply_each("TrainingJob", decisions,
+                         lambda decision: apply_job(state, kube, decision),
+                         lambda decision: decision.job)
+        applied = time.perf_counter()
         await inferenceendpoint.reconcile_endpoints(state, kube)
-        metrics.RECONCILE_SECONDS.observe(time.perf_counter() - started)
+        ended = time.perf_counter()
+        metrics.RECONCILE_SECONDS.observe(ended - started)
         state.last_pass = time.time()
+        if ended - started > SLOW_PASS_SECONDS:
+            log.info("slow pass %.2fs: groups %.2fs, %d jobs %.2fs, %d endpoints %.2fs",
+                     ended - started, grouped - started, len(jobs), applied - grouped,
+                     len(state.endpoints), ended - applied)
         phases = {phase: 0 for phase in PHASES}
         for job in jobs:
             phase = (job.get("status") or {}).get("phase")
