@@ -20,12 +20,19 @@ import pytest
 from tests import helm
 from tests.conftest import Cluster, wait_for
 
+_handed_out: set[int] = set()
+
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A free port never handed out before in this session: operators are given their ports
+    before they bind them, so two of them must not be offered the same one."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 class Operator:

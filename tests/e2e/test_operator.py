@@ -56,3 +56,26 @@ def test_two_replicas_one_leads_and_a_clean_shutdown_hands_over_at_once(
         for replica in replicas:
             replica.stop()
         e2e.start()
+
+
+def test_a_namespaced_operator_acts_only_in_its_namespaces(
+        e2e: Operator, crds: Cluster, namespace: str, trn2_group: str,
+        chart_kubeconfig: Path, tmp_path: Path) -> None:
+    elsewhere = f"{namespace[:50]}-other"
+    crds.kubectl("create", "namespace", elsewhere)
+    scoped = Operator(crds, tmp_path / "scoped.log", chart_kubeconfig,
+                      ("--namespace", namespace))
+    e2e.stop()
+    try:
+        scoped.start()
+        apply(crds, training_job("mine", trn2_group, 4), namespace)
+        apply(crds, training_job("theirs", trn2_group, 4), elsewhere)
+        wait_phase(crds, namespace, "mine", "Running")
+        theirs = json.loads(crds.kubectl("get", "tj", "theirs", "-n", elsewhere, "-o",
+                                         "json").stdout)
+        assert "status" not in theirs, "a job outside --namespace is left alone"
+        assert not crds.kubectl("get", "pods", "-n", elsewhere, "-o", "name").stdout.strip()
+    finally:
+        scoped.stop()
+        crds.kubectl("delete", "namespace", elsewhere, "--wait=false", check=False)
+        e2e.start()

@@ -78,20 +78,19 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # executor has cpu_count + 4, so six on two cores, and bursts of creates queue there)
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(max_workers=API_CONNECTIONS, thread_name_prefix="api"))
-    election = LeaderElection(kube, OPTIONS.lease_namespace, OPTIONS.lease_name,
-                              OPTIONS.identity) if OPTIONS.leader_election else None
+    if OPTIONS.leader_election and not _election:
+        _election.append(LeaderElection(kube, OPTIONS.lease_namespace, OPTIONS.lease_name,
+                                        OPTIONS.identity))
+    election = _election[0] if _election else None
     leading = (lambda: election.leading) if election else (lambda: True)
     if OPTIONS.health_port and not _servers:
-        health = Health(STATE, kube, leading)
-        await health.start(OPTIONS.health_port)
-        _servers.append(health)
+        await _serve(Health(STATE, kube, leading), OPTIONS.health_port)
     await _label_own_pod(kube, False)
     if not STATE.primed:
         await prime(STATE, kube, OPTIONS.namespaces)
-    if OPTIONS.report_port:
-        server = ReportServer(STATE, kube, leading)
-        await server.start(OPTIONS.report_port, tls=OPTIONS.report_tls)
-        _servers.append(server)
+    if OPTIONS.report_port and not any(isinstance(s, ReportServer) for s in _servers):
+        await _serve(ReportServer(STATE, kube, leading), OPTIONS.report_port,
+                     OPTIONS.report_tls)
 
     async def lead() -> None:
         await _label_own_pod(kube, True)
@@ -106,8 +105,16 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     if election is None:
         await lead()
     else:
-        _election.append(election)
         _tasks.append(asyncio.create_task(election.run(lead, lost), name="leader-election"))
+
+
+async def _serve(server: Health | ReportServer, port: int,
+                 tls: ssl.SSLContext | None = None) -> None:
+    try:
+        await server.start(port, tls=tls)
+    except OSError as err:  # the port is taken: stop with the reason, never retry forever
+        raise kopf.PermanentError(f"cannot serve on port {port}: {err}") from err
+    _servers.append(server)
 
 
 async def _label_own_pod(kube: Kube, leading: bool) -> None:

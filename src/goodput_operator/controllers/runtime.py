@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -148,13 +149,14 @@ class Health:
         return web.json_response({"ok": ok, "reason": why, "leader": self.leading()},
                                  status=200 if ok else 503)
 
-    async def start(self, port: int, host: str = "0.0.0.0") -> None:
+    async def start(self, port: int, host: str = "0.0.0.0",
+                    tls: ssl.SSLContext | None = None) -> None:
         app = web.Application()
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
+        await web.TCPSite(self._runner, host, port, ssl_context=tls).start()
 
     async def stop(self) -> None:
         if self._runner is not None:
