@@ -79,7 +79,7 @@ def granted(release: str, namespace: str, **values: Any) -> set[Permission]:
 
 def audited(audit_log: Path, username: str) -> tuple[set[Permission], list[str]]:
     """What USERNAME did according to the API server's audit log: the permissions it used
-    and the requests it was refused (403)."""
+    and the requests RBAC refused."""
     import json
 
     used: set[Permission] = set()
@@ -93,10 +93,12 @@ def audited(audit_log: Path, username: str) -> tuple[set[Permission], list[str]]
                                       else "")
         permission = (ref.get("apiGroup", ""), resource, event["verb"],
                       ref.get("namespace", ""))
-        if (event.get("responseStatus") or {}).get("code") == 403:
+        decision = (event.get("annotations") or {}).get("authorization.k8s.io/decision")
+        if decision == "forbid":  # RBAC said no (a 403 from admission, e.g. a namespace
+            # being deleted, is allowed by RBAC and not the chart's business)
             refused.append(f"{event['verb']} {resource} in {ref.get('namespace') or '-'}: "
                            f"{event['requestURI']}")
-        else:
+        elif decision == "allow":  # authorized (admission may still have said no)
             used.add(permission)
     return used, refused
 

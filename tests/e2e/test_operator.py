@@ -77,5 +77,6 @@ def test_a_namespaced_operator_acts_only_in_its_namespaces(
         assert not crds.kubectl("get", "pods", "-n", elsewhere, "-o", "name").stdout.strip()
     finally:
         scoped.stop()
+        crds.kubectl("delete", "tj", "theirs", "-n", elsewhere, "--wait=true", check=False)
         crds.kubectl("delete", "namespace", elsewhere, "--wait=false", check=False)
         e2e.start()

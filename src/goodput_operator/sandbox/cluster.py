@@ -157,6 +157,9 @@ class Sandbox:
             # would load a 2-core machine running thousands of simulated nodes.
             "disableQPSLimits": True,
             "kubeAuditPolicy": str(AUDIT_POLICY),
+            # RBAC enforced, as on a real cluster: the e2e tests run the operator with the
+            # Helm chart's ServiceAccount, and a missing verb must be refused
+            "kubeAuthorization": True,
         }
         config = {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
