@@ -45,3 +45,31 @@ def test_liveness(case: str, leading: bool, last_pass: float, live: bool) -> Non
 def test_not_ready_before_the_initial_sync() -> None:
     health = Health(State(), kube=None)  # type: ignore[arg-type]
     assert asyncio.run(health.ready(1000.0)) == (False, "initial sync not finished")
+
+
+def test_the_cache_keeps_of_a_pod_only_what_the_operator_reads() -> None:
+    from goodput_operator.controllers.state import slim_pod
+
+    body = {"metadata": {"name": "w0", "managedFields": [{"manager": "kubectl"}],
+                         "labels": {"goodput.dev/trainingjob": "j"}},
+            "spec": {"nodeName": "n1", "schedulingGates": [{"name": "g"}],
+                     "volumes": [{"name": "token"}],
+                     "containers": [{"name": "main", "env": [{"name": "RANK", "value": "0"}],
+                                     "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
+            "status": {"phase": "Running"}}
+    assert slim_pod(body) == {
+        "metadata": {"name": "w0", "labels": {"goodput.dev/trainingjob": "j"}},
+        "spec": {"nodeName": "n1", "schedulingGates": [{"name": "g"}],
+                 "containers": [{"name": "main",
+                                 "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
+        "status": {"phase": "Running"}}
+
+
+def test_a_pass_spends_its_write_budget_then_asks_for_another_pass() -> None:
+    from goodput_operator.controllers.state import PASS_WRITE_BUDGET
+
+    state = State()
+    assert state.spend_writes(PASS_WRITE_BUDGET + 10), "one object may overdraw"
+    assert not state.wake.is_set()
+    assert not state.spend_writes(1)
+    assert state.wake.is_set() and state.deferred_writes == 1

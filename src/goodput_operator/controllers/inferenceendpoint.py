@@ -14,12 +14,14 @@ down; nothing here needs one, children are garbage-collected through owner refer
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from goodput_operator import metrics
@@ -219,12 +221,35 @@ def _record_scaling(state: State, ie: Obj, result: EndpointDecision) -> None:
     scaled.written = True
 
 
+def _api_reason(err: ApiException) -> str:
+    """The API server's own message (its Status body), else the HTTP reason."""
+    try:
+        return str(json.loads(err.body or "{}").get("message") or err.reason)
+    except ValueError:
+        return str(err.reason)
+
+
 async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) -> None:
     ie = decided.ie
     meta = ie["metadata"]
+    writes = len(decided.pin) + len(decided.create)
+    if writes and not state.spend_writes(writes):
+        # this pass has written enough: the next one (right after) decides again; the
+        # groups placed for this endpoint give their reservations back meanwhile
+        for pod, _, _ in decided.pin:
+            state.release_reservation(f"{meta['namespace']}/{pod['metadata']['name']}")
+        return
     if decided.create:
-        await asyncio.gather(*(asyncio.to_thread(kube.create, body)
-                               for body in decided.services))
+        try:
+            await asyncio.gather(*(asyncio.to_thread(kube.create, body)
+                                   for body in decided.services))
+        except ApiException as err:  # e.g. the cluster's service IP range is full
+            reason = _api_reason(err)
+            decided.desired["conditions"] = set_condition(
+                decided.desired.get("conditions") or [], "Ready", False,
+                "ServiceCreateFailed", f"cannot create the endpoint's Service: {reason}",
+                meta.get("generation"))
+            decided.events.append(("Warning", "ServiceCreateFailed", reason))
     pins = [asyncio.to_thread(kube.patch_pod, meta["namespace"], pod["metadata"]["name"],
                               tj.pin(pod, node, domain)) for pod, node, domain in decided.pin]
     for pinned in await asyncio.gather(*pins):  # pinned pods first: they are placed

@@ -60,11 +60,29 @@ def _older(incoming: Obj, held: Obj | None) -> bool:
         return False
 
 
+PASS_WRITE_BUDGET = 256  # endpoint pod writes per pass: about a second of API work
+
+
 def slim(body: Obj) -> Obj:
     """BODY without what the operator never reads and every object carries: managedFields
     (often the biggest part of a pod; a third of the cache on a 10k-pod fleet)."""
     body.get("metadata", {}).pop("managedFields", None)
     return body
+
+
+POD_SPEC_KEPT = ("nodeName", "schedulingGates", "priority", "affinity", "tolerations",
+                 "nodeSelector")
+
+
+def slim_pod(body: Obj) -> Obj:
+    """A pod as the operator keeps it: metadata, status, and of its spec only what
+    placement and accounting read (node, gates, affinity, each container's resources).
+    Env, volumes, args and probes are most of a worker's bytes and never read back."""
+    spec = body.get("spec") or {}
+    kept = {k: spec[k] for k in POD_SPEC_KEPT if k in spec}
+    kept["containers"] = [{"name": c.get("name"), "resources": c.get("resources") or {}}
+                          for c in spec.get("containers") or []]
+    return {**slim(body), "spec": kept}
 
 
 def with_reservation(pod: Obj) -> Obj:
@@ -87,6 +105,8 @@ class State:
         self.wake = asyncio.Event()
         self.primed = False  # the initial list of every watched kind has landed
         self.last_pass = 0.0  # when the reconcile loop last finished a pass (liveness)
+        self.write_budget = PASS_WRITE_BUDGET  # pod creates and pins left in this pass
+        self.deferred_writes = 0  # writes pushed to the next pass (logged)
         self.deadline: float | None = None  # earliest timer (grace, backoff) of this pass
         # node health as the operator saw it change (health/quarantine.observe)
         self.seen_unhealthy: dict[str, float] = {}
@@ -109,6 +129,21 @@ class State:
         self.scaling_history: dict[tuple[str, str], Any] = {}  # autoscaling.History
         self.prometheus_url = "http://127.0.0.1:9090"
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    def spend_writes(self, count: int) -> bool:
+        """Take COUNT pod writes from this pass's budget; False (and another pass asked
+        for) once it is spent. Bulk work (thousands of replicas) is spread over short
+        passes, so a node failure is never queued behind it."""
+        if self.write_budget <= 0:
+            self.deferred_writes += count
+            self.wake.set()
+            return False
+        self.write_budget -= count
+        return True
+
+    def release_reservation(self, key: str) -> None:
+        for fleet in self.fleets.values():
+            fleet.release(key)
 
     def report_lock(self, job: tuple[str, str]) -> asyncio.Lock:
         """Reports of one job are applied one at a time (each writes what it read)."""
@@ -185,7 +220,7 @@ class State:
     def upsert_pod(self, body: Obj) -> None:
         """A pod as a watch event or our own API call returned it; an event older than
         what we already hold (our create/patch response came first) is ignored."""
-        body = slim(body)
+        body = slim_pod(body)
         key = pod_key(body)
         if _older(body, self.pods.get(key)):
             return
@@ -205,8 +240,7 @@ class State:
     def remove_pod(self, body: Obj) -> None:
         key = pod_key(body)
         self.pods.pop(key, None)
-        for fleet in self.fleets.values():
-            fleet.release(key)
+        self.release_reservation(key)
         labels = body["metadata"].get("labels") or {}
         for label, index in ((JOB_LABEL, self.job_pods), (ENDPOINT_LABEL, self.endpoint_pods)):
             if label in labels:

@@ -23,7 +23,7 @@ from goodput_operator.api.conditions import now, set_condition
 from goodput_operator.api.trainingjob import PHASES, TrainingJobSpec
 from goodput_operator.controllers import inferenceendpoint, ultraservergroup
 from goodput_operator.controllers.kube import Kube, apply_each, write_status
-from goodput_operator.controllers.state import State
+from goodput_operator.controllers.state import PASS_WRITE_BUDGET, State
 from goodput_operator.health import badput
 from goodput_operator.health.quarantine import Finding, iso, parse_time, record_of
 from goodput_operator.resources import trainingjob as build
@@ -406,6 +406,7 @@ async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> Non
         await asyncio.sleep(DEBOUNCE_SECONDS)  # let a burst of watch events land first
         state.wake.clear()
         state.deadline = None
+        state.write_budget, state.deferred_writes = PASS_WRITE_BUDGET, 0
         started = time.perf_counter()
         await ultraservergroup.reconcile_groups(state, kube, time.time())
         grouped = time.perf_counter()
@@ -429,9 +430,10 @@ async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> Non
         metrics.RECONCILE_SECONDS.observe(ended - started)
         state.last_pass = time.time()
         if ended - started > SLOW_PASS_SECONDS:
-            log.info("slow pass %.2fs: groups %.2fs, %d jobs %.2fs, %d endpoints %.2fs",
-                     ended - started, grouped - started, len(jobs), applied - grouped,
-                     len(state.endpoints), ended - applied)
+            log.info("slow pass %.2fs: groups %.2fs, %d jobs %.2fs, %d endpoints %.2fs "
+                     "(%d pod writes left for the next pass)", ended - started,
+                     grouped - started, len(jobs), applied - grouped, len(state.endpoints),
+                     ended - applied, state.deferred_writes)
         phases = {phase: 0 for phase in PHASES}
         for job in jobs:
             phase = (job.get("status") or {}).get("phase")

@@ -45,6 +45,7 @@ STAGE_FILES = (
 )
 
 OWN_STAGES = Path(__file__).parent / "stages"  # ours, e.g. pods that succeed on demand
+SERVICE_RANGE = "10.96.0.0/16"
 AUDIT_POLICY = Path(__file__).parent / "audit-policy.yaml"
 Progress = Callable[[str], None]
 
@@ -165,6 +166,10 @@ class Sandbox:
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
             "kind": "KwokctlConfiguration",
             "options": options,
+            # the API server's default service range is a /24: 254 ClusterIPs, too few for
+            # a fleet serving hundreds of InferenceEndpoints
+            "componentsPatches": [{"name": "kube-apiserver", "extraArgs": [
+                {"key": "service-cluster-ip-range", "value": SERVICE_RANGE}]}],
         }
         source = build.module_dir(KWOK_COMPONENT)
         stages = [(source / rel).read_text() for rel in STAGE_FILES]
