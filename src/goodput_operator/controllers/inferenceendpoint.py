@@ -124,13 +124,18 @@ def decide_endpoint(state: State, ie: Obj) -> EndpointDecision:
         result.delete += [p["metadata"]["name"] for p in decided.groups[index].pods.values()]
         if not why.startswith(("replaced", "scaling down")):
             result.events.append(("Warning", "GroupRestarted", f"group {index}: {why}"))
-    for index, revision in decided.create:
-        result.create += build.group_pods(ie, spec, index, revision, resource)
-    for index in decided.complete:
-        group = decided.groups[index]
-        result.create += [p for p in build.group_pods(ie, spec, index, group.revision, resource)
-                          if int(p["metadata"]["labels"][build.MEMBER_LABEL]) not in group.pods]
-    waiting = _place(fleet, spec, decided, namespace, name, result)
+    writes = size * (len(decided.create) + len(decided.place)) + sum(
+        size - len(decided.groups[i].pods) for i in decided.complete)
+    waiting: list[str] = []
+    if not writes or state.spend_writes(writes):  # else the next pass, right after
+        for index, revision in decided.create:
+            result.create += build.group_pods(ie, spec, index, revision, resource)
+        for index in decided.complete:
+            group = decided.groups[index]
+            result.create += [
+                p for p in build.group_pods(ie, spec, index, group.revision, resource)
+                if int(p["metadata"]["labels"][build.MEMBER_LABEL]) not in group.pods]
+        waiting = _place(fleet, spec, decided, namespace, name, result)
     conditions = _conditions(state, ie, spec, decided, desired, waiting, conditions)
     result.desired = {
         "observedGeneration": generation, "replicas": decided.live,
@@ -232,13 +237,6 @@ def _api_reason(err: ApiException) -> str:
 async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) -> None:
     ie = decided.ie
     meta = ie["metadata"]
-    writes = len(decided.pin) + len(decided.create)
-    if writes and not state.spend_writes(writes):
-        # this pass has written enough: the next one (right after) decides again; the
-        # groups placed for this endpoint give their reservations back meanwhile
-        for pod, _, _ in decided.pin:
-            state.release_reservation(f"{meta['namespace']}/{pod['metadata']['name']}")
-        return
     if decided.create:
         try:
             await asyncio.gather(*(asyncio.to_thread(kube.create, body)
