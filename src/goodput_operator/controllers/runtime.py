@@ -13,7 +13,7 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,21 +48,22 @@ def accept_group(state: State, body: Obj) -> None:
                   describe_errors(err))
 
 
-def list_all(kube: Kube, path: str) -> list[Obj]:
-    """Every object at the API PATH (a list URL), page by page, as plain JSON dicts."""
-    items: list[Obj] = []
+def pages(kube: Kube, path: str) -> Iterator[list[Obj]]:
+    """The objects at the API PATH (a list URL), one page at a time, as plain JSON dicts:
+    a caller that keeps only what it needs never holds the whole list at once."""
     token = ""
     while True:
         query: list[tuple[str, Any]] = [("limit", PAGE)] + ([("continue", token)] if token
                                                             else [])
         page = kube.get_json(path, query)
         kind = page.get("kind", "List").removesuffix("List")
-        for item in page.get("items") or []:
+        items = page.get("items") or []
+        for item in items:
             item.setdefault("kind", kind)
-            items.append(item)
+        yield items
         token = (page.get("metadata") or {}).get("continue") or ""
         if not token:
-            return items
+            return
 
 
 def _paths(plural: str, namespaces: list[str] | None, core: bool = False) -> list[str]:
@@ -77,23 +78,26 @@ async def prime(state: State, kube: Kube, namespaces: list[str] | None = None) -
     watches, so that its first pass sees the whole cluster."""
     started = time.perf_counter()
 
-    async def fetch(path: str) -> list[Obj]:
-        return await asyncio.to_thread(list_all, kube, path)
+    async def each(path: str) -> AsyncIterator[Obj]:
+        listing = pages(kube, path)
+        while (page := await asyncio.to_thread(next, listing, None)) is not None:
+            for item in page:
+                yield item
 
-    for group in await fetch(f"/apis/{GROUP}/{VERSION}/ultraservergroups"):
+    async for group in each(f"/apis/{GROUP}/{VERSION}/ultraservergroups"):
         accept_group(state, group)
-    for node in await fetch("/api/v1/nodes"):
+    async for node in each("/api/v1/nodes"):
         state.upsert_node(node)
     counts = {"pods": 0, "trainingjobs": 0, "inferenceendpoints": 0}
     for path in _paths("pods", namespaces, core=True):
-        for pod in await fetch(path):
+        async for pod in each(path):
             if tracked_pod(pod):
                 state.upsert_pod(pod)
                 counts["pods"] += 1
     for plural, upsert in (("trainingjobs", state.upsert_job),
                            ("inferenceendpoints", state.upsert_endpoint)):
         for path in _paths(plural, namespaces):
-            for obj in await fetch(path):
+            async for obj in each(path):
                 upsert(obj)
                 counts[plural] += 1
     state.primed = True

@@ -203,10 +203,13 @@ class State:
         owner = self.group_of(body["metadata"].get("labels") or {})
         for group, fleet in self.fleets.items():
             if group == owner:
+                joined = name not in fleet.nodes
                 fleet.upsert_node(body)
-                for pod in self.pods.values():  # pods that were on it before it joined
-                    if with_reservation(pod).get("spec", {}).get("nodeName") == name:
-                        fleet.observe_pod(with_reservation(pod))
+                if joined and name in fleet.nodes:  # pods on it from before it joined
+                    for pod in self.pods.values():  # (a scan, but only when a node joins)
+                        held = with_reservation(pod)
+                        if held.get("spec", {}).get("nodeName") == name:
+                            fleet.observe_pod(held)
             else:
                 fleet.remove_node(name)
         self.wake.set()
