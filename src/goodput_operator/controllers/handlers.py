@@ -71,7 +71,11 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = 150
     settings.watching.connect_timeout = 30
     settings.networking.request_timeout = 60
-    settings.batching.worker_limit = 64
+    # one short-lived worker per object with pending events, no cap: a cap (we had 64)
+    # with workers that linger idle_timeout let events of thousands of pods queue up,
+    # full bodies and all (900 MB and minutes of lag at 10k pods)
+    settings.queueing.worker_limit = None
+    settings.queueing.idle_timeout = 1.0
     settings.scanning.disabled = True
     kube = OPTIONS.kube or Kube()
     # API calls run in threads: as many as the client's connection pool (the default
