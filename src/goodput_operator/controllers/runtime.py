@@ -10,6 +10,8 @@ recently, and the loop (when this replica leads) finished a pass recently.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import logging
 import ssl
 import time
@@ -28,6 +30,26 @@ from goodput_operator.resources.trainingjob import JOB_LABEL
 
 log = logging.getLogger("goodput.runtime")
 PAGE = 500  # objects per list request: bounded memory per response on large fleets
+
+
+def _libc_trim() -> Callable[[int], object] | None:
+    try:
+        trim: Callable[[int], object] = ctypes.CDLL("libc.so.6").malloc_trim
+        return trim
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        return None
+
+
+_TRIM = _libc_trim()
+
+
+def release_freed_memory() -> None:
+    """Hand freed heap back to the OS. After a burst (the initial listing of a 10k-pod
+    cluster: the operator's list and kopf's, full bodies) glibc keeps the peak resident
+    although the cache needs a third of it."""
+    gc.collect()
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 def tracked_pod(pod: Obj) -> bool:

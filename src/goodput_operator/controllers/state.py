@@ -60,7 +60,7 @@ def _older(incoming: Obj, held: Obj | None) -> bool:
         return False
 
 
-PASS_WRITE_BUDGET = 256  # endpoint pod writes per pass: about a second of API work
+PASS_WRITE_BUDGET = 256  # label and pod writes per pass: a second or two of API work
 
 
 def slim(body: Obj) -> Obj:
@@ -141,6 +141,16 @@ class State:
             return False
         self.write_budget -= count
         return True
+
+    def take_writes(self, count: int) -> int:
+        """Up to COUNT writes of independent objects (node labels) from this pass's budget;
+        the rest wait for the next pass, which is asked for."""
+        allowed = min(count, max(0, self.write_budget))
+        if allowed < count:
+            self.deferred_writes += count - allowed
+            self.wake.set()
+        self.write_budget -= allowed
+        return allowed
 
     def release_reservation(self, key: str) -> None:
         for fleet in self.fleets.values():

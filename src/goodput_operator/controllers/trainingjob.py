@@ -21,7 +21,7 @@ from goodput_operator import metrics
 from goodput_operator.api.base import describe_errors
 from goodput_operator.api.conditions import now, set_condition
 from goodput_operator.api.trainingjob import PHASES, TrainingJobSpec
-from goodput_operator.controllers import inferenceendpoint, ultraservergroup
+from goodput_operator.controllers import inferenceendpoint, runtime, ultraservergroup
 from goodput_operator.controllers.kube import Kube, apply_each, write_status
 from goodput_operator.controllers.state import PASS_WRITE_BUDGET, State
 from goodput_operator.health import badput
@@ -390,6 +390,7 @@ async def _expire(kube: Kube, job: Obj, spec: TrainingJobSpec, status: Obj) -> N
         await asyncio.to_thread(kube.delete_custom, PLURAL, meta["namespace"], meta["name"])
 
 
+TRIM_SECONDS = 60.0  # how often freed memory goes back to the OS
 SLOW_PASS_SECONDS = 1.0  # a pass longer than this is logged with where its time went
 
 
@@ -397,6 +398,7 @@ async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> Non
     """Reconcile every group, then every job, then every inference endpoint, whenever
     anything changed, when a timer (grace period, backoff) runs out, and every
     resync_seconds."""
+    trimmed = time.time()  # the first trim a minute in: after the initial listings
     while True:
         timeout = resync_seconds
         if state.deadline is not None:
@@ -429,6 +431,9 @@ async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> Non
         ended = time.perf_counter()
         metrics.RECONCILE_SECONDS.observe(ended - started)
         state.last_pass = time.time()
+        if state.last_pass - trimmed > TRIM_SECONDS:
+            trimmed = state.last_pass
+            runtime.release_freed_memory()
         if ended - started > SLOW_PASS_SECONDS:
             log.info("slow pass %.2fs: groups %.2fs, %d jobs %.2fs, %d endpoints %.2fs "
                      "(%d pod writes left for the next pass)", ended - started,

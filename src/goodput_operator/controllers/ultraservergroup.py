@@ -208,6 +208,7 @@ async def _label_nodes(state: State, kube: Kube, group: str, fleet: Fleet) -> No
             labels = state.nodes[node.name]["metadata"].get("labels") or {}
             if any(labels.get(k) != v for k, v in want.items()):
                 wanted.append((node.name, want))
+    wanted = wanted[:state.take_writes(len(wanted))]  # 2,000 new nodes: over a few passes
     limit = asyncio.Semaphore(LABEL_CONCURRENCY)
 
     async def label(name: str, want: dict[str, str]) -> Obj | None:
