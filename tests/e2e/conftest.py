@@ -143,6 +143,7 @@ def apply(cluster: Cluster, doc: dict[str, Any], namespace: str | None = None) -
 @pytest.fixture
 def trn2_group(crds: Cluster) -> Iterator[str]:
     """An UltraServerGroup over the session fleet's Trn2 UltraServers, without spares."""
+    wait_trn2_free(crds)
     name = f"trn2-{uuid.uuid4().hex[:6]}"
     apply(crds, {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
                  "metadata": {"name": name}, "spec": trn2_group_spec()})
@@ -221,6 +222,19 @@ def sandbox_cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str
 TRN2_NODES = [f"trn2-{u:02d}-{s}" for u in range(2) for s in range(4)]
 
 
+def wait_trn2_free(cluster: Cluster) -> None:
+    """Tests that size their demand to the Trn2 UltraServers start when no running pod of
+    an earlier test still holds one of their nodes (a namespace is deleted without
+    waiting: its pods can linger a minute)."""
+    def free() -> bool:
+        pods = json.loads(cluster.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
+        return not any(p["spec"].get("nodeName") in TRN2_NODES
+                       and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+                       for p in pods)
+
+    wait_for(free, timeout=120, what="the Trn2 nodes free of earlier tests' pods")
+
+
 def trn2_group_spec(**spec: Any) -> dict[str, Any]:
     return {"nodeSelector": {"node.kubernetes.io/instance-type": "trn2u.48xlarge"},
             "networkLevels": ["topology.k8s.aws/network-node-layer-1",
@@ -269,6 +283,7 @@ def make_group(crds: Cluster) -> Iterator[Any]:
     names: list[str] = []
 
     def make(**spec: Any) -> str:
+        wait_trn2_free(crds)
         name = f"trn2-{uuid.uuid4().hex[:6]}"
         apply(crds, {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
                      "metadata": {"name": name}, "spec": trn2_group_spec(**spec)})
