@@ -162,10 +162,14 @@ def training_job(name: str, group: str, workers: int, **spec: Any) -> dict[str, 
     }
 
 
-def get_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads(cluster.kubectl("get", "tj", name, "-n", namespace,
+def get_object(cluster: Cluster, kind: str, namespace: str, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(cluster.kubectl("get", kind, name, "-n", namespace,
                                                         "-o", "json").stdout)
     return result
+
+
+def get_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return get_object(cluster, "tj", namespace, name)
 
 
 def job_pods(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:

@@ -15,7 +15,14 @@ import pytest
 
 from goodput_operator.sandbox.cluster import kubectl_binary
 from tests.conftest import Cluster, wait_for
-from tests.e2e.conftest import Operator, apply, delete_all, sleep_briefly, wait_event
+from tests.e2e.conftest import (
+    Operator,
+    apply,
+    delete_all,
+    get_object,
+    sleep_briefly,
+    wait_event,
+)
 
 pytestmark = pytest.mark.e2e
 CLIQUE = "nvidia.com/gpu.clique"
@@ -55,9 +62,7 @@ def endpoint(name: str, group: str, workers: int, accelerators: int,
 
 
 def get_ie(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads(cluster.kubectl("get", "ie", name, "-n", namespace,
-                                                        "-o", "json").stdout)
-    return result
+    return get_object(cluster, "ie", namespace, name)
 
 
 def wait_status(cluster: Cluster, namespace: str, name: str, what: str, timeout: float = 60,

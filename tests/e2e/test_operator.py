@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from pathlib import Path
 
@@ -11,6 +10,8 @@ from tests.e2e.conftest import (
     CHART_NAMESPACE,
     Operator,
     apply,
+    get_job,
+    get_object,
     training_job,
     wait_phase,
 )
@@ -36,8 +37,7 @@ def test_two_replicas_one_leads_and_a_clean_shutdown_hands_over_at_once(
         leading = wait_for(one_leader, timeout=60, what="both ready, exactly one leading")
         leader, standby = (replicas[0], replicas[1]) if leading[0] else (replicas[1],
                                                                           replicas[0])
-        holder = json.loads(crds.kubectl("get", "lease", lease, "-n", CHART_NAMESPACE,
-                                         "-o", "json").stdout)["spec"]["holderIdentity"]
+        holder = get_object(crds, "lease", CHART_NAMESPACE, lease)["spec"]["holderIdentity"]
         assert holder, "the Lease names its holder"
         apply(crds, training_job("first", trn2_group, 4), namespace)
         wait_phase(crds, namespace, "first", "Running")
@@ -45,8 +45,7 @@ def test_two_replicas_one_leads_and_a_clean_shutdown_hands_over_at_once(
         leader.stop()  # SIGTERM: the leader gives the Lease back on its way out
         wait_for(lambda: standby.readiness().get("leader"), timeout=15,
                  what="the standby to lead after a clean shutdown (not after expiry)")
-        after = json.loads(crds.kubectl("get", "lease", lease, "-n", CHART_NAMESPACE,
-                                        "-o", "json").stdout)["spec"]
+        after = get_object(crds, "lease", CHART_NAMESPACE, lease)["spec"]
         assert after["holderIdentity"] not in ("", holder)
         assert after["leaseTransitions"] >= 1
         apply(crds, training_job("second", trn2_group, 4), namespace)
@@ -71,8 +70,7 @@ def test_a_namespaced_operator_acts_only_in_its_namespaces(
         apply(crds, training_job("mine", trn2_group, 4), namespace)
         apply(crds, training_job("theirs", trn2_group, 4), elsewhere)
         wait_phase(crds, namespace, "mine", "Running")
-        theirs = json.loads(crds.kubectl("get", "tj", "theirs", "-n", elsewhere, "-o",
-                                         "json").stdout)
+        theirs = get_job(crds, elsewhere, "theirs")
         assert "status" not in theirs, "a job outside --namespace is left alone"
         assert not crds.kubectl("get", "pods", "-n", elsewhere, "-o", "name").stdout.strip()
     finally:

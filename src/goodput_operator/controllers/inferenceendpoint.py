@@ -30,7 +30,7 @@ from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
 from goodput_operator.autoscaling import prometheus
 from goodput_operator.autoscaling.algorithm import Decision, History, Sample, recommend
-from goodput_operator.controllers.kube import Kube, apply_each, write_status
+from goodput_operator.controllers.kube import Kube, reconcile_each, write_status
 from goodput_operator.controllers.state import State
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import inference as build
@@ -262,17 +262,10 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
 
 
 async def reconcile_endpoints(state: State, kube: Kube) -> None:
-    decisions = []
-    for ie in list(state.endpoints.values()):  # one snapshot: no await while deciding
-        try:
-            decisions.append(decide_endpoint(state, ie))
-        except Exception:
-            metrics.RECONCILE_ERRORS.labels("InferenceEndpoint").inc()
-            log.exception("reconcile of %s/%s failed", ie["metadata"]["namespace"],
-                          ie["metadata"]["name"])
-    await apply_each("InferenceEndpoint", decisions,
-                     lambda decided: apply_endpoint(state, kube, decided),
-                     lambda decided: decided.ie)
+    await reconcile_each("InferenceEndpoint", list(state.endpoints.values()),
+                         lambda ie: decide_endpoint(state, ie),
+                         lambda decided: apply_endpoint(state, kube, decided),
+                         lambda decided: decided.ie)
 
 
 # ---- the autoscaler ---------------------------------------------------------------------

@@ -10,7 +10,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
@@ -21,7 +21,7 @@ from goodput_operator import metrics
 from goodput_operator.api.base import GROUP, VERSION
 
 Obj = dict[str, Any]
-T = TypeVar("T")
+D = TypeVar("D")  # a controller's decision for one object
 log = logging.getLogger("goodput.kube")
 
 
@@ -173,30 +173,41 @@ APPLY_CONCURRENCY = 16  # objects whose decisions are applied at once (API-bound
 API_CONNECTIONS = 32  # the client's connection pool; matches the executor's threads
 
 
-async def apply_each(kind: str, items: Sequence[T], apply: Callable[[T], Awaitable[None]],
-                     name_of: Callable[[T], Obj]) -> None:
-    """Apply decisions made on one snapshot, APPLY_CONCURRENCY at a time: a pass costs the
-    slowest objects' round trips, not the sum of all. One object's failure is logged and
-    counted; the others go on."""
+def _failed(kind: str, obj: Obj) -> None:
+    metrics.RECONCILE_ERRORS.labels(kind).inc()
+    meta = obj["metadata"]
+    log.exception("reconcile of %s %s/%s failed", kind, meta.get("namespace"), meta["name"])
+
+
+async def reconcile_each(kind: str, objects: Iterable[Obj], decide: Callable[[Obj], D],
+                         apply: Callable[[D], Awaitable[None]],
+                         object_of: Callable[[D], Obj]) -> None:
+    """Decide every object on one snapshot (no await until all are decided, so no watch
+    event lands halfway), then apply the decisions APPLY_CONCURRENCY at a time: a pass
+    costs the slowest objects' round trips, not the sum of all. One object's failure is
+    logged and counted; the others go on."""
+    decisions: list[D] = []
+    for obj in objects:
+        try:
+            decisions.append(decide(obj))
+        except Exception:
+            _failed(kind, obj)
     limit = asyncio.Semaphore(APPLY_CONCURRENCY)
 
-    async def one(item: T) -> None:
+    async def one(decision: D) -> None:
         async with limit:
             started = time.perf_counter()
             try:
-                await apply(item)
+                await apply(decision)
             except asyncio.CancelledError:
                 raise
             except Exception:
-                metrics.RECONCILE_ERRORS.labels(kind).inc()
-                meta = name_of(item)["metadata"]
-                log.exception("reconcile of %s %s/%s failed", kind, meta.get("namespace"),
-                              meta["name"])
+                _failed(kind, object_of(decision))
             finally:
                 metrics.RECONCILE_OBJECT_SECONDS.labels(kind).observe(
                     time.perf_counter() - started)
 
-    await asyncio.gather(*(one(item) for item in items))
+    await asyncio.gather(*(one(decision) for decision in decisions))
 
 
 async def write_status(kube: Kube, plural: str, obj: Obj, current: Obj, desired: Obj,

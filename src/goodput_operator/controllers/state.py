@@ -105,7 +105,7 @@ class State:
         self.wake = asyncio.Event()
         self.primed = False  # the initial list of every watched kind has landed
         self.last_pass = 0.0  # when the reconcile loop last finished a pass (liveness)
-        self.write_budget = PASS_WRITE_BUDGET  # pod creates and pins left in this pass
+        self.write_budget = PASS_WRITE_BUDGET  # node labels and pod writes left this pass
         self.deferred_writes = 0  # writes pushed to the next pass (logged)
         self.deadline: float | None = None  # earliest timer (grace, backoff) of this pass
         # node health as the operator saw it change (health/quarantine.observe)

@@ -22,7 +22,7 @@ from goodput_operator.api.base import describe_errors
 from goodput_operator.api.conditions import now, set_condition
 from goodput_operator.api.trainingjob import PHASES, TrainingJobSpec
 from goodput_operator.controllers import inferenceendpoint, runtime, ultraservergroup
-from goodput_operator.controllers.kube import Kube, apply_each, write_status
+from goodput_operator.controllers.kube import Kube, reconcile_each, write_status
 from goodput_operator.controllers.state import PASS_WRITE_BUDGET, State
 from goodput_operator.health import badput
 from goodput_operator.health.quarantine import Finding, iso, parse_time, record_of
@@ -415,17 +415,9 @@ async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> Non
         jobs = state.ordered_jobs()
         for job in jobs:
             reserve_from_status(state, job)
-        decisions = []
-        for job in jobs:  # one snapshot: no await until every job is decided
-            try:
-                decisions.append(decide_job(state, job))
-            except Exception:  # one bad job must not stop the others
-                metrics.RECONCILE_ERRORS.labels("TrainingJob").inc()
-                log.exception("reconcile of %s/%s failed", job["metadata"]["namespace"],
-                              job["metadata"]["name"])
-        await apply_each("TrainingJob", decisions,
-                         lambda decision: apply_job(state, kube, decision),
-                         lambda decision: decision.job)
+        await reconcile_each("TrainingJob", jobs, lambda job: decide_job(state, job),
+                             lambda decision: apply_job(state, kube, decision),
+                             lambda decision: decision.job)
         applied = time.perf_counter()
         await inferenceendpoint.reconcile_endpoints(state, kube)
         ended = time.perf_counter()
