@@ -7,7 +7,7 @@ SANDBOX ?= demo
 FLEET  ?= mixed
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-down test unit integration lint generate verify build-sandbox sandbox-down clean venv prometheus
+.PHONY: demo demo-down test unit integration lint generate verify build-sandbox sandbox-down clean venv prometheus real-node-deps
 
 venv: $(STAMP)
 
@@ -28,13 +28,13 @@ demo-down: venv
 
 ## test: lint, type-check, build the sandbox binaries (first time), then every test
 ## (unit, integration, e2e) on a fresh sandbox
-test: venv lint build-sandbox prometheus
+test: venv lint real-node-deps build-sandbox prometheus
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)
 
-integration: venv build-sandbox prometheus
+integration: venv real-node-deps build-sandbox prometheus
 	$(BIN)/pytest -m 'integration or e2e' $(PYTEST_ARGS)
 
 lint: venv
@@ -51,6 +51,10 @@ verify: venv
 
 build-sandbox: venv
 	$(BIN)/goodput sandbox build
+
+## real-node-deps: containerd, runc, CNI plugins, debootstrap (Debian's) for real nodes
+real-node-deps:
+	@scripts/install-real-node-deps.sh
 
 ## prometheus: the real Prometheus the autoscaling tests start (Debian's package)
 prometheus:

@@ -32,14 +32,23 @@ def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--fleet", default=fleet.DEFAULT_FLEET,
                     help=f"built-in fleet name ({', '.join(fleet.builtin_names())}), a fleet "
                          "YAML file, or synthetic:KIND:N (default: %(default)s)")
+    up.add_argument("--real-nodes", type=int, default=0, metavar="N",
+                    help="make the fleet's first N nodes real (kubelet + containerd running "
+                         "real containers; needs root; first run builds images, minutes)")
+    add = verb("add-real-node", "turn one more fleet node into a real node (the first one "
+                                "still simulated, or NODE)")
+    add.add_argument("node", nargs="?")
     verb("down", "stop and delete a sandbox")
     verb("status", "show whether a sandbox runs, its kubeconfig, fleet and node readiness")
     verb("kubeconfig", "print the path of the sandbox's kubeconfig")
     verb("env", "print shell exports (KUBECONFIG, and PATH with the sandbox's kubectl first): "
                 "eval $(goodput sandbox env)")
-    fail = verb("fail-node", "make nodes NotReady (KWOK chaos stage) until heal-node; several "
-                             "nodes fail together")
+    fail = verb("fail-node", "make nodes NotReady until heal-node: a simulated node by KWOK's "
+                             "chaos stage, a real node by stopping its kubelet (a partition: "
+                             "its containers keep running); several nodes fail together")
     fail.add_argument("node", nargs="+")
+    fail.add_argument("--crash", action="store_true",
+                      help="real nodes: kill every container on them instead")
     fail.add_argument("--reason", default="SimulatedFailure",
                       help="reason on the node's Ready condition (default: %(default)s)")
     heal = verb("heal-node", "make failed nodes Ready again")
@@ -175,12 +184,14 @@ def _run_sandbox(args: argparse.Namespace) -> int:
         return 0
     box = cluster.Sandbox(args.name)
     if args.verb == "up":
-        chosen = cluster.up(box, args.fleet)
+        chosen = cluster.up(box, args.fleet, real_nodes=args.real_nodes)
         print(fleet.summary(chosen))
         print(f"\nkubeconfig: {box.kubeconfig}\n"
               f"  eval $(goodput sandbox env --name {box.name})   # KUBECONFIG + kubectl v1.36\n"
               "  kubectl get nodes -L topology.k8s.aws/ultraserver-id,nvidia.com/gpu.clique\n"
               f"Stop it with: goodput sandbox down --name {box.name}")
+    elif args.verb == "add-real-node":
+        print(f"node {cluster.add_real_node(box, args.node)} is a real node")
     elif args.verb == "down":
         existed = cluster.down(box)
         print(f"sandbox {box.name!r} " + ("deleted" if existed else "was not running"))
@@ -200,7 +211,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
         print(f"export KUBECONFIG={shlex.quote(str(box.kubeconfig))}")
         print(f'export PATH={shlex.quote(str(kubectl_dir))}:"$PATH"')
     elif args.verb == "fail-node":
-        faults.fail_node(box, *args.node, reason=args.reason)
+        faults.fail_node(box, *args.node, reason=args.reason, crash=args.crash)
         names = " ".join(args.node)
         print(f"{'nodes' if len(args.node) > 1 else 'node'} {names} failing (reason "
               f"{args.reason}); heal with `goodput sandbox heal-node {names}`")

@@ -170,6 +170,7 @@ def test_the_new_attempt_resumes_from_the_checkpoint_and_waits_for_the_old_pods(
     assert names == ["j-r1-w0", "j-r1-w1"]
     env = {e["name"]: e["value"] for e in result.create[0]["spec"]["containers"][0]["env"]}
     assert env["GOODPUT_RESUME_FROM"] == "/c/200" and env["GOODPUT_RESTART"] == "1"
+    assert env["GOODPUT_RESUME_STEP"] == "200"
     gone = plan(job(status), [pod(0, restart=1), pod(1, restart=1)], NEURON)
     assert not gone.hold and [p[0] for p in gone.pin] == ["j-r1-w0", "j-r1-w1"]
 
@@ -227,3 +228,15 @@ def test_probe_on_start_holds_the_workers_until_every_placed_node_passed_a_probe
     assert ready.probe == [] and [p[0] for p in ready.pin] == ["j-r0-w0", "j-r0-w1"]
     off = plan(job(placed), [pod(0), pod(1)], NEURON, now=NOW + 5)
     assert off.probe == [] and len(off.pin) == 2
+
+
+def test_after_an_elastic_shrink_the_new_workers_learn_the_smaller_world() -> None:
+    """A gang shrunk from 4 to 2 workers: the placement has 2 ranks, and the pods of the
+    new attempt must not rendezvous for the 4 the spec asked for."""
+    shrunk = job({**PLACED, "restarts": 1}, workers=4, elastic={"minWorkers": 2,
+                                                                "maxWorkers": 4},
+                 launcher={"type": "torchrun", "procsPerWorker": 2})
+    result = plan(shrunk, [], NEURON)
+    assert [p["metadata"]["name"] for p in result.create] == ["j-r1-w0", "j-r1-w1"]
+    env = {e["name"]: e["value"] for e in result.create[1]["spec"]["containers"][0]["env"]}
+    assert (env["NNODES"], env["WORLD_SIZE"], env["GOODPUT_WORKERS"]) == ("2", "4", "2")

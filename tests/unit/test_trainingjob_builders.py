@@ -74,12 +74,14 @@ def test_torchrun_environment() -> None:
 def test_neuron_environment_and_restart() -> None:
     spec = {"launcher": {"type": "neuron", "port": 41000, "procsPerWorker": 32}}
     pod = build.worker_pod(job(**spec), 1, restart=2, resource=NEURON,
-                           resume_from="/fsx/ckpt/step-200")
+                           resume={"step": 200, "path": "/fsx/ckpt/step-200",
+                                   "digest": "sha256:ab"})
     env = env_of(pod)
     assert env["NEURON_RT_ROOT_COMM_ID"] == "w0.llama.team-a.svc:41001"
     assert (env["FI_PROVIDER"], env["FI_EFA_USE_DEVICE_RDMA"]) == ("efa", "1")
     assert (env["NPROC_PER_NODE"], env["WORLD_SIZE"]) == ("32", "128")
     assert (env["GOODPUT_RESTART"], env["GOODPUT_RESUME_FROM"]) == ("2", "/fsx/ckpt/step-200")
+    assert (env["GOODPUT_RESUME_STEP"], env["GOODPUT_RESUME_DIGEST"]) == ("200", "sha256:ab")
     assert pod["metadata"]["name"] == "llama-r2-w1"
 
 

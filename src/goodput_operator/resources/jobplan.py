@@ -141,8 +141,8 @@ def plan(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | No
     resume = badput.resume_point(books["checkpoint"], strict_checkpoints(spec))
     for index in range(result.workers):
         if index not in current:
-            result.create.append(build.worker_pod(job, index, restart, resource,
-                                                  (resume or {}).get("path"), spec, report_url))
+            result.create.append(build.worker_pod(job, index, restart, resource, resume, spec,
+                                                  report_url, result.workers))
     recovering = incident is not None and incident["restart"] == restart
     if not ranks:
         # Place as soon as no worker runs ungated, whether or not every pod exists yet:

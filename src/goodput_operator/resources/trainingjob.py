@@ -95,17 +95,25 @@ def hostfile(job: Obj, hosts: Sequence[str]) -> Obj:
 
 
 def launcher_env(job: Obj, spec: TrainingJobSpec, index: int, restart: int,
-                 resume_from: str | None, report_url: str = "") -> list[Obj]:
+                 resume: Obj | None, report_url: str = "", workers: int | None = None
+                 ) -> list[Obj]:
+    """The worker's environment. WORKERS is the gang's size in this attempt (an elastic job
+    may run with fewer than spec.workers after a shrink); RESUME the checkpoint it resumes
+    from (step, path, digest: the SDK verifies what it loads against the digest)."""
     meta = job["metadata"]
     procs = spec.launcher.procs_per_worker or spec.accelerators_per_worker
     master = worker_dns(job, 0)
+    workers = workers or spec.workers
+    resume = resume or {}
     env: dict[str, str] = {
         "GOODPUT_JOB": f"{meta['namespace']}/{meta['name']}",
         "GOODPUT_RESTART": str(restart),
         "GOODPUT_RANK": str(index),
-        "GOODPUT_WORKERS": str(spec.workers),
+        "GOODPUT_WORKERS": str(workers),
         "GOODPUT_CHECKPOINT_DIR": spec.checkpoint.dir or "",
-        "GOODPUT_RESUME_FROM": resume_from or "",
+        "GOODPUT_RESUME_FROM": resume.get("path") or "",
+        "GOODPUT_RESUME_STEP": str(resume["step"]) if "step" in resume else "",
+        "GOODPUT_RESUME_DIGEST": resume.get("digest") or "",
         "GOODPUT_HOSTFILE": f"{HOSTFILE_DIR}/hostfile",
         "GOODPUT_REPORT_URL": report_url,
         "GOODPUT_REPORT_TOKEN": TOKEN_PATH,
@@ -113,8 +121,8 @@ def launcher_env(job: Obj, spec: TrainingJobSpec, index: int, restart: int,
     if spec.launcher.type in ("torchrun", "neuron"):
         env |= {
             "MASTER_ADDR": master, "MASTER_PORT": str(spec.launcher.port),
-            "NNODES": str(spec.workers), "NODE_RANK": str(index),
-            "NPROC_PER_NODE": str(procs), "WORLD_SIZE": str(spec.workers * procs),
+            "NNODES": str(workers), "NODE_RANK": str(index),
+            "NPROC_PER_NODE": str(procs), "WORLD_SIZE": str(workers * procs),
             # global rank of this worker's first process; torchrun sets it per process
             "RANK": str(index * procs),
         }
@@ -127,10 +135,11 @@ def launcher_env(job: Obj, spec: TrainingJobSpec, index: int, restart: int,
 
 
 def worker_pod(job: Obj, index: int, restart: int, resource: str,
-               resume_from: str | None = None, spec: TrainingJobSpec | None = None,
-               report_url: str = "") -> Obj:
-    """Worker `index` of attempt `restart`: gated, with rank environment, the hostfile and
-    a projected token for the report channel (goodput_operator.sdk reads both). SPEC is
+               resume: Obj | None = None, spec: TrainingJobSpec | None = None,
+               report_url: str = "", workers: int | None = None) -> Obj:
+    """Worker `index` of attempt `restart` of a gang of WORKERS (default spec.workers):
+    gated, with rank environment, the hostfile and a projected token for the report channel
+    (goodput_operator.sdk reads both). RESUME: the checkpoint record to resume from. SPEC is
     the already parsed job spec, when the caller has it (one parse per pass, not one per
     pod)."""
     spec = spec or _spec(job)
@@ -141,7 +150,7 @@ def worker_pod(job: Obj, index: int, restart: int, resource: str,
               RANK_LABEL: str(index), RESTART_LABEL: str(restart), **MANAGED_BY}
     annotations = dict(template.get("metadata", {}).get("annotations") or {})
     containers = pod_spec["containers"]
-    env = launcher_env(job, spec, index, restart, resume_from, report_url)
+    env = launcher_env(job, spec, index, restart, resume, report_url, workers)
     for position, container in enumerate(containers):
         names = {e["name"] for e in env}
         container["env"] = [e for e in container.get("env") or [] if e["name"] not in names] \

@@ -21,13 +21,14 @@ from typing import Any
 
 import yaml
 
-from goodput_operator.sandbox import build, fleet
+from goodput_operator.sandbox import build, fleet, hostnet, images, realnode
 from goodput_operator.sandbox.versions import (
     ETCD,
     KUBERNETES,
     KUBERNETES_COMPONENT,
     KWOK,
     KWOK_COMPONENT,
+    REAL_NODE_COMPONENTS,
 )
 
 DEFAULT_NAME = "goodput"
@@ -46,6 +47,8 @@ STAGE_FILES = (
 
 OWN_STAGES = Path(__file__).parent / "stages"  # ours, e.g. pods that succeed on demand
 SERVICE_RANGE = "10.96.0.0/16"
+NODE_MONITOR_PERIOD_MS = 5_000
+NODE_MONITOR_GRACE_MS = 50_000
 AUDIT_POLICY = Path(__file__).parent / "audit-policy.yaml"
 Progress = Callable[[str], None]
 
@@ -132,6 +135,13 @@ class Sandbox:
             raise SandboxError(f"kubectl {' '.join(args[:2])} failed: {proc.stderr.strip()}")
         return proc
 
+    def real_runtime(self, progress: Progress = build.print_progress) -> realnode.Runtime:
+        """The sandbox's real nodes (kubelets, containerds, CoreDNS)."""
+        def kubectl(*args: str, check: bool = True, timeout: float = 120
+                    ) -> subprocess.CompletedProcess[str]:
+            return self.kubectl(*args, check=check, timeout=timeout)
+        return realnode.Runtime(self.name, self.home, self.kubeconfig, kubectl, progress)
+
     @property
     def audit_log(self) -> Path:
         """What service accounts did (AUDIT_POLICY), one JSON event per line."""
@@ -161,6 +171,11 @@ class Sandbox:
             # RBAC enforced, as on a real cluster: the e2e tests run the operator with the
             # Helm chart's ServiceAccount, and a missing verb must be refused
             "kubeAuthorization": True,
+            # Kubernetes' own defaults for the node lifecycle controller: a node that stops
+            # renewing its Lease goes NotReady (Unknown) 50 s later, checked every 5 s. KWOK
+            # renews leases every 10 s, so simulated nodes keep 40 s of margin.
+            "kubeControllerManagerNodeMonitorPeriodMilliseconds": NODE_MONITOR_PERIOD_MS,
+            "kubeControllerManagerNodeMonitorGracePeriodMilliseconds": NODE_MONITOR_GRACE_MS,
         }
         config = {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -168,8 +183,19 @@ class Sandbox:
             "options": options,
             # the API server's default service range is a /24: 254 ClusterIPs, too few for
             # a fleet serving hundreds of InferenceEndpoints
-            "componentsPatches": [{"name": "kube-apiserver", "extraArgs": [
-                {"key": "service-cluster-ip-range", "value": SERVICE_RANGE}]}],
+            "componentsPatches": [
+                {"name": "kube-apiserver", "extraArgs": [
+                    {"key": "service-cluster-ip-range", "value": SERVICE_RANGE},
+                    # logs and exec reach real kubelets by InternalIP (their hostnames do
+                    # not resolve); set at creation: restarting the apiserver later loses
+                    # the scheduler and controller-manager
+                    {"key": "kubelet-preferred-address-types", "value": "InternalIP,Hostname"}]},
+                # kwok manages only the fleet's simulated nodes, never a real kubelet's
+                {"name": "kwok-controller", "extraArgs": [
+                    {"key": "manage-all-nodes", "value": "false"},
+                    {"key": "manage-nodes-with-annotation-selector",
+                     "value": fleet.FAKE_NODE_SELECTOR}]},
+            ],
         }
         source = build.module_dir(KWOK_COMPONENT)
         stages = [(source / rel).read_text() for rel in STAGE_FILES]
@@ -178,9 +204,20 @@ class Sandbox:
 
 
 def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,
-       progress: Progress = build.print_progress, wait_seconds: float = 180) -> fleet.Fleet:
-    """Build (first time), start the control plane, create the fleet's nodes, wait for Ready."""
+       progress: Progress = build.print_progress, wait_seconds: float = 180,
+       real_nodes: int = 0) -> fleet.Fleet:
+    """Build (first time), start the control plane, create the fleet's nodes, wait for Ready.
+
+    REAL_NODES: the fleet's first nodes (in fleet order: the first UltraServer first) are
+    real kubelets running real containers instead of simulated nodes."""
     chosen = fleet.load(fleet_ref)  # validate before spending minutes on anything
+    if not 0 <= real_nodes <= chosen.node_count:
+        raise SandboxError(f"--real-nodes must be 0..{chosen.node_count} (the fleet's nodes), "
+                           f"got {real_nodes}")
+    if real_nodes:
+        reason = hostnet.unavailable_reason()
+        if reason:
+            raise SandboxError(f"cannot run real nodes here: {reason}")
     if sandbox.is_running():
         raise SandboxError(
             f"sandbox {sandbox.name!r} is already running (kubeconfig {sandbox.kubeconfig}); "
@@ -188,6 +225,9 @@ def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,
         )
     started = time.monotonic()
     binaries = build.ensure_all(progress=progress)
+    if real_nodes:  # before the control plane starts: the first build takes minutes
+        build.ensure_all(REAL_NODE_COMPONENTS, progress)
+        images.ensure_images(progress)
     if sandbox.exists():  # left over from a crash or a reboot: start clean
         sandbox.kwokctl("delete", "cluster", "--name", sandbox.name, check=False)
     sandbox.home.mkdir(parents=True, exist_ok=True)
@@ -200,17 +240,23 @@ def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,
         "create", "cluster", "--name", sandbox.name, "--config", str(config_path),
         "--kubeconfig", str(sandbox.kubeconfig), "--wait", "120s", timeout=240,
     )
-    create_nodes(sandbox, chosen, progress)
-    wait_nodes_ready(sandbox, chosen.node_count, wait_seconds, progress)
+    all_nodes = fleet.nodes(chosen)
+    create_nodes(sandbox, all_nodes[real_nodes:], chosen.name, progress)
     sandbox.fleet_file.write_text(json.dumps({"fleet": fleet_ref, "name": chosen.name}))
+    if real_nodes:
+        progress(f"Starting {real_nodes} real node(s): kubelet + containerd each...")
+        runtime = sandbox.real_runtime(progress)
+        for node in all_nodes[:real_nodes]:
+            runtime.add(node, hostnet.host_ip())
+    wait_nodes_ready(sandbox, chosen.node_count, wait_seconds, progress)
     progress(f"Sandbox {sandbox.name!r} is up in {time.monotonic() - started:.0f}s.")
     return chosen
 
 
-def create_nodes(sandbox: Sandbox, chosen: fleet.Fleet, progress: Progress) -> None:
-    """Create the fleet's Node objects in batches through kubectl (status included)."""
-    nodes = fleet.nodes(chosen)
-    progress(f"Creating {len(nodes)} simulated nodes ({chosen.name})...")
+def create_nodes(sandbox: Sandbox, nodes: list[dict[str, Any]], fleet_name: str,
+                 progress: Progress) -> None:
+    """Create simulated Node objects in batches through kubectl (status included)."""
+    progress(f"Creating {len(nodes)} simulated nodes ({fleet_name})...")
     batch = 500
     for start in range(0, len(nodes), batch):
         items = nodes[start:start + batch]
@@ -253,8 +299,33 @@ def wait_nodes_ready(sandbox: Sandbox, expected: int, timeout: float, progress: 
         time.sleep(0.5)
 
 
+def add_real_node(sandbox: Sandbox, name: str | None = None,
+                  progress: Progress = build.print_progress) -> str:
+    """Turn one fleet node (NAME, else the first one still simulated) into a real node."""
+    require_running(sandbox)
+    if not sandbox.fleet_file.is_file():
+        raise SandboxError(f"sandbox {sandbox.name!r} has no fleet record; recreate it")
+    chosen = fleet.load(json.loads(sandbox.fleet_file.read_text())["fleet"])
+    real = {n.name for n in realnode.load(sandbox.home)}
+    candidates = [n for n in fleet.nodes(chosen) if n["metadata"]["name"] not in real]
+    if name is not None:
+        candidates = [n for n in candidates if n["metadata"]["name"] == name]
+    if not candidates:
+        raise SandboxError(f"no simulated fleet node {'named ' + name if name else 'left'} "
+                           f"to make real in sandbox {sandbox.name!r}")
+    node = candidates[0]
+    node_name: str = node["metadata"]["name"]
+    build.ensure_all((KUBERNETES_COMPONENT, *REAL_NODE_COMPONENTS), progress)
+    sandbox.kubectl("delete", "node", node_name, "--ignore-not-found", "--wait=true")
+    sandbox.real_runtime(progress).add(node, hostnet.host_ip())
+    return node_name
+
+
 def down(sandbox: Sandbox) -> bool:
-    """Stop and delete the sandbox; True if there was one."""
+    """Stop and delete the sandbox (real nodes first, leaving the host as it was); True if
+    there was one."""
+    if realnode.load(sandbox.home):
+        sandbox.real_runtime().remove_all(drain=sandbox.is_running())
     existed = sandbox.exists()
     if existed:
         sandbox.kwokctl("delete", "cluster", "--name", sandbox.name, timeout=120)

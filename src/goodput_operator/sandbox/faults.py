@@ -1,8 +1,11 @@
-"""Fault injection through KWOK's chaos stages: the same signals a real failure produces.
+"""Fault injection: the same signals a real failure produces.
 
-A node fails by the `node-not-ready` stage (its Ready condition turns False and stays
-so until healed); a pod fails by `pod-container-running-failed`, which terminates its
-containers with the exit code we annotate.
+A simulated node fails by KWOK's `node-not-ready` stage (its Ready condition turns False
+and stays so until healed); a pod fails by `pod-container-running-failed`, which terminates
+its containers with the exit code we annotate. A real node fails as real nodes do: its
+kubelet stops (a partition: the containers keep running, and the controller-manager marks
+the node NotReady once its Lease is 50 s old), or with `crash` every container process on
+it is killed at once.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from goodput_operator.sandbox import hostnet, realnode
 from goodput_operator.sandbox.cluster import Sandbox, SandboxError, require_running
 
 NODE_NOT_READY = "node-not-ready.stage.kwok.x-k8s.io"
@@ -39,10 +43,26 @@ def _require_node(sandbox: Sandbox, node: str) -> dict[str, Any]:
 
 
 def fail_node(sandbox: Sandbox, *nodes: str, reason: str = "SimulatedFailure",
-              message: str = "node failed (injected by goodput sandbox fail-node)") -> None:
-    """Make NODES NotReady until `heal_node`; several nodes fail together (one write)."""
+              message: str = "node failed (injected by goodput sandbox fail-node)",
+              crash: bool = False) -> None:
+    """Make NODES NotReady until `heal_node`; several nodes fail together (one write).
+    Real nodes lose their kubelet, or with CRASH their containers."""
     for node in nodes:
         _require_node(sandbox, node)
+    real = {n.name: n for n in realnode.load(sandbox.home)}
+    runtime = sandbox.real_runtime()
+    for node in nodes:
+        if node in real:
+            if crash:
+                runtime.crash(real[node])
+            else:
+                runtime.stop_kubelet(real[node])
+    if crash and any(n not in real for n in nodes):
+        raise SandboxError("--crash applies to real nodes only (simulated nodes run no "
+                           "containers); use fail-pod for a simulated worker")
+    nodes = tuple(n for n in nodes if n not in real)
+    if not nodes:
+        return
     sandbox.kubectl(
         "annotate", "node", *nodes, "--overwrite",
         f"{NODE_NOT_READY}/reason={reason}", f"{NODE_NOT_READY}/message={message}",
@@ -52,9 +72,18 @@ def fail_node(sandbox: Sandbox, *nodes: str, reason: str = "SimulatedFailure",
 
 
 def heal_node(sandbox: Sandbox, *nodes: str) -> None:
-    """Remove the failure; KWOK's node-initialize stage makes the nodes Ready again."""
+    """Remove the failure; KWOK's node-initialize stage makes simulated nodes Ready again,
+    a real node's kubelet is started again (it takes its running pods back)."""
     for node in nodes:
         _require_node(sandbox, node)
+    real = {n.name: n for n in realnode.load(sandbox.home)}
+    runtime = sandbox.real_runtime()
+    for node in nodes:
+        if node in real and not runtime.kubelet_running(real[node]):
+            runtime.start_kubelet(real[node], hostnet.host_ip())
+    nodes = tuple(n for n in nodes if n not in real)
+    if not nodes:
+        return
     sandbox.kubectl("label", "node", *nodes, f"{NODE_NOT_READY}-")
     sandbox.kubectl(
         "annotate", "node", *nodes, f"{NODE_NOT_READY}/reason-", f"{NODE_NOT_READY}/message-",

@@ -33,6 +33,7 @@ REGION_LABEL = "topology.kubernetes.io/region"
 FLEET_LABEL = "sandbox.goodput.dev/fleet"
 POOL_LABEL = "sandbox.goodput.dev/pool"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+FAKE_NODE_SELECTOR = f"{KWOK_ANNOTATION}=fake"  # the nodes kwok manages (real ones lack it)
 
 DEFAULT_FLEET = "mixed"
 SYNTHETIC_DOMAINS_PER_BLOCK = 16

@@ -12,6 +12,7 @@ KUBERNETES_STAGING = "v0.36.3"  # the k8s.io/* staging modules published with KU
 ETCD = "v3.6.16"
 KWOK = "v0.8.0"
 HELM = "v3.21.4"
+COREDNS = "v1.15.0"  # cluster DNS for real nodes: the newest the Go module proxy offers
 MIN_GO = (1, 26)
 
 
@@ -55,7 +56,8 @@ KUBERNETES_COMPONENT = Component(
     version=KUBERNETES,
     binaries={
         f"k8s.io/kubernetes/cmd/{cmd}": cmd
-        for cmd in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+        for cmd in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
+                    "kubelet")
     },
     replace_version=KUBERNETES_STAGING,
     version_vars=_k8s_version_vars(),
@@ -85,5 +87,15 @@ HELM_COMPONENT = Component(
     version_vars={"helm.sh/helm/v3/internal/version.version": HELM},
 )
 
+COREDNS_COMPONENT = Component(
+    name="coredns",
+    module="github.com/coredns/coredns",
+    version=COREDNS,
+    binaries={"github.com/coredns/coredns": "coredns"},
+    version_vars={"github.com/coredns/coredns/coremain.GitCommit": COREDNS},
+)
+
 SANDBOX_COMPONENTS = (KUBERNETES_COMPONENT, ETCD_COMPONENT, KWOK_COMPONENT)
-ALL_COMPONENTS = (*SANDBOX_COMPONENTS, HELM_COMPONENT)
+# what real nodes need besides the control plane (kubelet is part of KUBERNETES_COMPONENT)
+REAL_NODE_COMPONENTS = (COREDNS_COMPONENT,)
+ALL_COMPONENTS = (*SANDBOX_COMPONENTS, HELM_COMPONENT, COREDNS_COMPONENT)

@@ -1,8 +1,11 @@
 """Worker-side helpers for training code: tell the operator about checkpoints and steps.
 
-    from goodput_operator.sdk import commit_checkpoint, fingerprint, report_step
+    from goodput_operator.sdk import checkpoint, fingerprint, report_step
+    point = checkpoint.resume_point()       # where the operator says this attempt resumes
     report_step(step, {"loss": 1.93}, fingerprint=fingerprint(model.parameters()))
-    commit_checkpoint(step, "/fsx/ckpt/step-3000", digest="sha256:...")
+    checkpoint.save(step, lambda folder: torch.save(state, folder / "state.pt"))  # commits
+
+(examples/trainer/train.py is a whole trainer built on these.)
 
 Standard library only (no kopf, no kubernetes client): it runs in every worker image.
 The worker proves who it is with its pod's projected ServiceAccount token (audience

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""A small, real data-parallel PyTorch training job that runs under the Goodput Operator.
+
+Copy it as the skeleton of your own trainer. It reads only what the operator gives every
+worker: the rendezvous (MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, as torchrun does), where to
+resume (GOODPUT_RESUME_*), where to save (GOODPUT_CHECKPOINT_DIR) and the report channel
+(GOODPUT_REPORT_URL with the pod's projected token). It:
+- waits until rank 0's stable name resolves (pods start in any order),
+- resumes from the checkpoint the operator chose, after verifying it against its digest,
+- trains deterministically (seeded data per step and rank, one thread): a run interrupted
+  and resumed ends with the same parameters as an uninterrupted one,
+- reports every step with a fingerprint of its parameters (the replicas vote on them: a
+  replica that disagrees points at silent data corruption on its node),
+- saves a checkpoint every --checkpoint-every steps on rank 0, atomically, and commits it,
+- prints `FINAL step=N fingerprint=F` and exits 0.
+
+The backend is gloo on CPU; the same script runs with NCCL (or Neuron's XLA backend)
+where those devices exist: pass --backend.
+
+For the sandbox's demos and tests, --corrupt-at-step/--corrupt-node make the replica on
+one node silently corrupt its parameters, as a bad accelerator would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from goodput_operator.sdk import ReportError, checkpoint, fingerprint, report_step
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--checkpoint-every", type=int, default=10)
+    parser.add_argument("--step-seconds", type=float, default=0.0,
+                        help="pace each step to at least this long (a stand-in for real work)")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--backend", default="gloo")
+    parser.add_argument("--corrupt-at-step", type=int, default=None)
+    parser.add_argument("--corrupt-node", default=None,
+                        help="only the replica running on this node corrupts (NODE_NAME)")
+    return parser.parse_args()
+
+
+def log(message: str) -> None:
+    rank = os.environ.get("RANK", "?")
+    print(f"{time.strftime('%H:%M:%S')} rank {rank}: {message}", flush=True)
+
+
+def wait_for_name(host: str, timeout: float = 120) -> None:
+    """Rank 0's name resolves once its pod has an address (a headless Service that
+    publishes not-ready addresses); the ranks start in any order, so wait for it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.getaddrinfo(host, None)
+            return
+        except socket.gaierror:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def batch(seed: int, step: int, rank: int, hidden: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's data for STEP: a pure function of (seed, step, rank), so a resumed run
+    sees exactly the batches an uninterrupted one would."""
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + step * 1_009 + rank)
+    x = torch.randn(32, hidden, generator=generator)
+    y = x.sum(dim=1, keepdim=True).sin()
+    return x, y
+
+
+def main() -> int:
+    args = parse()
+    torch.set_num_threads(1)  # deterministic reductions, and kind to a 2-core sandbox
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    master, port = os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
+    node = os.environ.get("NODE_NAME", "")
+    log(f"world {world}, master {master}:{port}, node {node or '?'}, attempt "
+        f"{os.environ.get('GOODPUT_RESTART', '0')}")
+    wait_for_name(master)
+    dist.init_process_group(args.backend, init_method=f"tcp://{master}:{port}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=120))
+
+    torch.manual_seed(args.seed)
+    model = torch.nn.Sequential(torch.nn.Linear(args.hidden, args.hidden), torch.nn.Tanh(),
+                                torch.nn.Linear(args.hidden, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    start = 0
+    point = checkpoint.resume_point()
+    if point is not None:
+        state = torch.load(checkpoint.verified(point) / "state.pt")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start = int(state["step"])
+        log(f"resumed from step {start} ({point.path}, digest verified)")
+    ddp = DistributedDataParallel(model)
+
+    for step in range(start + 1, args.steps + 1):
+        began = time.monotonic()
+        x, y = batch(args.seed, step, rank, args.hidden)
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        loss.backward()
+        optimizer.step()
+        if step == args.corrupt_at_step and args.corrupt_node in (None, node):
+            with torch.no_grad():  # a bad device: one replica's math silently goes wrong
+                next(model.parameters()).add_(1e-3)
+            log(f"corrupted my parameters at step {step} (--corrupt-at-step)")
+        try:
+            report_step(step, {"loss": float(loss)},
+                        fingerprint=fingerprint(list(model.parameters())))
+        except ReportError as err:  # reports are advisory: training goes on without them
+            log(f"report of step {step} failed: {err}")
+        if rank == 0 and step % args.checkpoint_every == 0:
+            try:
+                folder, digest = checkpoint.save(step, lambda f: torch.save(
+                    {"step": step, "model": model.state_dict(),
+                     "optimizer": optimizer.state_dict()}, f / "state.pt"))
+                log(f"checkpoint step {step} committed: {folder} {digest}")
+            except ReportError as err:  # written, but the operator does not know of it
+                log(f"checkpoint step {step} not committed: {err}")
+        if step % 10 == 0:
+            log(f"step {step} loss {float(loss):.6f}")
+        time.sleep(max(0.0, args.step_seconds - (time.monotonic() - began)))
+
+    final = fingerprint(list(model.parameters()))
+    log(f"FINAL step={args.steps} fingerprint={final}")
+    results = os.environ.get("GOODPUT_CHECKPOINT_DIR")
+    if results:
+        folder = Path(results) / "final"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"rank-{rank}.json").write_text(json.dumps(
+            {"step": args.steps, "fingerprint": final, "node": node,
+             "attempt": int(os.environ.get("GOODPUT_RESTART", "0")), "resumedFrom": start}))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Real sandbox nodes, the pure parts: what each node's containerd, kubelet and CNI are told,
+what a real node copies from the fleet node it stands in for, and the OCI image packing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from goodput_operator.sandbox import fleet, images, realnode
+
+pytestmark = pytest.mark.unit
+
+
+def node(slot: int = 3, name: str = "trn2-00-0") -> realnode.RealNode:
+    return realnode.RealNode("box", name, slot, 10250 + slot, 10350 + slot,
+                             f"/cache/box/real/{name}", {}, {})
+
+
+def test_each_containerd_is_private_to_its_node_and_never_lowers_oom_score() -> None:
+    config = tomllib.loads(realnode.containerd_config(node()))
+    cri = config["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["restrict_oom_score_adj"] is True
+    assert cri["sandbox_image"] == images.PAUSE_IMAGE
+    assert config["grpc"]["address"] == "/cache/box/real/trn2-00-0/containerd.sock"
+    assert config["root"].startswith("/cache/box/real/trn2-00-0/")
+    assert config["state"].startswith("/cache/box/real/trn2-00-0/")
+    assert cri["containerd"]["runtimes"]["runc"]["options"]["Root"].startswith(
+        "/cache/box/real/trn2-00-0/")
+    assert cri["cni"]["conf_dir"] == "/cache/box/real/trn2-00-0/cni"
+
+
+def test_two_nodes_share_no_port_subnet_bridge_or_cgroup() -> None:
+    a, b = node(0, "trn2-00-0"), node(1, "trn2-00-1")
+    ka, kb = realnode.kubelet_config(a), realnode.kubelet_config(b)
+    assert {ka["port"], ka["healthzPort"]}.isdisjoint({kb["port"], kb["healthzPort"]})
+    assert ka["cgroupRoot"] != kb["cgroupRoot"]
+    ca, cb = realnode.cni_config(a)["plugins"][0], realnode.cni_config(b)["plugins"][0]
+    assert ca["bridge"] != cb["bridge"]
+    assert ca["ipam"]["ranges"][0][0]["subnet"] == "10.244.0.0/24"
+    assert cb["ipam"]["ranges"][0][0]["subnet"] == "10.244.1.0/24"
+    assert ca["ipMasq"] is False, "pods must see each other's real addresses"
+
+
+def test_the_kubelet_settings_that_the_traps_need() -> None:
+    config = realnode.kubelet_config(node(7))
+    assert config["oomScoreAdj"] == 0 and config["failCgroupV1"] is False
+    assert config["clusterDNS"] == ["10.244.7.1"], "CoreDNS answers on the node's bridge"
+    assert config["imageGCHighThresholdPercent"] == 100, "imported images cannot be pulled"
+    assert config["containerRuntimeEndpoint"] == "unix:///cache/box/real/trn2-00-0/containerd.sock"
+
+
+def test_a_real_node_copies_its_fleet_twin_but_not_the_kwok_marks() -> None:
+    twin = fleet.nodes(fleet.load("trn2"))[0]
+    labels, extended = realnode.stand_in(twin)
+    assert labels["topology.k8s.aws/ultraserver-id"] == \
+        twin["metadata"]["labels"]["topology.k8s.aws/ultraserver-id"]
+    assert labels[realnode.REAL_LABEL] == "true" and "type" not in labels
+    assert extended == {"aws.amazon.com/neuron": "16", "aws.amazon.com/neuroncore": "128",
+                        "vpc.amazonaws.com/efa": "16"}
+
+
+def test_a_packed_image_is_an_oci_layout_whose_digests_hold(tmp_path: Path) -> None:
+    layer = images._files_layer(tmp_path / "layer.tar",
+                                {"opt/app/run.py": (b"print('hi')\n", 0o755)})
+    archive = images.pack(tmp_path / "image.tar", "goodput.dev/x:1", [layer],
+                          {"Cmd": ["python3"]})
+    with tarfile.open(archive) as tar:
+        blobs = {m.name: tar.extractfile(m).read()  # type: ignore[union-attr]
+                 for m in tar.getmembers() if m.isfile()}
+    index = json.loads(blobs["index.json"])
+    entry = index["manifests"][0]
+    assert entry["annotations"]["io.containerd.image.name"] == "goodput.dev/x:1"
+    manifest_blob = blobs[f"blobs/sha256/{entry['digest'][7:]}"]
+    assert hashlib.sha256(manifest_blob).hexdigest() == entry["digest"][7:]
+    manifest = json.loads(manifest_blob)
+    config = json.loads(blobs[f"blobs/sha256/{manifest['config']['digest'][7:]}"])
+    layer_digest = manifest["layers"][0]["digest"]
+    assert config["rootfs"]["diff_ids"] == [layer_digest]
+    assert hashlib.sha256(blobs[f"blobs/sha256/{layer_digest[7:]}"]).hexdigest() == \
+        layer_digest[7:]
+    with tarfile.open(layer) as tar:
+        assert tar.getnames() == ["opt", "opt/app", "opt/app/run.py"]
+        assert tar.getmember("opt/app/run.py").mode == 0o755
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm\n",
+     "http://mirror.example/debian"),
+    ("deb [signed-by=/k.gpg] http://deb.example/debian/ bookworm main\n",
+     "http://deb.example/debian"),
+    ("deb http://security.example/debian-security bookworm-security main\n",
+     "http://deb.debian.org/debian"),
+])
+def test_debootstrap_asks_the_mirror_apt_uses(tmp_path: Path, text: str, expected: str) -> None:
+    (tmp_path / "sources.list").write_text(text)
+    mirror, _ = images.debian_source([tmp_path / "sources.list"])
+    assert mirror == expected
+
+
+def test_the_worker_image_carries_the_sdk_and_the_example_trainer() -> None:
+    files = images.app_files()
+    assert f"{images.SDK_DIR}/sdk/checkpoint.py" in files
+    assert f"{images.TRAINER_DIR}/train.py" in files
+    assert files[f"{images.SDK_DIR}/__init__.py"][0].startswith(b'"""Goodput Operator')

@@ -1,0 +1,112 @@
+"""The SDK's checkpoint side: where to resume, atomic saves that commit, verified loads."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from goodput_operator.sdk import Reporter, checkpoint
+from goodput_operator.sdk.checkpoint import CheckpointError, ResumePoint
+
+pytestmark = pytest.mark.unit
+
+
+class Recorder(BaseHTTPRequestHandler):
+    bodies: ClassVar[list[tuple[str, dict[str, Any]]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.bodies.append((self.path, body))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"accepted": true}')
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.fixture
+def operator_url() -> Iterator[str]:
+    httpd = HTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    Recorder.bodies.clear()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({}, None),
+    ({"GOODPUT_RESUME_FROM": ""}, None),
+    ({"GOODPUT_RESUME_FROM": "/c/step-20", "GOODPUT_RESUME_STEP": "20",
+      "GOODPUT_RESUME_DIGEST": "sha256:ab"}, ResumePoint(20, Path("/c/step-20"), "sha256:ab")),
+    ({"GOODPUT_RESUME_FROM": "/c/x"}, ResumePoint(-1, Path("/c/x"), None)),
+])
+def test_the_resume_point_is_what_the_operator_put_in_the_environment(
+        env: dict[str, str], expected: ResumePoint | None) -> None:
+    assert checkpoint.resume_point(env) == expected
+
+
+def test_save_writes_atomically_then_commits_the_digest_of_what_it_wrote(
+        tmp_path: Path, operator_url: str) -> None:
+    seen_during_write: list[bool] = []
+
+    def write(folder: Path) -> None:
+        (folder / "model.pt").write_bytes(b"weights")
+        (folder / "shard").mkdir()
+        (folder / "shard" / "0.bin").write_bytes(b"optimizer")
+        seen_during_write.append(checkpoint.step_dir(30, tmp_path).exists())
+
+    reporter = Reporter(url=operator_url, token="t")
+    folder, digest = checkpoint.save(30, write, root=tmp_path, reporter=reporter)
+    assert seen_during_write == [False], "the final folder must not exist before it is whole"
+    assert folder == tmp_path / "step-00000030" and (folder / "shard" / "0.bin").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "scratch left"
+    assert digest == checkpoint.digest(folder)
+    path, body = Recorder.bodies[0]
+    assert path == "/v1/reports/checkpoint"
+    assert (body["step"], body["path"], body["digest"]) == (30, str(folder), digest)
+
+
+def test_a_verified_load_refuses_a_changed_or_missing_checkpoint(tmp_path: Path) -> None:
+    folder, digest = checkpoint.save(10, lambda f: (f / "a").write_bytes(b"1"), root=tmp_path,
+                                     commit=False)
+    assert checkpoint.verified(ResumePoint(10, folder, digest)) == folder
+    (folder / "a").write_bytes(b"2")
+    with pytest.raises(CheckpointError, match="not what was committed"):
+        checkpoint.verified(ResumePoint(10, folder, digest))
+    with pytest.raises(CheckpointError, match="does not exist"):
+        checkpoint.verified(ResumePoint(20, tmp_path / "step-00000020", digest))
+
+
+@pytest.mark.parametrize("change", ["rename a file", "add a file", "change a byte"])
+def test_the_digest_covers_names_and_contents(tmp_path: Path, change: str) -> None:
+    (tmp_path / "a").write_bytes(b"xy")
+    before = checkpoint.digest(tmp_path)
+    if change == "rename a file":
+        (tmp_path / "a").rename(tmp_path / "b")
+    elif change == "add a file":
+        (tmp_path / "c").write_bytes(b"")
+    else:
+        (tmp_path / "a").write_bytes(b"xz")
+    assert checkpoint.digest(tmp_path) != before
+
+
+def test_a_step_saved_again_after_a_rollback_replaces_the_old_one(tmp_path: Path) -> None:
+    checkpoint.save(30, lambda f: (f / "a").write_bytes(b"corrupted"), root=tmp_path,
+                    commit=False)
+    folder, _ = checkpoint.save(30, lambda f: (f / "a").write_bytes(b"good"), root=tmp_path,
+                                commit=False)
+    assert (folder / "a").read_bytes() == b"good"
+
+
+def test_no_checkpoint_directory_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOODPUT_CHECKPOINT_DIR", raising=False)
+    with pytest.raises(CheckpointError, match=r"spec\.checkpoint\.dir"):
+        checkpoint.step_dir(1)
