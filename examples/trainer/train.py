@@ -7,8 +7,9 @@ resume (GOODPUT_RESUME_*), where to save (GOODPUT_CHECKPOINT_DIR) and the report
 (GOODPUT_REPORT_URL with the pod's projected token). It:
 - waits until rank 0's stable name resolves (pods start in any order),
 - resumes from the checkpoint the operator chose, after verifying it against its digest,
-- trains deterministically (seeded data per step and rank, one thread): a run interrupted
-  and resumed ends with the same parameters as an uninterrupted one,
+- trains deterministically (seeded data per step and rank, one thread, gradients averaged
+  as one flat all-reduce in a fixed order): a run interrupted and resumed ends with the same
+  parameters as an uninterrupted one, bit for bit,
 - reports every step with a fingerprint of its parameters (the replicas vote on them: a
   replica that disagrees points at silent data corruption on its node),
 - saves a checkpoint every --checkpoint-every steps on rank 0, atomically, and commits it,
@@ -34,7 +35,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
 from goodput_operator.sdk import ReportError, checkpoint, fingerprint, report_step
 
@@ -82,6 +82,21 @@ def batch(seed: int, step: int, rank: int, hidden: int) -> tuple[torch.Tensor, t
     return x, y
 
 
+def average_gradients(model: torch.nn.Module, world: int) -> None:
+    """Data parallelism in one collective: every rank's gradients, flattened in parameter
+    order, summed and divided by the world size. (DistributedDataParallel does the same in
+    buckets it lays out anew after its first step, which changes the order floating point
+    sums are taken in after a resume: the result would differ in the last bits.)"""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for grad in grads:
+        grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
+        offset += grad.numel()
+
+
 def main() -> int:
     args = parse()
     torch.set_num_threads(1)  # deterministic reductions, and kind to a 2-core sandbox
@@ -106,14 +121,14 @@ def main() -> int:
         optimizer.load_state_dict(state["optimizer"])
         start = int(state["step"])
         log(f"resumed from step {start} ({point.path}, digest verified)")
-    ddp = DistributedDataParallel(model)
 
     for step in range(start + 1, args.steps + 1):
         began = time.monotonic()
         x, y = batch(args.seed, step, rank, args.hidden)
         optimizer.zero_grad()
-        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
+        average_gradients(model, world)
         optimizer.step()
         if step == args.corrupt_at_step and args.corrupt_node in (None, node):
             with torch.no_grad():  # a bad device: one replica's math silently goes wrong
@@ -125,10 +140,11 @@ def main() -> int:
         except ReportError as err:  # reports are advisory: training goes on without them
             log(f"report of step {step} failed: {err}")
         if rank == 0 and step % args.checkpoint_every == 0:
+            state = {"step": step, "model": model.state_dict(),
+                     "optimizer": optimizer.state_dict()}
             try:
-                folder, digest = checkpoint.save(step, lambda f: torch.save(
-                    {"step": step, "model": model.state_dict(),
-                     "optimizer": optimizer.state_dict()}, f / "state.pt"))
+                folder, digest = checkpoint.save(
+                    step, lambda f, state=state: torch.save(state, f / "state.pt"))
                 log(f"checkpoint step {step} committed: {folder} {digest}")
             except ReportError as err:  # written, but the operator does not know of it
                 log(f"checkpoint step {step} not committed: {err}")

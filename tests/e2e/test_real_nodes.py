@@ -187,6 +187,31 @@ def token_claims(real: Real, namespace: str, pod: str) -> dict[str, Any]:
     return claims
 
 
+def test_silent_corruption_on_a_real_replica_rolls_back_to_the_verified_checkpoint(
+        real: Real, reference: dict[str, Any], ns: str) -> None:
+    name = f"sdc-{uuid.uuid4().hex[:6]}"
+    bad = US0[1]
+    apply(real.cluster, trainer_job(real, name, "--step-seconds", "0.5", "--corrupt-at-step",
+                                    "25", "--corrupt-node", bad), ns)
+    try:
+        job = wait_for(lambda: _running_at(real, ns, name, 1), timeout=240,
+                       what="the gang running again after the corruption")
+        incident = job["status"]["incidents"][-1]
+        assert incident["cause"] == "SilentDataCorruption" and bad in incident["nodes"]
+        assert "rolling back to step 20" in incident["message"], incident["message"]
+        assert bad not in {r["node"] for r in job["status"]["placement"]["ranks"]}
+        succeeded(real, ns, name)
+    finally:
+        release(real, bad)
+    pods = job_pods(real.cluster, ns, name)
+    env = {e["name"]: e["value"] for e in pods[0]["spec"]["containers"][0]["env"]}
+    assert env["GOODPUT_RESUME_STEP"] == "20"
+    assert "resumed from step 20" in logs(real, ns, pods[0]["metadata"]["name"])
+    final = results(name)
+    assert {r["fingerprint"] for r in final.values()} == \
+        {reference["results"][0]["fingerprint"]}, "the replay from step 20 is clean"
+
+
 def test_a_real_node_failure_resumes_from_the_last_committed_checkpoint_on_the_spare(
         real: Real, reference: dict[str, Any], ns: str) -> None:
     name = f"fail-{uuid.uuid4().hex[:6]}"
@@ -228,31 +253,6 @@ def test_a_real_node_failure_resumes_from_the_last_committed_checkpoint_on_the_s
     assert {r["fingerprint"] for r in final.values()} == \
         {reference["results"][0]["fingerprint"]}, "equal to the uninterrupted run, bit for bit"
     assert done["status"]["incidents"][-1].get("detectionSeconds") is not None
-
-
-def test_silent_corruption_on_a_real_replica_rolls_back_to_the_verified_checkpoint(
-        real: Real, reference: dict[str, Any], ns: str) -> None:
-    name = f"sdc-{uuid.uuid4().hex[:6]}"
-    bad = US0[1]
-    apply(real.cluster, trainer_job(real, name, "--step-seconds", "0.5", "--corrupt-at-step",
-                                    "25", "--corrupt-node", bad), ns)
-    try:
-        job = wait_for(lambda: _running_at(real, ns, name, 1), timeout=240,
-                       what="the gang running again after the corruption")
-        incident = job["status"]["incidents"][-1]
-        assert incident["cause"] == "SilentDataCorruption" and bad in incident["nodes"]
-        assert "rolling back to step 20" in incident["message"], incident["message"]
-        assert bad not in {r["node"] for r in job["status"]["placement"]["ranks"]}
-        succeeded(real, ns, name)
-    finally:
-        release(real, bad)
-    pods = job_pods(real.cluster, ns, name)
-    env = {e["name"]: e["value"] for e in pods[0]["spec"]["containers"][0]["env"]}
-    assert env["GOODPUT_RESUME_STEP"] == "20"
-    assert "resumed from step 20" in logs(real, ns, pods[0]["metadata"]["name"])
-    final = results(name)
-    assert {r["fingerprint"] for r in final.values()} == \
-        {reference["results"][0]["fingerprint"]}, "the replay from step 20 is clean"
 
 
 def _running_at(real: Real, namespace: str, name: str, restarts: int) -> dict[str, Any] | None:
