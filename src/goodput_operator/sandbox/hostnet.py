@@ -117,7 +117,7 @@ def host_ip() -> str:
     out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"],
                          capture_output=True, text=True, check=False).stdout
     # `2: eth0    inet 192.0.2.2/24 ...`; our own pod bridges (gpbrN) are not the host's
-    found = [address for interface, address in
+    found: list[str] = [address for interface, address in
              re.findall(r"^\d+:\s+(\S+)\s+inet (\d+\.\d+\.\d+\.\d+)/", out, re.MULTILINE)
              if not interface.startswith("gpbr")]
     if not found:
