@@ -4,6 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 SANDBOX ?= demo
+REAL_NODES ?=
 FLEET  ?= mixed
 PYTEST_ARGS ?=
 
@@ -19,8 +20,11 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 ## demo: the sandbox with the default fleet, the CRDs, the operator and example jobs
+## (REAL_NODES=1: the example PyTorch trainer on real nodes, through a node failure)
 demo: venv
-	SANDBOX=$(SANDBOX) FLEET=$(FLEET) scripts/demo.sh
+	@if [ -n "$(REAL_NODES)" ]; then $(MAKE) --no-print-directory real-node-deps build-sandbox && \
+	  SANDBOX=$(SANDBOX) scripts/demo-real.sh; \
+	else SANDBOX=$(SANDBOX) FLEET=$(FLEET) scripts/demo.sh; fi
 
 ## demo-down: stop the demo's operator and sandbox
 demo-down: venv

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from goodput_operator.sandbox import cluster
+from goodput_operator.sandbox import cluster, hostnet
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,9 +37,16 @@ def rss_mb(pid: int) -> tuple[float, float]:
 class OperatorProcess:
     """`goodput-operator` on the sandbox's kubeconfig, logging to LOG (appended)."""
 
-    def __init__(self, box: cluster.Sandbox, log: Path) -> None:
+    def __init__(self, box: cluster.Sandbox, log: Path, reports: bool = False) -> None:
+        """REPORTS: serve the workers' report channel at the host's address (real nodes'
+        pods reach it there); otherwise it is off."""
         self.box, self.log = box, log
         self.metrics_port, self.health_port = free_port(), free_port()
+        self.report_args = ["--report-port", "0"]
+        if reports:
+            port = free_port()
+            self.report_args = ["--report-port", str(port), "--report-url",
+                                f"http://{hostnet.host_ip()}:{port}"]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -47,7 +54,7 @@ class OperatorProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "goodput_operator.operator.main",
                  "--health-port", str(self.health_port),
-                 "--metrics-port", str(self.metrics_port), "--report-port", "0"],
+                 "--metrics-port", str(self.metrics_port), *self.report_args],
                 env={**os.environ, "KUBECONFIG": str(self.box.kubeconfig)}, stdout=out,
                 stderr=subprocess.STDOUT)
 
@@ -85,12 +92,13 @@ class OperatorProcess:
 
 @contextlib.contextmanager
 def sandbox(name: str, fleet: str, group: dict[str, Any], namespaces: Sequence[str] = (),
-            wait_seconds: float = 120) -> Iterator[cluster.Sandbox]:
-    """Sandbox NAME (recreated) with FLEET, the CRDs, GROUP and NAMESPACES; deleted after."""
+            wait_seconds: float = 120, real_nodes: int = 0) -> Iterator[cluster.Sandbox]:
+    """Sandbox NAME (recreated) with FLEET (its first REAL_NODES real), the CRDs, GROUP and
+    NAMESPACES; deleted after."""
     box = cluster.Sandbox(name)
     if box.is_running():
         cluster.down(box)
-    cluster.up(box, fleet, wait_seconds=wait_seconds)
+    cluster.up(box, fleet, wait_seconds=wait_seconds, real_nodes=real_nodes)
     try:
         box.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
         box.kubectl("wait", "--for", "condition=Established", "--timeout=60s",
@@ -105,11 +113,13 @@ def sandbox(name: str, fleet: str, group: dict[str, Any], namespaces: Sequence[s
 
 @contextlib.contextmanager
 def operator_sandbox(name: str, fleet: str, group: dict[str, Any],
-                     namespaces: Sequence[str] = (),
-                     wait_seconds: float = 120) -> Iterator[cluster.Sandbox]:
-    """`sandbox` with the operator running (logging to operator.log in its home), ready."""
-    with sandbox(name, fleet, group, namespaces, wait_seconds) as box:
-        operator = OperatorProcess(box, Path(box.home) / "operator.log")
+                     namespaces: Sequence[str] = (), wait_seconds: float = 120,
+                     real_nodes: int = 0) -> Iterator[cluster.Sandbox]:
+    """`sandbox` with the operator running (logging to operator.log in its home), ready;
+    with real nodes, their workers' reports reach it."""
+    with sandbox(name, fleet, group, namespaces, wait_seconds, real_nodes) as box:
+        operator = OperatorProcess(box, Path(box.home) / "operator.log",
+                                   reports=real_nodes > 0)
         operator.start()
         try:
             wait_until(operator.ready, 120, "operator ready")

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from goodput_operator.sandbox import cluster as sandbox_cluster
-from goodput_operator.sandbox import hostnet, images, realnode
+from goodput_operator.sandbox import faults, hostnet, images, realnode
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import Operator, apply, get_job, job_pods
 
@@ -204,7 +204,7 @@ def test_silent_corruption_on_a_real_replica_rolls_back_to_the_verified_checkpoi
     finally:
         release(real, bad)
     pods = job_pods(real.cluster, ns, name)
-    env = {e["name"]: e["value"] for e in pods[0]["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
     assert env["GOODPUT_RESUME_STEP"] == "20"
     assert "resumed from step 20" in logs(real, ns, pods[0]["metadata"]["name"])
     final = results(name)
@@ -269,8 +269,10 @@ def sandbox(real: Real, *args: str) -> None:
 
 
 def heal(real: Real, node: str) -> None:
+    """The kubelet back; once the node lifecycle controller has lifted its unreachable
+    taints (the operator counts them against the node), the quarantine too."""
     sandbox(real, "heal-node", node)
-    real.cluster.kubectl("wait", "node", node, "--for=condition=Ready", "--timeout=90s")
+    faults.wait_recovered(real.box, node)
     release(real, node)
 
 

@@ -131,3 +131,18 @@ def test_settle_marks_verified_checkpoints(strict: bool, unanimous: set[int], sd
     settled = settle(checkpoint, sdc, unanimous, strict)
     assert [h["step"] for h in settled["history"] if h["verified"]] == verified_steps
     assert (settled.get("latestVerified") or {}).get("step") == latest_verified
+
+
+def test_a_replica_that_keeps_diverging_is_blamed_once_per_attempt() -> None:
+    """Its later divergent steps are the same evidence: blaming again would re-quarantine
+    its node after a person released it (found on real nodes: the corrupted replica goes on
+    reporting until its pod is gone)."""
+    ledger = Ledger(4)
+    blamed: list[list[int]] = []
+    for step in (25, 26, 27):
+        for rank in range(4):
+            for judged in ledger.add(step, "0", rank, "bad" if rank == 1 else "good"):
+                if judged.suspects:
+                    blamed.append(ledger.newly_suspected(judged.suspects))
+    assert blamed == [[1], [], []]
+    assert Ledger(4, attempt=1).newly_suspected([1]) == [1], "a new attempt starts afresh"

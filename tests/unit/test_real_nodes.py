@@ -107,3 +107,32 @@ def test_the_worker_image_carries_the_sdk_and_the_example_trainer() -> None:
     assert f"{images.SDK_DIR}/sdk/checkpoint.py" in files
     assert f"{images.TRAINER_DIR}/train.py" in files
     assert files[f"{images.SDK_DIR}/__init__.py"][0].startswith(b'"""Goodput Operator')
+
+
+def test_the_example_trainer_manifest_runs_the_image_the_sandbox_builds() -> None:
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    job = yaml.safe_load((root / "examples" / "trn2" / "trainingjob-trainer.yaml").read_text())
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == images.WORKER_IMAGE
+    assert container["imagePullPolicy"] == "Never"
+    assert container["command"][1] == f"/{images.TRAINER_DIR}/train.py"
+    volume = job["spec"]["template"]["spec"]["volumes"][0]
+    assert volume["hostPath"]["path"] == str(realnode.SHARED_DIR)
+
+
+@pytest.mark.parametrize(("ready", "taints", "expected"), [
+    ("True", [], True),
+    ("True", [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}], False),
+    ("True", [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}], False),
+    ("True", [{"key": "goodput.dev/quarantine", "effect": "NoSchedule"}], True),
+    ("Unknown", [], False),
+])
+def test_a_healed_node_has_recovered_once_the_lifecycle_taints_are_gone(
+        ready: str, taints: list[dict[str, str]], expected: bool) -> None:
+    from goodput_operator.sandbox import faults
+
+    node = {"spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": ready}]}}
+    assert faults.recovered(node) is expected

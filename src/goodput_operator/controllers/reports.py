@@ -209,16 +209,18 @@ class ReportServer:
             log.warning("%s/%s: guard: %s", meta["namespace"], meta["name"], fired)
             await asyncio.to_thread(self.kube.event, job, "StepGuard", fired, "Warning")
         for result in divergent:
-            await self._suspect(job, result)
+            await self._suspect(job, result, ledger.newly_suspected(result.suspects))
         return {"accepted": True, "votes": [v.message for v in votes]}
 
-    async def _suspect(self, job: Obj, result: sdc.Vote) -> None:
-        """Blame the nodes of the ranks outside the majority: the group pass quarantines
-        them (storm guard permitting) and the job recovers from its verified checkpoint."""
+    async def _suspect(self, job: Obj, result: sdc.Vote, ranks: list[int]) -> None:
+        """Blame the nodes of RANKS, outside the majority and not blamed before in this
+        attempt: the group pass quarantines them (storm guard permitting) and the job
+        recovers from its verified checkpoint. Blaming again on every later divergent step
+        would quarantine the node anew after an operator released it by hand."""
         meta = job["metadata"]
         pods = self.state.job_pods.get((meta["namespace"], meta["name"]), {})
         restart = str((job.get("status") or {}).get("restarts", 0))
-        for rank in result.suspects:
+        for rank in ranks:
             pod = next((p for p in pods.values()
                         if (p["metadata"].get("labels") or {}).get(RANK_LABEL) == str(rank)
                         and p["metadata"]["labels"].get(RESTART_LABEL) == restart), None)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -86,6 +86,15 @@ class Ledger:
     shards: set[str] = field(default_factory=set)
     losses: list[float] = field(default_factory=list)
     newest_judged: int = -1
+    # ranks already blamed in this attempt: their later divergent steps are the same
+    # evidence, not a new finding (a corrupted replica keeps disagreeing until it stops)
+    suspected: set[int] = field(default_factory=set)
+
+    def newly_suspected(self, ranks: Iterable[int]) -> list[int]:
+        """The ranks of RANKS not blamed before in this attempt (marked blamed now)."""
+        new = [r for r in ranks if r not in self.suspected]
+        self.suspected.update(new)
+        return new
 
     def add(self, step: int, shard: str, rank: int, value: str) -> list[Vote]:
         """Record one fingerprint; return the votes this completes. A step is judged when

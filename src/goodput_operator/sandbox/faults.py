@@ -11,10 +11,16 @@ it is killed at once.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from goodput_operator.sandbox import hostnet, realnode
-from goodput_operator.sandbox.cluster import Sandbox, SandboxError, require_running
+from goodput_operator.sandbox.cluster import (
+    Sandbox,
+    SandboxError,
+    is_node_ready,
+    require_running,
+)
 
 NODE_NOT_READY = "node-not-ready.stage.kwok.x-k8s.io"
 POD_FAILED = "pod-container-running-failed.stage.kwok.x-k8s.io"
@@ -89,6 +95,26 @@ def heal_node(sandbox: Sandbox, *nodes: str) -> None:
         "annotate", "node", *nodes, f"{NODE_NOT_READY}/reason-", f"{NODE_NOT_READY}/message-",
         f"{NODE_NOT_READY}/delay-", f"{NODE_NOT_READY}/jitter-delay-",
     )
+
+
+# what the node lifecycle controller puts on a node that stopped answering; it takes them
+# off a few seconds after the node is Ready again
+LIFECYCLE_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+
+
+def recovered(node: dict[str, Any]) -> bool:
+    """Ready, and the lifecycle controller's taints gone: only then may a quarantine be
+    lifted (the operator counts those taints as a remediator's verdict)."""
+    return is_node_ready(node) and not any(
+        t.get("key") in LIFECYCLE_TAINTS for t in (node.get("spec") or {}).get("taints") or [])
+
+
+def wait_recovered(sandbox: Sandbox, node: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not recovered(_require_node(sandbox, node)):
+        if time.monotonic() > deadline:
+            raise SandboxError(f"node {node} did not recover within {timeout:.0f}s")
+        time.sleep(0.5)
 
 
 def succeed_pod(sandbox: Sandbox, pod: str, namespace: str = "default") -> None:

@@ -1,0 +1,157 @@
+"""Recovery on real nodes: a real node fails mid-training -> every worker training again.
+
+The example PyTorch trainer (examples/trn2/trainingjob-trainer.yaml: 4 workers of one
+UltraServer, a checkpoint every 10 steps, steps paced to 0.5 s) runs on a trn2 sandbox
+whose first 5 nodes are real. Each trial stops the kubelet of rank 1's node (a partition:
+its container keeps running) and watches from outside, polling the API server every 50 ms:
+- detection: until the node is quarantined (the controller-manager's 50 s grace period for
+  a silent node, then the group's 5 s notReadyGraceSeconds);
+- replacement: until the job's status holds the next restart's placement;
+- restart: until every worker of that restart is Running;
+- checkpoint load: until the new attempt's first step report (python and torch start,
+  rank 0's name resolves, rendezvous, the checkpoint is read and its digest verified, one
+  step trained).
+Then the kubelet comes back, the node's quarantine is lifted, and the next trial fails rank
+1's node again (the rank moved: it alternates between two nodes).
+
+Baseline, same trials: Kubernetes alone evicts pods from a NotReady node when its
+not-ready/unreachable NoExecute taint has been there for the default 300 s toleration (the
+taint's arrival is observed in each trial), then reschedules; we count our own restart and
+checkpoint load after that (generous: nothing would restore the gang or its ranks).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+from kubernetes import client, config
+
+from bench.harness import operator_sandbox
+from goodput_operator.health import quarantine as q
+from goodput_operator.health.quarantine import parse_time
+from goodput_operator.sandbox import faults
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = "bench-recovery-real"
+NAMESPACE = "bench"
+POLL = 0.05
+REAL_NODES = 5
+
+
+def group() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(
+        (ROOT / "examples" / "trn2" / "ultraservergroup-real.yaml").read_text())
+    return doc
+
+
+def trainer_job() -> dict[str, Any]:
+    job: dict[str, Any] = yaml.safe_load(
+        (ROOT / "examples" / "trn2" / "trainingjob-trainer.yaml").read_text())
+    job = copy.deepcopy(job)
+    job["metadata"]["namespace"] = NAMESPACE
+    job["spec"]["failurePolicy"]["maxRestarts"] = 1000
+    job["spec"]["checkpoint"]["dir"] = "/shared/checkpoints/bench-recovery"
+    job["spec"]["template"]["spec"]["containers"][0]["args"] = [
+        "--steps", "1000000", "--checkpoint-every", "10", "--step-seconds", "0.5"]
+    return job
+
+
+class RealBench:
+    def __init__(self, box: Any) -> None:
+        self.box = box
+        api = config.new_client_from_config(config_file=str(box.kubeconfig))  # type: ignore[no-untyped-call]
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.name = trainer_job()["metadata"]["name"]
+
+    def job(self) -> dict[str, Any]:
+        return cast(dict[str, Any], self.custom.get_namespaced_custom_object(
+            "goodput.dev", "v1alpha1", NAMESPACE, "trainingjobs", self.name))
+
+    def node(self, name: str) -> dict[str, Any]:
+        return cast(dict[str, Any], self.api.sanitize_for_serialization(
+            self.core.read_node(name)))
+
+    def running(self, restart: int) -> bool:
+        listed = self.api.sanitize_for_serialization(self.core.list_namespaced_pod(
+            NAMESPACE, label_selector=f"goodput.dev/trainingjob={self.name}"))
+        pods = cast(list[dict[str, Any]], listed["items"])
+        return len(pods) == 4 and all(
+            p["metadata"]["labels"].get("goodput.dev/restart") == str(restart)
+            and p.get("status", {}).get("phase") == "Running" for p in pods)
+
+    def wait(self, what: str, check: Any, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out waiting for {what}")
+            time.sleep(POLL)
+
+    def trial(self, restart: int) -> dict[str, float]:
+        status = self.job()["status"]
+        victim = {r["rank"]: r["node"] for r in status["placement"]["ranks"]}[1]
+        t0, wall0 = time.monotonic(), time.time()
+        faults.fail_node(self.box, victim)
+        marks: dict[str, float] = {}
+        while "training" not in marks:
+            now = time.monotonic()
+            if now - t0 > 300:
+                raise RuntimeError(f"trial {restart}: no recovery in 300 s ({marks})")
+            body = self.node(victim)
+            if "k8s_noexecute" not in marks and any(
+                    t.get("effect") == "NoExecute" and t.get("key") in (
+                        "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+                    for t in body["spec"].get("taints") or []):
+                marks["k8s_noexecute"] = now
+            if "detected" not in marks and q.QUARANTINE_LABEL in body["metadata"].get(
+                    "labels", {}):
+                marks["detected"] = now
+            status = self.job().get("status") or {}
+            if "replaced" not in marks and status.get("restarts") == restart and \
+                    status.get("placement"):
+                marks["replaced"] = now
+            if "replaced" in marks and "running" not in marks and self.running(restart):
+                marks["running"] = now
+            progress = status.get("progress") or {}
+            reported = parse_time(progress.get("time")) or 0.0
+            if "running" in marks and status.get("restarts") == restart and \
+                    reported > wall0 + (marks["replaced"] - t0):
+                marks["training"] = now
+            time.sleep(POLL)
+        self.restore(victim)
+        return {"detection": marks["detected"] - t0,
+                "replacement": max(0.0, marks["replaced"] - marks["detected"]),
+                "restart": marks["running"] - max(marks["replaced"], marks["detected"]),
+                "checkpoint_load": marks["training"] - marks["running"],
+                "total": marks["training"] - t0,
+                "k8s_taint": marks.get("k8s_noexecute", math.nan) - t0}
+
+    def restore(self, victim: str) -> None:
+        faults.heal_node(self.box, victim)
+        self.wait("node recovered", lambda: faults.recovered(self.node(victim)))
+        self.core.patch_node(victim, q.release_patch(self.node(victim)),
+                             _content_type="application/merge-patch+json")
+        time.sleep(2)  # the operator sees the release before the next failure
+
+
+def run(trials: int, log: Any) -> list[dict[str, float]]:
+    """TRIALS real-node failures; one row per trial (seconds per phase)."""
+    results: list[dict[str, float]] = []
+    with operator_sandbox(NAME, "trn2", group(), namespaces=[NAMESPACE],
+                          wait_seconds=300, real_nodes=REAL_NODES) as box:
+        bench = RealBench(box)
+        box.kubectl("apply", "--server-side", "-f", "-", input_text=yaml.safe_dump(
+            trainer_job()))
+        bench.wait("the trainer running and checkpointing", lambda: bench.running(0) and (
+            (bench.job().get("status") or {}).get("checkpoint") or {}).get("latest"))
+        for trial in range(1, trials + 1):
+            row = bench.trial(trial)
+            results.append(row)
+            log(f"# real trial {trial}: " + ", ".join(f"{k} {v:.2f}s" for k, v in row.items()))
+    return results
