@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from goodput_operator.sandbox import cluster, hostnet
+from goodput_operator.sandbox import cluster, hostnet, images
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,8 @@ class OperatorProcess:
         if reports:
             port = free_port()
             self.report_args = ["--report-port", str(port), "--report-url",
-                                f"http://{hostnet.host_ip()}:{port}"]
+                                f"http://{hostnet.host_ip()}:{port}",
+                                "--probe-image", images.WORKER_IMAGE]
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:

@@ -23,9 +23,11 @@ kubectl apply --server-side -f crds/ >/dev/null
 kubectl wait --for condition=Established --timeout=60s crd/trainingjobs.goodput.dev \
   crd/ultraservergroups.goodput.dev >/dev/null
 
+kubectl create namespace goodput-probes >/dev/null 2>&1 || true  # SDC probe Jobs run here
 echo "== Starting the operator (log: $STATE/operator.log); workers report to http://$HOST:18081"
 nohup $BIN/goodput-operator --health-port 18080 --metrics-port 19090 --report-port 18081 \
-  --report-url "http://$HOST:18081" >"$STATE/operator.log" 2>&1 &
+  --report-url "http://$HOST:18081" --probe-namespace goodput-probes --probe-image "goodput.dev/worker:$($BIN/python -c \
+  'import goodput_operator as g; print(g.__version__)')" >"$STATE/operator.log" 2>&1 &
 echo $! >"$STATE/operator.pid"
 for _ in $(seq 60); do
   curl -sf localhost:18080/healthz >/dev/null && break

@@ -63,7 +63,9 @@ def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     operator = Operator(cluster, log)
     # workers reach the operator at the host's address, as pods reach a Service elsewhere
     operator.report_url = f"http://{hostnet.host_ip()}:{operator.report_port}"
-    operator.extra_args = ("--report-url", operator.report_url)
+    # the SDC probe Jobs run from the worker image: real nodes have no operator image
+    operator.extra_args = ("--report-url", operator.report_url,
+                           "--probe-image", images.WORKER_IMAGE)
     operator.start()
     group = yaml_doc(root / "examples" / "trn2" / "ultraservergroup-real.yaml")
     apply(cluster, group)

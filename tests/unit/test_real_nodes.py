@@ -106,6 +106,7 @@ def test_the_worker_image_carries_the_sdk_and_the_example_trainer() -> None:
     files = images.app_files()
     assert f"{images.SDK_DIR}/sdk/checkpoint.py" in files
     assert f"{images.TRAINER_DIR}/train.py" in files
+    assert f"{images.SDK_DIR}/probe/__main__.py" in files, "probe Jobs run from this image"
     assert files[f"{images.SDK_DIR}/__init__.py"][0].startswith(b'"""Goodput Operator')
 
 

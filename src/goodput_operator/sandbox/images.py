@@ -140,9 +140,12 @@ def _add_bytes(out: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) 
     out.addfile(info, io.BytesIO(data))
 
 
-def _files_layer(path: Path, files: dict[str, tuple[bytes, int]]) -> Path:
-    """A layer of the given files (archive path -> content, mode), parents included."""
-    directories = sorted({str(Path(name).parents[i]) for name in files
+def _files_layer(path: Path, files: dict[str, tuple[bytes, int]],
+                 links: dict[str, str] | None = None) -> Path:
+    """A layer of the given files (archive path -> content, mode) and symbolic links
+    (archive path -> target), parents included."""
+    links = links or {}
+    directories = sorted({str(Path(name).parents[i]) for name in [*files, *links]
                           for i in range(len(Path(name).parents) - 1)})
     with tarfile.open(path, "w") as out:
         for directory in directories:
@@ -151,6 +154,10 @@ def _files_layer(path: Path, files: dict[str, tuple[bytes, int]]) -> Path:
             out.addfile(info)
         for name, (data, mode) in sorted(files.items()):
             _add_bytes(out, name, data, mode)
+        for name, target in sorted(links.items()):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname, info.mode, info.mtime = tarfile.SYMTYPE, target, 0o777, 0
+            out.addfile(info)
     return path
 
 
@@ -251,11 +258,20 @@ def _run_with_heartbeat(command: list[str], label: str, progress: Progress) -> N
         raise ImageError(f"{label} failed ({proc.returncode}): {' | '.join(lines[-3:])}")
 
 
+# the parts of the package a worker image carries: the SDK (stdlib only) and the SDC probe
+# (numpy, and the pure vote it shares with the operator); nothing that needs kopf or pydantic
+IMAGE_MODULES = ("__init__.py", "sdk/__init__.py", "sdk/fingerprint.py", "sdk/checkpoint.py",
+                 "probe/__init__.py", "probe/__main__.py", "probe/workload.py",
+                 "health/__init__.py", "health/sdc.py")
+# the probe Job runs `python -m goodput_operator.probe`; Debian names it python3
+LINKS = {"usr/bin/python": "python3"}
+
+
 def app_files() -> dict[str, tuple[bytes, int]]:
-    """What the worker image adds to Debian: the SDK (stdlib only) and the example trainer."""
-    files = {f"{SDK_DIR}/__init__.py": ((PACKAGE_ROOT / "__init__.py").read_bytes(), 0o644)}
-    for source in sorted((PACKAGE_ROOT / "sdk").glob("*.py")):
-        files[f"{SDK_DIR}/sdk/{source.name}"] = (source.read_bytes(), 0o644)
+    """What the worker image adds to Debian: the SDK, the SDC probe and the example
+    trainer, so the operator's probe Jobs run on real nodes from this image too."""
+    files = {f"{SDK_DIR}/{name}": ((PACKAGE_ROOT / name).read_bytes(), 0o644)
+             for name in IMAGE_MODULES}
     if not (TRAINER_SOURCE / "train.py").is_file():
         raise ImageError(f"the example trainer is not at {TRAINER_SOURCE}: the worker image "
                          "is built from a checkout of the goodput-operator repository")
@@ -267,13 +283,13 @@ def app_files() -> dict[str, tuple[bytes, int]]:
 def worker_image(progress: Progress = build.print_progress) -> Image:
     base = base_layer(progress)
     files = app_files()
-    folder = images_dir() / f"worker-{_key(_digest_of(base), sorted(files.items()))}"
+    folder = images_dir() / f"worker-{_key(_digest_of(base), sorted(files.items()), LINKS)}"
     archive = folder / "image.tar"
     with build._locked(images_dir() / "locks" / "worker.lock"):
         if archive.is_file():
             return Image(WORKER_IMAGE, archive)
         folder.mkdir(parents=True, exist_ok=True)
-        app = _files_layer(folder / "app.tar", files)
+        app = _files_layer(folder / "app.tar", files, LINKS)
         pack(archive, WORKER_IMAGE, [base, app], {
             "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                     "PYTHONUNBUFFERED=1"],
