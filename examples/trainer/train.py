@@ -47,7 +47,8 @@ def parse() -> argparse.Namespace:
                         help="pace each step to at least this long (a stand-in for real work)")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--backend", default="gloo")
+    parser.add_argument("--backend", default="gloo",
+                        help="gloo (CPU) or nccl (one CUDA device per process: LOCAL_RANK)")
     parser.add_argument("--corrupt-at-step", type=int, default=None)
     parser.add_argument("--corrupt-node", default=None,
                         help="only the replica running on this node corrupts (NODE_NAME)")
@@ -109,14 +110,18 @@ def main() -> int:
     dist.init_process_group(args.backend, init_method=f"tcp://{master}:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=120))
 
+    device = torch.device("cpu")
+    if args.backend == "nccl":  # NCCL reduces CUDA tensors: one device per process
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
     torch.manual_seed(args.seed)
     model = torch.nn.Sequential(torch.nn.Linear(args.hidden, args.hidden), torch.nn.Tanh(),
-                                torch.nn.Linear(args.hidden, 1))
+                                torch.nn.Linear(args.hidden, 1)).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     start = 0
     point = checkpoint.resume_point()
     if point is not None:
-        state = torch.load(checkpoint.verified(point) / "state.pt")
+        state = torch.load(checkpoint.verified(point) / "state.pt", map_location=device)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start = int(state["step"])
@@ -124,7 +129,7 @@ def main() -> int:
 
     for step in range(start + 1, args.steps + 1):
         began = time.monotonic()
-        x, y = batch(args.seed, step, rank, args.hidden)
+        x, y = (t.to(device) for t in batch(args.seed, step, rank, args.hidden))
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
