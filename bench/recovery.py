@@ -16,7 +16,8 @@ and runs the next trial on the same job.
 Baseline, computed in the same run: with Kubernetes defaults the pods on a NotReady node
 are evicted only when the node.kubernetes.io/not-ready:NoExecute taint has been there for
 the default 300 s toleration; the node lifecycle controller's time to add that taint is
-observed in each trial (the controller-manager checks nodes every 5 s), and the
+observed in each trial (kwokctl runs the controller-manager of a sandbox without real nodes
+with --node-monitor-period=25s, so expect about 25 s there), and the
 rescheduling after eviction is counted as our observed restart phase (generous to the
 baseline: nothing would restore the gang or its rank order). Target: median <= 15 s end to
 end.

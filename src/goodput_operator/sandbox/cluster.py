@@ -49,12 +49,6 @@ OWN_STAGES = Path(__file__).parent / "stages"  # ours, e.g. pods that succeed on
 SERVICE_RANGE = "10.96.0.0/16"
 NODE_MONITOR_PERIOD_MS = 5_000
 NODE_MONITOR_GRACE_MS = 50_000
-LARGE_FLEET = 500  # nodes; above it kwokctl's default heartbeat factor (5) is kept
-
-
-def heartbeat_factor(node_count: int) -> float:
-    """1: real timings (leases every 10 s, NotReady 50 s after the last); 5 for large fleets."""
-    return 1 if node_count <= LARGE_FLEET else 5
 AUDIT_POLICY = Path(__file__).parent / "audit-policy.yaml"
 Progress = Callable[[str], None]
 
@@ -153,7 +147,7 @@ class Sandbox:
         """What service accounts did (AUDIT_POLICY), one JSON event per line."""
         return build.cache_root() / "kwok" / "clusters" / self.name / "logs" / "audit.log"
 
-    def kwokctl_config(self, binaries: dict[str, Path], node_count: int = 0) -> str:
+    def kwokctl_config(self, binaries: dict[str, Path], real_nodes: int = 0) -> str:
         """The KwokctlConfiguration plus the stage documents, as one YAML stream."""
         kube_dir = binaries["kube-apiserver"].parent
         options = {
@@ -177,15 +171,20 @@ class Sandbox:
             # RBAC enforced, as on a real cluster: the e2e tests run the operator with the
             # Helm chart's ServiceAccount, and a missing verb must be refused
             "kubeAuthorization": True,
-            # Kubernetes' own defaults for the node lifecycle controller: a node that stops
-            # renewing its Lease goes NotReady (Unknown) 50 s later, checked every 5 s; KWOK
-            # renews simulated nodes' leases every 10 s as a kubelet does. kwokctl scales
-            # all of these by its heartbeat factor (5 unless set): kept for large fleets,
-            # whose lease writes would otherwise load a 2-core machine (grace 250 s there).
-            "heartbeatFactor": heartbeat_factor(node_count),
-            "kubeControllerManagerNodeMonitorPeriodMilliseconds": NODE_MONITOR_PERIOD_MS,
-            "kubeControllerManagerNodeMonitorGracePeriodMilliseconds": NODE_MONITOR_GRACE_MS,
         }
+        if real_nodes:
+            # Kubernetes' own defaults for the node lifecycle controller, so a real node
+            # that stops renewing its Lease goes NotReady 50 s later (checked every 5 s), as
+            # on a real cluster; KWOK then renews simulated nodes' leases every 10 s like a
+            # kubelet (heartbeat factor 1; kwokctl multiplies all of these by its factor).
+            # Without real nodes kwokctl's defaults stay (factor 5: leases every 50 s,
+            # monitor period 25 s, grace 200 s): fewer lease writes, and simulated failures
+            # flip Ready at once through KWOK's chaos stage anyway.
+            options |= {"heartbeatFactor": 1,
+                        "kubeControllerManagerNodeMonitorPeriodMilliseconds":
+                            NODE_MONITOR_PERIOD_MS,
+                        "kubeControllerManagerNodeMonitorGracePeriodMilliseconds":
+                            NODE_MONITOR_GRACE_MS}
         config = {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
             "kind": "KwokctlConfiguration",
@@ -241,7 +240,7 @@ def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,
         sandbox.kwokctl("delete", "cluster", "--name", sandbox.name, check=False)
     sandbox.home.mkdir(parents=True, exist_ok=True)
     config_path = sandbox.home / "kwokctl.yaml"
-    config_path.write_text(sandbox.kwokctl_config(binaries, chosen.node_count))
+    config_path.write_text(sandbox.kwokctl_config(binaries, real_nodes))
     sandbox.kubeconfig.unlink(missing_ok=True)
     progress(f"Starting control plane {sandbox.name!r} (Kubernetes {KUBERNETES}, etcd {ETCD}, "
              f"kwok {KWOK}) on 127.0.0.1...")
