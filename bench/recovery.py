@@ -75,8 +75,10 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 class Bench:
-    def __init__(self, box: cluster.Sandbox) -> None:
-        self.box = box
+    """One TrainingJob (NAME, WORKERS workers) in NAMESPACE, watched through the API."""
+
+    def __init__(self, box: cluster.Sandbox, name: str = JOB, workers: int = 3) -> None:
+        self.box, self.name, self.workers = box, name, workers
         api = config.new_client_from_config(config_file=str(box.kubeconfig))  # type: ignore[no-untyped-call]
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -84,7 +86,7 @@ class Bench:
 
     def job(self) -> dict[str, Any]:
         return cast(dict[str, Any], self.custom.get_namespaced_custom_object(
-            "goodput.dev", "v1alpha1", NAMESPACE, "trainingjobs", JOB))
+            "goodput.dev", "v1alpha1", NAMESPACE, "trainingjobs", self.name))
 
     def node(self, name: str) -> dict[str, Any]:
         return cast(dict[str, Any], self.api.sanitize_for_serialization(
@@ -93,9 +95,9 @@ class Bench:
     def running(self, restart: int) -> bool:
         listed = self.api.sanitize_for_serialization(
             self.core.list_namespaced_pod(NAMESPACE,
-                                          label_selector=f"goodput.dev/trainingjob={JOB}"))
+                                          label_selector=f"goodput.dev/trainingjob={self.name}"))
         pods = cast(list[dict[str, Any]], listed["items"])
-        return len(pods) == 3 and all(
+        return len(pods) == self.workers and all(
             p["metadata"]["labels"].get("goodput.dev/restart") == str(restart)
             and p.get("status", {}).get("phase") == "Running" for p in pods)
 
@@ -146,9 +148,7 @@ class Bench:
     def restore(self, victim: str) -> None:
         """Heal the node and lift its quarantine: it becomes its UltraServer's spare again."""
         faults.heal_node(self.box, victim)
-        self.wait("node Ready", lambda: any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in self.node(victim)["status"].get("conditions") or []))
+        self.wait("node recovered", lambda: faults.recovered(self.node(victim)))
         self.core.patch_node(victim, q.release_patch(self.node(victim)),
                              _content_type="application/merge-patch+json")
         time.sleep(1)  # the operator sees the release before the next failure

@@ -26,12 +26,12 @@ import copy
 import math
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import yaml
-from kubernetes import client, config
 
 from bench.harness import operator_sandbox
+from bench.recovery import POLL, Bench
 from goodput_operator.health import quarantine as q
 from goodput_operator.health.quarantine import parse_time
 from goodput_operator.sandbox import faults
@@ -39,7 +39,6 @@ from goodput_operator.sandbox import faults
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "bench-recovery-real"
 NAMESPACE = "bench"
-POLL = 0.05
 REAL_NODES = 5
 
 
@@ -61,37 +60,11 @@ def trainer_job() -> dict[str, Any]:
     return job
 
 
-class RealBench:
+class RealBench(Bench):
+    """The example trainer's job: 4 workers on real nodes."""
+
     def __init__(self, box: Any) -> None:
-        self.box = box
-        api = config.new_client_from_config(config_file=str(box.kubeconfig))  # type: ignore[no-untyped-call]
-        self.api = api
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
-        self.name = trainer_job()["metadata"]["name"]
-
-    def job(self) -> dict[str, Any]:
-        return cast(dict[str, Any], self.custom.get_namespaced_custom_object(
-            "goodput.dev", "v1alpha1", NAMESPACE, "trainingjobs", self.name))
-
-    def node(self, name: str) -> dict[str, Any]:
-        return cast(dict[str, Any], self.api.sanitize_for_serialization(
-            self.core.read_node(name)))
-
-    def running(self, restart: int) -> bool:
-        listed = self.api.sanitize_for_serialization(self.core.list_namespaced_pod(
-            NAMESPACE, label_selector=f"goodput.dev/trainingjob={self.name}"))
-        pods = cast(list[dict[str, Any]], listed["items"])
-        return len(pods) == 4 and all(
-            p["metadata"]["labels"].get("goodput.dev/restart") == str(restart)
-            and p.get("status", {}).get("phase") == "Running" for p in pods)
-
-    def wait(self, what: str, check: Any, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while not check():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out waiting for {what}")
-            time.sleep(POLL)
+        super().__init__(box, trainer_job()["metadata"]["name"], workers=4)
 
     def trial(self, restart: int) -> dict[str, float]:
         status = self.job()["status"]
@@ -132,14 +105,6 @@ class RealBench:
                 "total": marks["training"] - t0,
                 "k8s_taint": marks.get("k8s_noexecute", math.nan) - t0}
 
-    def restore(self, victim: str) -> None:
-        faults.heal_node(self.box, victim)
-        self.wait("node recovered", lambda: faults.recovered(self.node(victim)))
-        self.core.patch_node(victim, q.release_patch(self.node(victim)),
-                             _content_type="application/merge-patch+json")
-        time.sleep(2)  # the operator sees the release before the next failure
-
-
 def run(trials: int, log: Any) -> list[dict[str, float]]:
     """TRIALS real-node failures; one row per trial (seconds per phase)."""
     results: list[dict[str, float]] = []
@@ -149,7 +114,7 @@ def run(trials: int, log: Any) -> list[dict[str, float]]:
         box.kubectl("apply", "--server-side", "-f", "-", input_text=yaml.safe_dump(
             trainer_job()))
         bench.wait("the trainer running and checkpointing", lambda: bench.running(0) and (
-            (bench.job().get("status") or {}).get("checkpoint") or {}).get("latest"))
+            (bench.job().get("status") or {}).get("checkpoint") or {}).get("latest"), 300)
         for trial in range(1, trials + 1):
             row = bench.trial(trial)
             results.append(row)
