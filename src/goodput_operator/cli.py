@@ -213,6 +213,10 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     elif args.verb == "fail-node":
         faults.fail_node(box, *args.node, reason=args.reason, crash=args.crash)
         names = " ".join(args.node)
+        if args.crash:
+            print(f"every container on {names} killed (SIGKILL: exit code 137); the "
+                  f"{'nodes stay' if len(args.node) > 1 else 'node stays'} Ready")
+            return 0
         print(f"{'nodes' if len(args.node) > 1 else 'node'} {names} failing (reason "
               f"{args.reason}); heal with `goodput sandbox heal-node {names}`")
     elif args.verb == "heal-node":
