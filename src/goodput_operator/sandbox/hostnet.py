@@ -180,7 +180,7 @@ def ensure_cgroup(root: str) -> None:
 def cgroup_pids(root: str) -> set[int]:
     """Every process under ROOT (the node's containers and pause processes)."""
     pids: set[int] = set()
-    for hierarchy in v1_hierarchies()[:1] or []:
+    for hierarchy in v1_hierarchies()[:1]:  # a process is in every hierarchy: one suffices
         for procs in (hierarchy / root.strip("/")).rglob("cgroup.procs"):
             with contextlib.suppress(OSError):
                 pids.update(int(p) for p in procs.read_text().split())

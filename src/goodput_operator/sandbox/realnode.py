@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -89,8 +90,6 @@ def find(sandbox_home: Path, name: str) -> RealNode | None:
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
