@@ -283,3 +283,32 @@ def release(real: Real, node: str) -> None:
     real.cluster.kubectl("label", "node", node, "goodput.dev/quarantined-")
     real.cluster.kubectl("annotate", "node", node, "goodput.dev/lemon-score-",
                          "goodput.dev/quarantine-evidence-")
+
+
+def test_a_node_made_real_later_runs_containers_and_a_crash_kills_them(
+        real: Real, ns: str) -> None:
+    """`add-real-node` turns the next simulated node real; `fail-node --crash` kills every
+    container on it (exit 137) while the node itself stays Ready."""
+    sandbox(real, "add-real-node", "trn2-01-1")
+    node = json.loads(real.cluster.kubectl("get", "node", "trn2-01-1", "-o", "json").stdout)
+    assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
+    assert node["status"]["allocatable"]["aws.amazon.com/neuron"] == "16"
+    assert node["metadata"]["labels"][realnode.REAL_LABEL] == "true"
+    apply(real.cluster, {"apiVersion": "v1", "kind": "Pod",
+                         "metadata": {"name": "sleeper", "namespace": ns},
+                         "spec": {"nodeName": "trn2-01-1", "restartPolicy": "Never",
+                                  "containers": [{"name": "c", "image": images.WORKER_IMAGE,
+                                                  "imagePullPolicy": "Never",
+                                                  "command": ["sleep", "600"]}]}})
+
+    def phase() -> str:
+        return str(real.cluster.kubectl("get", "pod", "sleeper", "-n", ns, "-o",
+                                        "jsonpath={.status.phase}").stdout)
+    wait_for(lambda: phase() == "Running", timeout=60, what="the pod running")
+    sandbox(real, "fail-node", "--crash", "trn2-01-1")
+    wait_for(lambda: phase() == "Failed", timeout=60, what="the pod failed by the crash")
+    code = real.cluster.kubectl("get", "pod", "sleeper", "-n", ns, "-o", "jsonpath="
+                                "{.status.containerStatuses[0].state.terminated.exitCode}").stdout
+    assert code == "137"
+    assert faults.recovered(json.loads(real.cluster.kubectl(
+        "get", "node", "trn2-01-1", "-o", "json").stdout)), "a crash is not a partition"
