@@ -11,7 +11,16 @@ from typing import Any, cast
 import yaml
 
 from goodput_operator import __version__
-from goodput_operator.sandbox import build, cluster, faults, fleet, versions
+from goodput_operator.sandbox import (
+    build,
+    cluster,
+    faults,
+    fleet,
+    hostnet,
+    images,
+    realnode,
+    versions,
+)
 
 
 def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -272,7 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_topology(args)
         if args.command == "node":
             return _run_node(args)
-    except (cluster.SandboxError, fleet.FleetError, build.BuildError) as err:
+    except (cluster.SandboxError, fleet.FleetError, build.BuildError, realnode.RealNodeError,
+            images.ImageError, hostnet.HostError) as err:  # one line that says why, no trace
         print(f"error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

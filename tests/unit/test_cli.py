@@ -87,3 +87,18 @@ def test_operator_without_a_cluster_fails_fast_with_one_line(
     assert code == 2
     assert err.startswith("goodput-operator: error: no cluster to talk to")
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("error", ["ImageError", "RealNodeError", "HostError"])
+def test_a_real_node_failure_is_one_line_not_a_traceback(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, error: str) -> None:
+    from goodput_operator.sandbox import cluster, hostnet, images, realnode
+
+    kind = {"ImageError": images.ImageError, "RealNodeError": realnode.RealNodeError,
+            "HostError": hostnet.HostError}[error]
+
+    def fail(*_: object, **__: object) -> None:
+        raise kind("debootstrap failed (1): E: no mirror")
+    monkeypatch.setattr(cluster, "up", fail)
+    code, _, err = run(capsys, "sandbox", "up", "--name", "x", "--real-nodes", "1")
+    assert code == 1 and err.strip() == "error: debootstrap failed (1): E: no mirror"

@@ -56,6 +56,9 @@ def fail_node(sandbox: Sandbox, *nodes: str, reason: str = "SimulatedFailure",
     for node in nodes:
         _require_node(sandbox, node)
     real = {n.name: n for n in realnode.load(sandbox.home)}
+    if crash and any(n not in real for n in nodes):  # refused before anything is done
+        raise SandboxError("--crash applies to real nodes only (simulated nodes run no "
+                           "containers); use fail-pod for a simulated worker")
     runtime = sandbox.real_runtime()
     for node in nodes:
         if node in real:
@@ -63,9 +66,6 @@ def fail_node(sandbox: Sandbox, *nodes: str, reason: str = "SimulatedFailure",
                 runtime.crash(real[node])
             else:
                 runtime.stop_kubelet(real[node])
-    if crash and any(n not in real for n in nodes):
-        raise SandboxError("--crash applies to real nodes only (simulated nodes run no "
-                           "containers); use fail-pod for a simulated worker")
     nodes = tuple(n for n in nodes if n not in real)
     if not nodes:
         return
