@@ -109,6 +109,26 @@ class Bench:
             time.sleep(POLL)
         return time.monotonic()
 
+    def observe(self, victim: str, restart: int, marks: dict[str, float], now: float
+                ) -> dict[str, Any]:
+        """One poll of a trial: mark NOW for each phase first reached (the lifecycle
+        controller's NoExecute taint, the quarantine, the restart's placement, all workers
+        of the restart Running). Returns the job's status as read."""
+        body = self.node(victim)
+        if "k8s_noexecute" not in marks and any(
+                t.get("key") in faults.LIFECYCLE_TAINTS and t.get("effect") == "NoExecute"
+                for t in body["spec"].get("taints") or []):
+            marks["k8s_noexecute"] = now
+        if "detected" not in marks and q.QUARANTINE_LABEL in body["metadata"].get("labels", {}):
+            marks["detected"] = now
+        status: dict[str, Any] = self.job().get("status") or {}
+        if "replaced" not in marks and status.get("restarts") == restart and \
+                status.get("placement"):
+            marks["replaced"] = now
+        if "replaced" in marks and "running" not in marks and self.running(restart):
+            marks["running"] = now
+        return status
+
     def trial(self, restart: int) -> dict[str, float]:
         ranks = {r["rank"]: r["node"] for r in self.job()["status"]["placement"]["ranks"]}
         victim = ranks[1]
@@ -119,29 +139,13 @@ class Bench:
             now = time.monotonic()
             if now - t0 > 120:
                 raise RuntimeError(f"trial {restart}: no recovery in 120 s ({marks})")
-            body = self.node(victim)
-            if "k8s_noexecute" not in marks and any(
-                    t.get("key") == "node.kubernetes.io/not-ready"
-                    and t.get("effect") == "NoExecute" for t in body["spec"].get("taints") or []):
-                marks["k8s_noexecute"] = now
-            if "detected" not in marks and q.QUARANTINE_LABEL in body["metadata"].get(
-                    "labels", {}):
-                marks["detected"] = now
-            status = self.job().get("status") or {}
-            if "replaced" not in marks and status.get("restarts") == restart and \
-                    status.get("placement"):
-                marks["replaced"] = now
-            if "replaced" in marks and "running" not in marks and self.running(restart):
-                marks["running"] = now
+            self.observe(victim, restart, marks, now)
             if "running" in marks and "k8s_noexecute" not in marks and now - t0 > 90:
                 marks["k8s_noexecute"] = math.nan  # not tainted NoExecute within 90 s
             time.sleep(POLL)
         self.restore(victim)
         incident = (self.job()["status"].get("incidents") or [{}])[-1]
-        return {"detection": marks["detected"] - t0,
-                "replacement": max(0.0, marks["replaced"] - marks["detected"]),
-                "restart": marks["running"] - max(marks["replaced"], marks["detected"]),
-                "total": marks["running"] - t0,
+        return {**phases(marks, t0), "total": marks["running"] - t0,
                 "k8s_taint": marks["k8s_noexecute"] - t0,
                 "status_detection": float(incident.get("detectionSeconds") or math.nan)}
 
@@ -152,6 +156,13 @@ class Bench:
         self.core.patch_node(victim, q.release_patch(self.node(victim)),
                              _content_type="application/merge-patch+json")
         time.sleep(1)  # the operator sees the release before the next failure
+
+
+def phases(marks: dict[str, float], t0: float) -> dict[str, float]:
+    """Detection, replacement and restart seconds from a trial's marks (failure at T0)."""
+    return {"detection": marks["detected"] - t0,
+            "replacement": max(0.0, marks["replaced"] - marks["detected"]),
+            "restart": marks["running"] - max(marks["replaced"], marks["detected"])}
 
 
 def summarize(results: list[dict[str, float]]) -> dict[str, dict[str, float]]:

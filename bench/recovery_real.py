@@ -31,8 +31,7 @@ from typing import Any
 import yaml
 
 from bench.harness import operator_sandbox
-from bench.recovery import POLL, Bench
-from goodput_operator.health import quarantine as q
+from bench.recovery import POLL, Bench, phases
 from goodput_operator.health.quarantine import parse_time
 from goodput_operator.sandbox import faults
 
@@ -76,21 +75,7 @@ class RealBench(Bench):
             now = time.monotonic()
             if now - t0 > 300:
                 raise RuntimeError(f"trial {restart}: no recovery in 300 s ({marks})")
-            body = self.node(victim)
-            if "k8s_noexecute" not in marks and any(
-                    t.get("effect") == "NoExecute" and t.get("key") in (
-                        "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
-                    for t in body["spec"].get("taints") or []):
-                marks["k8s_noexecute"] = now
-            if "detected" not in marks and q.QUARANTINE_LABEL in body["metadata"].get(
-                    "labels", {}):
-                marks["detected"] = now
-            status = self.job().get("status") or {}
-            if "replaced" not in marks and status.get("restarts") == restart and \
-                    status.get("placement"):
-                marks["replaced"] = now
-            if "replaced" in marks and "running" not in marks and self.running(restart):
-                marks["running"] = now
+            status = self.observe(victim, restart, marks, now)
             progress = status.get("progress") or {}
             reported = parse_time(progress.get("time")) or 0.0
             if "running" in marks and status.get("restarts") == restart and \
@@ -98,12 +83,11 @@ class RealBench(Bench):
                 marks["training"] = now
             time.sleep(POLL)
         self.restore(victim)
-        return {"detection": marks["detected"] - t0,
-                "replacement": max(0.0, marks["replaced"] - marks["detected"]),
-                "restart": marks["running"] - max(marks["replaced"], marks["detected"]),
+        return {**phases(marks, t0),
                 "checkpoint_load": marks["training"] - marks["running"],
                 "total": marks["training"] - t0,
                 "k8s_taint": marks.get("k8s_noexecute", math.nan) - t0}
+
 
 def run(trials: int, log: Any) -> list[dict[str, float]]:
     """TRIALS real-node failures; one row per trial (seconds per phase)."""

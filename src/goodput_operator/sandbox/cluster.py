@@ -255,7 +255,7 @@ def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,
         progress(f"Starting {real_nodes} real node(s): kubelet + containerd each...")
         runtime = sandbox.real_runtime(progress)
         for node in all_nodes[:real_nodes]:
-            runtime.add(node, hostnet.host_ip())
+            runtime.add(node)
     wait_nodes_ready(sandbox, chosen.node_count, wait_seconds, progress)
     progress(f"Sandbox {sandbox.name!r} is up in {time.monotonic() - started:.0f}s.")
     return chosen
@@ -325,7 +325,7 @@ def add_real_node(sandbox: Sandbox, name: str | None = None,
     node_name: str = node["metadata"]["name"]
     build.ensure_all((KUBERNETES_COMPONENT, *REAL_NODE_COMPONENTS), progress)
     sandbox.kubectl("delete", "node", node_name, "--ignore-not-found", "--wait=true")
-    sandbox.real_runtime(progress).add(node, hostnet.host_ip())
+    sandbox.real_runtime(progress).add(node)
     return node_name
 
 

@@ -14,7 +14,7 @@ import json
 import time
 from typing import Any
 
-from goodput_operator.sandbox import hostnet, realnode
+from goodput_operator.sandbox import realnode
 from goodput_operator.sandbox.cluster import (
     Sandbox,
     SandboxError,
@@ -86,7 +86,7 @@ def heal_node(sandbox: Sandbox, *nodes: str) -> None:
     runtime = sandbox.real_runtime()
     for node in nodes:
         if node in real and not runtime.kubelet_running(real[node]):
-            runtime.start_kubelet(real[node], hostnet.host_ip())
+            runtime.start_kubelet(real[node])
     nodes = tuple(n for n in nodes if n not in real)
     if not nodes:
         return

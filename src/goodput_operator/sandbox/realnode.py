@@ -165,8 +165,8 @@ def kubelet_config(node: RealNode) -> dict[str, Any]:
         "containerRuntimeEndpoint": f"unix://{node.socket}",
         "port": node.kubelet_port, "healthzPort": node.healthz_port,
         "healthzBindAddress": "127.0.0.1", "readOnlyPort": 0,
-        # the API server fetches logs and runs exec through the kubelet: loopback-only
-        # sandbox, so anonymous access with AlwaysAllow is acceptable here and nowhere else
+        # the API server fetches logs and runs exec through the kubelet: on a single-machine
+        # test rig anonymous access with AlwaysAllow is acceptable, and nowhere else
         "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
         "authorization": {"mode": "AlwaysAllow"},
         "oomScoreAdj": 0, "failSwapOn": False, "podLogsDir": str(node.dir / "pod-logs"),
@@ -194,7 +194,7 @@ class Runtime:
 
     # ---- whole nodes -------------------------------------------------------------------
 
-    def add(self, fleet_node: dict[str, Any], host_ip: str) -> RealNode:
+    def add(self, fleet_node: dict[str, Any]) -> RealNode:
         """Start a real node standing in for FLEET_NODE; return once it is Ready."""
         reason = hostnet.unavailable_reason()
         if reason:
@@ -222,7 +222,7 @@ class Runtime:
             images.import_image(node.ctr(), image)
         (node.dir / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_config(node)))
         self.restart_dns()
-        self.start_kubelet(node, host_ip)
+        self.start_kubelet(node)
         self._adopt(node)
         self.progress(f"Real node {name} is Ready ({time.monotonic() - started:.1f}s; "
                       f"pods on {hostnet.subnet(slot)})")
@@ -235,12 +235,12 @@ class Runtime:
             [*node.ctr(), "version"], capture_output=True, check=False).returncode == 0,
             30, f"containerd of {node.name} (log {node.dir / 'containerd.log'})")
 
-    def start_kubelet(self, node: RealNode, host_ip: str) -> None:
+    def start_kubelet(self, node: RealNode) -> None:
         kubelet = build.binary_path(KUBERNETES_COMPONENT, "kubelet")
         _spawn([str(kubelet), "--config", str(node.dir / "kubelet.yaml"),
                 "--kubeconfig", str(self.kubeconfig), "--root-dir", str(node.dir / "kubelet"),
                 "--cert-dir", str(node.dir / "pki"), "--hostname-override", node.name,
-                "--node-ip", host_ip, "-v", "1"],
+                "--node-ip", hostnet.host_ip(), "-v", "1"],
                node.dir / "kubelet.log", node.dir / "kubelet.pid")
 
     def stop_kubelet(self, node: RealNode) -> None:
