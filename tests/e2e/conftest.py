@@ -265,8 +265,15 @@ class Faults:
     def restore(self) -> None:
         if self.failed:
             self.heal(*sorted(self.failed))
-            self.cluster.kubectl("wait", "node", *sorted(self.failed), "--for=condition=Ready",
-                                 "--timeout=60s")
+            # Ready is not enough: until the lifecycle controller lifts its not-ready taint
+            # (up to its 25 s monitor period here) the operator quarantines the node again
+            from goodput_operator.sandbox import cluster as sandbox_cluster
+            from goodput_operator.sandbox import faults
+
+            assert self.cluster.sandbox_name
+            box = sandbox_cluster.Sandbox(self.cluster.sandbox_name)
+            for node in sorted(self.failed):
+                faults.wait_recovered(box, node)
         for node in TRN2_NODES:
             self.cluster.kubectl("taint", "node", node, "goodput.dev/quarantine-", check=False)
             self.cluster.kubectl("label", "node", node, "goodput.dev/quarantined-")
