@@ -8,7 +8,7 @@ REAL_NODES ?=
 FLEET  ?= mixed
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-down test unit integration lint generate verify build-sandbox sandbox-down clean venv prometheus real-node-deps
+.PHONY: demo demo-down test unit integration lint generate verify build-sandbox sandbox-down clean venv prometheus real-node-deps image
 
 venv: $(STAMP)
 
@@ -55,6 +55,12 @@ verify: venv
 
 build-sandbox: venv
 	$(BIN)/goodput sandbox build
+
+## image: the operator image from the Dockerfile (buildah on a Debian-built base; no registry,
+## no Docker daemon), imported into the sandbox's system nodes if SANDBOX runs (TAG=...)
+TAG ?=
+image: venv real-node-deps
+	$(BIN)/goodput sandbox image --name $(SANDBOX) $(if $(TAG),--tag $(TAG))
 
 ## real-node-deps: containerd, runc, CNI plugins, debootstrap (Debian's) for real nodes
 real-node-deps:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what real sandbox nodes need from Debian's packages: containerd and runc (the
-# container runtime), the CNI plugins (pod networking), debootstrap (the worker image's root
-# file system). Without root (or apt-get) it says so and exits 0: real-node tests then skip
+# container runtime), the CNI plugins (pod networking), iptables (kube-proxy's Service rules),
+# debootstrap (the images' root file systems) and buildah (builds the operator image from the
+# Dockerfile without a Docker daemon). Without root (or apt-get) it says so and exits 0: real-node tests then skip
 # with the reason, everything else still runs.
 set -euo pipefail
 need=()
@@ -10,6 +11,8 @@ command -v runc >/dev/null || need+=(runc)
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
 command -v ip >/dev/null || [ -x /usr/sbin/ip ] || need+=(iproute2)
+command -v iptables >/dev/null || [ -x /usr/sbin/iptables ] || need+=(iptables)
+command -v buildah >/dev/null || need+=(buildah)
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
   echo "install-real-node-deps: not root or no apt-get; real-node tests will be skipped" \

@@ -18,6 +18,8 @@ from goodput_operator.sandbox import (
     fleet,
     hostnet,
     images,
+    operator_image,
+    procs,
     realnode,
     versions,
 )
@@ -44,9 +46,17 @@ def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--real-nodes", type=int, default=0, metavar="N",
                     help="make the fleet's first N nodes real (kubelet + containerd running "
                          "real containers; needs root; first run builds images, minutes)")
+    up.add_argument("--system-nodes", type=int, default=0, metavar="N",
+                    help="also start N real nodes without accelerators (system-0, ...) for "
+                         "the operator's own pods (helm install; see docs/real-nodes.md)")
     add = verb("add-real-node", "turn one more fleet node into a real node (the first one "
                                 "still simulated, or NODE)")
     add.add_argument("node", nargs="?")
+    add.add_argument("--system", action="store_true",
+                     help="add a real node without accelerators (NODE, else system-N)")
+    image = verb("image", "build the operator image from the Dockerfile (buildah, no registry) "
+                          "and import it into the sandbox's system nodes, if it runs")
+    image.add_argument("--tag", default=__version__, help="image tag (default: %(default)s)")
     verb("down", "stop and delete a sandbox")
     verb("status", "show whether a sandbox runs, its kubeconfig, fleet and node readiness")
     verb("kubeconfig", "print the path of the sandbox's kubeconfig")
@@ -193,14 +203,20 @@ def _run_sandbox(args: argparse.Namespace) -> int:
         return 0
     box = cluster.Sandbox(args.name)
     if args.verb == "up":
-        chosen = cluster.up(box, args.fleet, real_nodes=args.real_nodes)
+        chosen = cluster.up(box, args.fleet, real_nodes=args.real_nodes,
+                            system_nodes=args.system_nodes)
         print(fleet.summary(chosen))
         print(f"\nkubeconfig: {box.kubeconfig}\n"
               f"  eval $(goodput sandbox env --name {box.name})   # KUBECONFIG + kubectl v1.36\n"
               "  kubectl get nodes -L topology.k8s.aws/ultraserver-id,nvidia.com/gpu.clique\n"
               f"Stop it with: goodput sandbox down --name {box.name}")
     elif args.verb == "add-real-node":
-        print(f"node {cluster.add_real_node(box, args.node)} is a real node")
+        print(f"node {cluster.add_real_node(box, args.node, system=args.system)} is a real node")
+    elif args.verb == "image":
+        built = operator_image.build_image(args.tag)
+        nodes = cluster.load_operator_image(box, built.as_image()) if box.is_running() else []
+        print(f"{built.name}: {built.size}, built in {built.seconds:.0f}s"
+              + (f"; imported into {', '.join(nodes)}" if nodes else ""))
     elif args.verb == "down":
         existed = cluster.down(box)
         print(f"sandbox {box.name!r} " + ("deleted" if existed else "was not running"))
@@ -282,7 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "node":
             return _run_node(args)
     except (cluster.SandboxError, fleet.FleetError, build.BuildError, realnode.RealNodeError,
-            images.ImageError, hostnet.HostError) as err:  # one line that says why, no trace
+            images.ImageError, hostnet.HostError, procs.ProcessError) as err:
+        # one line that says why, no trace
         print(f"error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -10,6 +10,7 @@ the pinned kwok module in Go's module cache, so they always match the kwok we ru
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -185,19 +186,20 @@ class Sandbox:
                             NODE_MONITOR_PERIOD_MS,
                         "kubeControllerManagerNodeMonitorGracePeriodMilliseconds":
                             NODE_MONITOR_GRACE_MS}
+        apiserver_args: list[dict[str, object]] = [
+            # the default service range is a /24: 254 ClusterIPs, too few for a fleet
+            # serving hundreds of InferenceEndpoints
+            {"key": "service-cluster-ip-range", "value": SERVICE_RANGE},
+            # logs and exec reach real kubelets by InternalIP (their hostnames do not
+            # resolve); set at creation: restarting the apiserver later loses the scheduler
+            # and controller-manager
+            {"key": "kubelet-preferred-address-types", "value": "InternalIP,Hostname"}]
         config = {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
             "kind": "KwokctlConfiguration",
             "options": options,
-            # the API server's default service range is a /24: 254 ClusterIPs, too few for
-            # a fleet serving hundreds of InferenceEndpoints
             "componentsPatches": [
-                {"name": "kube-apiserver", "extraArgs": [
-                    {"key": "service-cluster-ip-range", "value": SERVICE_RANGE},
-                    # logs and exec reach real kubelets by InternalIP (their hostnames do
-                    # not resolve); set at creation: restarting the apiserver later loses
-                    # the scheduler and controller-manager
-                    {"key": "kubelet-preferred-address-types", "value": "InternalIP,Hostname"}]},
+                {"name": "kube-apiserver", "extraArgs": apiserver_args},
                 # kwok manages only the fleet's simulated nodes, never a real kubelet's
                 {"name": "kwok-controller", "extraArgs": [
                     {"key": "manage-all-nodes", "value": "false"},
@@ -205,24 +207,46 @@ class Sandbox:
                      "value": fleet.FAKE_NODE_SELECTOR}]},
             ],
         }
+        if real_nodes:
+            # pods on real nodes reach the API server as on a real cluster: through the
+            # `kubernetes` Service (kube-proxy sends it to the host's address), so it listens
+            # beyond loopback and its certificate names the Service's and the host's address
+            apiserver_args.append({"key": "bind-address", "value": "0.0.0.0", "override": True})
+            options["kubeApiserverCertSANs"] = [api_service_ip(), hostnet.host_ip()]
         source = build.module_dir(KWOK_COMPONENT)
         stages = [(source / rel).read_text() for rel in STAGE_FILES]
         stages += [p.read_text() for p in sorted(OWN_STAGES.glob("*.yaml"))]
         return "---\n".join([yaml.safe_dump(config, sort_keys=False), *stages])
 
 
+def api_service_ip() -> str:
+    """The `kubernetes` Service's ClusterIP: the first address of the service range."""
+    return str(ipaddress.ip_network(SERVICE_RANGE)[1])
+
+
+def system_node(name: str) -> dict[str, Any]:
+    """A real node outside the fleet, without accelerators: where cluster services such as
+    the operator itself run (a CPU node pool on a real cluster)."""
+    labels = {realnode.SYSTEM_LABEL: "true", "node-role.kubernetes.io/system": ""}
+    return {"metadata": {"name": name, "labels": labels}, "status": {}}
+
+
 def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,
        progress: Progress = build.print_progress, wait_seconds: float = 180,
-       real_nodes: int = 0) -> fleet.Fleet:
+       real_nodes: int = 0, system_nodes: int = 0) -> fleet.Fleet:
     """Build (first time), start the control plane, create the fleet's nodes, wait for Ready.
 
     REAL_NODES: the fleet's first nodes (in fleet order: the first UltraServer first) are
-    real kubelets running real containers instead of simulated nodes."""
+    real kubelets running real containers instead of simulated nodes. SYSTEM_NODES: real
+    nodes without accelerators beside the fleet (system-0, ...), for the operator's pods."""
     chosen = fleet.load(fleet_ref)  # validate before spending minutes on anything
     if not 0 <= real_nodes <= chosen.node_count:
         raise SandboxError(f"--real-nodes must be 0..{chosen.node_count} (the fleet's nodes), "
                            f"got {real_nodes}")
-    if real_nodes:
+    if system_nodes < 0:
+        raise SandboxError(f"--system-nodes must be 0 or more, got {system_nodes}")
+    real_nodes_wanted = real_nodes + system_nodes
+    if real_nodes_wanted:
         reason = hostnet.unavailable_reason()
         if reason:
             raise SandboxError(f"cannot run real nodes here: {reason}")
@@ -233,14 +257,14 @@ def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,
         )
     started = time.monotonic()
     binaries = build.ensure_all(progress=progress)
-    if real_nodes:  # before the control plane starts: the first build takes minutes
+    if real_nodes_wanted:  # before the control plane starts: the first build takes minutes
         build.ensure_all(REAL_NODE_COMPONENTS, progress)
         images.ensure_images(progress)
     if sandbox.exists():  # left over from a crash or a reboot: start clean
         sandbox.kwokctl("delete", "cluster", "--name", sandbox.name, check=False)
     sandbox.home.mkdir(parents=True, exist_ok=True)
     config_path = sandbox.home / "kwokctl.yaml"
-    config_path.write_text(sandbox.kwokctl_config(binaries, real_nodes))
+    config_path.write_text(sandbox.kwokctl_config(binaries, real_nodes_wanted))
     sandbox.kubeconfig.unlink(missing_ok=True)
     progress(f"Starting control plane {sandbox.name!r} (Kubernetes {KUBERNETES}, etcd {ETCD}, "
              f"kwok {KWOK}) on 127.0.0.1...")
@@ -251,12 +275,14 @@ def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,
     all_nodes = fleet.nodes(chosen)
     create_nodes(sandbox, all_nodes[real_nodes:], chosen.name, progress)
     sandbox.fleet_file.write_text(json.dumps({"fleet": fleet_ref, "name": chosen.name}))
-    if real_nodes:
-        progress(f"Starting {real_nodes} real node(s): kubelet + containerd each...")
+    if real_nodes_wanted:
+        progress(f"Starting {real_nodes_wanted} real node(s): kubelet + containerd each...")
         runtime = sandbox.real_runtime(progress)
         for node in all_nodes[:real_nodes]:
             runtime.add(node)
-    wait_nodes_ready(sandbox, chosen.node_count, wait_seconds, progress)
+        for index in range(system_nodes):
+            runtime.add(system_node(f"system-{index}"))
+    wait_nodes_ready(sandbox, chosen.node_count + system_nodes, wait_seconds, progress)
     progress(f"Sandbox {sandbox.name!r} is up in {time.monotonic() - started:.0f}s.")
     return chosen
 
@@ -308,9 +334,17 @@ def wait_nodes_ready(sandbox: Sandbox, expected: int, timeout: float, progress: 
 
 
 def add_real_node(sandbox: Sandbox, name: str | None = None,
-                  progress: Progress = build.print_progress) -> str:
-    """Turn one fleet node (NAME, else the first one still simulated) into a real node."""
+                  progress: Progress = build.print_progress, system: bool = False) -> str:
+    """Turn one fleet node (NAME, else the first one still simulated) into a real node; or,
+    with SYSTEM, add a real node without accelerators (NAME, else the next system-N)."""
     require_running(sandbox)
+    if system:
+        real = {n.name for n in realnode.load(sandbox.home)}
+        name = name or next(f"system-{i}" for i in range(len(real) + 1)
+                            if f"system-{i}" not in real)
+        build.ensure_all((KUBERNETES_COMPONENT, *REAL_NODE_COMPONENTS), progress)
+        sandbox.real_runtime(progress).add(system_node(name))
+        return name
     if not sandbox.fleet_file.is_file():
         raise SandboxError(f"sandbox {sandbox.name!r} has no fleet record; recreate it")
     chosen = fleet.load(json.loads(sandbox.fleet_file.read_text())["fleet"])
@@ -327,6 +361,15 @@ def add_real_node(sandbox: Sandbox, name: str | None = None,
     sandbox.kubectl("delete", "node", node_name, "--ignore-not-found", "--wait=true")
     sandbox.real_runtime(progress).add(node)
     return node_name
+
+
+def load_operator_image(sandbox: Sandbox, image: images.Image) -> list[str]:
+    """Import IMAGE into the sandbox's system nodes (where the chart's pods run); their
+    names."""
+    nodes = [n for n in realnode.load(sandbox.home) if n.labels.get(realnode.SYSTEM_LABEL)]
+    for node in nodes:
+        images.import_image(node.ctr(), image)
+    return [n.name for n in nodes]
 
 
 def down(sandbox: Sandbox) -> bool:

@@ -29,6 +29,14 @@ MAX_SLOTS = 250
 # folder all real nodes share (sandbox checkpoints); removed with the last real node if
 # they were not there before the first
 HOST_FOLDERS = ("/var/lib/kubelet", "/var/lib/goodput-sandbox")
+# iptables chains the kubelets make (canaries, a localnet firewall, a mode hint) and
+# `kube-proxy --cleanup` leaves: removed with the last real node if they were not there before
+KUBELET_CHAINS = tuple((tool, table, chain) for tool in ("iptables", "ip6tables")
+                       for table, chain in (("filter", "KUBE-FIREWALL"),
+                                            ("filter", "KUBE-KUBELET-CANARY"),
+                                            ("nat", "KUBE-KUBELET-CANARY"),
+                                            ("mangle", "KUBE-KUBELET-CANARY"),
+                                            ("mangle", "KUBE-IPTABLES-HINT")))
 
 
 class HostError(RuntimeError):
@@ -79,6 +87,7 @@ def claim_slot(owner: str) -> int:
         if not slots:
             state["sysctls"] = {key: read_sysctl(key) for key in SYSCTLS}
             state["created"] = [f for f in HOST_FOLDERS if not Path(f).exists()]
+            state["chains"] = [list(c) for c in KUBELET_CHAINS if not chain_exists(*c)]
         for slot in range(MAX_SLOTS):
             if str(slot) not in slots:
                 slots[str(slot)] = owner
@@ -101,6 +110,44 @@ def release_slot(slot: int) -> None:
             for folder in created:
                 subprocess.run(["rm", "-rf", "--one-file-system", folder], check=False)
             state.pop("created", None)
+            chains: list[list[str]] = state.pop("chains", None) or []  # type: ignore[assignment]
+            for tool, table, chain in chains:
+                delete_chain(tool, table, chain)
+
+
+def claim_proxy(owner: str) -> str | None:
+    """Make OWNER (a sandbox) the host's one kube-proxy: its iptables chains are host-wide,
+    so a second sandbox's would fight the first's. Returns the sandbox already holding it,
+    or None once OWNER holds it."""
+    with _host_state() as state:
+        holder = state.get("proxy")
+        if holder and holder != owner:
+            return str(holder)
+        state["proxy"] = owner
+        return None
+
+
+def release_proxy(owner: str) -> None:
+    with _host_state() as state:
+        if state.get("proxy") == owner:
+            state.pop("proxy")
+
+
+def chain_exists(tool: str, table: str, chain: str) -> bool:
+    return subprocess.run([tool, "-t", table, "-S", chain], capture_output=True,
+                          check=False).returncode == 0
+
+
+def delete_chain(tool: str, table: str, chain: str) -> None:
+    """Remove CHAIN and every jump to it from the built-in chains of TABLE."""
+    rules = subprocess.run([tool, "-t", table, "-S"], capture_output=True, text=True,
+                           check=False).stdout.splitlines()
+    for rule in rules:
+        if rule.startswith("-A ") and rule.endswith(f" -j {chain}"):
+            subprocess.run([tool, "-t", table, "-D", *rule[3:].split()], capture_output=True,
+                           check=False)
+    subprocess.run([tool, "-t", table, "-F", chain], capture_output=True, check=False)
+    subprocess.run([tool, "-t", table, "-X", chain], capture_output=True, check=False)
 
 
 def read_sysctl(key: str) -> str:

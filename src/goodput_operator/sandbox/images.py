@@ -84,7 +84,7 @@ def debian_source(sources: Iterable[Path] = (Path("/etc/apt/sources.list"),
     return "http://deb.debian.org/debian", suite
 
 
-def _digest_of(path: Path) -> str:
+def digest_of(path: Path) -> str:
     """sha256 of a file, remembered beside it (layers are large and never change)."""
     memo = path.with_name(path.name + ".sha256")
     if memo.is_file() and memo.stat().st_mtime >= path.stat().st_mtime:
@@ -101,9 +101,13 @@ def _digest_of(path: Path) -> str:
 def pack(archive: Path, name: str, layers: Sequence[Path], config: dict[str, Any]) -> Path:
     """Write an OCI image layout tar: the layers (uncompressed tars), the image config, the
     manifest and an index whose annotation names the image for containerd."""
-    diff_ids = [_digest_of(layer) for layer in layers]
+    diff_ids = [digest_of(layer) for layer in layers]
     image_config = {"architecture": "amd64", "os": "linux", "config": config,
-                    "rootfs": {"type": "layers", "diff_ids": diff_ids}}
+                    "rootfs": {"type": "layers", "diff_ids": diff_ids},
+                    # one entry per layer: builders (buildah) check the two agree
+                    "history": [{"created": "1970-01-01T00:00:00Z",
+                                 "created_by": f"goodput sandbox: {layer.parent.name}"}
+                                for layer in layers]}
     config_blob = json.dumps(image_config, sort_keys=True).encode()
     manifest = {
         "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
@@ -191,10 +195,19 @@ def pause_image(progress: Progress = build.print_progress) -> Image:
 
 def base_layer(progress: Progress = build.print_progress) -> Path:
     """The Debian root file system of the worker image as one layer (built once)."""
+    return debian_layer(WORKER_PACKAGES, "the worker image", progress=progress)
+
+
+def debian_layer(packages: Sequence[str], purpose: str, remove: Sequence[str] = (),
+                 progress: Progress = build.print_progress) -> Path:
+    """A Debian minbase root file system with PACKAGES, trimmed (TRIM, then REMOVE: paths
+    relative to the root), as one uncompressed layer; built once per recipe and cached."""
     mirror, suite = debian_source()
-    folder = images_dir() / f"debian-{suite}-{_key(mirror, WORKER_PACKAGES, TRIM_VERSION)}"
+    recipe: tuple[object, ...] = (mirror, tuple(packages), TRIM_VERSION)
+    key = _key(*recipe, *remove) if remove else _key(*recipe)
+    folder = images_dir() / f"debian-{suite}-{key}"
     layer = folder / "layer.tar"
-    with build._locked(images_dir() / "locks" / "debian.lock"):
+    with build._locked(images_dir() / "locks" / f"debian-{key}.lock"):
         if layer.is_file():
             return layer
         debootstrap = shutil.which("debootstrap") or "/usr/sbin/debootstrap"
@@ -204,18 +217,21 @@ def base_layer(progress: Progress = build.print_progress) -> Path:
         root = folder / "rootfs"
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
-        progress(f"Building the worker image's Debian {suite} root file system with "
-                 f"{', '.join(WORKER_PACKAGES)} from {mirror} (first time only, a few "
+        progress(f"Building the Debian {suite} root file system of {purpose} with "
+                 f"{', '.join(packages)} from {mirror} (first time only, a few "
                  "minutes; cached afterwards)...")
         started = time.monotonic()
         _run_with_heartbeat(
-            [debootstrap, "--variant=minbase", f"--include={','.join(WORKER_PACKAGES)}",
+            [debootstrap, "--variant=minbase", f"--include={','.join(packages)}",
              suite, str(root), mirror], "debootstrap", progress)
         for relative in TRIM:
             target = root / relative
             if target.is_dir():
                 shutil.rmtree(target)
                 target.mkdir()
+        for pattern in remove:
+            for target in root.glob(pattern):
+                target.unlink()
         progress(f"  root file system ready in {time.monotonic() - started:.0f}s; packing it")
         partial = layer.with_name("layer.tar.partial")
         proc = subprocess.run(
@@ -283,7 +299,7 @@ def app_files() -> dict[str, tuple[bytes, int]]:
 def worker_image(progress: Progress = build.print_progress) -> Image:
     base = base_layer(progress)
     files = app_files()
-    folder = images_dir() / f"worker-{_key(_digest_of(base), sorted(files.items()), LINKS)}"
+    folder = images_dir() / f"worker-{_key(digest_of(base), sorted(files.items()), LINKS)}"
     archive = folder / "image.tar"
     with build._locked(images_dir() / "locks" / "worker.lock"):
         if archive.is_file():

@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -26,10 +25,11 @@ from typing import Any
 
 import yaml
 
-from goodput_operator.sandbox import build, hostnet, images
+from goodput_operator.sandbox import build, hostnet, images, kubeproxy, operator_image, procs
 from goodput_operator.sandbox.versions import COREDNS_COMPONENT, KUBERNETES_COMPONENT
 
 REAL_LABEL = "sandbox.goodput.dev/real-node"  # the sandbox's mark; the operator ignores it
+SYSTEM_LABEL = "sandbox.goodput.dev/system-node"  # a real node for cluster services
 SHARED_DIR = Path("/var/lib/goodput-sandbox/shared")  # stands in for FSx/S3: all nodes see it
 STANDARD = ("cpu", "memory", "pods", "ephemeral-storage")  # the kubelet reports these itself
 Progress = Callable[[str], None]
@@ -87,13 +87,6 @@ def _save(sandbox_home: Path, nodes: Sequence[RealNode]) -> None:
 
 def find(sandbox_home: Path, name: str) -> RealNode | None:
     return next((n for n in load(sandbox_home) if n.name == name), None)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def stand_in(fleet_node: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
@@ -206,7 +199,7 @@ class Runtime:
         started = time.monotonic()
         labels, extended = stand_in(fleet_node)
         slot = hostnet.claim_slot(f"{self.sandbox_name}/{name}")
-        node = RealNode(self.sandbox_name, name, slot, _free_port(), _free_port(),
+        node = RealNode(self.sandbox_name, name, slot, procs.free_port(), procs.free_port(),
                         str(self.home / "real" / name), labels, extended)
         _save(self.home, [*load(self.home), node])
         node.dir.mkdir(parents=True, exist_ok=True)
@@ -218,26 +211,30 @@ class Runtime:
         (node.dir / "cni" / "10-goodput.conflist").write_text(json.dumps(cni_config(node)))
         (node.dir / "containerd.toml").write_text(containerd_config(node))
         self._start_containerd(node)
-        for image in images.ensure_images(self.progress):
+        # the operator's image goes where the operator runs (tags saved by `make image`)
+        system = [*operator_image.saved()] if labels.get(SYSTEM_LABEL) == "true" else []
+        for image in [*images.ensure_images(self.progress), *system]:
             images.import_image(node.ctr(), image)
         (node.dir / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_config(node)))
         self.restart_dns()
         self.start_kubelet(node)
         self._adopt(node)
+        kubeproxy.start(self.sandbox_name, self.home / "real", self.kubeconfig, name,
+                        self.progress)
         self.progress(f"Real node {name} is Ready ({time.monotonic() - started:.1f}s; "
                       f"pods on {hostnet.subnet(slot)})")
         return node
 
     def _start_containerd(self, node: RealNode) -> None:
-        _spawn(["containerd", "--config", str(node.dir / "containerd.toml")],
+        procs.spawn(["containerd", "--config", str(node.dir / "containerd.toml")],
                node.dir / "containerd.log", node.dir / "containerd.pid")
-        _wait(lambda: node.socket.exists() and subprocess.run(
+        procs.wait(lambda: node.socket.exists() and subprocess.run(
             [*node.ctr(), "version"], capture_output=True, check=False).returncode == 0,
             30, f"containerd of {node.name} (log {node.dir / 'containerd.log'})")
 
     def start_kubelet(self, node: RealNode) -> None:
         kubelet = build.binary_path(KUBERNETES_COMPONENT, "kubelet")
-        _spawn([str(kubelet), "--config", str(node.dir / "kubelet.yaml"),
+        procs.spawn([str(kubelet), "--config", str(node.dir / "kubelet.yaml"),
                 "--kubeconfig", str(self.kubeconfig), "--root-dir", str(node.dir / "kubelet"),
                 "--cert-dir", str(node.dir / "pki"), "--hostname-override", node.name,
                 "--node-ip", hostnet.host_ip(), "-v", "1"],
@@ -245,10 +242,10 @@ class Runtime:
 
     def stop_kubelet(self, node: RealNode) -> None:
         """A partition: the kubelet is gone, its containers keep running."""
-        _kill_pidfile(node.dir / "kubelet.pid", signal.SIGTERM)
+        procs.kill_pidfile(node.dir / "kubelet.pid", signal.SIGTERM)
 
     def kubelet_running(self, node: RealNode) -> bool:
-        return _alive(node.dir / "kubelet.pid")
+        return procs.alive(node.dir / "kubelet.pid")
 
     def crash(self, node: RealNode) -> int:
         """Kill every container process of NODE (as a kernel panic would); return how many."""
@@ -260,7 +257,7 @@ class Runtime:
 
     def _adopt(self, node: RealNode) -> None:
         """Label the registered node like its fleet twin and give it accelerators."""
-        _wait(lambda: self.kubectl("get", "node", node.name, check=False).returncode == 0,
+        procs.wait(lambda: self.kubectl("get", "node", node.name, check=False).returncode == 0,
               60, f"node {node.name} to register (log {node.dir / 'kubelet.log'})")
         self.kubectl("label", "node", node.name, "--overwrite",
                      *(f"{k}={v}" for k, v in node.labels.items()))
@@ -282,7 +279,7 @@ class Runtime:
         for pid in _shims_of(node):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        _kill_pidfile(node.dir / "containerd.pid", signal.SIGTERM)
+        procs.kill_pidfile(node.dir / "containerd.pid", signal.SIGTERM)
         hostnet.unmount_all(node.dir)
         hostnet.remove_netns(hostnet.unused_netns())
         hostnet.remove_cgroup(node.cgroup_root)
@@ -308,6 +305,7 @@ class Runtime:
         for node in load(self.home):
             self.remove(node, drain)
         self.stop_dns()
+        kubeproxy.stop(self.sandbox_name, self.home / "real")
 
     # ---- cluster DNS -------------------------------------------------------------------
 
@@ -325,53 +323,14 @@ class Runtime:
             f"  kubernetes cluster.local in-addr.arpa ip6.arpa {{\n"
             f"    kubeconfig {self.kubeconfig}\n    pods insecure\n"
             f"    fallthrough in-addr.arpa ip6.arpa\n  }}\n  cache 5\n}}\n")
-        _spawn([str(coredns), "-conf", str(folder / "Corefile")], folder / "coredns.log",
+        procs.spawn([str(coredns), "-conf", str(folder / "Corefile")], folder / "coredns.log",
                folder / "coredns.pid")
         time.sleep(0.2)
-        if not _alive(folder / "coredns.pid"):
+        if not procs.alive(folder / "coredns.pid"):
             raise RealNodeError(f"CoreDNS exited: see {folder / 'coredns.log'}")
 
     def stop_dns(self) -> None:
-        _kill_pidfile(self.home / "real" / "coredns.pid", signal.SIGTERM)
-
-
-def _spawn(command: list[str], log: Path, pidfile: Path) -> None:
-    with log.open("ab") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-    pidfile.write_text(str(proc.pid))
-
-
-def _alive(pidfile: Path) -> bool:
-    if not pidfile.is_file():
-        return False
-    pid = int(pidfile.read_text())
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.is_file() and stat.read_text().split()[2] != "Z"
-
-
-def _kill_pidfile(pidfile: Path, sig: signal.Signals, timeout: float = 15) -> None:
-    if not _alive(pidfile):
-        pidfile.unlink(missing_ok=True)
-        return
-    pid = int(pidfile.read_text())
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
-    deadline = time.monotonic() + timeout
-    while _alive(pidfile) and time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        time.sleep(0.1)
-    if _alive(pidfile):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
-    pidfile.unlink(missing_ok=True)
+        procs.kill_pidfile(self.home / "real" / "coredns.pid", signal.SIGTERM)
 
 
 def _shims_of(node: RealNode) -> list[int]:
@@ -390,11 +349,3 @@ def _shims_of(node: RealNode) -> list[int]:
 def _rmtree(folder: Path) -> None:
     subprocess.run(["rm", "-rf", "--one-file-system", str(folder)], capture_output=True,
                    check=False)
-
-
-def _wait(probe: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        if time.monotonic() > deadline:
-            raise RealNodeError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.2)

@@ -57,7 +57,7 @@ KUBERNETES_COMPONENT = Component(
     binaries={
         f"k8s.io/kubernetes/cmd/{cmd}": cmd
         for cmd in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
-                    "kubelet")
+                    "kubelet", "kube-proxy")
     },
     replace_version=KUBERNETES_STAGING,
     version_vars=_k8s_version_vars(),
