@@ -328,3 +328,7 @@ def wait_event(cluster: Cluster, involved: str, reason: str, text: str,
                                   f"involvedObject.name={involved},reason={reason}").stdout)
         return out if text in out else None
     return wait_for(posted, timeout=timeout, what=f"{reason} event on {involved}: {text}")
+
+
+# the real-node sandbox and its in-cluster operator (module-scoped: one per module using them)
+from tests.e2e.realnodes import ns, real, reference  # noqa: E402, F401

@@ -1,157 +1,81 @@
 """Real workers on real nodes: kubelets, containerd and runc beside the simulated fleet run
-the example PyTorch trainer (examples/trainer/train.py) from the sandbox's worker image.
-
-A sandbox of its own (fleet trn2, its first 5 nodes real: the first UltraServer and one
-node of the second) so that no simulated-fleet test's pod can land on a real node. Every
-job trains the same deterministic model (seed, steps), so an interrupted and resumed run
-must end with the parameters of the uninterrupted reference run, bit for bit.
+the example PyTorch trainer (examples/trainer/train.py) from the sandbox's worker image,
+managed by the operator running in-cluster (the chart's Deployment, tests/e2e/realnodes.py).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import shutil
-import subprocess
-import sys
+import urllib.request
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from goodput_operator.sandbox import cluster as sandbox_cluster
-from goodput_operator.sandbox import faults, hostnet, images, realnode
-from tests.conftest import Cluster, wait_for
-from tests.e2e.conftest import Operator, apply, get_job, job_pods
+from goodput_operator import __version__
+from goodput_operator.sandbox import faults, images, operator_image, realnode
+from tests import helm
+from tests.conftest import wait_for
+from tests.e2e import incluster
+from tests.e2e.conftest import apply, get_job, job_pods
+from tests.e2e.realnodes import (
+    SPARE,
+    STEPS,
+    US0,
+    Real,
+    _running_at,
+    heal,
+    logs,
+    release,
+    results,
+    sandbox,
+    succeeded,
+    trainer_job,
+)
 
 pytestmark = pytest.mark.e2e
-SANDBOX = "goodput-real-test"
-US0 = [f"trn2-00-{i}" for i in range(4)]
-SPARE = "trn2-01-0"
-STEPS = 60
-TRAINER = "/opt/goodput/trainer/train.py"
+LEASE_SECONDS = 15  # the operator's default Lease duration
 
 
-@dataclass
-class Real:
-    cluster: Cluster
-    box: sandbox_cluster.Sandbox
-    operator: Operator
-    group: str
+def test_the_chart_runs_the_operator_in_cluster_as_users_run_it(real: Real) -> None:
+    """`make image` then `helm install`: two Ready replicas on the system nodes, one leading,
+    the chart's hardened security context in force, /metrics through the Service."""
+    operator = real.operator
+    pods = operator.pods()
+    assert len(pods) == 2 and all(p["status"]["phase"] == "Running" for p in pods)
+    assert {p["spec"]["nodeName"] for p in pods} == {"system-0", "system-1"}, \
+        "anti-affinity: one replica per node"
+    leader = operator.leader()
+    assert leader is not None
+    standby = next(p for p in pods if p["metadata"]["name"] != leader["metadata"]["name"])
+    assert standby["metadata"]["labels"].get("goodput.dev/leader") != "true"
+    log = real.cluster.kubectl("logs", leader["metadata"]["name"], "-n",
+                               operator.namespace).stdout
+    assert "became the leader" in log and "initial sync:" in log, log[-2000:]
+    container = leader["spec"]["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert all(container[probe]["httpGet"]["path"] in ("/healthz", "/readyz")
+               for probe in ("livenessProbe", "readinessProbe", "startupProbe"))
+
+    def run(*command: str) -> Any:
+        return real.cluster.kubectl("exec", leader["metadata"]["name"], "-n",
+                                    operator.namespace, "--", *command, check=False)
+    assert run("id", "-u").stdout.strip() == "65532", "not root"
+    refused = run("touch", "/usr/local/lib/written")
+    assert refused.returncode != 0 and "Read-only file system" in refused.stderr
+    # /metrics of both replicas through the metrics Service (kube-proxy's rules, from here)
+    url = f"http://{operator.service_ip('metrics')}:9090/metrics"
+    scraped = wait_for(lambda: _fetch(url), timeout=30, what=f"{url} through the Service")
+    assert "goodput_reports_total" in scraped or "goodput_trainingjobs" in scraped
 
 
-@pytest.fixture(scope="module")
-def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-         ) -> Iterator[Real]:
-    if request.config.getoption("--kubeconfig"):
-        pytest.skip("real nodes join the goodput sandbox, not an external --kubeconfig")
-    reason = hostnet.unavailable_reason()
-    if reason:
-        pytest.skip(f"no real nodes on this machine: {reason}")
-    box = sandbox_cluster.Sandbox(SANDBOX)
-    sandbox_cluster.down(box)
-    sandbox_cluster.up(box, "trn2", real_nodes=len(US0) + 1)
-    cluster = Cluster(box.kubeconfig, is_sandbox=True, sandbox_name=SANDBOX)
-    root = Path(__file__).resolve().parents[2]
-    cluster.kubectl("apply", "--server-side", "-f", str(root / "crds"))
-    cluster.kubectl("wait", "--for", "condition=Established", "--timeout=60s",
-                    "crd/trainingjobs.goodput.dev", "crd/ultraservergroups.goodput.dev")
-    log = tmp_path_factory.mktemp("real-operator") / "operator.log"
-    operator = Operator(cluster, log)
-    # workers reach the operator at the host's address, as pods reach a Service elsewhere
-    operator.report_url = f"http://{hostnet.host_ip()}:{operator.report_port}"
-    # the SDC probe Jobs run from the worker image: real nodes have no operator image
-    operator.extra_args = ("--report-url", operator.report_url,
-                           "--probe-image", images.WORKER_IMAGE)
-    operator.start()
-    group = yaml_doc(root / "examples" / "trn2" / "ultraservergroup-real.yaml")
-    apply(cluster, group)
+def _fetch(url: str) -> str | None:
     try:
-        yield Real(cluster, box, operator, group["metadata"]["name"])
-    finally:
-        operator.stop()
-        print(f"real-node operator log: {log}")
-        if not request.config.getoption("--keep-sandbox"):
-            sandbox_cluster.down(box)
-
-
-def yaml_doc(path: Path) -> dict[str, Any]:
-    import yaml
-
-    doc: dict[str, Any] = yaml.safe_load(path.read_text())
-    return doc
-
-
-@pytest.fixture
-def ns(real: Real) -> Iterator[str]:
-    name = f"real-{uuid.uuid4().hex[:6]}"
-    real.cluster.kubectl("create", "namespace", name)
-    wait_for(lambda: real.cluster.kubectl("get", "sa", "default", "-n", name,
-                                          check=False).returncode == 0, timeout=30)
-    yield name
-    real.cluster.kubectl("delete", "tj", "--all", "-n", name, "--wait=true", "--timeout=60s")
-    real.cluster.kubectl("delete", "namespace", name, "--wait=false")
-
-
-def trainer_job(real: Real, name: str, *args: str, **spec: Any) -> dict[str, Any]:
-    """The example TrainingJob (examples/trn2/trainingjob-trainer.yaml), renamed, with its
-    own checkpoint directory and the trainer's arguments."""
-    root = Path(__file__).resolve().parents[2]
-    job = yaml_doc(root / "examples" / "trn2" / "trainingjob-trainer.yaml")
-    job["metadata"]["name"] = name
-    job["spec"]["ultraServerGroup"] = real.group
-    job["spec"]["checkpoint"]["dir"] = f"/shared/checkpoints/{name}"
-    container = job["spec"]["template"]["spec"]["containers"][0]
-    assert container["image"] == images.WORKER_IMAGE
-    container["args"] = ["--steps", str(STEPS), "--checkpoint-every", "10", *args]
-    job["spec"].update(spec)
-    return job
-
-
-def results(name: str) -> dict[int, dict[str, Any]]:
-    folder = realnode.SHARED_DIR / "checkpoints" / name / "final"
-    return {int(p.stem.split("-")[1]): json.loads(p.read_text())
-            for p in folder.glob("rank-*.json")}
-
-
-def logs(real: Real, namespace: str, pod: str) -> str:
-    return str(real.cluster.kubectl("logs", pod, "-n", namespace).stdout)
-
-
-def succeeded(real: Real, namespace: str, name: str, timeout: float = 300) -> dict[str, Any]:
-    """The job once it has finished; a failed one fails the test at once, with its workers'
-    last log lines."""
-    def finished() -> dict[str, Any] | None:
-        job = get_job(real.cluster, namespace, name)
-        return job if (job.get("status") or {}).get("phase") in ("Succeeded", "Failed") \
-            else None
-    job = wait_for(finished, timeout=timeout, what=f"{name} finished")
-    if job["status"]["phase"] != "Succeeded":
-        tails = {p["metadata"]["name"]: real.cluster.kubectl(
-            "logs", p["metadata"]["name"], "-n", namespace, "--tail=5", check=False).stdout
-            for p in job_pods(real.cluster, namespace, name)}
-        raise AssertionError(f"{name} failed: {job['status'].get('message')}; {tails}")
-    return job
-
-
-@pytest.fixture(scope="module")
-def reference(real: Real) -> Iterator[dict[str, Any]]:
-    """The uninterrupted run every other run must end equal to."""
-    namespace = f"real-ref-{uuid.uuid4().hex[:6]}"
-    real.cluster.kubectl("create", "namespace", namespace)
-    wait_for(lambda: real.cluster.kubectl("get", "sa", "default", "-n", namespace,
-                                          check=False).returncode == 0, timeout=30)
-    name = f"ref-{uuid.uuid4().hex[:6]}"
-    apply(real.cluster, trainer_job(real, name), namespace)
-    job = succeeded(real, namespace, name)
-    pods = job_pods(real.cluster, namespace, name)
-    yield {"job": job, "pods": pods, "results": results(name), "namespace": namespace,
-           "trainer_log": logs(real, namespace, pods[0]["metadata"]["name"])}
-    real.cluster.kubectl("delete", "namespace", namespace, "--wait=false")
-    shutil.rmtree(realnode.SHARED_DIR / "checkpoints" / name, ignore_errors=True)
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read().decode())
+    except OSError:
+        return None
 
 
 def test_a_real_job_trains_checkpoints_and_succeeds_with_its_ranks_in_agreement(
@@ -169,6 +93,10 @@ def test_a_real_job_trains_checkpoints_and_succeeds_with_its_ranks_in_agreement(
         "/shared", str(realnode.SHARED_DIR), 1)), "the committed digest is of what is on disk"
     assert f"checkpoint step {STEPS} committed" in reference["trainer_log"]
     assert f"FINAL step={STEPS}" in reference["trainer_log"]
+    # the workers reported to the leader through the reports Service, by its DNS name
+    env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
+    assert env["GOODPUT_REPORT_URL"] == (f"http://{real.operator.name}-reports."
+                                         f"{real.operator.namespace}.svc:8081")
     # every report arrived with the pod's own projected token (no token was minted here)
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -257,34 +185,6 @@ def test_a_real_node_failure_resumes_from_the_last_committed_checkpoint_on_the_s
     assert done["status"]["incidents"][-1].get("detectionSeconds") is not None
 
 
-def _running_at(real: Real, namespace: str, name: str, restarts: int) -> dict[str, Any] | None:
-    job = get_job(real.cluster, namespace, name)
-    status = job.get("status") or {}
-    if status.get("restarts") == restarts and status.get("phase") in ("Running", "Succeeded"):
-        return job
-    return None
-
-
-def sandbox(real: Real, *args: str) -> None:
-    subprocess.run([sys.executable, "-m", "goodput_operator.cli", "sandbox", *args, "--name",
-                    SANDBOX], check=True, capture_output=True, text=True, timeout=120)
-
-
-def heal(real: Real, node: str) -> None:
-    """The kubelet back; once the node lifecycle controller has lifted its unreachable
-    taints (the operator counts them against the node), the quarantine too."""
-    sandbox(real, "heal-node", node)
-    faults.wait_recovered(real.box, node)
-    release(real, node)
-
-
-def release(real: Real, node: str) -> None:
-    real.cluster.kubectl("taint", "node", node, "goodput.dev/quarantine-", check=False)
-    real.cluster.kubectl("label", "node", node, "goodput.dev/quarantined-")
-    real.cluster.kubectl("annotate", "node", node, "goodput.dev/lemon-score-",
-                         "goodput.dev/quarantine-evidence-")
-
-
 def test_a_node_made_real_later_runs_containers_and_a_crash_kills_them(
         real: Real, ns: str) -> None:
     """`add-real-node` turns the next simulated node real; `fail-node --crash` kills every
@@ -312,3 +212,75 @@ def test_a_node_made_real_later_runs_containers_and_a_crash_kills_them(
     assert code == "137"
     assert faults.recovered(json.loads(real.cluster.kubectl(
         "get", "node", "trn2-01-1", "-o", "json").stdout)), "a crash is not a partition"
+
+
+def test_deleting_the_leader_pod_mid_job_changes_nothing_for_the_job(
+        real: Real, reference: dict[str, Any], ns: str) -> None:
+    """The leader goes (a drain, a rollout): the standby leads within the Lease's duration,
+    the workers' reports land on it through the same Service, and the job never restarts."""
+    operator = real.operator
+    name = f"lead-{uuid.uuid4().hex[:6]}"
+    apply(real.cluster, trainer_job(real, name, "--step-seconds", "0.5"), ns)
+    first = wait_for(lambda: _latest_step(real, ns, name), timeout=180,
+                     what="a first committed checkpoint")
+    old = operator.leader()
+    assert old is not None
+    standby = next(p["metadata"]["name"] for p in operator.pods()
+                   if p["metadata"]["name"] != old["metadata"]["name"])
+    real.cluster.kubectl("delete", "pod", old["metadata"]["name"], "-n", operator.namespace,
+                         "--wait=false")
+    new = wait_for(operator.leader, timeout=LEASE_SECONDS + 5,
+                   what="the standby leading within the Lease's duration")
+    assert new["metadata"]["name"] == standby
+    wait_for(lambda: (_latest_step(real, ns, name) or 0) > first, timeout=120,
+             what="checkpoint reports landing on the new leader")
+    done = succeeded(real, ns, name)
+    assert done["status"].get("restarts", 0) == 0 and not done["status"].get("incidents")
+    assert {r["fingerprint"] for r in results(name).values()} == \
+        {reference["results"][0]["fingerprint"]}
+    operator.wait_rolled_out()  # the ReplicaSet's new pod is the standby now
+
+
+def test_helm_upgrade_to_a_new_image_tag_and_rollback_keep_a_running_job_running(
+        real: Real, reference: dict[str, Any], ns: str) -> None:
+    operator = real.operator
+    new_tag = f"{__version__}-next"
+    incluster.build_and_load(real.box, new_tag)
+    revision = int(json.loads(helm.helm("status", operator.release, "-n", operator.namespace,
+                                        "-o", "json", kubeconfig=real.cluster.kubeconfig
+                                        ).stdout)["version"])
+    name = f"upg-{uuid.uuid4().hex[:6]}"
+    apply(real.cluster, trainer_job(real, name, "--step-seconds", "1"), ns)
+    wait_for(lambda: _latest_step(real, ns, name), timeout=180, what="a first checkpoint")
+    operator.install(image=operator.values["image"] | {"tag": new_tag})
+    assert {p["spec"]["containers"][0]["image"] for p in operator.pods()} == \
+        {f"{operator_image.REPOSITORY}:{new_tag}"}
+    assert (get_job(real.cluster, ns, name)["status"]).get("restarts", 0) == 0
+    operator.rollback(revision)
+    assert {p["spec"]["containers"][0]["image"] for p in operator.pods()} == \
+        {f"{operator_image.REPOSITORY}:{__version__}"}
+    done = succeeded(real, ns, name)
+    assert done["status"].get("restarts", 0) == 0 and not done["status"].get("incidents")
+    assert all(p["metadata"]["labels"]["goodput.dev/restart"] == "0"
+               for p in job_pods(real.cluster, ns, name))
+    assert {r["fingerprint"] for r in results(name).values()} == \
+        {reference["results"][0]["fingerprint"]}
+
+
+def _latest_step(real: Real, namespace: str, name: str) -> int | None:
+    latest = ((get_job(real.cluster, namespace, name).get("status") or {})
+              .get("checkpoint") or {}).get("latest") or {}
+    return latest.get("step")
+
+
+def test_the_in_cluster_operator_was_refused_nothing(real: Real) -> None:
+    """Runs last in this module: the API server's audit log holds every request the chart's
+    ServiceAccount made from the two pods, and RBAC refused none of them."""
+    account = (f"system:serviceaccount:{real.operator.namespace}:"
+               f"{helm.account_name(real.operator.release)}")
+    used, refused = helm.audited(real.box.audit_log, account)
+    assert used, f"no request by {account} in the audit log"
+    assert not refused, "the chart's RBAC refused the in-cluster operator:\n" + \
+        "\n".join(refused)
+    assert ("coordination.k8s.io", "leases", "update", real.operator.namespace) in used
+    assert ("", "pods", "patch", real.operator.namespace) in used, "the leader label"

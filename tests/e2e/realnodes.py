@@ -1,0 +1,187 @@
+"""Real nodes for e2e tests: a sandbox of its own (fleet trn2, its first 5 nodes real: the
+first UltraServer and one node of the second, plus 2 system nodes) so that no
+simulated-fleet test's pod can land on a real node, and the operator as users run it: the
+chart's Deployment from the image built from the Dockerfile (tests/e2e/incluster.py).
+
+Every job trains the same deterministic model (seed, steps), so an interrupted and resumed
+run must end with the parameters of the uninterrupted reference run, bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from goodput_operator import __version__
+from goodput_operator.sandbox import cluster as sandbox_cluster
+from goodput_operator.sandbox import faults, hostnet, images, operator_image, realnode
+from tests.conftest import Cluster, wait_for
+from tests.e2e import incluster
+from tests.e2e.conftest import apply, get_job, job_pods
+
+SANDBOX = "goodput-real-test"
+US0 = [f"trn2-00-{i}" for i in range(4)]
+SPARE = "trn2-01-0"
+STEPS = 60
+TRAINER = "/opt/goodput/trainer/train.py"
+RELEASE = "goodput-operator"
+RELEASE_NAMESPACE = "goodput-system"
+PROBES = "goodput-probes"
+
+
+@dataclass
+class Real:
+    cluster: Cluster
+    box: sandbox_cluster.Sandbox
+    operator: incluster.InClusterOperator
+    group: str
+
+
+@pytest.fixture(scope="module")
+def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[Real]:
+    if request.config.getoption("--kubeconfig"):
+        pytest.skip("real nodes join the goodput sandbox, not an external --kubeconfig")
+    reason = hostnet.unavailable_reason()
+    if reason:
+        pytest.skip(f"no real nodes on this machine: {reason}")
+    box = sandbox_cluster.Sandbox(SANDBOX)
+    sandbox_cluster.down(box)
+    operator_image.build_image(__version__)  # `make image`: system nodes import it as they start
+    log = tmp_path_factory.mktemp("real-operator") / "operator.log"
+    operator: incluster.InClusterOperator | None = None
+    try:
+        sandbox_cluster.up(box, "trn2", real_nodes=len(US0) + 1, system_nodes=2)
+        cluster = Cluster(box.kubeconfig, is_sandbox=True, sandbox_name=SANDBOX)
+        root = Path(__file__).resolve().parents[2]
+        cluster.kubectl("apply", "--server-side", "-f", str(root / "crds"))
+        cluster.kubectl("wait", "--for", "condition=Established", "--timeout=60s",
+                        "crd/trainingjobs.goodput.dev", "crd/ultraservergroups.goodput.dev")
+        cluster.kubectl("create", "namespace", PROBES)
+        operator = incluster.InClusterOperator(
+            cluster, RELEASE, RELEASE_NAMESPACE,
+            incluster.image_values(__version__) | {"probeNamespace": PROBES,
+                                                   "dashboards": {"enabled": False}}, log)
+        operator.install()
+        group = yaml_doc(root / "examples" / "trn2" / "ultraservergroup-real.yaml")
+        apply(cluster, group)
+        yield Real(cluster, box, operator, group["metadata"]["name"])
+    finally:
+        if operator is not None:
+            operator.save_logs()
+            print(f"in-cluster operator logs: {log}")
+        if not request.config.getoption("--keep-sandbox"):
+            sandbox_cluster.down(box)
+
+
+def yaml_doc(path: Path) -> dict[str, Any]:
+    import yaml
+
+    doc: dict[str, Any] = yaml.safe_load(path.read_text())
+    return doc
+
+
+@pytest.fixture
+def ns(real: Real) -> Iterator[str]:
+    name = f"real-{uuid.uuid4().hex[:6]}"
+    real.cluster.kubectl("create", "namespace", name)
+    wait_for(lambda: real.cluster.kubectl("get", "sa", "default", "-n", name,
+                                          check=False).returncode == 0, timeout=30)
+    yield name
+    real.cluster.kubectl("delete", "tj", "--all", "-n", name, "--wait=true", "--timeout=60s")
+    real.cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def trainer_job(real: Real, name: str, *args: str, **spec: Any) -> dict[str, Any]:
+    """The example TrainingJob (examples/trn2/trainingjob-trainer.yaml), renamed, with its
+    own checkpoint directory and the trainer's arguments."""
+    root = Path(__file__).resolve().parents[2]
+    job = yaml_doc(root / "examples" / "trn2" / "trainingjob-trainer.yaml")
+    job["metadata"]["name"] = name
+    job["spec"]["ultraServerGroup"] = real.group
+    job["spec"]["checkpoint"]["dir"] = f"/shared/checkpoints/{name}"
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == images.WORKER_IMAGE
+    container["args"] = ["--steps", str(STEPS), "--checkpoint-every", "10", *args]
+    job["spec"].update(spec)
+    return job
+
+
+def results(name: str) -> dict[int, dict[str, Any]]:
+    folder = realnode.SHARED_DIR / "checkpoints" / name / "final"
+    return {int(p.stem.split("-")[1]): json.loads(p.read_text())
+            for p in folder.glob("rank-*.json")}
+
+
+def logs(real: Real, namespace: str, pod: str) -> str:
+    return str(real.cluster.kubectl("logs", pod, "-n", namespace).stdout)
+
+
+def succeeded(real: Real, namespace: str, name: str, timeout: float = 300) -> dict[str, Any]:
+    """The job once it has finished; a failed one fails the test at once, with its workers'
+    last log lines."""
+    def finished() -> dict[str, Any] | None:
+        job = get_job(real.cluster, namespace, name)
+        return job if (job.get("status") or {}).get("phase") in ("Succeeded", "Failed") \
+            else None
+    job = wait_for(finished, timeout=timeout, what=f"{name} finished")
+    if job["status"]["phase"] != "Succeeded":
+        tails = {p["metadata"]["name"]: real.cluster.kubectl(
+            "logs", p["metadata"]["name"], "-n", namespace, "--tail=5", check=False).stdout
+            for p in job_pods(real.cluster, namespace, name)}
+        raise AssertionError(f"{name} failed: {job['status'].get('message')}; {tails}")
+    return job
+
+
+@pytest.fixture(scope="module")
+def reference(real: Real) -> Iterator[dict[str, Any]]:
+    """The uninterrupted run every other run must end equal to."""
+    namespace = f"real-ref-{uuid.uuid4().hex[:6]}"
+    real.cluster.kubectl("create", "namespace", namespace)
+    wait_for(lambda: real.cluster.kubectl("get", "sa", "default", "-n", namespace,
+                                          check=False).returncode == 0, timeout=30)
+    name = f"ref-{uuid.uuid4().hex[:6]}"
+    apply(real.cluster, trainer_job(real, name), namespace)
+    job = succeeded(real, namespace, name)
+    pods = job_pods(real.cluster, namespace, name)
+    yield {"job": job, "pods": pods, "results": results(name), "namespace": namespace,
+           "trainer_log": logs(real, namespace, pods[0]["metadata"]["name"])}
+    real.cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+    shutil.rmtree(realnode.SHARED_DIR / "checkpoints" / name, ignore_errors=True)
+
+
+def _running_at(real: Real, namespace: str, name: str, restarts: int) -> dict[str, Any] | None:
+    job = get_job(real.cluster, namespace, name)
+    status = job.get("status") or {}
+    if status.get("restarts") == restarts and status.get("phase") in ("Running", "Succeeded"):
+        return job
+    return None
+
+
+def sandbox(real: Real, *args: str) -> None:
+    subprocess.run([sys.executable, "-m", "goodput_operator.cli", "sandbox", *args, "--name",
+                    SANDBOX], check=True, capture_output=True, text=True, timeout=120)
+
+
+def heal(real: Real, node: str) -> None:
+    """The kubelet back; once the node lifecycle controller has lifted its unreachable
+    taints (the operator counts them against the node), the quarantine too."""
+    sandbox(real, "heal-node", node)
+    faults.wait_recovered(real.box, node)
+    release(real, node)
+
+
+def release(real: Real, node: str) -> None:
+    real.cluster.kubectl("taint", "node", node, "goodput.dev/quarantine-", check=False)
+    real.cluster.kubectl("label", "node", node, "goodput.dev/quarantined-")
+    real.cluster.kubectl("annotate", "node", node, "goodput.dev/lemon-score-",
+                         "goodput.dev/quarantine-evidence-")
