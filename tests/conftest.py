@@ -2,6 +2,8 @@
 
 By default one sandbox (real etcd, kube-apiserver, scheduler, controller-manager and KWOK
 nodes of the `mixed` fleet) is started for the whole session and deleted at its end.
+`--operator in-cluster` runs the e2e tests against the chart's Deployment instead of a
+process here (tests/e2e/incluster.py).
 `--kubeconfig PATH` points the same tests at an existing cluster instead; tests that need
 the sandbox itself (fault injection, fleet start-up) are then skipped.
 `pytest -m unit` touches no cluster at all.
@@ -30,6 +32,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="run integration/e2e tests against this cluster instead of a sandbox")
     parser.addoption("--keep-sandbox", action="store_true",
                      help="leave the session sandbox running after the tests")
+    parser.addoption("--operator", choices=("process", "in-cluster"), default="process",
+                     help="e2e: run the operator as a process here (default), or in-cluster as "
+                          "users do: the Helm chart's Deployment from the image `make image` "
+                          "builds, on the sandbox's system nodes (with --kubeconfig: the image "
+                          "named by $GOODPUT_E2E_IMAGE, which the cluster must be able to run)")
+
+
+def in_cluster(config: pytest.Config) -> bool:
+    return bool(config.getoption("--operator") == "in-cluster")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -90,7 +101,13 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     box = sandbox_cluster.Sandbox(SESSION_SANDBOX)
     if box.is_running():
         sandbox_cluster.down(box)
-    sandbox_cluster.up(box, SESSION_FLEET)
+    system_nodes = 0
+    if in_cluster(request.config):  # the operator's pods need real nodes: two system nodes
+        from goodput_operator.sandbox import operator_image
+
+        operator_image.build_image()  # `make image`; system nodes import it as they start
+        system_nodes = 2
+    sandbox_cluster.up(box, SESSION_FLEET, system_nodes=system_nodes)
     try:
         yield Cluster(box.kubeconfig, is_sandbox=True, sandbox_name=box.name)
     finally:

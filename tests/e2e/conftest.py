@@ -13,12 +13,12 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from tests import helm
-from tests.conftest import Cluster, wait_for
+from tests.conftest import Cluster, in_cluster, wait_for
 
 _handed_out: set[int] = set()
 
@@ -125,14 +125,38 @@ def chart_kubeconfig(crds: Cluster, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="session")
-def operator(crds: Cluster, chart_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
-             ) -> Iterator[Operator]:
+def operator(request: pytest.FixtureRequest, crds: Cluster, chart_kubeconfig: Path,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
     log = tmp_path_factory.mktemp("operator") / "operator.log"
+    if in_cluster(request.config):
+        deployed = InClusterOperator(crds, CHART_RELEASE, CHART_NAMESPACE,
+                                     CHART_VALUES | in_cluster_values(crds), log)
+        deployed.install()
+        yield cast(Operator, deployed)  # answers what the tests ask of an Operator
+        deployed.save_logs()
+        print(f"in-cluster operator logs: {log}")
+        return
     running = Operator(crds, log, chart_kubeconfig)
     running.start()
     yield running
     running.stop()
     print(f"operator log: {log}")
+
+
+def in_cluster_values(cluster: Cluster) -> dict[str, Any]:
+    """The sandbox: the image built by `make image`, on the system nodes. Another cluster:
+    the image $GOODPUT_E2E_IMAGE names (e.g. loaded with `kind load docker-image`)."""
+    if cluster.is_sandbox:
+        from goodput_operator import __version__
+
+        return image_values(__version__)
+    image = os.environ.get("GOODPUT_E2E_IMAGE")
+    if not image or ":" not in image:
+        pytest.fail("--operator in-cluster with --kubeconfig needs GOODPUT_E2E_IMAGE=REPO:TAG, "
+                    "an operator image the cluster can run (docs/testing.md)")
+    repository, tag = image.rsplit(":", 1)
+    return {"replicaCount": 2, "image": {"repository": repository, "tag": tag,
+                                         "pullPolicy": "IfNotPresent"}}
 
 
 def apply(cluster: Cluster, doc: dict[str, Any], namespace: str | None = None) -> None:
@@ -217,13 +241,46 @@ def sleep_briefly() -> None:
 
 
 def sandbox_cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    assert cluster.sandbox_name
+    """`goodput sandbox VERB` on the session sandbox: fault injection (KWOK's chaos stages,
+    real kubelets) that another cluster does not offer, so the test is skipped there."""
+    if not cluster.sandbox_name:
+        pytest.skip(f"injects faults through the goodput sandbox (`sandbox {args[0]}`), "
+                    "which an external --kubeconfig cluster does not offer")
     return subprocess.run([sys.executable, "-m", "goodput_operator.cli", "sandbox", *args,
                            "--name", cluster.sandbox_name], capture_output=True, text=True,
                           timeout=60, check=True)
 
 
-TRN2_NODES = [f"trn2-{u:02d}-{s}" for u in range(2) for s in range(4)]
+TRN2_TYPE = "trn2u.48xlarge"
+ULTRASERVER_LABEL = "topology.k8s.aws/ultraserver-id"
+POOL_LABEL = "e2e.goodput.dev/pool"  # marks the Trn2 nodes the e2e groups select
+_pool: list[str] = []
+
+
+def trn2_pool(cluster: Cluster) -> list[str]:
+    """The e2e tests' Trn2 nodes, from the fleet the cluster has: the first two complete
+    UltraServers (4 nodes each; by node name), in UltraServer then node order, labelled
+    POOL_LABEL so the tests' groups select exactly them whatever else the cluster holds.
+    On the sandbox's `mixed` fleet: trn2-00-0 .. trn2-01-3."""
+    if _pool:
+        return _pool
+    nodes = json.loads(cluster.kubectl("get", "nodes", "-l",
+                                       f"node.kubernetes.io/instance-type={TRN2_TYPE}",
+                                       "-o", "json").stdout)["items"]
+    domains: dict[str, list[str]] = {}
+    for node in nodes:
+        domain = node["metadata"]["labels"].get(ULTRASERVER_LABEL)
+        if domain:
+            domains.setdefault(domain, []).append(node["metadata"]["name"])
+    complete = sorted(sorted(names) for names in domains.values() if len(names) == 4)
+    if len(complete) < 2:
+        pytest.fail(f"the e2e tests need two Trn2 UltraServers ({TRN2_TYPE} nodes, 4 per "
+                    f"{ULTRASERVER_LABEL}); this cluster has {len(complete)}: start it with "
+                    "a fleet that has them (`goodput sandbox render-fleet --fleet mixed`)")
+    chosen = complete[0] + complete[1]
+    cluster.kubectl("label", "node", *chosen, f"{POOL_LABEL}=trn2", "--overwrite")
+    _pool.extend(chosen)
+    return _pool
 
 
 def wait_trn2_free(cluster: Cluster) -> None:
@@ -232,15 +289,16 @@ def wait_trn2_free(cluster: Cluster) -> None:
     waiting: its pods can linger a minute)."""
     def free() -> bool:
         pods = json.loads(cluster.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
-        return not any(p["spec"].get("nodeName") in TRN2_NODES
+        return not any(p["spec"].get("nodeName") in pool
                        and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
                        for p in pods)
 
+    pool = trn2_pool(cluster)
     wait_for(free, timeout=120, what="the Trn2 nodes free of earlier tests' pods")
 
 
 def trn2_group_spec(**spec: Any) -> dict[str, Any]:
-    return {"nodeSelector": {"node.kubernetes.io/instance-type": "trn2u.48xlarge"},
+    return {"nodeSelector": {"node.kubernetes.io/instance-type": TRN2_TYPE, POOL_LABEL: "trn2"},
             "networkLevels": ["topology.k8s.aws/network-node-layer-1",
                               "topology.k8s.aws/network-node-layer-2"],
             "accelerator": {"resource": "aws.amazon.com/neuron", "perNode": 16},
@@ -274,7 +332,7 @@ class Faults:
             box = sandbox_cluster.Sandbox(self.cluster.sandbox_name)
             for node in sorted(self.failed):
                 faults.wait_recovered(box, node)
-        for node in TRN2_NODES:
+        for node in trn2_pool(self.cluster):
             self.cluster.kubectl("taint", "node", node, "goodput.dev/quarantine-", check=False)
             self.cluster.kubectl("label", "node", node, "goodput.dev/quarantined-")
             self.cluster.kubectl("annotate", "node", node, "goodput.dev/lemon-score-",
@@ -283,6 +341,9 @@ class Faults:
 
 @pytest.fixture
 def faults(crds: Cluster) -> Iterator[Faults]:
+    if not crds.is_sandbox:
+        pytest.skip("fails nodes through the goodput sandbox (KWOK's chaos stages), which an "
+                    "external --kubeconfig cluster does not offer")
     injected = Faults(crds)
     yield injected
     injected.restore()
@@ -307,12 +368,16 @@ def make_group(crds: Cluster) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def metrics_source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A real Prometheus (Debian's package) scraping an exporter the tests drive."""
+def metrics_source(request: pytest.FixtureRequest,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real Prometheus (Debian's package) scraping an exporter the tests drive; an
+    in-cluster operator reaches it at the host's address."""
+    from goodput_operator.sandbox import hostnet
     from tests.e2e.prometheus import Exporter, Prometheus
 
     exporter = Exporter()
-    server = Prometheus(tmp_path_factory.mktemp("prometheus"), exporter)
+    address = hostnet.host_ip() if in_cluster(request.config) else "127.0.0.1"
+    server = Prometheus(tmp_path_factory.mktemp("prometheus"), exporter, address)
     server.start()
     yield exporter, server
     server.stop()
@@ -330,5 +395,6 @@ def wait_event(cluster: Cluster, involved: str, reason: str, text: str,
     return wait_for(posted, timeout=timeout, what=f"{reason} event on {involved}: {text}")
 
 
-# the real-node sandbox and its in-cluster operator (module-scoped: one per module using them)
+# the in-cluster operator; the real-node sandbox (module-scoped: one per module using it)
+from tests.e2e.incluster import InClusterOperator, image_values  # noqa: E402
 from tests.e2e.realnodes import ns, real, reference  # noqa: E402, F401

@@ -52,6 +52,7 @@ class InClusterOperator:
         self.values = values
         self.log = log
         self.name = helm.account_name(release)  # the chart's fullname: Deployment, Services
+        self.probe_namespace = str(values.get("probeNamespace") or namespace)
 
     # ---- lifecycle -----------------------------------------------------------------------
 

@@ -50,7 +50,7 @@ class Exporter:
 class Prometheus:
     """`prometheus` scraping the exporter every second; stop() and start() keep its data."""
 
-    def __init__(self, workdir: Path, exporter: Exporter) -> None:
+    def __init__(self, workdir: Path, exporter: Exporter, address: str = "127.0.0.1") -> None:
         binary = shutil.which("prometheus")
         if binary is None:
             raise AssertionError("prometheus is not installed: run `make prometheus` "
@@ -58,7 +58,8 @@ class Prometheus:
         self.binary = binary
         self.workdir = workdir
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.address = address  # where it listens: where the operator asks it
+        self.url = f"http://{address}:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
         (workdir / "prometheus.yml").write_text(
             "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
@@ -71,7 +72,7 @@ class Prometheus:
         self.proc = subprocess.Popen(
             [self.binary, f"--config.file={self.workdir / 'prometheus.yml'}",
              f"--storage.tsdb.path={self.workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
+             f"--web.listen-address={self.address}:{self.port}"],
             stdout=log, stderr=subprocess.STDOUT)
         wait_for(self.ready, timeout=60, what="Prometheus ready")
 

@@ -56,6 +56,11 @@ def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         pytest.skip(f"no real nodes on this machine: {reason}")
     box = sandbox_cluster.Sandbox(SANDBOX)
     sandbox_cluster.down(box)
+    holder = hostnet.proxy_holder()
+    if holder:  # its Services would not route: kube-proxy's chains are host-wide
+        pytest.skip(f"sandbox {holder!r} runs this host's one kube-proxy (with --operator "
+                    "in-cluster the session sandbox has real nodes too); these tests run "
+                    "in-cluster anyway in a plain run")
     operator_image.build_image(__version__)  # `make image`: system nodes import it as they start
     log = tmp_path_factory.mktemp("real-operator") / "operator.log"
     operator: incluster.InClusterOperator | None = None

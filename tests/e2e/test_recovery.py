@@ -20,6 +20,7 @@ from tests.e2e.conftest import (
     sandbox_cli,
     sleep_briefly,
     training_job,
+    trn2_pool,
     wait_event,
     wait_phase,
 )
@@ -210,7 +211,8 @@ def test_an_application_error_restarts_without_quarantine_until_the_budget_is_sp
 def test_failing_most_of_a_group_at_once_trips_the_storm_guard(
         e2e: Operator, crds: Cluster, make_group: Any, faults: Faults) -> None:
     group = make_group()                           # maxUnavailable 20%: 2 of 8 nodes
-    victims = ["trn2-00-0", "trn2-00-1", "trn2-00-2", "trn2-01-0", "trn2-01-1"]
+    pool = trn2_pool(crds)
+    victims = [*pool[0:3], *pool[4:6]]  # three of one UltraServer, two of the other
     wait_for(lambda: group_status(crds, group).get("health") == "Healthy", timeout=30,
              what="group healthy")
     faults.fail(*victims)

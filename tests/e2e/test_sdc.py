@@ -20,6 +20,7 @@ from tests.e2e.conftest import (
     get_job,
     job_pods,
     training_job,
+    trn2_pool,
     wait_event,
 )
 from tests.e2e.test_recovery import env_of, quarantined, ranks, running_again, worker_token
@@ -103,7 +104,8 @@ def probe_pod(crds: Cluster, namespace: str, node: str, used: set[str]) -> dict[
 def test_a_bad_probe_quarantines_the_node_and_clean_probes_release_it(
         e2e: Operator, crds: Cluster, make_group: Any, faults: Faults) -> None:
     make_group(quarantine={"releaseAfterCleanProbes": 2})
-    node, probes, used = "trn2-01-3", e2e.probe_namespace, set[str]()
+    pool = trn2_pool(crds)
+    node, probes, used = pool[7], e2e.probe_namespace, set[str]()
     started = subprocess.run(
         [sys.executable, "-m", "goodput_operator.cli", "node", "probe", node,
          "--namespace", probes, "--kubeconfig", str(crds.kubeconfig)],
@@ -112,7 +114,7 @@ def test_a_bad_probe_quarantines_the_node_and_clean_probes_release_it(
     pod = probe_pod(crds, probes, node, used)
     reporter = Reporter(e2e.report_url, worker_token(crds, probes, pod["metadata"]["name"]))
     with pytest.raises(ReportError) as elsewhere:
-        reporter.send("probe", {"node": "trn2-01-2", "ok": True})
+        reporter.send("probe", {"node": pool[6], "ok": True})
     assert elsewhere.value.status == 403
     reporter.send("probe", {"node": node, "ok": False, "bad": [3], "devices": [
         {"index": 3, "name": "neuron3", "ok": False, "detail": "result 1f2e differs"}]})

@@ -21,6 +21,7 @@ from tests.e2e.conftest import (
     sandbox_cli,
     sleep_briefly,
     training_job,
+    trn2_pool,
     wait_event,
     wait_phase,
 )
@@ -171,7 +172,7 @@ def test_operator_restart_mid_launch_finishes_the_launch_without_duplicates(
     try:
         apply(crds, training_job("interrupted", trn2_group, 4), namespace)
         job = get_job(crds, namespace, "interrupted")
-        nodes = [f"trn2-01-{slot}" for slot in range(4)]
+        nodes = trn2_pool(crds)[4:8]  # the second UltraServer
         domain = node_labels(crds)[nodes[0]][ULTRASERVER]
         placement = {"domains": [domain], "reason": "laid down by the test",
                      "ranks": [{"rank": i, "node": n, "domain": domain}

@@ -127,6 +127,13 @@ def claim_proxy(owner: str) -> str | None:
         return None
 
 
+def proxy_holder() -> str | None:
+    """The sandbox running this host's kube-proxy, if any."""
+    with _host_state() as state:
+        holder = state.get("proxy")
+        return str(holder) if holder else None
+
+
 def release_proxy(owner: str) -> None:
     with _host_state() as state:
         if state.get("proxy") == owner:
