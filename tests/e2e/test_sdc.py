@@ -146,14 +146,17 @@ def test_idle_nodes_are_probed_on_the_groups_schedule(
                                        "goodput.dev/probe-trigger=schedule", "-o", "json")
                           .stdout)["items"]
         return jobs or None
-    jobs = wait_for(swept, timeout=90, what="a scheduled probe sweep")
-    probed = {j["metadata"]["annotations"]["goodput.dev/probe-node"] for j in jobs}
-    assert probed <= {f"trn2-{u:02d}-{s}" for u in range(2) for s in range(4)}
-    status = json.loads(crds.kubectl("get", "usg", group, "-o", "json").stdout)["status"]
-    scheduled = next(c for c in status["conditions"] if c["type"] == "ProbesScheduled")
-    assert scheduled["status"] == "True" and "* * * * *" in scheduled["message"]
-    crds.kubectl("delete", "jobs", "-n", e2e.probe_namespace, "-l",
-                 "goodput.dev/probe-trigger=schedule")
+    try:
+        jobs = wait_for(swept, timeout=90, what="a scheduled probe sweep")
+        probed = {j["metadata"]["annotations"]["goodput.dev/probe-node"] for j in jobs}
+        assert probed <= set(trn2_pool(crds)), "only the group's (idle) nodes"
+        status = json.loads(crds.kubectl("get", "usg", group, "-o", "json").stdout)["status"]
+        scheduled = next(c for c in status["conditions"] if c["type"] == "ProbesScheduled")
+        assert scheduled["status"] == "True" and "* * * * *" in scheduled["message"]
+    finally:
+        crds.kubectl("delete", "usg", group, "--wait=true")  # no sweep after this one
+        crds.kubectl("delete", "jobs", "-n", e2e.probe_namespace, "-l",
+                     "goodput.dev/probe-trigger=schedule")
 
 
 def test_probe_on_start_lets_workers_go_only_after_their_nodes_pass(
