@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from goodput_operator.sandbox import fleet, images, realnode
+from goodput_operator.sandbox import build, cluster, fleet, hostnet, images, kubeproxy, realnode
 
 pytestmark = pytest.mark.unit
 
@@ -81,6 +81,7 @@ def test_a_packed_image_is_an_oci_layout_whose_digests_hold(tmp_path: Path) -> N
     config = json.loads(blobs[f"blobs/sha256/{manifest['config']['digest'][7:]}"])
     layer_digest = manifest["layers"][0]["digest"]
     assert config["rootfs"]["diff_ids"] == [layer_digest]
+    assert len(config["history"]) == 1, "one history entry per layer (buildah checks)"
     assert hashlib.sha256(blobs[f"blobs/sha256/{layer_digest[7:]}"]).hexdigest() == \
         layer_digest[7:]
     with tarfile.open(layer) as tar:
@@ -137,3 +138,51 @@ def test_a_healed_node_has_recovered_once_the_lifecycle_taints_are_gone(
     node = {"spec": {"taints": taints},
             "status": {"conditions": [{"type": "Ready", "status": ready}]}}
     assert faults.recovered(node) is expected
+
+
+def _kwokctl_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                     real_nodes: int) -> tuple[dict[str, object], list[dict[str, object]]]:
+    """(options, kube-apiserver extra args) of the sandbox's kwokctl configuration."""
+    import yaml
+
+    for stage in cluster.STAGE_FILES:  # kwok's stage files, as the module cache holds them
+        (tmp_path / stage).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / stage).write_text("kind: Stage\n")
+    monkeypatch.setattr(build, "module_dir", lambda component: tmp_path)
+    monkeypatch.setattr(hostnet, "host_ip", lambda: "192.0.2.7")
+    binaries = {name: tmp_path / name for name in (
+        "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd", "kwok")}
+    config = next(yaml.safe_load_all(cluster.Sandbox("t").kwokctl_config(binaries, real_nodes)))
+    apiserver = next(p for p in config["componentsPatches"] if p["name"] == "kube-apiserver")
+    return config["options"], apiserver["extraArgs"]
+
+
+def test_with_real_nodes_pods_reach_the_api_server_through_its_service(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    options, args = _kwokctl_options(tmp_path, monkeypatch, real_nodes=1)
+    assert {"key": "bind-address", "value": "0.0.0.0", "override": True} in args
+    assert options["kubeApiserverCertSANs"] == ["10.96.0.1", "192.0.2.7"]
+    options, args = _kwokctl_options(tmp_path, monkeypatch, real_nodes=0)
+    assert "kubeApiserverCertSANs" not in options, "simulated only: loopback, as before"
+    assert not any(a["key"] == "bind-address" for a in args)
+
+
+def test_a_system_node_has_no_accelerators_and_says_what_it_is_for() -> None:
+    labels, extended = realnode.stand_in(cluster.system_node("system-0"))
+    assert labels[realnode.SYSTEM_LABEL] == "true" and labels[realnode.REAL_LABEL] == "true"
+    assert "node-role.kubernetes.io/system" in labels
+    assert "node.kubernetes.io/instance-type" not in labels, "no group selects it"
+    assert extended == {}
+
+
+def test_kube_proxy_leaves_the_host_conntrack_and_localhost_alone() -> None:
+    command = kubeproxy.command(Path("/k/kubeconfig"), "trn2-00-0", 10249, 10256)
+    for flag in ("--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0",
+                 "--conntrack-tcp-timeout-close-wait=0", "--iptables-localhost-nodeports=false",
+                 "--nodeport-addresses=primary", "--oom-score-adj=0",
+                 "--metrics-bind-address=127.0.0.1:10249",
+                 "--healthz-bind-address=127.0.0.1:10256"):
+        assert flag in command
+    assert command[command.index("--hostname-override") + 1] == "trn2-00-0"
+    assert command[command.index("--cluster-cidr") + 1] == "10.244.0.0/16"
+    assert all(hostnet.subnet(slot).startswith("10.244.") for slot in (0, 249))

@@ -339,6 +339,9 @@ def add_real_node(sandbox: Sandbox, name: str | None = None,
     with SYSTEM, add a real node without accelerators (NAME, else the next system-N)."""
     require_running(sandbox)
     if system:
+        if "0.0.0.0" not in (sandbox.home / "kwokctl.yaml").read_text():
+            progress("  note: this sandbox's API server listens on 127.0.0.1 only, so pods "
+                     "cannot reach it; start it with --real-nodes or --system-nodes for that")
         real = {n.name for n in realnode.load(sandbox.home)}
         name = name or next(f"system-{i}" for i in range(len(real) + 1)
                             if f"system-{i}" not in real)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from goodput_operator.sandbox import build
+from goodput_operator.sandbox import build, procs
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
 # changed by the kubelet (the first three) and the CNI bridge plugin (ip_forward)
@@ -115,28 +115,37 @@ def release_slot(slot: int) -> None:
                 delete_chain(tool, table, chain)
 
 
-def claim_proxy(owner: str) -> str | None:
-    """Make OWNER (a sandbox) the host's one kube-proxy: its iptables chains are host-wide,
-    so a second sandbox's would fight the first's. Returns the sandbox already holding it,
-    or None once OWNER holds it."""
+def claim_proxy(owner: str, pidfile: Path) -> str | None:
+    """Make OWNER (a sandbox) the host's one kube-proxy (PIDFILE: its process): its iptables
+    chains are host-wide, so a second sandbox's would fight the first's. Returns the sandbox
+    whose kube-proxy runs already, or None once OWNER holds it."""
     with _host_state() as state:
-        holder = state.get("proxy")
+        holder = _live_proxy(state)
         if holder and holder != owner:
-            return str(holder)
-        state["proxy"] = owner
+            return holder
+        state["proxy"] = {"owner": owner, "pidfile": str(pidfile)}
         return None
 
 
 def proxy_holder() -> str | None:
-    """The sandbox running this host's kube-proxy, if any."""
+    """The sandbox whose kube-proxy runs on this host, if any (a holder that died without
+    `sandbox down` no longer counts)."""
     with _host_state() as state:
-        holder = state.get("proxy")
-        return str(holder) if holder else None
+        return _live_proxy(state)
+
+
+def _live_proxy(state: dict[str, object]) -> str | None:
+    record = state.get("proxy")
+    if not isinstance(record, dict) or not procs.alive(Path(str(record.get("pidfile")))):
+        state.pop("proxy", None)
+        return None
+    return str(record["owner"])
 
 
 def release_proxy(owner: str) -> None:
     with _host_state() as state:
-        if state.get("proxy") == owner:
+        record = state.get("proxy")
+        if isinstance(record, dict) and record.get("owner") == owner:
             state.pop("proxy")
 
 
@@ -235,9 +244,9 @@ def cgroup_pids(root: str) -> set[int]:
     """Every process under ROOT (the node's containers and pause processes)."""
     pids: set[int] = set()
     for hierarchy in v1_hierarchies()[:1]:  # a process is in every hierarchy: one suffices
-        for procs in (hierarchy / root.strip("/")).rglob("cgroup.procs"):
+        for listing in (hierarchy / root.strip("/")).rglob("cgroup.procs"):
             with contextlib.suppress(OSError):
-                pids.update(int(p) for p in procs.read_text().split())
+                pids.update(int(p) for p in listing.read_text().split())
     return pids
 
 

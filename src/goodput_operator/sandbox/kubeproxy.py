@@ -42,7 +42,7 @@ def start(sandbox: str, folder: Path, kubeconfig: Path, node: str,
     pidfile = folder / "kube-proxy.pid"
     if procs.alive(pidfile):
         return True
-    holder = hostnet.claim_proxy(sandbox)
+    holder = hostnet.claim_proxy(sandbox, pidfile)
     if holder:
         progress(f"  kube-proxy: sandbox {holder!r} runs this host's kube-proxy; Services of "
                  f"{sandbox!r} will not route until it is down")
