@@ -29,7 +29,7 @@ from goodput_operator import __version__
 from goodput_operator.sandbox import build, cluster, operator_image, realnode
 from goodput_operator.sandbox.versions import HELM_COMPONENT
 
-SANDBOX = "goodput-bench-failover"
+SANDBOX = "gp-failover"  # short: unix socket paths under it must fit 107 bytes
 RELEASE = NAMESPACE = "goodput-operator"
 SELECTOR = f"app.kubernetes.io/instance={RELEASE}"
 

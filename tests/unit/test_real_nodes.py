@@ -186,3 +186,11 @@ def test_kube_proxy_leaves_the_host_conntrack_and_localhost_alone() -> None:
     assert command[command.index("--hostname-override") + 1] == "trn2-00-0"
     assert command[command.index("--cluster-cidr") + 1] == "10.244.0.0/16"
     assert all(hostnet.subnet(slot).startswith("10.244.") for slot in (0, 249))
+
+
+def test_a_sandbox_name_too_long_for_the_kubelets_sockets_is_refused_with_the_reason() -> None:
+    assert realnode.path_too_long(Path("/root/.cache/goodput-operator/sandboxes/demo"),
+                                  "trn2-00-0") is None
+    problem = realnode.path_too_long(Path("/root/.cache/goodput-operator/sandboxes/"
+                                          "goodput-bench-failover"), "system-0")
+    assert problem and "107 bytes" in problem and "shorter sandbox name" in problem

@@ -248,6 +248,10 @@ def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,
     real_nodes_wanted = real_nodes + system_nodes
     if real_nodes_wanted:
         reason = hostnet.unavailable_reason()
+        names = [n["metadata"]["name"] for n in fleet.nodes(chosen)[:real_nodes]]
+        names += [f"system-{i}" for i in range(system_nodes)]
+        reason = reason or next(filter(None, (realnode.path_too_long(sandbox.home, n)
+                                              for n in names)), None)
         if reason:
             raise SandboxError(f"cannot run real nodes here: {reason}")
     if sandbox.is_running():

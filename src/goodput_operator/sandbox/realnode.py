@@ -32,6 +32,7 @@ REAL_LABEL = "sandbox.goodput.dev/real-node"  # the sandbox's mark; the operator
 SYSTEM_LABEL = "sandbox.goodput.dev/system-node"  # a real node for cluster services
 SHARED_DIR = Path("/var/lib/goodput-sandbox/shared")  # stands in for FSx/S3: all nodes see it
 STANDARD = ("cpu", "memory", "pods", "ephemeral-storage")  # the kubelet reports these itself
+UNIX_PATH_MAX = 107  # sun_path is 108 bytes, the last one NUL
 Progress = Callable[[str], None]
 
 
@@ -95,6 +96,18 @@ def stand_in(fleet_node: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]
     labels[REAL_LABEL] = "true"
     capacity = fleet_node.get("status", {}).get("capacity", {})
     return labels, {k: str(v) for k, v in capacity.items() if k not in STANDARD}
+
+
+def path_too_long(sandbox_home: Path, name: str) -> str | None:
+    """Why node NAME cannot run under SANDBOX_HOME (a kubelet socket path would exceed what
+    a unix socket may have), or None."""
+    home = sandbox_home / "real" / name
+    longest = home / "kubelet" / "pod-resources" / "1234567890"  # the kubelet's own socket
+    if len(str(longest)) <= UNIX_PATH_MAX:
+        return None
+    return (f"{name}: the kubelet's sockets under {home} would be longer than the "
+            f"{UNIX_PATH_MAX} bytes a unix socket path may have; use a shorter sandbox name "
+            "or node name, or a shorter GOODPUT_CACHE")
 
 
 def containerd_config(node: RealNode) -> str:
@@ -196,11 +209,15 @@ class Runtime:
         if find(self.home, name):
             raise RealNodeError(f"{name} is already a real node of sandbox "
                                 f"{self.sandbox_name!r}")
+        problem = path_too_long(self.home, name)
+        if problem:
+            raise RealNodeError(problem)
+        home = self.home / "real" / name
         started = time.monotonic()
         labels, extended = stand_in(fleet_node)
         slot = hostnet.claim_slot(f"{self.sandbox_name}/{name}")
         node = RealNode(self.sandbox_name, name, slot, procs.free_port(), procs.free_port(),
-                        str(self.home / "real" / name), labels, extended)
+                        str(home), labels, extended)
         _save(self.home, [*load(self.home), node])
         node.dir.mkdir(parents=True, exist_ok=True)
         SHARED_DIR.mkdir(parents=True, exist_ok=True)
