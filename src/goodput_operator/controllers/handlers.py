@@ -9,7 +9,9 @@ to our objects: deletion is plain garbage collection through owner references.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 import socket
 import ssl
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +53,7 @@ class Options:
 
 OPTIONS = Options()
 _tasks: list[asyncio.Task[None]] = []
+_shutdown: list[asyncio.Task[None]] = []  # the signal's shutdown, once
 _servers: list[ReportServer | Health] = []
 _election: list[LeaderElection] = []
 
@@ -110,6 +113,25 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         await lead()
     else:
         _tasks.append(asyncio.create_task(election.run(lead, lost), name="leader-election"))
+    _stop_on_signals(asyncio.get_running_loop())
+
+
+def _stop_on_signals(loop: asyncio.AbstractEventLoop) -> None:
+    """On SIGTERM kopf first waits up to 5 s for our loops (to kopf they are hung tasks)
+    and only then runs `stop`, so the standby waited that long for the Lease. Replacing
+    kopf's handler: stop our loops and give the Lease back first, then stop kopf."""
+    def on_signal() -> None:
+        if not _shutdown:
+            _shutdown.append(loop.create_task(_stop_then_kopf(), name="shutdown"))
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+            loop.add_signal_handler(sig, on_signal)
+
+
+async def _stop_then_kopf() -> None:
+    await shutdown()
+    OPTIONS.stop.set()
 
 
 async def _serve(server: Health | ReportServer, port: int,
@@ -135,8 +157,12 @@ async def _label_own_pod(kube: Kube, leading: bool) -> None:
 
 @kopf.on.cleanup()
 async def stop(**_: Any) -> None:
+    await shutdown()  # done already when a signal stopped us (_stop_on_signals)
+
+
+async def shutdown() -> None:
     """Graceful shutdown: stop the loops between API calls, close the servers, give the
-    lease back so the standby takes over within seconds."""
+    lease back so the standby takes over within seconds. Idempotent."""
     for task in _tasks:
         task.cancel()
     await asyncio.gather(*_tasks, return_exceptions=True)
