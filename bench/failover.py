@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from goodput_operator import __version__
+from goodput_operator.controllers.leader import leading_pod
 from goodput_operator.sandbox import build, cluster, operator_image, realnode
 from goodput_operator.sandbox.versions import HELM_COMPONENT
 
@@ -44,13 +45,7 @@ def leader(box: cluster.Sandbox) -> dict[str, Any] | None:
     """The pod holding the Lease, Ready and labelled for the reports Service."""
     holder = box.kubectl("get", "lease", RELEASE, "-n", NAMESPACE, "-o",
                          "jsonpath={.spec.holderIdentity}", check=False).stdout.strip()
-    for pod in pods(box):
-        ready = any(c["type"] == "Ready" and c["status"] == "True"
-                    for c in pod.get("status", {}).get("conditions", []))
-        labelled = pod["metadata"]["labels"].get("goodput.dev/leader") == "true"
-        if holder.rsplit("_", 1)[0] == pod["metadata"]["name"] and ready and labelled:
-            return pod
-    return None
+    return leading_pod(pods(box), holder)
 
 
 def wait(probe: Any, timeout: float, what: str, interval: float = 0.1) -> Any:

@@ -240,15 +240,24 @@ def sleep_briefly() -> None:
     time.sleep(3)
 
 
-def sandbox_cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    """`goodput sandbox VERB` on the session sandbox: fault injection (KWOK's chaos stages,
+def sandbox_cli(cluster: Cluster, *args: str, timeout: float = 60
+                ) -> subprocess.CompletedProcess[str]:
+    """`goodput sandbox VERB` on CLUSTER's sandbox: fault injection (KWOK's chaos stages,
     real kubelets) that another cluster does not offer, so the test is skipped there."""
     if not cluster.sandbox_name:
         pytest.skip(f"injects faults through the goodput sandbox (`sandbox {args[0]}`), "
                     "which an external --kubeconfig cluster does not offer")
     return subprocess.run([sys.executable, "-m", "goodput_operator.cli", "sandbox", *args,
                            "--name", cluster.sandbox_name], capture_output=True, text=True,
-                          timeout=60, check=True)
+                          timeout=timeout, check=True)
+
+
+def lift_quarantine(cluster: Cluster, node: str) -> None:
+    """Undo a quarantine by hand (taint, label, evidence and lemon score), as after a test."""
+    cluster.kubectl("taint", "node", node, "goodput.dev/quarantine-", check=False)
+    cluster.kubectl("label", "node", node, "goodput.dev/quarantined-")
+    cluster.kubectl("annotate", "node", node, "goodput.dev/lemon-score-",
+                    "goodput.dev/quarantine-evidence-")
 
 
 TRN2_TYPE = "trn2u.48xlarge"
@@ -333,10 +342,7 @@ class Faults:
             for node in sorted(self.failed):
                 faults.wait_recovered(box, node)
         for node in trn2_pool(self.cluster):
-            self.cluster.kubectl("taint", "node", node, "goodput.dev/quarantine-", check=False)
-            self.cluster.kubectl("label", "node", node, "goodput.dev/quarantined-")
-            self.cluster.kubectl("annotate", "node", node, "goodput.dev/lemon-score-",
-                                 "goodput.dev/quarantine-evidence-")
+            lift_quarantine(self.cluster, node)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from goodput_operator.controllers.leader import leading_pod
 from goodput_operator.sandbox import cluster as sandbox_cluster
 from goodput_operator.sandbox import images, operator_image, realnode
 from tests import helm
@@ -100,23 +101,15 @@ class InClusterOperator:
             "get", "pods", "-n", self.namespace, "-l", selector, "-o", "json").stdout)["items"]
         return [p for p in items if not p["metadata"].get("deletionTimestamp")]
 
-    def holder(self) -> str | None:
-        """The pod the Lease names (its identity is `<pod>_<random>`)."""
+    def holder(self) -> str:
+        """The Lease's holder identity ("" while nobody holds it)."""
         proc = self.cluster.kubectl("get", "lease", LEASE, "-n", self.namespace, "-o",
                                     "jsonpath={.spec.holderIdentity}", check=False)
-        identity = proc.stdout.strip() if proc.returncode == 0 else ""
-        return identity.rsplit("_", 1)[0] if identity else None
+        return proc.stdout.strip() if proc.returncode == 0 else ""
 
     def leader(self) -> dict[str, Any] | None:
         """The leading pod: holds the Lease, Ready, and labelled for the reports Service."""
-        holder = self.holder()
-        for pod in self.pods():
-            ready = any(c["type"] == "Ready" and c["status"] == "True"
-                        for c in pod.get("status", {}).get("conditions", []))
-            labelled = pod["metadata"].get("labels", {}).get("goodput.dev/leader") == "true"
-            if pod["metadata"]["name"] == holder and ready and labelled:
-                return pod
-        return None
+        return leading_pod(self.pods(), self.holder())
 
     def _get(self, port: int, path: str) -> tuple[int, bytes]:
         leader = wait_for(self.leader, timeout=60, what="the leading operator pod")

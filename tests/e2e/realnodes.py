@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,7 +24,7 @@ from goodput_operator.sandbox import cluster as sandbox_cluster
 from goodput_operator.sandbox import faults, hostnet, images, operator_image, realnode
 from tests.conftest import Cluster, wait_for
 from tests.e2e import incluster
-from tests.e2e.conftest import apply, get_job, job_pods
+from tests.e2e.conftest import apply, get_job, job_pods, lift_quarantine, sandbox_cli
 
 SANDBOX = "goodput-real-test"
 US0 = [f"trn2-00-{i}" for i in range(4)]
@@ -173,8 +171,8 @@ def _running_at(real: Real, namespace: str, name: str, restarts: int) -> dict[st
 
 
 def sandbox(real: Real, *args: str) -> None:
-    subprocess.run([sys.executable, "-m", "goodput_operator.cli", "sandbox", *args, "--name",
-                    SANDBOX], check=True, capture_output=True, text=True, timeout=120)
+    """`goodput sandbox VERB` on the real-node sandbox (add-real-node takes a while)."""
+    sandbox_cli(real.cluster, *args, timeout=120)
 
 
 def heal(real: Real, node: str) -> None:
@@ -182,11 +180,4 @@ def heal(real: Real, node: str) -> None:
     taints (the operator counts them against the node), the quarantine too."""
     sandbox(real, "heal-node", node)
     faults.wait_recovered(real.box, node)
-    release(real, node)
-
-
-def release(real: Real, node: str) -> None:
-    real.cluster.kubectl("taint", "node", node, "goodput.dev/quarantine-", check=False)
-    real.cluster.kubectl("label", "node", node, "goodput.dev/quarantined-")
-    real.cluster.kubectl("annotate", "node", node, "goodput.dev/lemon-score-",
-                         "goodput.dev/quarantine-evidence-")
+    lift_quarantine(real.cluster, node)

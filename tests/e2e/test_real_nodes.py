@@ -18,7 +18,7 @@ from goodput_operator.sandbox import faults, images, operator_image, realnode
 from tests import helm
 from tests.conftest import wait_for
 from tests.e2e import incluster
-from tests.e2e.conftest import apply, get_job, job_pods
+from tests.e2e.conftest import apply, get_job, job_pods, lift_quarantine
 from tests.e2e.realnodes import (
     SPARE,
     STEPS,
@@ -27,7 +27,6 @@ from tests.e2e.realnodes import (
     _running_at,
     heal,
     logs,
-    release,
     results,
     sandbox,
     succeeded,
@@ -132,7 +131,7 @@ def test_silent_corruption_on_a_real_replica_rolls_back_to_the_verified_checkpoi
         assert bad not in {r["node"] for r in job["status"]["placement"]["ranks"]}
         succeeded(real, ns, name)
     finally:
-        release(real, bad)
+        lift_quarantine(real.cluster, bad)
     pods = job_pods(real.cluster, ns, name)
     env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
     assert env["GOODPUT_RESUME_STEP"] == "20"

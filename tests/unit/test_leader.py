@@ -6,7 +6,13 @@ from typing import Any
 
 import pytest
 
-from goodput_operator.controllers.leader import Observed, micro_time, next_record
+from goodput_operator.controllers.leader import (
+    LEADER_LABEL,
+    Observed,
+    leading_pod,
+    micro_time,
+    next_record,
+)
 
 ME, OTHER = "op-a_1", "op-b_2"
 T0 = 1_800_000_000.0
@@ -61,3 +67,22 @@ def test_a_record_that_just_changed_means_its_holder_is_alive() -> None:
 
 def test_micro_time_is_the_api_servers_format() -> None:
     assert micro_time(0.5) == "1970-01-01T00:00:00.500000Z"
+
+
+def _pod(name: str, ready: bool = True, labelled: bool = True) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {LEADER_LABEL: "true"} if labelled else {}},
+            "status": {"conditions": [{"type": "Ready", "status": str(ready)}]}}
+
+
+@pytest.mark.parametrize(("pods", "identity", "leads"), [
+    ([_pod("op-a"), _pod("op-b", labelled=False)], "op-a_1f2e3d4c", "op-a"),
+    ([_pod("op-a"), _pod("op-b")], "op-b_00aa", "op-b"),       # a stale label on op-a
+    ([_pod("op-a", ready=False)], "op-a_1f2e3d4c", None),      # holds it, not Ready yet
+    ([_pod("op-a", labelled=False)], "op-a_1f2e3d4c", None),   # not labelled yet
+    ([_pod("op-a")], "", None),                                # released: nobody leads
+    ([_pod("op-a")], "op-gone_77", None),                      # the holder's pod is gone
+])
+def test_the_leading_pod_holds_the_lease_is_ready_and_labelled(
+        pods: list[dict[str, Any]], identity: str, leads: str | None) -> None:
+    found = leading_pod(pods, identity)
+    assert (found["metadata"]["name"] if found else None) == leads

@@ -23,14 +23,13 @@ import kopf
 from goodput_operator.api.base import GROUP, VERSION
 from goodput_operator.controllers import inferenceendpoint, trainingjob
 from goodput_operator.controllers.kube import API_CONNECTIONS, Kube
-from goodput_operator.controllers.leader import LeaderElection
+from goodput_operator.controllers.leader import LEADER_LABEL, LeaderElection
 from goodput_operator.controllers.reports import ReportServer
 from goodput_operator.controllers.runtime import Health, accept_group, prime, tracked_pod
 from goodput_operator.controllers.state import State
 
 log = logging.getLogger("goodput.operator")
 STATE = State()
-LEADER_LABEL = "goodput.dev/leader"  # on the leading replica's pod: the report Service's selector
 
 
 @dataclass

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -29,6 +29,20 @@ from kubernetes.client.exceptions import ApiException
 from goodput_operator.controllers.kube import Kube, Obj
 
 log = logging.getLogger("goodput.leader")
+LEADER_LABEL = "goodput.dev/leader"  # on the leading replica's pod: the report Service's selector
+
+
+def leading_pod(pods: Iterable[Obj], holder_identity: str) -> Obj | None:
+    """Of the operator's PODS, the one serving as leader: the Lease's holder (identities are
+    `<pod>_<random>`, operator/main.py), Ready, and labelled for the reports Service."""
+    holder = holder_identity.rsplit("_", 1)[0] if holder_identity else None
+    for pod in pods:
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in pod.get("status", {}).get("conditions") or [])
+        labelled = pod["metadata"].get("labels", {}).get(LEADER_LABEL) == "true"
+        if pod["metadata"]["name"] == holder and ready and labelled:
+            return pod
+    return None
 
 
 def micro_time(now: float) -> str:
