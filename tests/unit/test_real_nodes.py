@@ -194,3 +194,20 @@ def test_a_sandbox_name_too_long_for_the_kubelets_sockets_is_refused_with_the_re
     problem = realnode.path_too_long(Path("/root/.cache/goodput-operator/sandboxes/"
                                           "goodput-bench-failover"), "system-0")
     assert problem and "107 bytes" in problem and "shorter sandbox name" in problem
+
+
+def test_one_kube_proxy_per_host_and_only_its_owner_removes_its_rules(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setenv("GOODPUT_CACHE", str(tmp_path))
+    alive, dead = tmp_path / "a.pid", tmp_path / "dead.pid"
+    alive.write_text(str(os.getpid()))
+    dead.write_text("999999999")
+    assert hostnet.claim_proxy("a", alive) is None
+    assert hostnet.claim_proxy("b", tmp_path / "b.pid") == "a", "a's kube-proxy runs"
+    assert hostnet.release_proxy("b") is False, "b never had it: it must not clean up a's"
+    assert hostnet.proxy_holder() == "a"
+    assert hostnet.release_proxy("a") is True and hostnet.proxy_holder() is None
+    assert hostnet.claim_proxy("c", dead) is None
+    assert hostnet.claim_proxy("d", alive) is None, "c's kube-proxy died without `down`"

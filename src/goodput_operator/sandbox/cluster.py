@@ -373,7 +373,7 @@ def add_real_node(sandbox: Sandbox, name: str | None = None,
 def load_operator_image(sandbox: Sandbox, image: images.Image) -> list[str]:
     """Import IMAGE into the sandbox's system nodes (where the chart's pods run); their
     names."""
-    nodes = [n for n in realnode.load(sandbox.home) if n.labels.get(realnode.SYSTEM_LABEL)]
+    nodes = [n for n in realnode.load(sandbox.home) if n.is_system]
     for node in nodes:
         images.import_image(node.ctr(), image)
     return [n.name for n in nodes]

@@ -142,11 +142,15 @@ def _live_proxy(state: dict[str, object]) -> str | None:
     return str(record["owner"])
 
 
-def release_proxy(owner: str) -> None:
+def release_proxy(owner: str) -> bool:
+    """Give the host's kube-proxy up; True if OWNER held it (its rules are OWNER's to
+    remove, never another sandbox's)."""
     with _host_state() as state:
         record = state.get("proxy")
         if isinstance(record, dict) and record.get("owner") == owner:
             state.pop("proxy")
+            return True
+        return False
 
 
 def chain_exists(tool: str, table: str, chain: str) -> bool:

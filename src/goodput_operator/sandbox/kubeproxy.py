@@ -53,11 +53,9 @@ def start(sandbox: str, folder: Path, kubeconfig: Path, node: str,
 
 
 def stop(sandbox: str, folder: Path) -> None:
-    """Stop the sandbox's kube-proxy and remove its rules from the host."""
-    pidfile = folder / "kube-proxy.pid"
-    was_running = procs.alive(pidfile)
-    procs.kill_pidfile(pidfile)
-    if was_running or (folder / "kube-proxy.log").is_file():
+    """Stop the sandbox's kube-proxy and, if the host's kube-proxy was this sandbox's,
+    remove its rules (a sandbox that never got it must not remove another's)."""
+    procs.kill_pidfile(folder / "kube-proxy.pid")
+    if hostnet.release_proxy(sandbox):
         subprocess.run([str(binary()), "--cleanup"], capture_output=True, check=False,
                        timeout=60)
-    hostnet.release_proxy(sandbox)

@@ -62,6 +62,11 @@ class RealNode:
         return self.dir / "containerd.sock"
 
     @property
+    def is_system(self) -> bool:
+        """A node for cluster services (the operator), not a stand-in for a fleet node."""
+        return self.labels.get(SYSTEM_LABEL) == "true"
+
+    @property
     def cgroup_root(self) -> str:
         return f"/goodput-{self.sandbox}-{self.name}"
 
@@ -229,7 +234,7 @@ class Runtime:
         (node.dir / "containerd.toml").write_text(containerd_config(node))
         self._start_containerd(node)
         # the operator's image goes where the operator runs (tags saved by `make image`)
-        system = [*operator_image.saved()] if labels.get(SYSTEM_LABEL) == "true" else []
+        system = operator_image.saved() if node.is_system else []
         for image in [*images.ensure_images(self.progress), *system]:
             images.import_image(node.ctr(), image)
         (node.dir / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_config(node)))
@@ -244,7 +249,7 @@ class Runtime:
 
     def _start_containerd(self, node: RealNode) -> None:
         procs.spawn(["containerd", "--config", str(node.dir / "containerd.toml")],
-               node.dir / "containerd.log", node.dir / "containerd.pid")
+                    node.dir / "containerd.log", node.dir / "containerd.pid")
         procs.wait(lambda: node.socket.exists() and subprocess.run(
             [*node.ctr(), "version"], capture_output=True, check=False).returncode == 0,
             30, f"containerd of {node.name} (log {node.dir / 'containerd.log'})")
@@ -252,10 +257,11 @@ class Runtime:
     def start_kubelet(self, node: RealNode) -> None:
         kubelet = build.binary_path(KUBERNETES_COMPONENT, "kubelet")
         procs.spawn([str(kubelet), "--config", str(node.dir / "kubelet.yaml"),
-                "--kubeconfig", str(self.kubeconfig), "--root-dir", str(node.dir / "kubelet"),
-                "--cert-dir", str(node.dir / "pki"), "--hostname-override", node.name,
-                "--node-ip", hostnet.host_ip(), "-v", "1"],
-               node.dir / "kubelet.log", node.dir / "kubelet.pid")
+                     "--kubeconfig", str(self.kubeconfig), "--root-dir",
+                     str(node.dir / "kubelet"), "--cert-dir", str(node.dir / "pki"),
+                     "--hostname-override", node.name, "--node-ip", hostnet.host_ip(),
+                     "-v", "1"],
+                    node.dir / "kubelet.log", node.dir / "kubelet.pid")
 
     def stop_kubelet(self, node: RealNode) -> None:
         """A partition: the kubelet is gone, its containers keep running."""
@@ -275,7 +281,7 @@ class Runtime:
     def _adopt(self, node: RealNode) -> None:
         """Label the registered node like its fleet twin and give it accelerators."""
         procs.wait(lambda: self.kubectl("get", "node", node.name, check=False).returncode == 0,
-              60, f"node {node.name} to register (log {node.dir / 'kubelet.log'})")
+                   60, f"node {node.name} to register (log {node.dir / 'kubelet.log'})")
         self.kubectl("label", "node", node.name, "--overwrite",
                      *(f"{k}={v}" for k, v in node.labels.items()))
         if node.extended:
@@ -341,7 +347,7 @@ class Runtime:
             f"    kubeconfig {self.kubeconfig}\n    pods insecure\n"
             f"    fallthrough in-addr.arpa ip6.arpa\n  }}\n  cache 5\n}}\n")
         procs.spawn([str(coredns), "-conf", str(folder / "Corefile")], folder / "coredns.log",
-               folder / "coredns.pid")
+                    folder / "coredns.pid")
         time.sleep(0.2)
         if not procs.alive(folder / "coredns.pid"):
             raise RealNodeError(f"CoreDNS exited: see {folder / 'coredns.log'}")
