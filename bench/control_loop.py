@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
              "spec": {"nodeSelector": {"node.kubernetes.io/instance-type": "trn2u.48xlarge"},
                       "networkLevels": ["topology.k8s.aws/network-node-layer-1",
                                         "topology.k8s.aws/network-node-layer-2"],
-                      "accelerator": {"perNode": 16}, "nodesPerDomain": 4}}
+                      "accelerator": {"perNode": 16}, "nodesPerDomain": 4,
+                      "probes": {"schedule": ""}}}  # no idle-node sweep mid-measurement
     results: dict[int, dict[str, list[float]]] = {}
     with operator_sandbox(NAME, FLEET, group, wait_seconds=600) as box:
         bench = Bench(box)

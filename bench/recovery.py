@@ -57,7 +57,7 @@ def group() -> dict[str, Any]:
                      "networkLevels": ["topology.k8s.aws/network-node-layer-1",
                                        "topology.k8s.aws/network-node-layer-2"],
                      "accelerator": {"perNode": 16}, "nodesPerDomain": 4,
-                     "spares": {"perDomain": 1}}}
+                     "spares": {"perDomain": 1}, "probes": {"schedule": ""}}}
 
 
 def training_job() -> dict[str, Any]:

@@ -40,7 +40,7 @@ GROUP = {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
                   "networkLevels": ["topology.k8s.aws/network-node-layer-1",
                                     "topology.k8s.aws/network-node-layer-2"],
                   "accelerator": {"resource": "aws.amazon.com/neuron", "perNode": 16},
-                  "nodesPerDomain": 4}}
+                  "nodesPerDomain": 4, "probes": {"schedule": ""}}}
 TEMPLATE = {"spec": {"containers": [{"name": "main", "image": "example.com/app:1"}]}}
 PASS = "goodput_reconcile_pass_seconds"
 OBJECT = "goodput_reconcile_seconds"

@@ -306,12 +306,18 @@ def wait_trn2_free(cluster: Cluster) -> None:
     wait_for(free, timeout=120, what="the Trn2 nodes free of earlier tests' pods")
 
 
+NO_SWEEPS = {"schedule": ""}
+"""Probes off the clock: the default schedule ('0 */6 * * *') would sweep idle nodes when a
+test happens to run across 00, 06, 12 or 18 h UTC. Tests of the schedule set their own."""
+
+
 def trn2_group_spec(**spec: Any) -> dict[str, Any]:
+    probes = {**NO_SWEEPS, **spec.pop("probes", {})}
     return {"nodeSelector": {"node.kubernetes.io/instance-type": TRN2_TYPE, POOL_LABEL: "trn2"},
             "networkLevels": ["topology.k8s.aws/network-node-layer-1",
                               "topology.k8s.aws/network-node-layer-2"],
             "accelerator": {"resource": "aws.amazon.com/neuron", "perNode": 16},
-            "nodesPerDomain": 4, **spec}
+            "nodesPerDomain": 4, "probes": probes, **spec}
 
 
 class Faults:

@@ -24,7 +24,14 @@ from goodput_operator.sandbox import cluster as sandbox_cluster
 from goodput_operator.sandbox import faults, hostnet, images, operator_image, realnode
 from tests.conftest import Cluster, wait_for
 from tests.e2e import incluster
-from tests.e2e.conftest import apply, get_job, job_pods, lift_quarantine, sandbox_cli
+from tests.e2e.conftest import (
+    NO_SWEEPS,
+    apply,
+    get_job,
+    job_pods,
+    lift_quarantine,
+    sandbox_cli,
+)
 
 SANDBOX = "goodput-real-test"
 US0 = [f"trn2-00-{i}" for i in range(4)]
@@ -76,6 +83,7 @@ def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
                                                    "dashboards": {"enabled": False}}, log)
         operator.install()
         group = yaml_doc(root / "examples" / "trn2" / "ultraservergroup-real.yaml")
+        group["spec"]["probes"] = NO_SWEEPS
         apply(cluster, group)
         yield Real(cluster, box, operator, group["metadata"]["name"])
     finally:

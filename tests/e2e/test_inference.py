@@ -16,6 +16,7 @@ import pytest
 from goodput_operator.sandbox.cluster import kubectl_binary
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
+    NO_SWEEPS,
     Operator,
     apply,
     delete_all,
@@ -44,7 +45,7 @@ def nvl72_group(crds: Cluster) -> Iterator[str]:
                                            "p6e-gb200.36xlarge"},
                           "domainLabel": CLIQUE, "interconnect": "nvlink",
                           "accelerator": {"resource": "nvidia.com/gpu", "perNode": 4},
-                          "nodesPerDomain": 18}})
+                          "nodesPerDomain": 18, "probes": NO_SWEEPS}})
     yield name
     crds.kubectl("delete", "usg", name, "--ignore-not-found")
 
