@@ -24,6 +24,7 @@ from typing import Any, cast
 from kubernetes import client, config
 
 from bench.harness import operator_sandbox
+from goodput_operator import names
 from goodput_operator.sandbox import cluster
 
 NAME = "bench-control-loop"
@@ -77,7 +78,7 @@ class Bench:
             self.custom.create_namespaced_custom_object(
                 "goodput.dev", "v1alpha1", namespace, "trainingjobs",
                 training_job(name, workers))
-            selector = f"goodput.dev/trainingjob={name}"
+            selector = f"{names.JOB_LABEL}={name}"
         else:
             self.batch.create_namespaced_job(namespace, cast(Any, indexed_job(name, workers)))
             selector = f"bench={name}"

@@ -39,6 +39,7 @@ from typing import Any, cast
 from kubernetes import client, config
 
 from bench.harness import operator_sandbox
+from goodput_operator import names
 from goodput_operator.health import quarantine as q
 from goodput_operator.sandbox import cluster, faults
 
@@ -95,10 +96,10 @@ class Bench:
     def running(self, restart: int) -> bool:
         listed = self.api.sanitize_for_serialization(
             self.core.list_namespaced_pod(NAMESPACE,
-                                          label_selector=f"goodput.dev/trainingjob={self.name}"))
+                                          label_selector=f"{names.JOB_LABEL}={self.name}"))
         pods = cast(list[dict[str, Any]], listed["items"])
         return len(pods) == self.workers and all(
-            p["metadata"]["labels"].get("goodput.dev/restart") == str(restart)
+            p["metadata"]["labels"].get(names.RESTART_LABEL) == str(restart)
             and p.get("status", {}).get("phase") == "Running" for p in pods)
 
     def wait(self, what: str, check: Any, timeout: float = 120) -> float:
@@ -119,7 +120,7 @@ class Bench:
                 t.get("key") in faults.LIFECYCLE_TAINTS and t.get("effect") == "NoExecute"
                 for t in body["spec"].get("taints") or []):
             marks["k8s_noexecute"] = now
-        if "detected" not in marks and q.QUARANTINE_LABEL in body["metadata"].get("labels", {}):
+        if "detected" not in marks and names.QUARANTINE_LABEL in body["metadata"].get("labels", {}):
             marks["detected"] = now
         status: dict[str, Any] = self.job().get("status") or {}
         if "replaced" not in marks and status.get("restarts") == restart and \

@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import pytest
 
+from goodput_operator import names
 from tests import helm
 from tests.conftest import Cluster, in_cluster, wait_for
 
@@ -198,9 +199,9 @@ def get_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
 
 def job_pods(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = json.loads(cluster.kubectl(
-        "get", "pods", "-n", namespace, "-l", f"goodput.dev/trainingjob={name}", "-o", "json",
+        "get", "pods", "-n", namespace, "-l", f"{names.JOB_LABEL}={name}", "-o", "json",
     ).stdout)["items"]
-    return sorted(items, key=lambda p: int(p["metadata"]["labels"]["goodput.dev/rank"]))
+    return sorted(items, key=lambda p: int(p["metadata"]["labels"][names.RANK_LABEL]))
 
 
 def wait_phase(cluster: Cluster, namespace: str, name: str, phase: str,
@@ -254,10 +255,10 @@ def sandbox_cli(cluster: Cluster, *args: str, timeout: float = 60
 
 def lift_quarantine(cluster: Cluster, node: str) -> None:
     """Undo a quarantine by hand (taint, label, evidence and lemon score), as after a test."""
-    cluster.kubectl("taint", "node", node, "goodput.dev/quarantine-", check=False)
-    cluster.kubectl("label", "node", node, "goodput.dev/quarantined-")
-    cluster.kubectl("annotate", "node", node, "goodput.dev/lemon-score-",
-                    "goodput.dev/quarantine-evidence-")
+    cluster.kubectl("taint", "node", node, f"{names.QUARANTINE_TAINT}-", check=False)
+    cluster.kubectl("label", "node", node, f"{names.QUARANTINE_LABEL}-")
+    cluster.kubectl("annotate", "node", node, f"{names.LEMON_ANNOTATION}-",
+                    f"{names.EVIDENCE_ANNOTATION}-")
 
 
 TRN2_TYPE = "trn2u.48xlarge"

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from goodput_operator import names
 from goodput_operator.sandbox.cluster import kubectl_binary
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
@@ -84,7 +85,7 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
 
 def pods_of(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = json.loads(cluster.kubectl(
-        "get", "pods", "-n", namespace, "-l", f"goodput.dev/inferenceendpoint={name}",
+        "get", "pods", "-n", namespace, "-l", f"{names.ENDPOINT_LABEL}={name}",
         "-o", "json").stdout)["items"]
     return items
 
@@ -100,18 +101,18 @@ def test_multi_node_replicas_stay_inside_one_nvlink_domain(
         assert len(group["nodes"]) == 2
         assert {labels[n][CLIQUE] for n in group["nodes"]} == {group["domain"]}
     pods = pods_of(crds, namespace, "llama-405b")
-    leader = next(p for p in pods if p["metadata"]["labels"]["goodput.dev/role"] == "leader"
-                  and p["metadata"]["labels"]["goodput.dev/replica"] == "0")
+    leader = next(p for p in pods if p["metadata"]["labels"][names.ROLE_LABEL] == "leader"
+                  and p["metadata"]["labels"][names.REPLICA_LABEL] == "0")
     env = {e["name"]: e.get("value", "") for e in leader["spec"]["containers"][0]["env"]}
     assert env["LWS_GROUP_SIZE"] == "2" and env["GOODPUT_WORKER_INDEX"] == "0"
     leader_dns = f"llama-405b-0-0.llama-405b-members.{namespace}.svc"
     assert env["GOODPUT_LEADER_ADDRESS"] == env["LWS_LEADER_ADDRESS"] == leader_dns
     service = json.loads(crds.kubectl("get", "svc", "llama-405b", "-n", namespace, "-o",
                                       "json").stdout)
-    assert service["spec"]["selector"] == {"goodput.dev/inferenceendpoint": "llama-405b",
-                                           "goodput.dev/role": "leader"}
+    assert service["spec"]["selector"] == {names.ENDPOINT_LABEL: "llama-405b",
+                                           names.ROLE_LABEL: "leader"}
     assert status["selector"] == \
-        "goodput.dev/inferenceendpoint=llama-405b,goodput.dev/role=leader"
+        f"{names.ENDPOINT_LABEL}=llama-405b,{names.ROLE_LABEL}=leader"
     group = wait_for(lambda: json.loads(crds.kubectl("get", "usg", nvl72_group, "-o", "json")
                                         .stdout).get("status"), timeout=30,
                      what="the group's status")      # one domain: totals still integers

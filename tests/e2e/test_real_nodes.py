@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from goodput_operator import __version__
+from goodput_operator import __version__, names
 from goodput_operator.sandbox import faults, images, operator_image, realnode
 from tests import helm
 from tests.conftest import wait_for
@@ -48,7 +48,7 @@ def test_the_chart_runs_the_operator_in_cluster_as_users_run_it(real: Real) -> N
     leader = operator.leader()
     assert leader is not None
     standby = next(p for p in pods if p["metadata"]["name"] != leader["metadata"]["name"])
-    assert standby["metadata"]["labels"].get("goodput.dev/leader") != "true"
+    assert standby["metadata"]["labels"].get(names.LEADER_LABEL) != "true"
     log = real.cluster.kubectl("logs", leader["metadata"]["name"], "-n",
                                operator.namespace).stdout
     assert "became the leader" in log and "initial sync:" in log, log[-2000:]
@@ -152,9 +152,9 @@ def test_a_real_node_failure_resumes_from_the_last_committed_checkpoint_on_the_s
              get_job(real.cluster, ns, name)["status"]["placement"]["ranks"]}
     victim = ranks[2]
     pod = next(p for p in job_pods(real.cluster, ns, name)
-               if p["metadata"]["labels"]["goodput.dev/rank"] == "2")
+               if p["metadata"]["labels"][names.RANK_LABEL] == "2")
     claims = token_claims(real, ns, pod["metadata"]["name"])
-    assert claims["aud"] == ["goodput.dev/report"]
+    assert claims["aud"] == [names.REPORT_AUDIENCE]
     assert claims["kubernetes.io"]["pod"]["name"] == pod["metadata"]["name"]
     assert claims["kubernetes.io"]["node"]["name"] == victim, "minted for the real kubelet"
     sandbox(real, "fail-node", victim)
@@ -167,7 +167,7 @@ def test_a_real_node_failure_resumes_from_the_last_committed_checkpoint_on_the_s
         incident = job["status"]["incidents"][-1]
         assert incident["cause"] == "NodeFailure" and victim in incident["nodes"]
         node = json.loads(real.cluster.kubectl("get", "node", victim, "-o", "json").stdout)
-        assert any(t["key"] == "goodput.dev/quarantine" for t in node["spec"].get("taints", []))
+        assert any(t["key"] == names.QUARANTINE_TAINT for t in node["spec"].get("taints", []))
         done = succeeded(real, ns, name)
     finally:
         heal(real, victim)
@@ -175,7 +175,7 @@ def test_a_real_node_failure_resumes_from_the_last_committed_checkpoint_on_the_s
                        ["containers"][0]["env"] if e["name"] == "GOODPUT_RESUME_STEP"))
     assert resumed >= committed["step"], "resumed from the newest committed checkpoint"
     pods = job_pods(real.cluster, ns, name)
-    assert all(p["metadata"]["labels"]["goodput.dev/restart"] == "1" for p in pods)
+    assert all(p["metadata"]["labels"][names.RESTART_LABEL] == "1" for p in pods)
     assert f"resumed from step {resumed}" in logs(real, ns, pods[0]["metadata"]["name"])
     final = results(name)
     assert {r["resumedFrom"] for r in final.values()} == {resumed}
@@ -259,7 +259,7 @@ def test_helm_upgrade_to_a_new_image_tag_and_rollback_keep_a_running_job_running
         {f"{operator_image.REPOSITORY}:{__version__}"}
     done = succeeded(real, ns, name)
     assert done["status"].get("restarts", 0) == 0 and not done["status"].get("incidents")
-    assert all(p["metadata"]["labels"]["goodput.dev/restart"] == "0"
+    assert all(p["metadata"]["labels"][names.RESTART_LABEL] == "0"
                for p in job_pods(real.cluster, ns, name))
     assert {r["fingerprint"] for r in results(name).values()} == \
         {reference["results"][0]["fingerprint"]}

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from goodput_operator import names
 from goodput_operator.sdk import Reporter, ReportError
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
@@ -26,7 +27,6 @@ from tests.e2e.conftest import (
 )
 
 pytestmark = pytest.mark.e2e
-QUARANTINE = "goodput.dev/quarantine"
 
 
 def node(cluster: Cluster, name: str) -> dict[str, Any]:
@@ -37,7 +37,8 @@ def node(cluster: Cluster, name: str) -> dict[str, Any]:
 
 def quarantined(cluster: Cluster, name: str) -> dict[str, Any] | None:
     body = node(cluster, name)
-    taint = next((t for t in body["spec"].get("taints") or [] if t["key"] == QUARANTINE), None)
+    taint = next((t for t in body["spec"].get("taints") or []
+                  if t["key"] == names.QUARANTINE_TAINT), None)
     return body if taint else None
 
 
@@ -60,7 +61,7 @@ def running_again(cluster: Cluster, namespace: str, name: str, restarts: int,
         pods = job_pods(cluster, namespace, name)
         if status.get("restarts") == restarts and status.get("phase") == "Running" and \
                 all(p["status"].get("phase") == "Running" and
-                    p["metadata"]["labels"]["goodput.dev/restart"] == str(restarts)
+                    p["metadata"]["labels"][names.RESTART_LABEL] == str(restarts)
                     for p in pods):
             return job
         return None
@@ -74,7 +75,7 @@ def running_again(cluster: Cluster, namespace: str, name: str, restarts: int,
 
 
 def worker_token(cluster: Cluster, namespace: str, pod: str,
-                 audience: str = "goodput.dev/report") -> str:
+                 audience: str = names.REPORT_AUDIENCE) -> str:
     """What the kubelet mounts into the worker: a token bound to its pod (KWOK runs no
     kubelet, so the test asks the TokenRequest API itself, as the kubelet would)."""
     uid = json.loads(cluster.kubectl("get", "pod", pod, "-n", namespace, "-o", "json")
@@ -117,10 +118,10 @@ def test_a_failed_node_is_quarantined_and_the_spare_of_its_ultraserver_takes_its
     assert job["status"]["placement"]["domains"] == [domain]
     body = quarantined(crds, victim)
     assert body is not None
-    taint = next(t for t in body["spec"]["taints"] if t["key"] == QUARANTINE)
+    taint = next(t for t in body["spec"]["taints"] if t["key"] == names.QUARANTINE_TAINT)
     assert (taint["value"], taint["effect"]) == ("NodeNotReady", "NoSchedule")
-    assert body["metadata"]["labels"]["goodput.dev/quarantined"] == "NodeNotReady"
-    evidence = json.loads(body["metadata"]["annotations"]["goodput.dev/quarantine-evidence"])
+    assert body["metadata"]["labels"][names.QUARANTINE_LABEL] == "NodeNotReady"
+    evidence = json.loads(body["metadata"]["annotations"][names.EVIDENCE_ANNOTATION])
     assert evidence["reason"] == "NodeNotReady" and "SimulatedFailure" in evidence["evidence"]
     assert evidence["by"] == "operator" and evidence["at"] >= evidence["since"]
 

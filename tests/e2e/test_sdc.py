@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from goodput_operator import names
 from goodput_operator.sdk import Reporter, ReportError
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
@@ -42,7 +43,7 @@ def test_a_diverging_replica_is_quarantined_and_the_job_rolls_back_to_the_last_v
     job = wait_for(lambda: (j := get_job(crds, namespace, "dp3")).get("status", {})
                    .get("phase") == "Running" and j, timeout=60, what="dp3 Running")
     before = ranks(job)
-    workers = {int(p["metadata"]["labels"]["goodput.dev/rank"]):
+    workers = {int(p["metadata"]["labels"][names.RANK_LABEL]):
                Reporter(e2e.report_url, worker_token(crds, namespace, p["metadata"]["name"]),
                         job=f"{namespace}/dp3")
                for p in job_pods(crds, namespace, "dp3")}
@@ -67,11 +68,11 @@ def test_a_diverging_replica_is_quarantined_and_the_job_rolls_back_to_the_last_v
 
     body = quarantined(crds, suspect)
     assert body is not None
-    evidence = json.loads(body["metadata"]["annotations"]["goodput.dev/quarantine-evidence"])
+    evidence = json.loads(body["metadata"]["annotations"][names.EVIDENCE_ANNOTATION])
     assert evidence["reason"] == "SilentDataCorruption"
     assert "rank 2" in evidence["evidence"] and "step 250" in evidence["evidence"]
     assert fingerprint_at(250, True)[:16] in evidence["evidence"]
-    assert body["metadata"]["annotations"]["goodput.dev/lemon-score"] == "1"
+    assert body["metadata"]["annotations"][names.LEMON_ANNOTATION] == "1"
 
     after = ranks(job)
     assert after[0] == before[0] and after[1] == before[1] and after[2] != suspect
@@ -90,9 +91,9 @@ def test_a_diverging_replica_is_quarantined_and_the_job_rolls_back_to_the_last_v
 def probe_pod(crds: Cluster, namespace: str, node: str, used: set[str]) -> dict[str, Any]:
     def found() -> dict[str, Any] | None:
         pods = json.loads(crds.kubectl("get", "pods", "-n", namespace, "-l",
-                                       "goodput.dev/probe=true", "-o", "json").stdout)["items"]
+                                       f"{names.PROBE_LABEL}=true", "-o", "json").stdout)["items"]
         for pod in pods:
-            if pod["metadata"]["annotations"].get("goodput.dev/probe-node") == node and \
+            if pod["metadata"]["annotations"].get(names.PROBE_NODE_ANNOTATION) == node and \
                     pod["metadata"]["uid"] not in used and pod["spec"].get("nodeName"):
                 return pod
         return None
@@ -123,13 +124,13 @@ def test_a_bad_probe_quarantines_the_node_and_clean_probes_release_it(
     assert twice.value.status == 409
 
     body = wait_for(lambda: quarantined(crds, node), timeout=30, what=f"{node} quarantined")
-    evidence = json.loads(body["metadata"]["annotations"]["goodput.dev/quarantine-evidence"])
+    evidence = json.loads(body["metadata"]["annotations"][names.EVIDENCE_ANNOTATION])
     assert evidence["reason"] == "SilentDataCorruption"
     assert "bad device(s) 3 (neuron3): result 1f2e differs" in evidence["evidence"]
 
     for _ in range(2):                                   # the operator probes the suspect
         pod = probe_pod(crds, probes, node, used)
-        assert pod["metadata"]["labels"]["goodput.dev/probe-trigger"] == "suspicion"
+        assert pod["metadata"]["labels"][names.PROBE_TRIGGER_LABEL] == "suspicion"
         token = worker_token(crds, probes, pod["metadata"]["name"])
         assert quarantined(crds, node) is not None       # not released before the last one
         Reporter(e2e.report_url, token).send("probe", {"node": node, "ok": True})
@@ -143,12 +144,12 @@ def test_idle_nodes_are_probed_on_the_groups_schedule(
 
     def swept() -> list[dict[str, Any]] | None:
         jobs = json.loads(crds.kubectl("get", "jobs", "-n", e2e.probe_namespace, "-l",
-                                       "goodput.dev/probe-trigger=schedule", "-o", "json")
+                                       f"{names.PROBE_TRIGGER_LABEL}=schedule", "-o", "json")
                           .stdout)["items"]
         return jobs or None
     try:
         jobs = wait_for(swept, timeout=90, what="a scheduled probe sweep")
-        probed = {j["metadata"]["annotations"]["goodput.dev/probe-node"] for j in jobs}
+        probed = {j["metadata"]["annotations"][names.PROBE_NODE_ANNOTATION] for j in jobs}
         assert probed <= set(trn2_pool(crds)), "only the group's (idle) nodes"
         status = json.loads(crds.kubectl("get", "usg", group, "-o", "json").stdout)["status"]
         scheduled = next(c for c in status["conditions"] if c["type"] == "ProbesScheduled")
@@ -156,7 +157,7 @@ def test_idle_nodes_are_probed_on_the_groups_schedule(
     finally:
         crds.kubectl("delete", "usg", group, "--wait=true")  # no sweep after this one
         crds.kubectl("delete", "jobs", "-n", e2e.probe_namespace, "-l",
-                     "goodput.dev/probe-trigger=schedule")
+                     f"{names.PROBE_TRIGGER_LABEL}=schedule")
 
 
 def test_probe_on_start_lets_workers_go_only_after_their_nodes_pass(
@@ -173,7 +174,7 @@ def test_probe_on_start_lets_workers_go_only_after_their_nodes_pass(
     used: set[str] = set()
     for node in nodes:
         pod = probe_pod(crds, e2e.probe_namespace, node, used)
-        assert pod["metadata"]["labels"]["goodput.dev/probe-trigger"] == "start"
+        assert pod["metadata"]["labels"][names.PROBE_TRIGGER_LABEL] == "start"
         token = worker_token(crds, e2e.probe_namespace, pod["metadata"]["name"])
         Reporter(e2e.report_url, token).send("probe", {"node": node, "ok": True})
     wait_for(lambda: get_job(crds, namespace, "careful")["status"].get("phase") == "Running",

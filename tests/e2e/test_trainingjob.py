@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from goodput_operator import names
 from goodput_operator.resources import trainingjob as build
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
@@ -132,7 +133,7 @@ def test_deleting_a_job_removes_every_child(e2e: Operator, crds: Cluster, namesp
 
     def children() -> list[str]:
         out = crds.kubectl("get", "pods,services,configmaps", "-n", namespace, "-l",
-                           "goodput.dev/trainingjob=gone", "-o", "name").stdout
+                           f"{names.JOB_LABEL}=gone", "-o", "name").stdout
         return out.split()
 
     wait_for(lambda: not children(), timeout=60, what="children garbage-collected")
@@ -185,7 +186,7 @@ def test_operator_restart_mid_launch_finishes_the_launch_without_duplicates(
             apply(crds, pod, namespace)
         first = build.pin(build.worker_pod(job, 0, 0, "aws.amazon.com/neuron"), nodes[0],
                           domain)
-        first["metadata"]["annotations"]["goodput.dev/node"] = nodes[0]
+        first["metadata"]["annotations"][names.NODE_ANNOTATION] = nodes[0]
         crds.kubectl("patch", "pod", build.pod_name("interrupted", 0, 0), "-n", namespace,
                      "--type", "merge", "-p", json.dumps(first))
     finally:

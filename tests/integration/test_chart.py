@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from goodput_operator import metrics
+from goodput_operator import metrics, names
 from tests import helm
 from tests.conftest import Cluster, wait_for
 
@@ -75,7 +75,7 @@ def test_options_render_what_they_promise() -> None:
     assert one(docs, "ServiceMonitor")["spec"]["endpoints"][0]["port"] == "metrics"
     assert one(docs, "NetworkPolicy")["spec"]["policyTypes"] == ["Ingress"]
     reports = one(docs, "Service", "-reports")
-    assert reports["spec"]["selector"]["goodput.dev/leader"] == "true"
+    assert reports["spec"]["selector"][names.LEADER_LABEL] == "true"
     dashboard = one(docs, "ConfigMap", "-dashboard")
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(dashboard["data"]["goodput-operator.json"])["panels"]

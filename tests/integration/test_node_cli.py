@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from goodput_operator import names
 from tests.conftest import Cluster
 
 pytestmark = pytest.mark.integration
@@ -35,20 +36,20 @@ def test_quarantine_by_hand_then_release(cluster: Cluster, node: str) -> None:
     try:
         assert held.returncode == 0, held.stderr
         body = json.loads(cluster.kubectl("get", "node", node, "-o", "json").stdout)
-        taint = next(t for t in body["spec"]["taints"] if t["key"] == "goodput.dev/quarantine")
+        taint = next(t for t in body["spec"]["taints"] if t["key"] == names.QUARANTINE_TAINT)
         assert (taint["value"], taint["effect"]) == ("NvlinkErrors", "NoSchedule")
-        assert body["metadata"]["labels"]["goodput.dev/quarantined"] == "NvlinkErrors"
+        assert body["metadata"]["labels"][names.QUARANTINE_LABEL] == "NvlinkErrors"
         evidence = json.loads(body["metadata"]["annotations"]
-                              ["goodput.dev/quarantine-evidence"])
+                              [names.EVIDENCE_ANNOTATION])
         assert evidence["by"] == "manual" and evidence["evidence"] == "xid 74 on gpu 3"
     finally:
         released = node_cli(cluster, "release", node)
     assert released.returncode == 0, released.stderr
     body = json.loads(cluster.kubectl("get", "node", node, "-o", "json").stdout)
-    assert not any(t["key"] == "goodput.dev/quarantine" for t in body["spec"].get("taints")
+    assert not any(t["key"] == names.QUARANTINE_TAINT for t in body["spec"].get("taints")
                    or [])
-    assert "goodput.dev/quarantined" not in body["metadata"]["labels"]
-    assert "goodput.dev/quarantine-evidence" not in (body["metadata"].get("annotations") or {})
+    assert names.QUARANTINE_LABEL not in body["metadata"]["labels"]
+    assert names.EVIDENCE_ANNOTATION not in (body["metadata"].get("annotations") or {})
     again = node_cli(cluster, "release", node)
     assert again.returncode == 0 and "is not quarantined" in again.stdout
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from goodput_operator import names
 from goodput_operator.api.trainingjob import ExitCodeRule
 from goodput_operator.health.failures import classify
 
@@ -21,7 +22,7 @@ def failed(code: int | None = 1, reason: str | None = None,
     if disruption:
         status["conditions"].append({"type": "DisruptionTarget", "status": "True",
                                      "reason": disruption})
-    return {"metadata": {"name": "p", "labels": {"goodput.dev/rank": "3"}}, "status": status}
+    return {"metadata": {"name": "p", "labels": {names.RANK_LABEL: "3"}}, "status": status}
 
 
 RULES = [ExitCodeRule(codes=[74, 75], action="quarantine"), ExitCodeRule(codes=[2], action="fail"),

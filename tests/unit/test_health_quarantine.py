@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from goodput_operator import names
 from goodput_operator.api.ultraservergroup import Quarantine
 from goodput_operator.health import quarantine as q
 
@@ -119,15 +120,15 @@ def test_the_patches_carry_taint_label_evidence_and_the_resource_version() -> No
     found = q.Finding("NodeNotReady", "Ready=False (SimulatedFailure)", NOW - 6)
     patch = q.quarantine_patch(body, found, NOW)
     assert patch["metadata"]["resourceVersion"] == "7"
-    assert [t["key"] for t in patch["spec"]["taints"]] == ["other", "goodput.dev/quarantine"]
-    assert patch["metadata"]["labels"] == {"goodput.dev/quarantined": "NodeNotReady"}
+    assert [t["key"] for t in patch["spec"]["taints"]] == ["other", names.QUARANTINE_TAINT]
+    assert patch["metadata"]["labels"] == {names.QUARANTINE_LABEL: "NodeNotReady"}
     body["spec"]["taints"] = patch["spec"]["taints"]
     body["metadata"]["annotations"].update(patch["metadata"]["annotations"])
     record = q.record_of(body)
     assert record == q.Record("NodeNotReady", found.evidence, NOW - 6, NOW, q.BY_OPERATOR)
     release = q.release_patch(body)
     assert [t["key"] for t in release["spec"]["taints"]] == ["other"]
-    assert release["metadata"]["labels"] == {"goodput.dev/quarantined": None}
+    assert release["metadata"]["labels"] == {names.QUARANTINE_LABEL: None}
 
 
 def test_observe_remembers_when_health_flipped() -> None:
@@ -161,7 +162,7 @@ def test_a_corruption_suspect_is_released_after_enough_clean_probes_not_after_ti
 def test_every_quarantine_raises_the_lemon_score() -> None:
     body = node("a")
     first = q.quarantine_patch(body, q.Finding("NodeNotReady", "e", NOW), NOW)
-    assert first["metadata"]["annotations"][q.LEMON_ANNOTATION] == "1"
-    body["metadata"]["annotations"][q.LEMON_ANNOTATION] = "4"
+    assert first["metadata"]["annotations"][names.LEMON_ANNOTATION] == "1"
+    body["metadata"]["annotations"][names.LEMON_ANNOTATION] = "4"
     again = q.quarantine_patch(body, q.Finding("NodeNotReady", "e", NOW), NOW)
-    assert again["metadata"]["annotations"][q.LEMON_ANNOTATION] == "5"
+    assert again["metadata"]["annotations"][names.LEMON_ANNOTATION] == "5"

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from goodput_operator import names
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec, Rollout
 from goodput_operator.resources import inference as build
 from goodput_operator.resources.inferenceplan import plan
-from goodput_operator.resources.trainingjob import DOMAIN_ANNOTATION
 
 SPEC = {"ultraServerGroup": "g", "model": {"name": "m"},
         "replicaShape": {"workers": 2, "acceleratorsPerWorker": 4},
@@ -24,7 +24,7 @@ def group(index: int, rev: str, ready: bool = True, domain: str = "d0",
     for member, pod in enumerate(pods):
         pod["spec"]["schedulingGates"] = []
         pod["spec"]["nodeName"] = node or f"{domain}-n{index}{member}"
-        pod["metadata"]["annotations"][DOMAIN_ANNOTATION] = domain
+        pod["metadata"]["annotations"][names.DOMAIN_ANNOTATION] = domain
         pod["status"] = {"phase": phase, "conditions": [
             {"type": "Ready", "status": "True" if ready else "False"}]}
     return pods

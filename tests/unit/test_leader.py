@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from goodput_operator import names
 from goodput_operator.controllers.leader import (
-    LEADER_LABEL,
     Observed,
     leading_pod,
     micro_time,
@@ -70,7 +70,7 @@ def test_micro_time_is_the_api_servers_format() -> None:
 
 
 def _pod(name: str, ready: bool = True, labelled: bool = True) -> dict[str, Any]:
-    return {"metadata": {"name": name, "labels": {LEADER_LABEL: "true"} if labelled else {}},
+    return {"metadata": {"name": name, "labels": {names.LEADER_LABEL: "true"} if labelled else {}},
             "status": {"conditions": [{"type": "Ready", "status": str(ready)}]}}
 
 

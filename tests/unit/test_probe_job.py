@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from goodput_operator import names
 from goodput_operator.resources.probe import probe_job, probe_job_name
 
 
@@ -12,12 +13,12 @@ def test_the_probe_job_is_pinned_tolerates_quarantine_and_reports_with_its_token
     assert job["metadata"]["name"] == "probe-trn2-00-1-suspi2"
     assert pod["nodeName"] == "trn2-00-1" and pod["tolerations"] == [{"operator": "Exists"}]
     assert job["spec"]["template"]["metadata"]["annotations"] == {
-        "goodput.dev/probe-node": "trn2-00-1"}
+        names.PROBE_NODE_ANNOTATION: "trn2-00-1"}
     container = pod["containers"][0]
     assert container["command"][-1] == "--report"
     assert container["resources"]["limits"] == {"aws.amazon.com/neuron": "16"}
     assert pod["volumes"][0]["projected"]["sources"][0]["serviceAccountToken"][
-        "audience"] == "goodput.dev/report"
+        "audience"] == names.REPORT_AUDIENCE
 
 
 def test_probe_job_names_fit_dns_labels() -> None:

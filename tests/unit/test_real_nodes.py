@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from goodput_operator import names
 from goodput_operator.sandbox import build, cluster, fleet, hostnet, images, kubeproxy, realnode
 
 pytestmark = pytest.mark.unit
@@ -128,7 +129,7 @@ def test_the_example_trainer_manifest_runs_the_image_the_sandbox_builds() -> Non
     ("True", [], True),
     ("True", [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}], False),
     ("True", [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}], False),
-    ("True", [{"key": "goodput.dev/quarantine", "effect": "NoSchedule"}], True),
+    ("True", [{"key": names.QUARANTINE_TAINT, "effect": "NoSchedule"}], True),
     ("Unknown", [], False),
 ])
 def test_a_healed_node_has_recovered_once_the_lifecycle_taints_are_gone(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from goodput_operator import names
 from goodput_operator.topology.model import Fleet
 from goodput_operator.topology.placement import Placement, Request, commit, place
 from goodput_operator.topology.replacement import (
@@ -130,7 +131,7 @@ def test_spares_released_restores_the_spares_afterwards() -> None:
 def test_repeat_offenders_are_held_as_spares_and_replace_last() -> None:
     fleet = trn2(1, spares=1)
     lemon = node("us0-n1", "us-0", fleet.domains["us-0"].path[1])
-    lemon["metadata"]["annotations"] = {"goodput.dev/lemon-score": "3"}
+    lemon["metadata"]["annotations"] = {names.LEMON_ANNOTATION: "3"}
     fleet.upsert_node(lemon)
     assert [n.name for n in fleet.nodes.values() if n.spare] == ["us0-n1"]
     placed = running(fleet, Request(3, 16))

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from goodput_operator import names
 from goodput_operator.controllers.runtime import Health, tracked_pod
 from goodput_operator.controllers.state import State
 
@@ -18,8 +19,8 @@ def pod(labels: dict[str, str] | None = None, requests: dict[str, str] | None = 
 
 
 @pytest.mark.parametrize(("case", "body", "tracked"), [
-    ("a TrainingJob worker", pod({"goodput.dev/trainingjob": "j"}), True),
-    ("an InferenceEndpoint replica", pod({"goodput.dev/inferenceendpoint": "e"}), True),
+    ("a TrainingJob worker", pod({names.JOB_LABEL: "j"}), True),
+    ("an InferenceEndpoint replica", pod({names.ENDPOINT_LABEL: "e"}), True),
     ("anyone's pod that requests a device occupies a node",
      pod(requests={"nvidia.com/gpu": "8", "cpu": "1"}), True),
     ("a CPU-only pod of someone else", pod(requests={"cpu": "1", "memory": "1Gi"}), False),
@@ -51,14 +52,14 @@ def test_the_cache_keeps_of_a_pod_only_what_the_operator_reads() -> None:
     from goodput_operator.controllers.state import slim_pod
 
     body = {"metadata": {"name": "w0", "managedFields": [{"manager": "kubectl"}],
-                         "labels": {"goodput.dev/trainingjob": "j"}},
+                         "labels": {names.JOB_LABEL: "j"}},
             "spec": {"nodeName": "n1", "schedulingGates": [{"name": "g"}],
                      "volumes": [{"name": "token"}],
                      "containers": [{"name": "main", "env": [{"name": "RANK", "value": "0"}],
                                      "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},
             "status": {"phase": "Running"}}
     assert slim_pod(body) == {
-        "metadata": {"name": "w0", "labels": {"goodput.dev/trainingjob": "j"}},
+        "metadata": {"name": "w0", "labels": {names.JOB_LABEL: "j"}},
         "spec": {"nodeName": "n1", "schedulingGates": [{"name": "g"}],
                  "containers": [{"name": "main",
                                  "resources": {"requests": {"nvidia.com/gpu": "8"}}}]},

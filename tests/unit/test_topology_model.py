@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from goodput_operator import names
 from goodput_operator.topology.model import Fleet, GroupShape, node_state
 from tests.unit.fleets import US, node, trn2
 
@@ -34,7 +35,7 @@ def test_slots_can_come_from_a_label() -> None:
         ({}, [{"type": "Ready", "status": "Unknown"}], "notready"),
         ({}, [], "notready"),
         ({"unschedulable": True}, [{"type": "Ready", "status": "True"}], "cordoned"),
-        ({"taints": [{"key": "goodput.dev/quarantine", "effect": "NoSchedule"}]},
+        ({"taints": [{"key": names.QUARANTINE_TAINT, "effect": "NoSchedule"}]},
          [{"type": "Ready", "status": "True"}], "quarantined"),
     ],
 )
@@ -73,7 +74,7 @@ def test_a_spare_that_takes_a_replacement_stops_being_spare() -> None:
 def test_pods_count_while_bound_and_not_finished() -> None:
     fleet = trn2(1)
     pod = {"metadata": {"name": "w0", "namespace": "ns",
-                        "labels": {"goodput.dev/trainingjob": "job"}},
+                        "labels": {names.JOB_LABEL: "job"}},
            "spec": {"nodeName": "us0-n0", "containers": [
                {"resources": {"requests": {"aws.amazon.com/neuron": "16"}}}]},
            "status": {"phase": "Running"}}

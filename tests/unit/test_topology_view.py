@@ -6,6 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from goodput_operator import names
 from goodput_operator.topology.model import Fleet
 from goodput_operator.topology.placement import Request, commit, place
 from goodput_operator.topology.view import render_svg, render_text
@@ -19,7 +20,7 @@ def busy_fleet() -> Fleet:
     commit(fleet, place(fleet, Request(3, 16)), Request(3, 16), "tj/ns/pretrain")
     fleet.upsert_node(node("us1-n1", "us-1", "b0", ready=False))
     fleet.upsert_node({**node("us1-n2", "us-1", "b0"),
-                       "spec": {"taints": [{"key": "goodput.dev/quarantine"}]}})
+                       "spec": {"taints": [{"key": names.QUARANTINE_TAINT}]}})
     return fleet
 
 

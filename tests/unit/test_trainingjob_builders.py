@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from goodput_operator import names
 from goodput_operator.resources import trainingjob as build
 
 pytestmark = pytest.mark.unit
@@ -45,8 +46,8 @@ def test_pods_are_born_gated_owned_and_labelled() -> None:
         "apiVersion": "goodput.dev/v1alpha1", "kind": "TrainingJob", "name": "llama",
         "uid": "uid-1", "controller": True, "blockOwnerDeletion": True}
     assert pod["metadata"]["labels"] == {
-        "team": "a", "goodput.dev/trainingjob": "llama", "goodput.dev/rank": "2",
-        "goodput.dev/restart": "0", "app.kubernetes.io/managed-by": "goodput-operator"}
+        "team": "a", names.JOB_LABEL: "llama", names.RANK_LABEL: "2",
+        names.RESTART_LABEL: "0", "app.kubernetes.io/managed-by": "goodput-operator"}
     assert pod["spec"]["restartPolicy"] == "Never"
     assert (pod["spec"]["hostname"], pod["spec"]["subdomain"]) == ("w2", "llama")
 
@@ -103,7 +104,7 @@ def test_every_container_gets_a_report_token_of_its_own_audience_and_the_url() -
     pod = build.worker_pod(job(), 0, 0, NEURON, report_url="https://op.goodput:8081")
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "goodput-report-token")
     assert volume["projected"]["sources"] == [{"serviceAccountToken": {
-        "audience": "goodput.dev/report", "expirationSeconds": 3600, "path": "token"}}]
+        "audience": names.REPORT_AUDIENCE, "expirationSeconds": 3600, "path": "token"}}]
     for container in pod["spec"]["containers"]:
         assert {"name": "goodput-report-token", "readOnly": True,
                 "mountPath": "/var/run/secrets/goodput.dev/report"} in container["volumeMounts"]
@@ -122,7 +123,7 @@ def test_hostfile_lists_workers_in_rank_order() -> None:
 def test_headless_service() -> None:
     svc = build.service(job())
     assert svc["spec"]["clusterIP"] == "None"
-    assert svc["spec"]["selector"] == {"goodput.dev/trainingjob": "llama"}
+    assert svc["spec"]["selector"] == {names.JOB_LABEL: "llama"}
     assert svc["spec"]["publishNotReadyAddresses"] is True
 
 
@@ -141,8 +142,8 @@ def test_pin_narrows_affinity_and_removes_only_our_gate() -> None:
         assert {"key": "kubernetes.io/hostname", "operator": "In",
                 "values": ["trn2-00-3"]} in term["matchExpressions"]
     assert patch["spec"]["schedulingGates"] == [{"name": "example.com/other"}]
-    assert patch["metadata"]["annotations"] == {"goodput.dev/domain": "us-1",
-                                               "goodput.dev/node": "trn2-00-3"}
+    assert patch["metadata"]["annotations"] == {names.DOMAIN_ANNOTATION: "us-1",
+                                               names.NODE_ANNOTATION: "trn2-00-3"}
 
 
 def test_long_names_stay_within_dns_limits() -> None:
@@ -160,5 +161,5 @@ def test_a_placed_rank_is_created_pinned_and_ungated() -> None:
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
     assert term["matchExpressions"] == [{"key": "kubernetes.io/hostname", "operator": "In",
                                          "values": ["trn2-00-1"]}]
-    assert ready["metadata"]["annotations"] == {"goodput.dev/domain": "us-0",
-                                                "goodput.dev/node": "trn2-00-1"}
+    assert ready["metadata"]["annotations"] == {names.DOMAIN_ANNOTATION: "us-0",
+                                                names.NODE_ANNOTATION: "trn2-00-1"}

@@ -20,10 +20,11 @@ from typing import Any
 
 import kopf
 
+from goodput_operator import names
 from goodput_operator.api.base import GROUP, VERSION
 from goodput_operator.controllers import inferenceendpoint, trainingjob
 from goodput_operator.controllers.kube import API_CONNECTIONS, Kube
-from goodput_operator.controllers.leader import LEADER_LABEL, LeaderElection
+from goodput_operator.controllers.leader import LeaderElection
 from goodput_operator.controllers.reports import ReportServer
 from goodput_operator.controllers.runtime import Health, accept_group, prime, tracked_pod
 from goodput_operator.controllers.state import State
@@ -65,9 +66,9 @@ def _plain(body: Any) -> dict[str, Any]:
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     """Serve health, list everything once (the watches start after this returns), then
     lead — at once, or after winning the Lease when leader election is on."""
-    settings.persistence.finalizer = "goodput.dev/finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="goodput.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="goodput.dev")
+    settings.persistence.finalizer = names.FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=names.PREFIX)
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 120  # re-list at least every 2 minutes
     settings.watching.client_timeout = 150
@@ -146,7 +147,7 @@ async def _label_own_pod(kube: Kube, leading: bool) -> None:
     """Mark this replica's pod as the leader (or not): the report Service selects it."""
     if not OPTIONS.pod_name:
         return
-    patch = {"metadata": {"labels": {LEADER_LABEL: "true" if leading else None}}}
+    patch = {"metadata": {"labels": {names.LEADER_LABEL: "true" if leading else None}}}
     try:
         await asyncio.to_thread(kube.patch_pod, OPTIONS.pod_namespace, OPTIONS.pod_name, patch)
     except Exception as err:  # the label only routes reports

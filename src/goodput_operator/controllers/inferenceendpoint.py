@@ -24,7 +24,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from goodput_operator import metrics
+from goodput_operator import metrics, names
 from goodput_operator.api.base import describe_errors
 from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
@@ -134,7 +134,7 @@ def decide_endpoint(state: State, ie: Obj) -> EndpointDecision:
             group = decided.groups[index]
             result.create += [
                 p for p in build.group_pods(ie, spec, index, group.revision, resource)
-                if int(p["metadata"]["labels"][build.MEMBER_LABEL]) not in group.pods]
+                if int(p["metadata"]["labels"][names.MEMBER_LABEL]) not in group.pods]
         waiting = _place(fleet, spec, decided, namespace, name, result)
     conditions = _conditions(state, ie, spec, decided, desired, waiting, conditions)
     result.desired = {

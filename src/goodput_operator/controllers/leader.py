@@ -26,10 +26,10 @@ from typing import Any, cast
 from kubernetes.client import CoordinationV1Api
 from kubernetes.client.exceptions import ApiException
 
+from goodput_operator import names
 from goodput_operator.controllers.kube import Kube, Obj
 
 log = logging.getLogger("goodput.leader")
-LEADER_LABEL = "goodput.dev/leader"  # on the leading replica's pod: the report Service's selector
 
 
 def leading_pod(pods: Iterable[Obj], holder_identity: str) -> Obj | None:
@@ -39,7 +39,7 @@ def leading_pod(pods: Iterable[Obj], holder_identity: str) -> Obj | None:
     for pod in pods:
         ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                     for c in pod.get("status", {}).get("conditions") or [])
-        labelled = pod["metadata"].get("labels", {}).get(LEADER_LABEL) == "true"
+        labelled = pod["metadata"].get("labels", {}).get(names.LEADER_LABEL) == "true"
         if pod["metadata"]["name"] == holder and ready and labelled:
             return pod
     return None

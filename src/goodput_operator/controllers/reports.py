@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from goodput_operator import metrics
+from goodput_operator import metrics, names
 from goodput_operator.api.base import describe_errors
 from goodput_operator.api.reports import (
     KINDS,
@@ -38,9 +38,6 @@ from goodput_operator.controllers.state import State
 from goodput_operator.health import sdc
 from goodput_operator.health.quarantine import Finding, iso
 from goodput_operator.resources.jobplan import strict_checkpoints
-from goodput_operator.resources.probe import PROBE_LABEL, PROBE_NODE_LABEL
-from goodput_operator.resources.trainingjob import JOB_LABEL, RANK_LABEL, RESTART_LABEL
-from goodput_operator.sdk import AUDIENCE
 
 Obj = dict[str, Any]
 log = logging.getLogger("goodput.reports")
@@ -130,7 +127,8 @@ class ReportServer:
         if cached is not None and cached[0] > time.monotonic():
             review = cached[1]
         else:  # one TokenReview per token per REVIEW_TTL, not one per report
-            review = await asyncio.to_thread(self.kube.review_token, token, [AUDIENCE])
+            review = await asyncio.to_thread(self.kube.review_token, token,
+                                             [names.REPORT_AUDIENCE])
             if review.get("authenticated"):
                 if len(self.reviews) > 10_000:
                     self.reviews.clear()
@@ -140,25 +138,26 @@ class ReportServer:
         user = review.get("user") or {}
         extra = user.get("extra") or {}
         parts = str(user.get("username", "")).split(":")
-        names, uids = extra.get(POD_NAME) or [], extra.get(POD_UID) or []
-        if len(parts) != 4 or parts[:2] != ["system", "serviceaccount"] or not names:
+        pod_names, uids = extra.get(POD_NAME) or [], extra.get(POD_UID) or []
+        if len(parts) != 4 or parts[:2] != ["system", "serviceaccount"] or not pod_names:
             raise Refused(403, "the token is not bound to a pod")
-        pod = self.state.pods.get(f"{parts[2]}/{names[0]}")
+        pod = self.state.pods.get(f"{parts[2]}/{pod_names[0]}")
         if pod is None or pod["metadata"].get("uid") != (uids or [None])[0]:
-            raise Refused(403, f"pod {parts[2]}/{names[0]} is not a current worker")
+            raise Refused(403, f"pod {parts[2]}/{pod_names[0]} is not a current worker")
         return pod
 
     def _job_of(self, pod: Obj) -> Obj:
         meta = pod["metadata"]
         labels = meta.get("labels") or {}
-        job = self.state.jobs.get((meta["namespace"], labels.get(JOB_LABEL, "")))
+        job = self.state.jobs.get((meta["namespace"], labels.get(names.JOB_LABEL, "")))
         if job is None:
             raise Refused(403, f"pod {meta['namespace']}/{meta['name']} is not a TrainingJob "
                                "worker")
         restarts = int((job.get("status") or {}).get("restarts", 0))
-        if labels.get(RESTART_LABEL) != str(restarts):
+        if labels.get(names.RESTART_LABEL) != str(restarts):
             raise Refused(409, f"pod {meta['name']} belongs to attempt "
-                               f"{labels.get(RESTART_LABEL)}; the job is at attempt {restarts}")
+                               f"{labels.get(names.RESTART_LABEL)}; the job is at attempt "
+                               f"{restarts}")
         return job
 
     async def _checkpoint(self, job: Obj, pod: Obj, report: CheckpointReport) -> Obj:
@@ -184,7 +183,7 @@ class ReportServer:
         meta = job["metadata"]
         key = (meta["namespace"], meta["name"])
         spec = TrainingJobSpec.model_validate(job["spec"])
-        rank = int((pod["metadata"].get("labels") or {}).get(RANK_LABEL, 0))
+        rank = int((pod["metadata"].get("labels") or {}).get(names.RANK_LABEL, 0))
         self.state.progress[key] = {"step": report.step, "rank": rank,
                                     "time": iso(time.time()), "metrics": dict(report.metrics)}
         self.state.wake.set()
@@ -222,8 +221,8 @@ class ReportServer:
         restart = str((job.get("status") or {}).get("restarts", 0))
         for rank in ranks:
             pod = next((p for p in pods.values()
-                        if (p["metadata"].get("labels") or {}).get(RANK_LABEL) == str(rank)
-                        and p["metadata"]["labels"].get(RESTART_LABEL) == restart), None)
+                        if (p["metadata"].get("labels") or {}).get(names.RANK_LABEL) == str(rank)
+                        and p["metadata"]["labels"].get(names.RESTART_LABEL) == restart), None)
             node = (pod or {}).get("spec", {}).get("nodeName")
             if not node:
                 continue
@@ -238,12 +237,12 @@ class ReportServer:
         """A probe pod's verdict on its own node: a bad device quarantines the node; clean
         runs count towards releasing a node quarantined for corruption."""
         meta = pod["metadata"]
-        probed = (meta.get("annotations") or {}).get(PROBE_NODE_LABEL)
+        probed = (meta.get("annotations") or {}).get(names.PROBE_NODE_ANNOTATION)
         if meta["namespace"] != self.state.probe_namespace or probed is None or \
-                (meta.get("labels") or {}).get(PROBE_LABEL) != "true":
+                (meta.get("labels") or {}).get(names.PROBE_LABEL) != "true":
             raise Refused(403, f"pod {meta['namespace']}/{meta['name']} is not a probe pod "
                                f"(namespace {self.state.probe_namespace}, label "
-                               f"{PROBE_LABEL}=true)")
+                               f"{names.PROBE_LABEL}=true)")
         if not (probed == report.node == pod.get("spec", {}).get("nodeName")):
             raise Refused(403, f"probe pod {meta['name']} runs on "
                                f"{pod.get('spec', {}).get('nodeName')} for {probed}; it cannot "

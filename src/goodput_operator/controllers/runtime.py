@@ -22,11 +22,10 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
+from goodput_operator import names
 from goodput_operator.api.base import GROUP, VERSION, describe_errors
 from goodput_operator.controllers.kube import Kube, Obj
 from goodput_operator.controllers.state import State
-from goodput_operator.resources.inference import ENDPOINT_LABEL
-from goodput_operator.resources.trainingjob import JOB_LABEL
 
 log = logging.getLogger("goodput.runtime")
 PAGE = 500  # objects per list request: bounded memory per response on large fleets
@@ -55,7 +54,7 @@ def release_freed_memory() -> None:
 def tracked_pod(pod: Obj) -> bool:
     """Pods the operator keeps: ours, and any that request a device (they occupy nodes)."""
     labels = pod["metadata"].get("labels") or {}
-    return JOB_LABEL in labels or ENDPOINT_LABEL in labels or any(
+    return names.JOB_LABEL in labels or names.ENDPOINT_LABEL in labels or any(
         "/" in resource for container in pod.get("spec", {}).get("containers") or []
         for resource in (container.get("resources") or {}).get("requests") or {})
 

@@ -11,11 +11,10 @@ import asyncio
 from collections import defaultdict
 from typing import Any
 
+from goodput_operator import names
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.health.quarantine import Finding
 from goodput_operator.health.sdc import Ledger
-from goodput_operator.resources.inference import ENDPOINT_LABEL
-from goodput_operator.resources.trainingjob import JOB_LABEL, NODE_ANNOTATION
 from goodput_operator.topology.model import (
     Fleet,
     GroupShape,
@@ -24,7 +23,7 @@ from goodput_operator.topology.model import (
 )
 
 Obj = dict[str, Any]
-RESERVED_NODE = NODE_ANNOTATION
+RESERVED_NODE = names.NODE_ANNOTATION
 
 
 def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
@@ -242,12 +241,12 @@ class State:
         self.pods[key] = body
         for fleet in self.fleets.values():
             fleet.observe_pod(with_reservation(body))
-        if JOB_LABEL in labels:
-            job = (body["metadata"].get("namespace", "default"), labels[JOB_LABEL])
+        if names.JOB_LABEL in labels:
+            job = (body["metadata"].get("namespace", "default"), labels[names.JOB_LABEL])
             self.job_pods[job][body["metadata"]["name"]] = body
             self.wake.set()
-        if ENDPOINT_LABEL in labels:
-            endpoint = (body["metadata"].get("namespace", "default"), labels[ENDPOINT_LABEL])
+        if names.ENDPOINT_LABEL in labels:
+            endpoint = (body["metadata"].get("namespace", "default"), labels[names.ENDPOINT_LABEL])
             self.endpoint_pods[endpoint][body["metadata"]["name"]] = body
             self.wake.set()
 
@@ -256,7 +255,8 @@ class State:
         self.pods.pop(key, None)
         self.release_reservation(key)
         labels = body["metadata"].get("labels") or {}
-        for label, index in ((JOB_LABEL, self.job_pods), (ENDPOINT_LABEL, self.endpoint_pods)):
+        for label, index in ((names.JOB_LABEL, self.job_pods),
+                             (names.ENDPOINT_LABEL, self.endpoint_pods)):
             if label in labels:
                 owner = (body["metadata"].get("namespace", "default"), labels[label])
                 index[owner].pop(body["metadata"]["name"], None)

@@ -15,7 +15,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from goodput_operator import metrics
+from goodput_operator import metrics, names
 from goodput_operator.api.conditions import is_true, set_condition
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.controllers.kube import Kube
@@ -28,9 +28,6 @@ from goodput_operator.topology.model import Domain, Fleet
 Obj = dict[str, Any]
 log = logging.getLogger("goodput.ultraservergroup")
 PLURAL = "ultraservergroups"
-GROUP_LABEL = "goodput.dev/group"
-DOMAIN_LABEL = "goodput.dev/domain"
-SLOT_LABEL = "goodput.dev/slot"
 STATUS_INTERVAL = 2.0  # seconds between writes of usage-only changes
 LABEL_CONCURRENCY = 16
 
@@ -204,7 +201,8 @@ async def _label_nodes(state: State, kube: Kube, group: str, fleet: Fleet) -> No
     wanted: list[tuple[str, dict[str, str]]] = []
     for domain in fleet.ordered_domains():
         for node in domain.nodes:
-            want = {GROUP_LABEL: group, DOMAIN_LABEL: domain.id, SLOT_LABEL: str(node.slot)}
+            want = {names.GROUP_LABEL: group, names.NODE_DOMAIN_LABEL: domain.id,
+                    names.SLOT_LABEL: str(node.slot)}
             labels = state.nodes[node.name]["metadata"].get("labels") or {}
             if any(labels.get(k) != v for k, v in want.items()):
                 wanted.append((node.name, want))

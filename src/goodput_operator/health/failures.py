@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from goodput_operator import names
+
 Obj = dict[str, Any]
 Kind = Literal["application", "infrastructure", "fail", "ignore"]
 INFRA_POD_REASONS = ("NodeLost", "UnexpectedAdmissionError", "Evicted", "Terminated",
@@ -44,7 +46,7 @@ def action_for(rules: Any, code: int | None) -> str:
 
 def classify(pod: Obj, rules: Any, node_failed: bool) -> Classified:
     """Why POD failed. NODE_FAILED: its node is known to be unhealthy."""
-    rank = (pod["metadata"].get("labels") or {}).get("goodput.dev/rank")
+    rank = (pod["metadata"].get("labels") or {}).get(names.RANK_LABEL)
     name = pod["metadata"]["name"]
     if rank is not None:
         name = f"worker w{rank} ({name})"

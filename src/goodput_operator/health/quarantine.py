@@ -17,13 +17,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from goodput_operator import names
 from goodput_operator.api.base import resolve
-from goodput_operator.topology.model import QUARANTINE_TAINT
 
 Obj = dict[str, Any]
-QUARANTINE_LABEL = "goodput.dev/quarantined"
-EVIDENCE_ANNOTATION = "goodput.dev/quarantine-evidence"
-LEMON_ANNOTATION = "goodput.dev/lemon-score"  # quarantines so far: repeat offenders
 BY_OPERATOR, BY_HAND = "operator", "manual"
 SDC = "SilentDataCorruption"  # released after clean probes, not after time
 
@@ -110,10 +107,10 @@ def is_due(found: Finding, policy: Any, now: float) -> bool:
 def record_of(node: Obj) -> Record | None:
     """The node's quarantine, if it has our taint (hand-written ones too)."""
     taint = next((t for t in (node.get("spec") or {}).get("taints") or []
-                  if t.get("key") == QUARANTINE_TAINT), None)
+                  if t.get("key") == names.QUARANTINE_TAINT), None)
     if taint is None:
         return None
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(EVIDENCE_ANNOTATION)
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(names.EVIDENCE_ANNOTATION)
     try:
         data = json.loads(raw) if raw else {}
     except ValueError:
@@ -194,32 +191,32 @@ def quarantine_patch(node: Obj, found: Finding, now: float, by: str = BY_OPERATO
     the node's resourceVersion, so a concurrent taint change makes it fail (409) instead of
     being overwritten; the next pass retries on the fresh node."""
     taints = [t for t in (node.get("spec") or {}).get("taints") or []
-              if t.get("key") != QUARANTINE_TAINT]
-    taints.append({"key": QUARANTINE_TAINT, "value": found.reason, "effect": "NoSchedule",
+              if t.get("key") != names.QUARANTINE_TAINT]
+    taints.append({"key": names.QUARANTINE_TAINT, "value": found.reason, "effect": "NoSchedule",
                    "timeAdded": iso(now)})
     evidence = {"reason": found.reason, "evidence": found.evidence, "since": iso(found.since),
                 "at": iso(now), "by": by}
     lemon = lemon_score(node) + 1
     return {"metadata": {"resourceVersion": node["metadata"].get("resourceVersion"),
-                         "labels": {QUARANTINE_LABEL: found.reason},
-                         "annotations": {EVIDENCE_ANNOTATION: json.dumps(evidence),
-                                         LEMON_ANNOTATION: str(lemon)}},
+                         "labels": {names.QUARANTINE_LABEL: found.reason},
+                         "annotations": {names.EVIDENCE_ANNOTATION: json.dumps(evidence),
+                                         names.LEMON_ANNOTATION: str(lemon)}},
             "spec": {"taints": taints}}
 
 
 def lemon_score(node: Obj) -> int:
     """How often NODE has been quarantined (the annotation survives releases)."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(LEMON_ANNOTATION, "0")
+    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(names.LEMON_ANNOTATION, "0")
     return int(raw) if str(raw).isdigit() else 0
 
 
 def release_patch(node: Obj) -> Obj:
     """Merge patch taking NODE out of quarantine (the evidence annotation goes too)."""
     taints = [t for t in (node.get("spec") or {}).get("taints") or []
-              if t.get("key") != QUARANTINE_TAINT]
+              if t.get("key") != names.QUARANTINE_TAINT]
     return {"metadata": {"resourceVersion": node["metadata"].get("resourceVersion"),
-                         "labels": {QUARANTINE_LABEL: None},
-                         "annotations": {EVIDENCE_ANNOTATION: None}},
+                         "labels": {names.QUARANTINE_LABEL: None},
+                         "annotations": {names.EVIDENCE_ANNOTATION: None}},
             "spec": {"taints": taints or None}}
 
 

@@ -13,6 +13,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from goodput_operator import names
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m goodput_operator.probe",
@@ -29,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--inject-bitflip", type=int, metavar="DEVICE",
                         help="fault injection for tests: flip a bit in DEVICE's result")
-    parser.add_argument("--node", default=os.environ.get("GOODPUT_PROBE_NODE", ""),
+    parser.add_argument("--node", default=os.environ.get(names.ENV_PROBE_NODE, ""),
                         help="the node probed (reported with the result)")
     parser.add_argument("--report", action="store_true",
                         help="send the result to the operator (GOODPUT_REPORT_URL)")

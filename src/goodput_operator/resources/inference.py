@@ -10,16 +10,12 @@ import hashlib
 import json
 from typing import Any
 
+from goodput_operator import names
 from goodput_operator.api.base import API_VERSION
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
-from goodput_operator.resources.trainingjob import GATE, MANAGED_BY
+from goodput_operator.resources.trainingjob import MANAGED_BY
 
 Obj = dict[str, Any]
-ENDPOINT_LABEL = "goodput.dev/inferenceendpoint"
-REPLICA_LABEL = "goodput.dev/replica"
-MEMBER_LABEL = "goodput.dev/member"
-REVISION_LABEL = "goodput.dev/revision"
-ROLE_LABEL = "goodput.dev/role"
 
 
 def revision(spec: Obj) -> str:
@@ -49,11 +45,11 @@ def pod_name(name: str, index: int, rev: str, member: int) -> str:
 
 
 def selector(name: str) -> dict[str, str]:
-    return {ENDPOINT_LABEL: name}
+    return {names.ENDPOINT_LABEL: name}
 
 
 def leader_selector(name: str) -> str:
-    return f"{ENDPOINT_LABEL}={name},{ROLE_LABEL}=leader"
+    return f"{names.ENDPOINT_LABEL}={name},{names.ROLE_LABEL}=leader"
 
 
 def service(ie: Obj, spec: InferenceEndpointSpec) -> Obj:
@@ -63,7 +59,7 @@ def service(ie: Obj, spec: InferenceEndpointSpec) -> Obj:
             "metadata": {"name": name[:63], "namespace": ie["metadata"]["namespace"],
                          "labels": {**selector(name), **MANAGED_BY},
                          "ownerReferences": [owner_reference(ie)]},
-            "spec": {"selector": {**selector(name), ROLE_LABEL: "leader"},
+            "spec": {"selector": {**selector(name), names.ROLE_LABEL: "leader"},
                      "ports": [{"name": "http", "port": spec.port, "targetPort": spec.port}]}}
 
 
@@ -91,14 +87,14 @@ def group_pods(ie: Obj, spec: InferenceEndpointSpec, index: int, rev: str,
         pod_spec: Obj = template.get("spec", {})
         role = "leader" if member == 0 else "worker"
         labels = {**(template.get("metadata", {}).get("labels") or {}), **selector(name),
-                  REPLICA_LABEL: str(index), MEMBER_LABEL: str(member), REVISION_LABEL: rev,
-                  ROLE_LABEL: role, **MANAGED_BY}
-        env = {"GOODPUT_ENDPOINT": f"{namespace}/{name}", "GOODPUT_ROLE": role,
-               "GOODPUT_REPLICA": str(index), "GOODPUT_GROUP_SIZE": str(size),
-               "GOODPUT_WORKER_INDEX": str(member), "GOODPUT_LEADER_ADDRESS": leader,
-               "GOODPUT_MODEL_NAME": spec.model.name,
-               "GOODPUT_MODEL_SOURCE": spec.model.source or "",
-               "GOODPUT_PORT": str(spec.port),
+                  names.REPLICA_LABEL: str(index), names.MEMBER_LABEL: str(member),
+                  names.REVISION_LABEL: rev, names.ROLE_LABEL: role, **MANAGED_BY}
+        env = {names.ENV_ENDPOINT: f"{namespace}/{name}", names.ENV_ROLE: role,
+               names.ENV_REPLICA: str(index), names.ENV_GROUP_SIZE: str(size),
+               names.ENV_WORKER_INDEX: str(member), names.ENV_LEADER_ADDRESS: leader,
+               names.ENV_MODEL_NAME: spec.model.name,
+               names.ENV_MODEL_SOURCE: spec.model.source or "",
+               names.ENV_PORT: str(spec.port),
                # LeaderWorkerSet's names, so servers written for LWS run unchanged
                "LWS_LEADER_ADDRESS": leader, "LWS_GROUP_SIZE": str(size),
                "LWS_WORKER_INDEX": str(member)}
@@ -113,7 +109,7 @@ def group_pods(ie: Obj, spec: InferenceEndpointSpec, index: int, rev: str,
         pod_spec["restartPolicy"] = "Never"  # a failed member restarts its whole group
         pod_spec["hostname"] = member_hostname(name, index, member)
         pod_spec["subdomain"] = members_service(name)
-        pod_spec["schedulingGates"] = [{"name": GATE}]
+        pod_spec["schedulingGates"] = [{"name": names.PLACEMENT_GATE}]
         pods.append({"apiVersion": "v1", "kind": "Pod",
                      "metadata": {"name": pod_name(name, index, rev, member),
                                   "namespace": namespace, "labels": labels,

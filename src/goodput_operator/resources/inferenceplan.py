@@ -13,8 +13,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from goodput_operator import names
 from goodput_operator.api.base import resolve
-from goodput_operator.resources import inference as build
 from goodput_operator.resources import trainingjob as tj
 from goodput_operator.resources.jobplan import is_ready
 from goodput_operator.topology.replacement import ReplicaGroup, choose_scale_down
@@ -30,10 +30,10 @@ class Group:
 
     def nodes(self) -> list[str]:
         return [p["spec"].get("nodeName") or (p["metadata"].get("annotations") or {}).get(
-            tj.NODE_ANNOTATION, "") for _, p in sorted(self.pods.items())]
+            names.NODE_ANNOTATION, "") for _, p in sorted(self.pods.items())]
 
     def domain(self) -> str:
-        return next(((p["metadata"].get("annotations") or {}).get(tj.DOMAIN_ANNOTATION, "")
+        return next(((p["metadata"].get("annotations") or {}).get(names.DOMAIN_ANNOTATION, "")
                      for p in self.pods.values()), "")
 
     def ready(self, size: int) -> bool:
@@ -59,9 +59,9 @@ def groups_of(pods: list[Obj]) -> dict[int, Group]:
     groups: dict[int, Group] = {}
     for pod in pods:
         labels = pod["metadata"].get("labels") or {}
-        index = int(labels.get(build.REPLICA_LABEL, "-1"))
-        group = groups.setdefault(index, Group(index, labels.get(build.REVISION_LABEL, "")))
-        group.pods[int(labels.get(build.MEMBER_LABEL, "0"))] = pod
+        index = int(labels.get(names.REPLICA_LABEL, "-1"))
+        group = groups.setdefault(index, Group(index, labels.get(names.REVISION_LABEL, "")))
+        group.pods[int(labels.get(names.MEMBER_LABEL, "0"))] = pod
     return groups
 
 

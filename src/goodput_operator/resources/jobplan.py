@@ -20,6 +20,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from goodput_operator import names
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.health import badput
 from goodput_operator.health.failures import classify
@@ -63,11 +64,11 @@ class Plan:
 
 
 def attempt_of(pod: Obj) -> int:
-    return int(pod["metadata"].get("labels", {}).get(build.RESTART_LABEL, "-1"))
+    return int(pod["metadata"].get("labels", {}).get(names.RESTART_LABEL, "-1"))
 
 
 def index_of(pod: Obj) -> int:
-    return int(pod["metadata"].get("labels", {}).get(build.RANK_LABEL, "-1"))
+    return int(pod["metadata"].get("labels", {}).get(names.RANK_LABEL, "-1"))
 
 
 def is_ready(pod: Obj) -> bool:

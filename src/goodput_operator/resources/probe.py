@@ -6,13 +6,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from goodput_operator import names
 from goodput_operator.resources.trainingjob import MANAGED_BY
-from goodput_operator.sdk import AUDIENCE, TOKEN_PATH
 
 Obj = dict[str, Any]
-PROBE_LABEL = "goodput.dev/probe"
-PROBE_NODE_LABEL = "goodput.dev/probe-node"  # an annotation: node names outgrow labels
-TRIGGER_LABEL = "goodput.dev/probe-trigger"
 
 
 def probe_job_name(node: str, run: int, trigger: str = "") -> str:
@@ -25,15 +22,15 @@ def probe_job(node: str, run: int, namespace: str, image: str, report_url: str,
               resource: str, accelerators: int, trigger: str) -> Obj:
     """Probe run RUN of NODE. It tolerates every taint: it must run on a quarantined node."""
     name = probe_job_name(node, run, trigger)
-    labels = {PROBE_LABEL: "true", TRIGGER_LABEL: trigger, **MANAGED_BY}
-    annotations = {PROBE_NODE_LABEL: node}
-    mount = TOKEN_PATH.rsplit("/", 1)
+    labels = {names.PROBE_LABEL: "true", names.PROBE_TRIGGER_LABEL: trigger, **MANAGED_BY}
+    annotations = {names.PROBE_NODE_ANNOTATION: node}
+    mount = names.REPORT_TOKEN_PATH.rsplit("/", 1)
     container: Obj = {
         "name": "probe", "image": image,
         "command": ["python", "-m", "goodput_operator.probe", "--report"],
-        "env": [{"name": "GOODPUT_REPORT_URL", "value": report_url},
-                {"name": "GOODPUT_REPORT_TOKEN", "value": TOKEN_PATH},
-                {"name": "GOODPUT_PROBE_NODE",
+        "env": [{"name": names.ENV_REPORT_URL, "value": report_url},
+                {"name": names.ENV_REPORT_TOKEN, "value": names.REPORT_TOKEN_PATH},
+                {"name": names.ENV_PROBE_NODE,
                  "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
         "resources": {"requests": {resource: str(accelerators)},
                       "limits": {resource: str(accelerators)}},
@@ -54,7 +51,7 @@ def probe_job(node: str, run: int, namespace: str, image: str, report_url: str,
                     "automountServiceAccountToken": False,
                     "containers": [container],
                     "volumes": [{"name": "goodput-report-token", "projected": {"sources": [
-                        {"serviceAccountToken": {"audience": AUDIENCE,
+                        {"serviceAccountToken": {"audience": names.REPORT_AUDIENCE,
                                                  "expirationSeconds": 3600,
                                                  "path": mount[1]}}]}}],
                 },

@@ -14,17 +14,11 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
+from goodput_operator import names
 from goodput_operator.api.base import API_VERSION
 from goodput_operator.api.trainingjob import TrainingJobSpec
-from goodput_operator.sdk import AUDIENCE, TOKEN_PATH
 
-GATE = "goodput.dev/placement"
-JOB_LABEL = "goodput.dev/trainingjob"
-RANK_LABEL = "goodput.dev/rank"
-RESTART_LABEL = "goodput.dev/restart"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "goodput-operator"}
-DOMAIN_ANNOTATION = "goodput.dev/domain"
-NODE_ANNOTATION = "goodput.dev/node"  # a pinned pod's node: counted before it binds
 HOSTFILE_DIR = "/etc/goodput"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
@@ -60,7 +54,7 @@ def worker_dns(job: Obj, index: int) -> str:
 
 
 def selector(job_name: str) -> dict[str, str]:
-    return {JOB_LABEL: job_name}
+    return {names.JOB_LABEL: job_name}
 
 
 def service(job: Obj) -> Obj:
@@ -106,17 +100,17 @@ def launcher_env(job: Obj, spec: TrainingJobSpec, index: int, restart: int,
     workers = workers or spec.workers
     resume = resume or {}
     env: dict[str, str] = {
-        "GOODPUT_JOB": f"{meta['namespace']}/{meta['name']}",
-        "GOODPUT_RESTART": str(restart),
-        "GOODPUT_RANK": str(index),
-        "GOODPUT_WORKERS": str(workers),
-        "GOODPUT_CHECKPOINT_DIR": spec.checkpoint.dir or "",
-        "GOODPUT_RESUME_FROM": resume.get("path") or "",
-        "GOODPUT_RESUME_STEP": str(resume["step"]) if "step" in resume else "",
-        "GOODPUT_RESUME_DIGEST": resume.get("digest") or "",
-        "GOODPUT_HOSTFILE": f"{HOSTFILE_DIR}/hostfile",
-        "GOODPUT_REPORT_URL": report_url,
-        "GOODPUT_REPORT_TOKEN": TOKEN_PATH,
+        names.ENV_JOB: f"{meta['namespace']}/{meta['name']}",
+        names.ENV_RESTART: str(restart),
+        names.ENV_RANK: str(index),
+        names.ENV_WORKERS: str(workers),
+        names.ENV_CHECKPOINT_DIR: spec.checkpoint.dir or "",
+        names.ENV_RESUME_FROM: resume.get("path") or "",
+        names.ENV_RESUME_STEP: str(resume["step"]) if "step" in resume else "",
+        names.ENV_RESUME_DIGEST: resume.get("digest") or "",
+        names.ENV_HOSTFILE: f"{HOSTFILE_DIR}/hostfile",
+        names.ENV_REPORT_URL: report_url,
+        names.ENV_REPORT_TOKEN: names.REPORT_TOKEN_PATH,
     }
     if spec.launcher.type in ("torchrun", "neuron"):
         env |= {
@@ -147,18 +141,18 @@ def worker_pod(job: Obj, index: int, restart: int, resource: str,
     template = copy.deepcopy(job["spec"]["template"])
     pod_spec: Obj = template.get("spec", {})
     labels = {**(template.get("metadata", {}).get("labels") or {}), **selector(meta["name"]),
-              RANK_LABEL: str(index), RESTART_LABEL: str(restart), **MANAGED_BY}
+              names.RANK_LABEL: str(index), names.RESTART_LABEL: str(restart), **MANAGED_BY}
     annotations = dict(template.get("metadata", {}).get("annotations") or {})
     containers = pod_spec["containers"]
     env = launcher_env(job, spec, index, restart, resume, report_url, workers)
     for position, container in enumerate(containers):
-        names = {e["name"] for e in env}
-        container["env"] = [e for e in container.get("env") or [] if e["name"] not in names] \
+        ours = {e["name"] for e in env}
+        container["env"] = [e for e in container.get("env") or [] if e["name"] not in ours] \
             + env
         mounts = container.setdefault("volumeMounts", [])
         mounts.append({"name": "goodput-hostfile", "mountPath": HOSTFILE_DIR, "readOnly": True})
         mounts.append({"name": "goodput-report-token", "readOnly": True,
-                       "mountPath": TOKEN_PATH.rsplit("/", 1)[0]})
+                       "mountPath": names.REPORT_TOKEN_PATH.rsplit("/", 1)[0]})
         if position == 0:  # the first container is the worker and holds the accelerators
             resources = container.setdefault("resources", {})
             for kind in ("requests", "limits"):
@@ -166,12 +160,12 @@ def worker_pod(job: Obj, index: int, restart: int, resource: str,
     pod_spec.setdefault("volumes", []).extend([
         {"name": "goodput-hostfile", "configMap": {"name": hostfile_name(meta["name"])}},
         {"name": "goodput-report-token", "projected": {"sources": [{"serviceAccountToken": {
-            "audience": AUDIENCE, "expirationSeconds": 3600,
-            "path": TOKEN_PATH.rsplit("/", 1)[1]}}]}}])
+            "audience": names.REPORT_AUDIENCE, "expirationSeconds": 3600,
+            "path": names.REPORT_TOKEN_PATH.rsplit("/", 1)[1]}}]}}])
     pod_spec["restartPolicy"] = "Never"
     pod_spec["hostname"] = hostname(index)
     pod_spec["subdomain"] = service_name(meta["name"])
-    pod_spec["schedulingGates"] = [{"name": GATE}]
+    pod_spec["schedulingGates"] = [{"name": names.PLACEMENT_GATE}]
     if spec.node_selector:
         pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **spec.node_selector}
     return {
@@ -201,8 +195,10 @@ def pin(pod: Obj, node: str, domain: str | None) -> Obj:
                        if e.get("key") != HOSTNAME_LABEL]
         term["matchExpressions"] = [*expressions, want]
     required["nodeSelectorTerms"] = terms
-    gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != GATE]
-    annotations = {NODE_ANNOTATION: node, **({DOMAIN_ANNOTATION: domain} if domain else {})}
+    gates = [g for g in spec.get("schedulingGates") or []
+             if g.get("name") != names.PLACEMENT_GATE]
+    annotations = {names.NODE_ANNOTATION: node,
+                   **({names.DOMAIN_ANNOTATION: domain} if domain else {})}
     return {"metadata": {"annotations": annotations},
             "spec": {"affinity": affinity, "schedulingGates": gates}}
 
@@ -219,7 +215,8 @@ def pinned(pod: Obj, node: str, domain: str | None) -> Obj:
 
 
 def is_gated(pod: Obj) -> bool:
-    return any(g.get("name") == GATE for g in pod.get("spec", {}).get("schedulingGates") or [])
+    return any(g.get("name") == names.PLACEMENT_GATE
+               for g in pod.get("spec", {}).get("schedulingGates") or [])
 
 
 def _spec(job: Obj) -> TrainingJobSpec:

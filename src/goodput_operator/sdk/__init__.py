@@ -27,12 +27,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from goodput_operator import names
 from goodput_operator.sdk.fingerprint import fingerprint
 
 __all__ = ["AUDIENCE", "ReportError", "Reporter", "commit_checkpoint", "fingerprint",
            "report_step"]
-AUDIENCE = "goodput.dev/report"
-TOKEN_PATH = "/var/run/secrets/goodput.dev/report/token"
 
 
 class ReportError(RuntimeError):
@@ -51,14 +50,15 @@ class Reporter:
                  token_path: str | None = None, timeout: float = 10.0,
                  ca_file: str | None = None, job: str | None = None, retries: int = 3
                  ) -> None:
-        self.url = (url or os.environ.get("GOODPUT_REPORT_URL", "")).rstrip("/")
+        self.url = (url or os.environ.get(names.ENV_REPORT_URL, "")).rstrip("/")
         self.token = token
-        self.token_path = token_path or os.environ.get("GOODPUT_REPORT_TOKEN", TOKEN_PATH)
+        self.token_path = token_path or os.environ.get(names.ENV_REPORT_TOKEN,
+                                                       names.REPORT_TOKEN_PATH)
         self.timeout = timeout
         self.retries = retries
         self.context = ssl.create_default_context(cafile=ca_file) if ca_file else None
-        self.rank = int(os.environ.get("GOODPUT_RANK", "0") or 0)
-        self.job = job or os.environ.get("GOODPUT_JOB") or None
+        self.rank = int(os.environ.get(names.ENV_RANK, "0") or 0)
+        self.job = job or os.environ.get(names.ENV_JOB) or None
 
     def _token(self) -> str:
         # re-read each time: the kubelet rotates projected tokens

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from goodput_operator import names
+
 if TYPE_CHECKING:
     from goodput_operator.sdk import Reporter
 
@@ -44,12 +46,12 @@ class ResumePoint:
 def resume_point(env: dict[str, str] | None = None) -> ResumePoint | None:
     """Where this attempt resumes, as the operator decided; None: start from scratch."""
     env = dict(os.environ) if env is None else env
-    path = env.get("GOODPUT_RESUME_FROM", "")
+    path = env.get(names.ENV_RESUME_FROM, "")
     if not path:
         return None
-    step = env.get("GOODPUT_RESUME_STEP", "")
+    step = env.get(names.ENV_RESUME_STEP, "")
     return ResumePoint(int(step) if step else -1, Path(path),
-                       env.get("GOODPUT_RESUME_DIGEST") or None)
+                       env.get(names.ENV_RESUME_DIGEST) or None)
 
 
 def digest(path: str | Path) -> str:
@@ -85,7 +87,7 @@ def verified(point: ResumePoint) -> Path:
 
 def step_dir(step: int, root: str | Path | None = None) -> Path:
     """The folder of STEP under the job's checkpoint directory (GOODPUT_CHECKPOINT_DIR)."""
-    base = root if root is not None else os.environ.get("GOODPUT_CHECKPOINT_DIR", "")
+    base = root if root is not None else os.environ.get(names.ENV_CHECKPOINT_DIR, "")
     if not base:
         raise CheckpointError("no checkpoint directory: set spec.checkpoint.dir on the "
                               "TrainingJob (GOODPUT_CHECKPOINT_DIR)")

@@ -15,9 +15,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from goodput_operator import names
+
 NodeState = Literal["ready", "notready", "cordoned", "quarantined", "misshaped"]
-QUARANTINE_TAINT = "goodput.dev/quarantine"
-LEMON_ANNOTATION = "goodput.dev/lemon-score"  # written by health/quarantine
 _DIGITS = re.compile(r"(\d+)")
 
 
@@ -112,7 +112,7 @@ def natural_key(name: str) -> tuple[Any, ...]:
 def node_state(node: Mapping[str, Any]) -> NodeState:
     spec = node.get("spec", {})
     taints = spec.get("taints") or []
-    if any(t.get("key") == QUARANTINE_TAINT for t in taints):
+    if any(t.get("key") == names.QUARANTINE_TAINT for t in taints):
         return "quarantined"
     if spec.get("unschedulable"):
         return "cordoned"
@@ -155,10 +155,10 @@ def pod_owner(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata", {})
     labels = meta.get("labels") or {}
     namespace = meta.get("namespace", "default")
-    if "goodput.dev/trainingjob" in labels:
-        return trainingjob_owner(namespace, labels["goodput.dev/trainingjob"])
-    if "goodput.dev/inferenceendpoint" in labels:
-        return endpoint_owner(namespace, labels["goodput.dev/inferenceendpoint"])
+    if names.JOB_LABEL in labels:
+        return trainingjob_owner(namespace, labels[names.JOB_LABEL])
+    if names.ENDPOINT_LABEL in labels:
+        return endpoint_owner(namespace, labels[names.ENDPOINT_LABEL])
     refs = meta.get("ownerReferences") or []
     if refs:
         return f"{refs[0].get('kind', '').lower()}/{namespace}/{refs[0].get('name', '')}"
@@ -217,7 +217,7 @@ class Fleet:
             self._ordered = None
         sort_key = (int(labels.get(self.shape.slot_label, 1 << 30)),) if self.shape.slot_label \
             else natural_key(name)
-        raw_lemon = str((meta.get("annotations") or {}).get(LEMON_ANNOTATION, "0"))
+        raw_lemon = str((meta.get("annotations") or {}).get(names.LEMON_ANNOTATION, "0"))
         lemon = int(raw_lemon) if raw_lemon.isdigit() else 0
         if existing is None:
             existing = Node(name, domain_id, capacity, state, sort_key=sort_key)

@@ -1,0 +1,64 @@
+"""Every `goodput.dev/*` name the operator writes on Kubernetes objects, and the environment
+it gives workers: the contract other tools (kubectl, dashboards, workers, tests) rely on,
+in one place. Code, tests and fixtures import these; none spells them out.
+"""
+
+from __future__ import annotations
+
+PREFIX = "goodput.dev"
+
+# ---- pods: what owns them and where they stand -----------------------------------------
+JOB_LABEL = "goodput.dev/trainingjob"  # a TrainingJob's pods and children
+RANK_LABEL = "goodput.dev/rank"  # the worker's rank in the gang
+RESTART_LABEL = "goodput.dev/restart"  # the attempt (status.restarts) the pod belongs to
+ENDPOINT_LABEL = "goodput.dev/inferenceendpoint"  # an InferenceEndpoint's pods
+REPLICA_LABEL = "goodput.dev/replica"  # the replica group's index
+MEMBER_LABEL = "goodput.dev/member"  # the pod's place in its replica group
+REVISION_LABEL = "goodput.dev/revision"  # hash of the endpoint's pod spec (rollouts)
+ROLE_LABEL = "goodput.dev/role"  # leader or worker within a replica group
+PLACEMENT_GATE = "goodput.dev/placement"  # scheduling gate held until the gang is placed
+NODE_ANNOTATION = "goodput.dev/node"  # a pinned pod's node: counted before it binds
+DOMAIN_ANNOTATION = "goodput.dev/domain"  # the domain a pinned pod was placed in
+
+# ---- probes --------------------------------------------------------------------------
+PROBE_LABEL = "goodput.dev/probe"  # "true" on probe Jobs and their pods
+PROBE_NODE_ANNOTATION = "goodput.dev/probe-node"  # an annotation: node names outgrow labels
+PROBE_TRIGGER_LABEL = "goodput.dev/probe-trigger"  # start, suspicion, schedule, manual
+
+# ---- nodes ---------------------------------------------------------------------------
+GROUP_LABEL = "goodput.dev/group"  # the UltraServerGroup a node belongs to
+NODE_DOMAIN_LABEL = "goodput.dev/domain"  # its domain (UltraServer, NVLink domain)
+SLOT_LABEL = "goodput.dev/slot"  # its position in the domain, in fabric order
+QUARANTINE_LABEL = "goodput.dev/quarantined"  # who quarantined it: operator or manual
+QUARANTINE_TAINT = "goodput.dev/quarantine"  # NoSchedule while quarantined
+EVIDENCE_ANNOTATION = "goodput.dev/quarantine-evidence"  # JSON: reason, evidence, since
+LEMON_ANNOTATION = "goodput.dev/lemon-score"  # quarantines so far: repeat offenders
+
+# ---- the operator itself -------------------------------------------------------------
+LEADER_LABEL = "goodput.dev/leader"  # on the leading replica's pod: the report Service's
+FINALIZER = "goodput.dev/finalizer"  # kopf's, should it ever add one (it does not)
+REPORT_AUDIENCE = "goodput.dev/report"  # audience of the workers' projected tokens
+REPORT_TOKEN_PATH = "/var/run/secrets/goodput.dev/report/token"
+
+# ---- the worker environment (docs/training.md) ---------------------------------------
+ENV_JOB = "GOODPUT_JOB"  # namespace/name of the TrainingJob
+ENV_RESTART = "GOODPUT_RESTART"  # the attempt
+ENV_RANK = "GOODPUT_RANK"
+ENV_WORKERS = "GOODPUT_WORKERS"
+ENV_CHECKPOINT_DIR = "GOODPUT_CHECKPOINT_DIR"
+ENV_RESUME_FROM = "GOODPUT_RESUME_FROM"  # the checkpoint to resume from ("" at the start)
+ENV_RESUME_STEP = "GOODPUT_RESUME_STEP"
+ENV_RESUME_DIGEST = "GOODPUT_RESUME_DIGEST"
+ENV_HOSTFILE = "GOODPUT_HOSTFILE"  # the ranks' hosts, in rank order
+ENV_REPORT_URL = "GOODPUT_REPORT_URL"  # the operator's report channel
+ENV_REPORT_TOKEN = "GOODPUT_REPORT_TOKEN"  # path of the worker's report token
+ENV_PROBE_NODE = "GOODPUT_PROBE_NODE"  # the node a probe runs on
+ENV_ENDPOINT = "GOODPUT_ENDPOINT"  # namespace/name of the InferenceEndpoint
+ENV_ROLE = "GOODPUT_ROLE"
+ENV_REPLICA = "GOODPUT_REPLICA"
+ENV_GROUP_SIZE = "GOODPUT_GROUP_SIZE"
+ENV_WORKER_INDEX = "GOODPUT_WORKER_INDEX"
+ENV_LEADER_ADDRESS = "GOODPUT_LEADER_ADDRESS"
+ENV_MODEL_NAME = "GOODPUT_MODEL_NAME"
+ENV_MODEL_SOURCE = "GOODPUT_MODEL_SOURCE"
+ENV_PORT = "GOODPUT_PORT"
