@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from goodput_operator import __version__
-from goodput_operator.controllers.leader import leading_pod
+from goodput_operator.operator.leader import leading_pod
 from goodput_operator.sandbox import build, cluster, operator_image, realnode
 from goodput_operator.sandbox.versions import HELM_COMPONENT
 

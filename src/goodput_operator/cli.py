@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import yaml
@@ -201,59 +201,98 @@ def _run_sandbox(args: argparse.Namespace) -> int:
         for name in fleet.builtin_names():
             print(fleet.summary(fleet.load(name)))
         return 0
-    box = cluster.Sandbox(args.name)
-    if args.verb == "up":
-        chosen = cluster.up(box, args.fleet, real_nodes=args.real_nodes,
-                            system_nodes=args.system_nodes)
-        print(fleet.summary(chosen))
-        print(f"\nkubeconfig: {box.kubeconfig}\n"
-              f"  eval $(goodput sandbox env --name {box.name})   # KUBECONFIG + kubectl v1.36\n"
-              "  kubectl get nodes -L topology.k8s.aws/ultraserver-id,nvidia.com/gpu.clique\n"
-              f"Stop it with: goodput sandbox down --name {box.name}")
-    elif args.verb == "add-real-node":
-        print(f"node {cluster.add_real_node(box, args.node, system=args.system)} is a real node")
-    elif args.verb == "image":
-        built = operator_image.build_image(args.tag)
-        nodes = cluster.load_operator_image(box, built.as_image()) if box.is_running() else []
-        print(f"{built.name}: {built.size}, built in {built.seconds:.0f}s"
-              + (f"; imported into {', '.join(nodes)}" if nodes else ""))
-    elif args.verb == "down":
-        existed = cluster.down(box)
-        print(f"sandbox {box.name!r} " + ("deleted" if existed else "was not running"))
-    elif args.verb == "status":
-        state = cluster.status(box)
-        if not state.running:
-            print(f"sandbox {box.name!r}: not running")
-            return 1
-        print(f"sandbox {box.name!r}: running\n  kubeconfig: {state.kubeconfig}\n"
-              f"  fleet: {state.fleet}\n  nodes: {state.nodes_ready}/{state.nodes_total} Ready")
-    elif args.verb == "kubeconfig":
-        cluster.require_running(box)
-        print(box.kubeconfig)
-    elif args.verb == "env":
-        cluster.require_running(box)
-        kubectl_dir = build.bin_dir(versions.KUBERNETES_COMPONENT)
-        print(f"export KUBECONFIG={shlex.quote(str(box.kubeconfig))}")
-        print(f'export PATH={shlex.quote(str(kubectl_dir))}:"$PATH"')
-    elif args.verb == "fail-node":
-        faults.fail_node(box, *args.node, reason=args.reason, crash=args.crash)
-        names = " ".join(args.node)
-        if args.crash:
-            print(f"every container on {names} killed (SIGKILL: exit code 137); the "
-                  f"{'nodes stay' if len(args.node) > 1 else 'node stays'} Ready")
-            return 0
+    return SANDBOX_VERBS[args.verb](cluster.Sandbox(args.name), args)
+
+
+def _up(box: cluster.Sandbox, args: argparse.Namespace) -> int:
+    chosen = cluster.up(box, args.fleet, real_nodes=args.real_nodes,
+                        system_nodes=args.system_nodes)
+    print(fleet.summary(chosen))
+    print(f"\nkubeconfig: {box.kubeconfig}\n"
+          f"  eval $(goodput sandbox env --name {box.name})   # KUBECONFIG + kubectl v1.36\n"
+          "  kubectl get nodes -L topology.k8s.aws/ultraserver-id,nvidia.com/gpu.clique\n"
+          f"Stop it with: goodput sandbox down --name {box.name}")
+    return 0
+
+
+def _image(box: cluster.Sandbox, args: argparse.Namespace) -> int:
+    built = operator_image.build_image(args.tag)
+    nodes = cluster.load_operator_image(box, built.as_image()) if box.is_running() else []
+    print(f"{built.name}: {built.size}, built in {built.seconds:.0f}s"
+          + (f"; imported into {', '.join(nodes)}" if nodes else ""))
+    return 0
+
+
+def _status(box: cluster.Sandbox, args: argparse.Namespace) -> int:
+    state = cluster.status(box)
+    if not state.running:
+        print(f"sandbox {box.name!r}: not running")
+        return 1
+    print(f"sandbox {box.name!r}: running\n  kubeconfig: {state.kubeconfig}\n"
+          f"  fleet: {state.fleet}\n  nodes: {state.nodes_ready}/{state.nodes_total} Ready")
+    return 0
+
+
+def _env(box: cluster.Sandbox, args: argparse.Namespace) -> int:
+    cluster.require_running(box)
+    kubectl_dir = build.bin_dir(versions.KUBERNETES_COMPONENT)
+    print(f"export KUBECONFIG={shlex.quote(str(box.kubeconfig))}")
+    print(f'export PATH={shlex.quote(str(kubectl_dir))}:"$PATH"')
+    return 0
+
+
+def _fail_node(box: cluster.Sandbox, args: argparse.Namespace) -> int:
+    faults.fail_node(box, *args.node, reason=args.reason, crash=args.crash)
+    names = " ".join(args.node)
+    if args.crash:
+        print(f"every container on {names} killed (SIGKILL: exit code 137); the "
+              f"{'nodes stay' if len(args.node) > 1 else 'node stays'} Ready")
+    else:
         print(f"{'nodes' if len(args.node) > 1 else 'node'} {names} failing (reason "
               f"{args.reason}); heal with `goodput sandbox heal-node {names}`")
-    elif args.verb == "heal-node":
-        faults.heal_node(box, *args.node)
-        print(f"{'nodes' if len(args.node) > 1 else 'node'} {' '.join(args.node)} healing")
-    elif args.verb == "succeed-pod":
-        faults.succeed_pod(box, args.pod, args.namespace)
-        print(f"pod {args.namespace}/{args.pod} is finishing with exit code 0")
-    elif args.verb == "fail-pod":
-        faults.fail_pod(box, args.pod, args.exit_code, args.namespace, args.container)
-        print(f"pod {args.namespace}/{args.pod} is failing with exit code {args.exit_code}")
     return 0
+
+
+def _add_real_node(box: cluster.Sandbox, args: argparse.Namespace) -> int:
+    print(f"node {cluster.add_real_node(box, args.node, system=args.system)} is a real node")
+    return 0
+
+
+def _down(box: cluster.Sandbox, args: argparse.Namespace) -> int:
+    print(f"sandbox {box.name!r} " + ("deleted" if cluster.down(box) else "was not running"))
+    return 0
+
+
+def _kubeconfig(box: cluster.Sandbox, args: argparse.Namespace) -> int:
+    cluster.require_running(box)
+    print(box.kubeconfig)
+    return 0
+
+
+def _heal_node(box: cluster.Sandbox, args: argparse.Namespace) -> int:
+    faults.heal_node(box, *args.node)
+    print(f"{'nodes' if len(args.node) > 1 else 'node'} {' '.join(args.node)} healing")
+    return 0
+
+
+def _succeed_pod(box: cluster.Sandbox, args: argparse.Namespace) -> int:
+    faults.succeed_pod(box, args.pod, args.namespace)
+    print(f"pod {args.namespace}/{args.pod} is finishing with exit code 0")
+    return 0
+
+
+def _fail_pod(box: cluster.Sandbox, args: argparse.Namespace) -> int:
+    faults.fail_pod(box, args.pod, args.exit_code, args.namespace, args.container)
+    print(f"pod {args.namespace}/{args.pod} is failing with exit code {args.exit_code}")
+    return 0
+
+
+SANDBOX_VERBS: dict[str, Callable[[cluster.Sandbox, argparse.Namespace], int]] = {
+    "up": _up, "add-real-node": _add_real_node, "image": _image, "down": _down,
+    "status": _status, "kubeconfig": _kubeconfig, "env": _env, "fail-node": _fail_node,
+    "heal-node": _heal_node, "succeed-pod": _succeed_pod, "fail-pod": _fail_pod,
+}
+"""The verbs that act on one sandbox (--name)."""
 
 
 def _run_topology(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from goodput_operator.controllers.leader import leading_pod
+from goodput_operator.operator.leader import leading_pod
 from goodput_operator.sandbox import cluster as sandbox_cluster
 from goodput_operator.sandbox import images, operator_image, realnode
 from tests import helm

@@ -13,6 +13,7 @@ import pytest
 
 from goodput_operator import names
 from goodput_operator.resources import trainingjob as build
+from goodput_operator.resources.pods import is_gated, pin
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
     Operator,
@@ -95,7 +96,7 @@ def test_a_job_too_big_waits_with_a_reason_and_starts_when_the_other_finishes(
                                            "aws.amazon.com/neuron) for 4 workers x 16")
     assert f"tj/{namespace}/first" in condition["message"]
     assert get_job(crds, namespace, "second")["status"]["phase"] == "Pending"
-    assert all(build.is_gated(p) for p in job_pods(crds, namespace, "second"))
+    assert all(is_gated(p) for p in job_pods(crds, namespace, "second"))
     wait_event(crds, "second", "WaitingForCapacity", "needs 1 whole UltraServer",
                namespace=namespace)
 
@@ -184,7 +185,7 @@ def test_operator_restart_mid_launch_finishes_the_launch_without_duplicates(
         for index in range(4):
             pod = build.worker_pod(job, index, 0, "aws.amazon.com/neuron")
             apply(crds, pod, namespace)
-        first = build.pin(build.worker_pod(job, 0, 0, "aws.amazon.com/neuron"), nodes[0],
+        first = pin(build.worker_pod(job, 0, 0, "aws.amazon.com/neuron"), nodes[0],
                           domain)
         first["metadata"]["annotations"][names.NODE_ANNOTATION] = nodes[0]
         crds.kubectl("patch", "pod", build.pod_name("interrupted", 0, 0), "-n", namespace,
@@ -196,7 +197,7 @@ def test_operator_restart_mid_launch_finishes_the_launch_without_duplicates(
     assert [p["metadata"]["name"] for p in pods] == [
         build.pod_name("interrupted", 0, i) for i in range(4)]
     assert [p["spec"]["nodeName"] for p in pods] == nodes
-    assert not any(build.is_gated(p) for p in pods)
+    assert not any(is_gated(p) for p in pods)
 
 
 def test_metrics_are_served(e2e: Operator) -> None:

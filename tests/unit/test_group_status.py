@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec, UltraServerGroupStatus
-from goodput_operator.controllers.ultraservergroup import group_status
+from goodput_operator.decide.group import group_status
 from tests.unit.fleets import node, trn2
 
+AT = "2026-01-01T00:00:00Z"
 SPEC = UltraServerGroupSpec.model_validate({
     "nodeSelector": {"t": "trn2"}, "accelerator": {"perNode": 16}, "nodesPerDomain": 4,
     "spares": {"perDomain": 1, "perGroup": 2}})
@@ -14,7 +15,7 @@ SPEC = UltraServerGroupSpec.model_validate({
 def test_one_degraded_domain_gives_integer_totals_that_validate() -> None:
     fleet = trn2(1, spares=1)
     fleet.upsert_node(node("us0-n0", "us-0", fleet.domains["us-0"].path[1], ready=False))
-    status = group_status(SPEC, fleet, [], None, 3)
+    status = group_status(SPEC, fleet, [], None, 3, AT)
     assert status["totals"]["healthyDomains"] == 0
     assert all(type(v) is int for v in status["totals"].values())
     UltraServerGroupStatus.model_validate(status)        # what the API server would check
@@ -26,7 +27,7 @@ def test_one_degraded_domain_gives_integer_totals_that_validate() -> None:
 
 
 def test_a_storm_is_a_condition() -> None:
-    status = group_status(SPEC, trn2(2), [], "5 node(s) failing ...", 1)
+    status = group_status(SPEC, trn2(2), [], "5 node(s) failing ...", 1, AT)
     storm = next(c for c in status["conditions"] if c["type"] == "StormGuard")
     assert (storm["status"], storm["reason"]) == ("True", "TooManyFailing")
     assert status["totals"]["healthyDomains"] == 2 and status["health"] == "Healthy"

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from goodput_operator import names
-from goodput_operator.controllers.leader import (
+from goodput_operator.operator.leader import (
     Observed,
     leading_pod,
     micro_time,

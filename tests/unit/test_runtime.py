@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from goodput_operator import names
-from goodput_operator.controllers.runtime import Health, tracked_pod
 from goodput_operator.controllers.state import State
+from goodput_operator.operator.runtime import Health, tracked_pod
 
 
 def pod(labels: dict[str, str] | None = None, requests: dict[str, str] | None = None
@@ -68,11 +68,14 @@ def test_the_cache_keeps_of_a_pod_only_what_the_operator_reads() -> None:
 
 def test_a_pass_spends_its_write_budget_then_asks_for_another_pass() -> None:
     from goodput_operator.controllers.state import PASS_WRITE_BUDGET
+    from goodput_operator.decide.endpoint import WriteBudget
 
-    state = State()
-    assert state.spend_writes(PASS_WRITE_BUDGET + 10), "one object may overdraw"
+    state, budget = State(), WriteBudget(PASS_WRITE_BUDGET)
+    assert budget.spend(PASS_WRITE_BUDGET + 10), "one object may overdraw"
+    assert not budget.spend(1)
+    assert budget.deferred == 1
     assert not state.wake.is_set()
-    assert not state.spend_writes(1)
+    state.defer_writes(budget.deferred)
     assert state.wake.is_set() and state.deferred_writes == 1
 
 

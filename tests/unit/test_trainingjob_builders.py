@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from goodput_operator import names
+from goodput_operator.resources import pods
 from goodput_operator.resources import trainingjob as build
 
 pytestmark = pytest.mark.unit
@@ -41,7 +42,7 @@ def env_of(pod: dict[str, Any], container: int = 0) -> dict[str, str]:
 def test_pods_are_born_gated_owned_and_labelled() -> None:
     pod = build.worker_pod(job(), 2, restart=0, resource=NEURON)
     assert pod["metadata"]["name"] == "llama-r0-w2"
-    assert build.is_gated(pod)
+    assert pods.is_gated(pod)
     assert pod["metadata"]["ownerReferences"][0] == {
         "apiVersion": "goodput.dev/v1alpha1", "kind": "TrainingJob", "name": "llama",
         "uid": "uid-1", "controller": True, "blockOwnerDeletion": True}
@@ -134,7 +135,7 @@ def test_pin_narrows_affinity_and_removes_only_our_gate() -> None:
         "nodeSelectorTerms": [
             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
             {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}]}}}
-    patch = build.pin(pod, "trn2-00-3", "us-1")
+    patch = pods.pin(pod, "trn2-00-3", "us-1")
     terms = patch["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert len(terms) == 2
@@ -155,8 +156,8 @@ def test_long_names_stay_within_dns_limits() -> None:
 
 def test_a_placed_rank_is_created_pinned_and_ungated() -> None:
     pod = build.worker_pod(job(), 1, 0, NEURON)
-    ready = build.pinned(pod, "trn2-00-1", "us-0")
-    assert not build.is_gated(ready) and build.is_gated(pod)   # the original is untouched
+    ready = pods.pinned(pod, "trn2-00-1", "us-0")
+    assert not pods.is_gated(ready) and pods.is_gated(pod)   # the original is untouched
     term = ready["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
     assert term["matchExpressions"] == [{"key": "kubernetes.io/hostname", "operator": "In",

@@ -8,17 +8,19 @@ from typing import Any
 Obj = dict[str, Any]
 
 
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def stamp(clock: float) -> str:
+    """A metav1.Time (whole seconds) for CLOCK, in epoch seconds."""
+    return datetime.fromtimestamp(clock, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def set_condition(conditions: list[Obj], type_: str, status: bool | str, reason: str,
-                  message: str, generation: int | None, at: str | None = None) -> list[Obj]:
-    """A new list with condition `type_` set; the others are kept as they are."""
+                  message: str, generation: int | None, at: str) -> list[Obj]:
+    """A new list with condition `type_` set; the others are kept as they are. AT: the
+    time of a transition (the decision's clock, never read here)."""
     value = status if isinstance(status, str) else ("True" if status else "False")
     previous = next((c for c in conditions if c.get("type") == type_), None)
     if previous is None or previous.get("status") != value:
-        transition = at or now()
+        transition = at
     else:
         transition = previous["lastTransitionTime"]
     condition: Obj = {"type": type_, "status": value, "reason": reason, "message": message,

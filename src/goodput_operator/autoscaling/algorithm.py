@@ -52,6 +52,7 @@ class Decision:
     reason: str
     metrics: dict[str, str]
     limited: str | None = None  # why fewer than recommended (capacity, maxReplicas)
+    capacity_limited: bool = False  # limited by the free domains, not by maxReplicas
     unavailable: str | None = None  # metrics missing/stale: size held
     panic: bool = False
 
@@ -95,17 +96,17 @@ def recommend(samples: Sequence[Sample], current: int, spec: Any, history: Histo
     history.recommendations = [(t, r) for t, r in history.recommendations if t >= now - window]
     desired, why = _stabilize(wanted, current, spec, history, now, panic, why)
     bounded = max(spec.min_replicas, min(spec.max_replicas, desired))
-    limited = None
+    limited, short = None, False
     if bounded < desired:
         limited = f"{desired} wanted, scaling.maxReplicas is {spec.max_replicas}"
     if capacity is not None and bounded > max(capacity, current):
         limited = (f"{bounded} wanted, the free domains can host only {max(capacity, current)}"
                    " replica(s) now")
-        bounded = max(capacity, current)
+        bounded, short = max(capacity, current), True
     if bounded != current:
         history.changes.append((now, current, bounded))
         history.changes = [c for c in history.changes if c[0] >= now - 1800]
-    return Decision(bounded, why, values, limited=limited, panic=panic)
+    return Decision(bounded, why, values, limited=limited, capacity_limited=short, panic=panic)
 
 
 def _ahead(sample: Sample, spec: Any, history: History, now: float) -> Sample:

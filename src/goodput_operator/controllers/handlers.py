@@ -22,12 +22,12 @@ import kopf
 
 from goodput_operator import names
 from goodput_operator.api.base import GROUP, VERSION
-from goodput_operator.controllers import inferenceendpoint, trainingjob
+from goodput_operator.controllers import inferenceendpoint, loop
 from goodput_operator.controllers.kube import API_CONNECTIONS, Kube
-from goodput_operator.controllers.leader import LeaderElection
-from goodput_operator.controllers.reports import ReportServer
-from goodput_operator.controllers.runtime import Health, accept_group, prime, tracked_pod
 from goodput_operator.controllers.state import State
+from goodput_operator.operator.leader import LeaderElection
+from goodput_operator.operator.reports import ReportServer
+from goodput_operator.operator.runtime import Health, accept_group, prime, tracked_pod
 
 log = logging.getLogger("goodput.operator")
 STATE = State()
@@ -101,7 +101,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
     async def lead() -> None:
         await _label_own_pod(kube, True)
-        _tasks.append(asyncio.create_task(trainingjob.run_loop(STATE, kube), name="reconcile"))
+        _tasks.append(asyncio.create_task(loop.run_loop(STATE, kube), name="reconcile"))
         _tasks.append(asyncio.create_task(inferenceendpoint.run_autoscaler(STATE),
                                           name="autoscaler"))
 

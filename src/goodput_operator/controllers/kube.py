@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from goodput_operator import metrics
 from goodput_operator.api.base import GROUP, VERSION
+from goodput_operator.decide import Event, Failure
 
 Obj = dict[str, Any]
 D = TypeVar("D")  # a controller's decision for one object
@@ -173,25 +174,24 @@ APPLY_CONCURRENCY = 16  # objects whose decisions are applied at once (API-bound
 API_CONNECTIONS = 32  # the client's connection pool; matches the executor's threads
 
 
-def _failed(kind: str, obj: Obj) -> None:
+def _failed(kind: str, obj: Obj, error: BaseException | None = None) -> None:
     metrics.RECONCILE_ERRORS.labels(kind).inc()
     meta = obj["metadata"]
-    log.exception("reconcile of %s %s/%s failed", kind, meta.get("namespace"), meta["name"])
+    log.error("reconcile of %s %s/%s failed", kind, meta.get("namespace"), meta["name"],
+              exc_info=error or True)
 
 
-async def reconcile_each(kind: str, objects: Iterable[Obj], decide: Callable[[Obj], D],
-                         apply: Callable[[D], Awaitable[None]],
-                         object_of: Callable[[D], Obj]) -> None:
-    """Decide every object on one snapshot (no await until all are decided, so no watch
-    event lands halfway), then apply the decisions APPLY_CONCURRENCY at a time: a pass
-    costs the slowest objects' round trips, not the sum of all. One object's failure is
-    logged and counted; the others go on."""
-    decisions: list[D] = []
-    for obj in objects:
-        try:
-            decisions.append(decide(obj))
-        except Exception:
-            _failed(kind, obj)
+def log_failures(failures: Iterable[Failure]) -> None:
+    """Objects whose decision raised: logged with the traceback and counted."""
+    for failure in failures:
+        _failed(failure.kind, failure.obj, failure.error)
+
+
+async def apply_each(kind: str, decisions: Iterable[D], apply: Callable[[D], Awaitable[None]],
+                     object_of: Callable[[D], Obj]) -> None:
+    """Apply the decisions of a pass APPLY_CONCURRENCY at a time: a pass costs the slowest
+    objects' round trips, not the sum of all. One object's failure is logged and counted;
+    the others go on."""
     limit = asyncio.Semaphore(APPLY_CONCURRENCY)
 
     async def one(decision: D) -> None:
@@ -207,11 +207,11 @@ async def reconcile_each(kind: str, objects: Iterable[Obj], decide: Callable[[Ob
                 metrics.RECONCILE_OBJECT_SECONDS.labels(kind).observe(
                     time.perf_counter() - started)
 
-    await asyncio.gather(*(one(decision) for decision in decisions))
+    await asyncio.gather(*(one(decision) for decision in list(decisions)))
 
 
 async def write_status(kube: Kube, plural: str, obj: Obj, current: Obj, desired: Obj,
-                       events: list[tuple[str, str, str]] | None = None) -> None:
+                       events: Iterable[Event] = ()) -> None:
     """One status write when anything in DESIRED differs from CURRENT, then the events
     (never before). The write lands on the live status held for OBJ: other writers (the
     report handlers) may have changed other keys meanwhile; None removes a key."""
@@ -221,5 +221,5 @@ async def write_status(kube: Kube, plural: str, obj: Obj, current: Obj, desired:
                                 desired)
         merged = {**(obj.get("status") or {}), **desired}
         obj["status"] = {k: v for k, v in merged.items() if v is not None}
-    for type_, reason, message in events or []:
+    for type_, reason, message in events:
         await asyncio.to_thread(kube.event, obj, reason, message, type_)

@@ -13,6 +13,7 @@ from typing import Any
 
 from goodput_operator import names
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
+from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.health.quarantine import Finding
 from goodput_operator.health.sdc import Ledger
 from goodput_operator.topology.model import (
@@ -124,22 +125,34 @@ class State:
         self.group_written: dict[str, float] = {}  # group -> last status write
         self.endpoints: dict[tuple[str, str], Obj] = {}
         self.endpoint_pods: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
-        self.scaled: dict[tuple[str, str], Any] = {}  # the autoscaler's latest decision
+        self.scaled: dict[tuple[str, str], Scaled] = {}  # the autoscaler's latest decision
         self.scaling_history: dict[tuple[str, str], Any] = {}  # autoscaling.History
         self.prometheus_url = "http://127.0.0.1:9090"
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
-    def spend_writes(self, count: int) -> bool:
-        """Take COUNT pod writes from this pass's budget; False (and another pass asked
-        for) once it is spent. Bulk work (thousands of replicas) is spread over short
-        passes, so a node failure is never queued behind it; and what a pass will not
-        write, it does not build (9,000 pod bodies per pass were most of the memory)."""
-        if self.write_budget <= 0:
+    def snapshot(self, clock: float, with_members: bool = False) -> Snapshot:
+        """What the decisions read (decide.Snapshot): views of these caches, not copies.
+        WITH_MEMBERS: each group's nodes (a scan of every node; the group pass needs it)."""
+        return Snapshot(
+            clock=clock, nodes=self.nodes, groups=self.groups,
+            group_objects=self.group_objects, fleets=self.fleets,
+            members={g: {n["metadata"]["name"]: n for n in self.members(g)}
+                     for g in self.groups} if with_members else {},
+            jobs=self.ordered_jobs(), job_pods=self.job_pods,
+            endpoints=list(self.endpoints.values()), endpoint_pods=self.endpoint_pods,
+            seen_unhealthy=self.seen_unhealthy, healthy_since=self.healthy_since,
+            blamed=self.blamed, clean_probes=self.clean_probes, probe_runs=self.probe_runs,
+            probed_at=self.probed_at, last_sweep=self.last_sweep,
+            group_written=self.group_written, progress=self.progress, scaled=self.scaled,
+            report_url=self.report_url, write_budget=self.write_budget)
+
+    def defer_writes(self, count: int) -> None:
+        """COUNT writes wait for the next pass, which is asked for: bulk work (thousands
+        of replicas) is spread over short passes, so a node failure is never queued
+        behind it."""
+        if count:
             self.deferred_writes += count
             self.wake.set()
-            return False
-        self.write_budget -= count
-        return True
 
     def take_writes(self, count: int) -> int:
         """Up to COUNT writes of independent objects (node labels) from this pass's budget;

@@ -20,7 +20,6 @@ from goodput_operator.api.trainingjob import TrainingJobSpec
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "goodput-operator"}
 HOSTFILE_DIR = "/etc/goodput"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 Obj = dict[str, Any]
 
@@ -175,48 +174,6 @@ def worker_pod(job: Obj, index: int, restart: int, resource: str,
                      "annotations": annotations, "ownerReferences": [owner_reference(job)]},
         "spec": pod_spec,
     }
-
-
-def pin(pod: Obj, node: str, domain: str | None) -> Obj:
-    """The patch that pins a gated pod to its node and lets it schedule; the node is also
-    recorded as an annotation, so the pod counts there before it binds.
-
-    Node affinity may only be narrowed while a pod is gated: the hostname requirement is
-    added to every existing term (a term list ORs), so the pod's own rules still hold.
-    """
-    spec = pod.get("spec", {})
-    affinity = copy.deepcopy(spec.get("affinity") or {})
-    required = affinity.setdefault("nodeAffinity", {}).setdefault(
-        "requiredDuringSchedulingIgnoredDuringExecution", {})
-    terms = required.get("nodeSelectorTerms") or [{}]
-    want = {"key": HOSTNAME_LABEL, "operator": "In", "values": [node]}
-    for term in terms:
-        expressions = [e for e in term.get("matchExpressions") or []
-                       if e.get("key") != HOSTNAME_LABEL]
-        term["matchExpressions"] = [*expressions, want]
-    required["nodeSelectorTerms"] = terms
-    gates = [g for g in spec.get("schedulingGates") or []
-             if g.get("name") != names.PLACEMENT_GATE]
-    annotations = {names.NODE_ANNOTATION: node,
-                   **({names.DOMAIN_ANNOTATION: domain} if domain else {})}
-    return {"metadata": {"annotations": annotations},
-            "spec": {"affinity": affinity, "schedulingGates": gates}}
-
-
-def pinned(pod: Obj, node: str, domain: str | None) -> Obj:
-    """POD as it is created when its rank is already placed: the pin applied up front, so
-    the pod is written once instead of created gated and patched."""
-    patch = pin(pod, node, domain)
-    result = copy.deepcopy(pod)
-    result["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
-    result["spec"]["affinity"] = patch["spec"]["affinity"]
-    result["spec"]["schedulingGates"] = patch["spec"]["schedulingGates"]
-    return result
-
-
-def is_gated(pod: Obj) -> bool:
-    return any(g.get("name") == names.PLACEMENT_GATE
-               for g in pod.get("spec", {}).get("schedulingGates") or [])
 
 
 def _spec(job: Obj) -> TrainingJobSpec:

@@ -175,6 +175,7 @@ class Fleet:
         self.pods: dict[str, PodUse] = {}
         self.by_owner: dict[str, set[str]] = {}  # owner -> pod keys
         self._ordered: list[Domain] | None = None
+        self._journal: dict[str, PodUse | None] | None = None  # inside trial(): undo log
 
     @classmethod
     def from_objects(cls, shape: GroupShape, nodes: Iterable[Mapping[str, Any]],
@@ -276,6 +277,7 @@ class Fleet:
         self.bind(key, node, accelerators, pod_owner(pod))
 
     def bind(self, key: str, node_name: str, accelerators: int, owner: str) -> None:
+        self._remember(key)
         self.release(key)
         node = self.nodes.get(node_name)
         if node is None:
@@ -302,6 +304,7 @@ class Fleet:
         return use
 
     def release(self, key: str) -> None:
+        self._remember(key)
         use = self._forget(key)
         if use is None:
             return
@@ -310,6 +313,29 @@ class Fleet:
             node.pods.pop(key, None)
             node.used -= use.accelerators
             self._refresh_domain(self.domains[node.domain])
+
+    def _remember(self, key: str) -> None:
+        if self._journal is not None and key not in self._journal:
+            self._journal[key] = self.pods.get(key)
+
+    @contextlib.contextmanager
+    def trial(self) -> Iterator[None]:
+        """Within the block, reservations (bind, release) count as usual, so a placement
+        sees the ones made before it; after it, the fleet is exactly as before. Decisions
+        place on the live fleet in a trial and hand their reservations to the controller,
+        which makes them when it applies the decision."""
+        if self._journal is not None:  # nested: the outer trial undoes everything
+            yield
+            return
+        self._journal = {}
+        try:
+            yield
+        finally:
+            journal, self._journal = self._journal, None
+            for key, held in reversed(list(journal.items())):
+                self.release(key)
+                if held is not None:
+                    self.bind(key, held.node, held.accelerators, held.owner)
 
     def release_owner(self, owner: str) -> None:
         for key in list(self.by_owner.get(owner, ())):

@@ -8,8 +8,8 @@ import pytest
 
 from goodput_operator import names
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec, Rollout
+from goodput_operator.decide.replicas import plan_groups as plan
 from goodput_operator.resources import inference as build
-from goodput_operator.resources.inferenceplan import plan
 
 SPEC = {"ultraServerGroup": "g", "model": {"name": "m"},
         "replicaShape": {"workers": 2, "acceleratorsPerWorker": 4},

@@ -1,7 +1,7 @@
-"""The pure half of the TrainingJob reconcile: observed job + pods + lost nodes -> what to
-do and the status to write. The controller does the I/O (and the placement against the
-shared fleet model) around it. Every pass recomputes everything, so a lost event or an
-operator restart loses nothing.
+"""A TrainingJob's current attempt: observed job + pods + lost nodes -> what the attempt
+needs (pods to create, pin, delete; an incident to open; a restart) and its phase.
+`decide.job` wraps it with placement and the status. Every pass recomputes everything, so a
+lost event or an operator restart loses nothing.
 
 Attempts: a job's pods belong to attempt `status.restarts`; pods of older attempts are
 deleted, and the new attempt's pods stay gated until they are gone (a pod pinned to a node
@@ -20,15 +20,23 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from goodput_operator import names
 from goodput_operator.api.trainingjob import TrainingJobSpec
+from goodput_operator.decide.types import ConditionUpdate, Event
 from goodput_operator.health import badput
 from goodput_operator.health.failures import classify
 from goodput_operator.health.quarantine import parse_time
 from goodput_operator.resources import trainingjob as build
+from goodput_operator.resources.pods import (
+    FINISHED,
+    attempt_of,
+    index_of,
+    is_active,
+    is_gated,
+    is_ready,
+)
 
 Obj = dict[str, Any]
-TERMINAL = ("Succeeded", "Failed")
+TERMINAL = FINISHED  # a job ends as its pods do
 
 
 @dataclass(frozen=True)
@@ -41,7 +49,9 @@ class Lost:
 
 
 @dataclass
-class Plan:
+class Attempt:
+    """What the current attempt needs this pass, and where it stands."""
+
     phase: str
     message: str
     create: list[Obj] = field(default_factory=list)
@@ -54,28 +64,13 @@ class Plan:
     blame: dict[str, str] = field(default_factory=dict)  # node -> evidence: quarantine it
     probe: list[str] = field(default_factory=list)  # nodes to probe before the start
     status: Obj = field(default_factory=dict)  # incidents and goodput to write
-    events: list[tuple[str, str, str]] = field(default_factory=list)  # type, reason, message
+    events: list[Event] = field(default_factory=list)
     wake_at: float | None = None
-    conditions: list[tuple[str, bool, str, str]] = field(default_factory=list)
+    conditions: list[ConditionUpdate] = field(default_factory=list)
     workers: int = 0
     ready: int = 0
     succeeded: int = 0
     failed: int = 0
-
-
-def attempt_of(pod: Obj) -> int:
-    return int(pod["metadata"].get("labels", {}).get(names.RESTART_LABEL, "-1"))
-
-
-def index_of(pod: Obj) -> int:
-    return int(pod["metadata"].get("labels", {}).get(names.RANK_LABEL, "-1"))
-
-
-def is_ready(pod: Obj) -> bool:
-    if pod.get("status", {}).get("phase") != "Running":
-        return False
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in pod.get("status", {}).get("conditions") or [])
 
 
 def books_of(status: Obj) -> Obj:
@@ -84,10 +79,10 @@ def books_of(status: Obj) -> Obj:
             "checkpoint": status.get("checkpoint") or {}, "sdc": status.get("sdc") or {}}
 
 
-def plan(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | None = None,
-         now: float = 0.0, report_url: str = "", suspects: Collection[str] = (),
-         probed: Mapping[str, float] | None = None, spec: TrainingJobSpec | None = None
-         ) -> Plan:
+def attempt(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | None = None,
+            now: float = 0.0, report_url: str = "", suspects: Collection[str] = (),
+            probed: Mapping[str, float] | None = None, spec: TrainingJobSpec | None = None
+            ) -> Attempt:
     """SUSPECTS: nodes that are failing but not yet judged (NotReady within the grace
     period): a gang is not restarted onto them, the verdict is only seconds away.
     PROBED: when each node last passed the SDC probe (for sdc.probeOnStart). SPEC: the
@@ -99,22 +94,22 @@ def plan(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | No
     restart = int(status.get("restarts", 0))
     books = books_of(status)
     if phase in TERMINAL:
-        return Plan(phase, status.get("message", ""),
-                    delete=[p["metadata"]["name"] for p in pods if _active(p)])
+        return Attempt(phase, status.get("message", ""),
+                       delete=[p["metadata"]["name"] for p in pods if is_active(p)])
     if spec.suspend:
-        return Plan("Suspended", "suspended: workers stopped; checkpoints kept",
-                    delete=[p["metadata"]["name"] for p in pods],
-                    status=_goodput_only(badput.stopped(books, now)),
-                    conditions=[("Suspended", True, "Suspended", "spec.suspend is true")])
+        return Attempt("Suspended", "suspended: workers stopped; checkpoints kept",
+                       delete=[p["metadata"]["name"] for p in pods],
+                       status=_goodput_only(badput.stopped(books, now)),
+                       conditions=[ConditionUpdate("Suspended", True, "Suspended",
+                                                   "spec.suspend is true")])
 
     placement = status.get("placement") or {}
     ranks = {r["rank"]: r for r in placement.get("ranks") or []}
     current = {index_of(p): p for p in pods if attempt_of(p) == restart}
     stale = [p["metadata"]["name"] for p in pods if attempt_of(p) != restart]
-    result = Plan("Pending", "", delete=stale, hold=bool(stale),
-                  workers=len(ranks) or spec.workers,
-                  conditions=[("Suspended", False, "Resumed", "")] if phase == "Suspended"
-                  else [])
+    resumed = [ConditionUpdate("Suspended", False, "Resumed", "")] if phase == "Suspended" else []
+    result = Attempt("Pending", "", delete=stale, hold=bool(stale),
+                     workers=len(ranks) or spec.workers, conditions=resumed)
     result.succeeded = sum(1 for p in current.values()
                            if p.get("status", {}).get("phase") == "Succeeded")
     result.ready = sum(1 for p in current.values() if is_ready(p))
@@ -126,7 +121,7 @@ def plan(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | No
     if incident is None or incident["restart"] != restart + 1:
         opened = _detect(result, spec, books, ranks, failed, lost, restart, now)
         if result.phase == "Failed":
-            result.delete = [p["metadata"]["name"] for p in pods if _active(p)]
+            result.delete = [p["metadata"]["name"] for p in pods if is_active(p)]
             result.status = _goodput_only(badput.stopped(books, now))
             return result
         if opened is not None:
@@ -149,7 +144,7 @@ def plan(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | No
         # Place as soon as no worker runs ungated, whether or not every pod exists yet:
         # a job's turn (priority, then arrival) must not depend on how fast its pods were
         # created. Missing pods are created gated and pinned from the recorded placement.
-        result.needs_placement = not stale and all(build.is_gated(p) for p in current.values())
+        result.needs_placement = not stale and all(is_gated(p) for p in current.values())
         result.phase = "Recovering" if recovering else "Pending"
         result.message = "waiting for a placement"
         return result
@@ -162,18 +157,26 @@ def plan(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | No
         return result
     if not stale:
         for index, pod in current.items():
-            if build.is_gated(pod) and index in ranks:
+            if is_gated(pod) and index in ranks:
                 result.pin.append((pod["metadata"]["name"], ranks[index]["node"],
                                    ranks[index].get("domain")))
+    return _progress(result, books, recovering, restart, now)
+
+
+def _progress(result: Attempt, books: Obj, recovering: bool, restart: int, now: float
+              ) -> Attempt:
+    """A placed attempt: Running once every worker is ready (closing the incident it
+    recovers from), else Placing or Recovering with the count."""
     if result.ready == result.workers:
         result.phase = "Running"
         result.message = f"all {result.workers} workers running"
-        result.conditions.append(("Running", True, "AllWorkersRunning", result.message))
+        result.conditions.append(ConditionUpdate("Running", True, "AllWorkersRunning",
+                                                 result.message))
         if recovering or not books["goodput"].get("since"):
             result.status = _incidents_only(badput.running_again(books, now))
             if recovering:
                 done = result.status["incidents"][-1]
-                result.events.append(("Normal", "Recovered", _recovered(done)))
+                result.events.append(Event("Normal", "Recovered", _recovered(done)))
     elif recovering:
         result.phase = "Recovering"
         result.message = f"restart {restart}: {result.ready}/{result.workers} workers running"
@@ -187,13 +190,13 @@ def _unprobed(spec: TrainingJobSpec, placement: Obj, ranks: dict[int, Obj],
               current: dict[int, Obj], probed: Mapping[str, float]) -> list[str]:
     """Placed nodes still to pass the probe before a start (sdc.probeOnStart): only while
     no worker of this attempt has been let go."""
-    if not spec.sdc.probe_on_start or any(not build.is_gated(p) for p in current.values()):
+    if not spec.sdc.probe_on_start or any(not is_gated(p) for p in current.values()):
         return []
     since = parse_time(placement.get("placedAt")) or 0.0
     return sorted({r["node"] for r in ranks.values() if probed.get(r["node"], -1.0) < since})
 
 
-def _detect(result: Plan, spec: TrainingJobSpec, books: Obj, ranks: dict[int, Obj],
+def _detect(result: Attempt, spec: TrainingJobSpec, books: Obj, ranks: dict[int, Obj],
             failed: list[tuple[int, Obj]], lost: Mapping[str, Lost], restart: int,
             now: float) -> Obj | None:
     """Open an incident when the current attempt was hit; None when it was not."""
@@ -222,35 +225,44 @@ def _detect(result: Plan, spec: TrainingJobSpec, books: Obj, ranks: dict[int, Ob
                 blamed[node] = verdict.detail
     if not (down or infra or application):
         return None
-    if down:
-        sdc = any(lost[n].reason == "SilentDataCorruption" for n in down)
-        cause = "SilentDataCorruption" if sdc else "NodeFailure"
-        message = "; ".join(f"node {n} lost: {lost[n].evidence}" for n in down)
-        if sdc:
-            message += _rollback(books, spec)
-    elif infra:
-        cause, message = "InfrastructureError", "; ".join(infra)
-    else:
-        cause, message = "ApplicationError", "; ".join(application)
+    cause, message = _cause(books, spec, down, lost, infra, application)
     if restart >= spec.failure_policy.max_restarts:
         _finish(result, "Failed", f"{message}; restart budget of "
                 f"{spec.failure_policy.max_restarts} used up", "RestartBudgetExhausted", [])
         return None
-    restart_at = None
-    if cause == "ApplicationError":
-        streak = 1
-        for earlier in reversed(books["incidents"]):
-            if earlier.get("cause") != "ApplicationError":
-                break
-            streak += 1
-        backoff = spec.failure_policy.backoff
-        delay = badput.backoff_seconds(backoff.initial_seconds, backoff.max_seconds, streak)
-        restart_at = now + delay if delay > 0 else None
+    restart_at = _backoff_until(books, spec, now) if cause == "ApplicationError" else None
     if badput.current_incident(books) is not None:  # hit again while recovering
         books = badput.running_again(books, min(times or [now]))
-    result.events.append(("Warning", "Interrupted", message))
+    result.events.append(Event("Warning", "Interrupted", message))
     return badput.open_incident(books, restart + 1, cause, message, sorted({*down, *blamed}),
                                 min(times or [now]), now, restart_at, strict_checkpoints(spec))
+
+
+def _cause(books: Obj, spec: TrainingJobSpec, down: list[str], lost: Mapping[str, Lost],
+           infra: list[str], application: list[str]) -> tuple[str, str]:
+    """The incident's cause and message: lost nodes first, then infrastructure errors."""
+    if down:
+        sdc = any(lost[n].reason == "SilentDataCorruption" for n in down)
+        message = "; ".join(f"node {n} lost: {lost[n].evidence}" for n in down)
+        if sdc:
+            return "SilentDataCorruption", message + _rollback(books, spec)
+        return "NodeFailure", message
+    if infra:
+        return "InfrastructureError", "; ".join(infra)
+    return "ApplicationError", "; ".join(application)
+
+
+def _backoff_until(books: Obj, spec: TrainingJobSpec, now: float) -> float | None:
+    """When an application error's restart may happen: the backoff grows with the
+    streak of application errors in a row."""
+    streak = 1
+    for earlier in reversed(books["incidents"]):
+        if earlier.get("cause") != "ApplicationError":
+            break
+        streak += 1
+    backoff = spec.failure_policy.backoff
+    delay = badput.backoff_seconds(backoff.initial_seconds, backoff.max_seconds, streak)
+    return now + delay if delay > 0 else None
 
 
 def strict_checkpoints(spec: TrainingJobSpec) -> bool:
@@ -269,13 +281,14 @@ def _rollback(books: Obj, spec: TrainingJobSpec) -> str:
     return f"; rolling back to {where}, the newest verified checkpoint{first}{newer}"
 
 
-def _recover(result: Plan, spec: TrainingJobSpec, books: Obj, incident: Obj,
+def _recover(result: Attempt, spec: TrainingJobSpec, books: Obj, incident: Obj,
              pods: list[Obj], ranks: dict[int, Obj], lost: Mapping[str, Lost],
-             suspects: Collection[str], restart: int, now: float) -> Plan:
+             suspects: Collection[str], restart: int, now: float) -> Attempt:
     """The incident is open for the next attempt: wait out backoff and quarantine, then
     restart the gang (the controller finds the replacement placement)."""
     result.phase, result.status = "Recovering", _incidents_only(books)
-    result.conditions.append(("Running", False, "Recovering", incident["message"]))
+    result.conditions.append(ConditionUpdate("Running", False, "Recovering",
+                                             incident["message"]))
     restart_at = parse_time(incident.get("restartAt"))
     unresolved = [n for n in incident.get("nodes") or [] if n not in lost]
     pending = sorted({r["node"] for r in ranks.values()
@@ -296,7 +309,7 @@ def _recover(result: Plan, spec: TrainingJobSpec, books: Obj, incident: Obj,
         result.failed_nodes = sorted({r["node"] for r in ranks.values() if r["node"] in lost})
         result.message = f"{incident['cause']}: restarting the gang (restart {restart + 1})"
         result.delete = [p["metadata"]["name"] for p in pods]
-        result.events.append(("Warning", "Restarting", result.message))
+        result.events.append(Event("Warning", "Restarting", result.message))
     result.create, result.pin = [], []
     return result
 
@@ -317,15 +330,13 @@ def _goodput_only(books: Obj) -> Obj:
     return {"goodput": books["goodput"]}
 
 
-def _active(pod: Obj) -> bool:
-    return pod.get("status", {}).get("phase") not in TERMINAL
-
-
-def _finish(result: Plan, phase: str, message: str, reason: str, pods: list[Obj]) -> Plan:
+def _finish(result: Attempt, phase: str, message: str, reason: str, pods: list[Obj]
+            ) -> Attempt:
     result.phase, result.message = phase, message
     result.create = []
     result.pin = []
     result.needs_placement = False
-    result.delete = [p["metadata"]["name"] for p in pods if _active(p)]
-    result.conditions += [(phase, True, reason, message), ("Running", False, reason, message)]
+    result.delete = [p["metadata"]["name"] for p in pods if is_active(p)]
+    result.conditions += [ConditionUpdate(phase, True, reason, message),
+                          ConditionUpdate("Running", False, reason, message)]
     return result

@@ -6,8 +6,10 @@ from typing import Any
 
 import pytest
 
+from goodput_operator.decide.attempt import Lost
+from goodput_operator.decide.attempt import attempt as plan
+from goodput_operator.resources import pods
 from goodput_operator.resources import trainingjob as build
-from goodput_operator.resources.jobplan import Lost, plan
 
 pytestmark = pytest.mark.unit
 NEURON = "aws.amazon.com/neuron"
@@ -40,7 +42,7 @@ PLACED = {"placement": {"ranks": [{"rank": 0, "node": "n0", "domain": "d"},
 def test_a_new_job_creates_all_workers_gated_and_asks_for_a_placement() -> None:
     result = plan(job(), [], NEURON)
     assert [p["metadata"]["name"] for p in result.create] == ["j-r0-w0", "j-r0-w1"]
-    assert all(build.is_gated(p) for p in result.create)
+    assert all(pods.is_gated(p) for p in result.create)
     assert result.needs_placement and result.phase == "Pending"
 
 

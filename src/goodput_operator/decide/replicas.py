@@ -1,5 +1,6 @@
-"""The pure half of the InferenceEndpoint reconcile: observed groups -> which groups to
-create, place and delete, for the desired count and the current revision.
+"""An InferenceEndpoint's replica groups: observed groups -> which groups to create, place
+and delete, for the desired count and the current revision (`decide.endpoint` wraps it
+with placement and the status).
 
 Groups are the unit of everything: a failed member (or a member on a lost node) restarts
 its whole group; a rollout replaces whole groups, creating at most maxSurge extra and
@@ -11,15 +12,23 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from goodput_operator import names
 from goodput_operator.api.base import resolve
-from goodput_operator.resources import trainingjob as tj
-from goodput_operator.resources.jobplan import is_ready
+from goodput_operator.resources.pods import FINISHED, is_gated, is_ready
 from goodput_operator.topology.replacement import ReplicaGroup, choose_scale_down
 
 Obj = dict[str, Any]
+
+
+class Removal(StrEnum):
+    """Why a group is deleted: only a restart is news (a Warning event)."""
+
+    RESTART = "Restart"  # a member stopped or its node was lost
+    ROLLOUT = "Rollout"  # replaced by the new revision
+    SCALE_DOWN = "ScaleDown"
 
 
 @dataclass
@@ -40,14 +49,15 @@ class Group:
         return len(self.pods) == size and all(is_ready(p) for p in self.pods.values())
 
     def gated(self) -> bool:
-        return all(tj.is_gated(p) for p in self.pods.values())
+        return all(is_gated(p) for p in self.pods.values())
 
 
 @dataclass
 class EndpointPlan:
     create: list[tuple[int, str]] = field(default_factory=list)  # (group index, revision)
     complete: list[int] = field(default_factory=list)  # groups missing members: recreate
-    delete: dict[int, str] = field(default_factory=dict)  # group index -> why
+    delete: dict[int, str] = field(default_factory=dict)  # group index -> why, in words
+    removal: dict[int, Removal] = field(default_factory=dict)  # group index -> why
     place: list[int] = field(default_factory=list)  # whole groups gated: place and pin
     groups: dict[int, Group] = field(default_factory=dict)
     ready: int = 0
@@ -65,19 +75,21 @@ def groups_of(pods: list[Obj]) -> dict[int, Group]:
     return groups
 
 
-def plan(pods: list[Obj], size: int, desired: int, revision: str, rollout: Any,
+def plan_groups(pods: list[Obj], size: int, desired: int, revision: str, rollout: Any,
          lost: Collection[str]) -> EndpointPlan:
     """SIZE: pods per group; LOST: nodes no longer usable (quarantined, gone)."""
     result = EndpointPlan(groups=groups_of(pods))
     live: dict[int, Group] = {}
     for index, group in result.groups.items():
         failed = [p["metadata"]["name"] for p in group.pods.values()
-                  if p.get("status", {}).get("phase") in ("Failed", "Succeeded")]
+                  if p.get("status", {}).get("phase") in FINISHED]
         on_lost = sorted({n for n in group.nodes() if n in lost})
         if failed:
-            result.delete[index] = f"member(s) {', '.join(failed)} stopped: restarting the group"
+            _remove(result, index, Removal.RESTART,
+                    f"member(s) {', '.join(failed)} stopped: restarting the group")
         elif on_lost:
-            result.delete[index] = f"node(s) {', '.join(on_lost)} lost: restarting the group"
+            _remove(result, index, Removal.RESTART,
+                    f"node(s) {', '.join(on_lost)} lost: restarting the group")
         else:
             live[index] = group
             if len(group.pods) < size and group.gated():
@@ -93,7 +105,7 @@ def plan(pods: list[Obj], size: int, desired: int, revision: str, rollout: Any,
     # old groups that are not ready cost nothing to remove
     for index in sorted(old):
         if index not in ready:
-            result.delete[index] = "replaced by the new revision"
+            _remove(result, index, Removal.ROLLOUT, "replaced by the new revision")
     old = {i: g for i, g in old.items() if i not in result.delete}
     room = desired + surge - len(new) - len(old)
     missing = desired - len(new)
@@ -106,17 +118,23 @@ def plan(pods: list[Obj], size: int, desired: int, revision: str, rollout: Any,
     for index in sorted(old, key=lambda i: -i):
         if removable <= 0:
             break
-        result.delete[index] = "replaced by the new revision"
+        _remove(result, index, Removal.ROLLOUT, "replaced by the new revision")
         removable -= 1 if index in ready else 0
     excess = len(new) - desired
     if excess > 0 and not old:
         choices = [ReplicaGroup(str(i), g.domain()) for i, g in sorted(new.items())
                    if i not in result.delete]
         for chosen in choose_scale_down(choices, excess):
-            result.delete[int(chosen)] = "scaling down (frees whole domains first)"
+            _remove(result, int(chosen), Removal.SCALE_DOWN,
+                    "scaling down (frees whole domains first)")
     result.place = sorted(i for i, g in live.items()
                           if i not in result.delete and g.gated() and len(g.pods) == size)
     result.live = len([i for i in live if i not in result.delete])
     result.ready = len([i for i in ready if i not in result.delete])
     result.updated = len([i for i in new if i not in result.delete])
     return result
+
+
+def _remove(result: EndpointPlan, index: int, removal: Removal, why: str) -> None:
+    result.delete[index] = why
+    result.removal[index] = removal

@@ -35,9 +35,9 @@ from goodput_operator.api.reports import (
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import State
+from goodput_operator.decide.attempt import strict_checkpoints
 from goodput_operator.health import sdc
 from goodput_operator.health.quarantine import Finding, iso
-from goodput_operator.resources.jobplan import strict_checkpoints
 
 Obj = dict[str, Any]
 log = logging.getLogger("goodput.reports")

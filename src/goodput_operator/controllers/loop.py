@@ -1,0 +1,71 @@
+"""The operator's one ordered loop: kopf's watch handlers only update `State` and wake it;
+every pass decides groups, then jobs, then endpoints (goodput_operator.decide) and applies
+each kind's plan before the next kind is decided.
+
+A pass runs whenever anything changed, when a timer (grace period, backoff) runs out, and
+every resync_seconds. Bulk work is spread over passes by the write budget, so a node
+failure never waits behind thousands of pod writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from goodput_operator import metrics
+from goodput_operator.api.trainingjob import PHASES
+from goodput_operator.controllers import inferenceendpoint, trainingjob, ultraservergroup
+from goodput_operator.controllers.kube import Kube
+from goodput_operator.controllers.state import PASS_WRITE_BUDGET, State
+from goodput_operator.operator import runtime
+
+log = logging.getLogger("goodput.loop")
+DEBOUNCE_SECONDS = 0.02  # one pass for a burst of events, not one per event
+TRIM_SECONDS = 60.0  # how often freed memory goes back to the OS
+SLOW_PASS_SECONDS = 1.0  # a pass longer than this is logged with where its time went
+
+
+async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> None:
+    trimmed = time.time()  # the first trim a minute in: after the initial listings
+    while True:
+        timeout = resync_seconds
+        if state.deadline is not None:
+            timeout = min(timeout, max(0.0, state.deadline - time.time()))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(state.wake.wait(), timeout=timeout)
+        await asyncio.sleep(DEBOUNCE_SECONDS)  # let a burst of watch events land first
+        await one_pass(state, kube)
+        if state.last_pass - trimmed > TRIM_SECONDS:
+            trimmed = state.last_pass
+            runtime.release_freed_memory()
+
+
+async def one_pass(state: State, kube: Kube) -> None:
+    state.wake.clear()
+    state.deadline = None
+    state.write_budget, state.deferred_writes = PASS_WRITE_BUDGET, 0
+    started = time.perf_counter()
+    await ultraservergroup.reconcile_groups(state, kube, time.time())
+    grouped = time.perf_counter()
+    jobs = await trainingjob.reconcile_jobs(state, kube, time.time())
+    applied = time.perf_counter()
+    await inferenceendpoint.reconcile_endpoints(state, kube, time.time())
+    ended = time.perf_counter()
+    metrics.RECONCILE_SECONDS.observe(ended - started)
+    state.last_pass = time.time()
+    if ended - started > SLOW_PASS_SECONDS:
+        log.info("slow pass %.2fs: groups %.2fs, %d jobs %.2fs, %d endpoints %.2fs "
+                 "(%d pod writes left for the next pass)", ended - started,
+                 grouped - started, jobs, applied - grouped, len(state.endpoints),
+                 ended - applied, state.deferred_writes)
+    phases = {phase: 0 for phase in PHASES}
+    for job in state.jobs.values():
+        phase = (job.get("status") or {}).get("phase")
+        if phase in phases:
+            phases[phase] += 1
+    for phase, count in phases.items():
+        metrics.JOBS.labels(phase).set(count)
+    for group, fleet in state.fleets.items():
+        metrics.ACCELERATORS.labels(group).set(sum(n.used for n in fleet.nodes.values()))

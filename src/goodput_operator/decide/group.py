@@ -1,0 +1,242 @@
+"""An UltraServerGroup's pass, decided: which nodes to quarantine and release (by
+health/quarantine's rules), the labels its nodes should carry, the probes to start, and
+the per-domain status.
+
+The group pass runs before the jobs': a node quarantined in it is out of the fleet when
+the jobs on it are recovered, in the same pass.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from goodput_operator import names
+from goodput_operator.api.conditions import is_true, set_condition, stamp
+from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
+from goodput_operator.decide.snapshot import Snapshot
+from goodput_operator.decide.types import Event, ProbeStart
+from goodput_operator.health import cron
+from goodput_operator.health import quarantine as q
+from goodput_operator.topology.model import Domain, Fleet
+
+Obj = dict[str, Any]
+STATUS_INTERVAL = 2.0  # seconds between writes of usage-only changes
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    node: str
+    finding: q.Finding
+    patch: Obj  # the merge patch (carries the node's resourceVersion)
+    message: str
+
+
+@dataclass(frozen=True)
+class Release:
+    node: str
+    record: q.Record
+    patch: Obj
+    message: str
+
+
+@dataclass
+class GroupDecision:
+    name: str
+    body: Obj  # the group as read
+    desired: Obj  # the status
+    write: bool  # whether the status is written this pass (usage-only changes wait)
+    quarantine: list[Quarantine] = field(default_factory=list)
+    release: list[Release] = field(default_factory=list)
+    labels: list[tuple[str, dict[str, str]]] = field(default_factory=list)  # node, labels
+    probes: list[ProbeStart] = field(default_factory=list)
+    forget_blame: list[str] = field(default_factory=list)  # blamed nodes already out
+    events: list[Event] = field(default_factory=list)  # on the group, after its write
+    storm: str | None = None
+    sweep_mark: float | None = None  # the group's last scheduled sweep, from now on
+    wake_at: float | None = None
+
+
+def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
+    spec, body, fleet = snapshot.groups[name], snapshot.group_objects[name], \
+        snapshot.fleets[name]
+    now, policy = snapshot.clock, spec.quarantine
+    members = snapshot.members.get(name, {})
+    forget = [n for n in snapshot.blamed if n in members and q.record_of(members[n])]
+    reported = {n: f for n, f in snapshot.blamed.items() if n in members and n not in forget}
+    verdict = q.decide(members, policy, now, snapshot.seen_unhealthy, snapshot.healthy_since,
+                       reported, snapshot.clean_probes)
+    wakes = [verdict.wake_at]
+    quarantine = [Quarantine(node, found, q.quarantine_patch(members[node], found, now),
+                             f"quarantined {node}: {found.reason}: {found.evidence}")
+                  for node, found in verdict.quarantine]
+    release = [Release(node, record, q.release_patch(members[node]),
+                       f"released {node} from quarantine ({record.reason}): " + (
+                           f"{snapshot.clean_probes.get(node, 0)} clean probe runs in a row"
+                           if record.reason == q.SDC else
+                           f"healthy for {policy.release_after_healthy_seconds}s"))
+               for node, record in verdict.release]
+    probes = _suspects(snapshot, name, spec, members) if spec.probes.on_suspicion else []
+    sweep, sweep_mark, schedule_error = _sweep(snapshot, name, spec, fleet)
+    if spec.probes.schedule and not schedule_error:
+        wakes.append(now - now % 60 + 60.5)  # look again at the next minute
+
+    status = dict(body.get("status") or {})
+    generation = body["metadata"].get("generation")
+    desired = group_status(spec, fleet, status.get("conditions") or [], verdict.storm,
+                           generation, stamp(now), schedule_error)
+    events = []
+    if verdict.storm and not is_true(status.get("conditions") or [], "StormGuard"):
+        events.append(Event("Warning", "StormGuard", verdict.storm))
+    write, wake = _due(status, desired, now - snapshot.group_written.get(name, 0.0))
+    wakes.append(None if wake is None else now + wake)
+    return GroupDecision(
+        name, body, desired, write, quarantine, release, _labels(snapshot, name, fleet),
+        probes + sweep, forget, events, verdict.storm, sweep_mark,
+        min((w for w in wakes if w is not None), default=None))
+
+
+def _suspects(snapshot: Snapshot, group: str, spec: UltraServerGroupSpec,
+              members: Mapping[str, Obj]) -> list[ProbeStart]:
+    """Keep one probe Job running on each node quarantined for corruption until it has
+    enough clean runs; each result lets the next run start (Job names count the runs)."""
+    starts = []
+    for node_name, node in members.items():
+        record = q.record_of(node)
+        if record is None or record.reason != q.SDC:
+            continue
+        if snapshot.clean_probes.get(node_name, 0) >= spec.quarantine.release_after_clean_probes:
+            continue
+        starts.append(ProbeStart(group, node_name, "suspicion",
+                                 snapshot.probe_runs.get(node_name, 0)))
+    return starts
+
+
+def _sweep(snapshot: Snapshot, group: str, spec: UltraServerGroupSpec, fleet: Fleet
+           ) -> tuple[list[ProbeStart], float | None, str | None]:
+    """On the group's probe schedule, probe every idle healthy node: the probes, the sweep
+    mark to record (first sight of the group, or a sweep now), and why the schedule is
+    unusable, if it is."""
+    schedule, now = spec.probes.schedule, snapshot.clock
+    if not schedule:
+        return [], None, None
+    last = snapshot.last_sweep.get(group)
+    mark = now if last is None else None
+    try:
+        cron.parse(schedule)  # said at once, not when the first minute comes
+        is_due = cron.due(schedule, now if last is None else last, now)
+    except cron.CronError as err:
+        return [], mark, str(err)
+    if not is_due:
+        return [], mark, None
+    idle = [n.name for n in fleet.nodes.values() if n.healthy and not n.pods]
+    return [ProbeStart(group, node, "schedule", int(now)) for node in idle], now, None
+
+
+def _labels(snapshot: Snapshot, group: str, fleet: Fleet) -> list[tuple[str, dict[str, str]]]:
+    """goodput.dev/group, /domain and /slot on each member that lacks them, for kubectl and
+    other tools."""
+    wanted: list[tuple[str, dict[str, str]]] = []
+    for domain in fleet.ordered_domains():
+        for node in domain.nodes:
+            want = {names.GROUP_LABEL: group, names.NODE_DOMAIN_LABEL: domain.id,
+                    names.SLOT_LABEL: str(node.slot)}
+            labels = snapshot.nodes[node.name]["metadata"].get("labels") or {}
+            if any(labels.get(k) != v for k, v in want.items()):
+                wanted.append((node.name, want))
+    return wanted
+
+
+def _due(status: Obj, desired: Obj, since_written: float) -> tuple[bool, float | None]:
+    """Write the status when it changed: at once when health, conditions or membership
+    did, at most every STATUS_INTERVAL seconds when only usage counters moved (a gang
+    launch changes them with every pod; the last change is written when the interval
+    is over, in how many seconds is the second value)."""
+    if all(status.get(k) == v for k, v in desired.items()):
+        return False, None
+    if _shape(status) != _shape(desired) or since_written >= STATUS_INTERVAL:
+        return True, None
+    return False, STATUS_INTERVAL - since_written
+
+
+def _shape(status: Obj) -> tuple[object, ...]:
+    """The status without its usage counters (free accelerators)."""
+    totals = {k: v for k, v in (status.get("totals") or {}).items() if k != "freeAccelerators"}
+    domains = [{k: v for k, v in d.items() if k != "freeAccelerators"}
+               for d in status.get("domains") or []]
+    return (status.get("health"), status.get("observedGeneration"), repr(totals),
+            repr(domains), repr(status.get("conditions")))
+
+
+def domain_health(domain: Domain, nodes_per_domain: int) -> str:
+    healthy = sum(1 for n in domain.nodes if n.healthy)
+    if healthy == 0:
+        return "Failed"
+    if healthy == len(domain.nodes) == nodes_per_domain:
+        return "Healthy"
+    return "Degraded"
+
+
+def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj],
+                 storm: str | None, generation: int | None, at: str,
+                 schedule_error: str | None = None) -> Obj:
+    """The group's status from its fleet model: per domain, totals, health, conditions."""
+    domains: list[Obj] = []
+    totals: Counter[str] = Counter()
+    misshaped: list[str] = []
+    for domain in fleet.ordered_domains():
+        health = domain_health(domain, spec.nodes_per_domain)
+        ready = [n for n in domain.nodes if n.healthy]
+        quarantined = [n.name for n in domain.nodes if n.state == "quarantined"]
+        spares = [n.name for n in domain.nodes if n.spare]
+        free = sum(n.free for n in ready if not n.spare)
+        domains.append({"id": domain.id, "health": health, "nodesReady": len(ready),
+                        "nodesTotal": len(domain.nodes), "freeAccelerators": free,
+                        "quarantinedNodes": quarantined, "spares": spares})
+        if len(domain.nodes) != spec.nodes_per_domain:
+            misshaped.append(f"{domain.id} has {len(domain.nodes)} of "
+                             f"{spec.nodes_per_domain} nodes")
+        misshaped += [f"{n.name} has {n.capacity} of {spec.accelerator.per_node} "
+                      f"{spec.accelerator.resource}" for n in domain.nodes
+                      if n.state == "misshaped"]
+        totals.update(domains=1, healthyDomains=int(health == "Healthy"), nodes=len(domain.nodes),
+                      readyNodes=len(ready), accelerators=sum(n.capacity for n in ready),
+                      freeAccelerators=free, quarantined=len(quarantined), spares=len(spares))
+    healths = {d["health"] for d in domains}
+    group_health = "Empty" if not domains else "Healthy" if healths == {"Healthy"} else \
+        "Failed" if healths == {"Failed"} else "Degraded"
+    usable = group_health in ("Healthy", "Degraded")
+    conditions = set_condition(
+        conditions, "Ready", usable, "DomainsAvailable" if usable else
+        ("NoNodes" if not domains else "NoHealthyNodes"),
+        f"{totals['healthyDomains']}/{totals['domains']} domains healthy, "
+        f"{totals['readyNodes']}/{totals['nodes']} nodes ready" if domains else
+        f"no node matches spec.nodeSelector {spec.node_selector}", generation, at)
+    degraded = [f"{d['id']} {d['health']}" for d in domains if d["health"] != "Healthy"]
+    conditions = set_condition(
+        conditions, "Degraded", bool(degraded), "DomainsDegraded" if degraded else "AllHealthy",
+        ", ".join(degraded[:20]), generation, at)
+    conditions = set_condition(conditions, "StormGuard", storm is not None,
+                               "TooManyFailing" if storm else "WithinBudget", storm or "",
+                               generation, at)
+    conditions = set_condition(conditions, "MisShaped", bool(misshaped),
+                               "ShapeMismatch" if misshaped else "AsDeclared",
+                               "; ".join(misshaped[:20]), generation, at)
+    if spec.spares.per_group:
+        conditions = set_condition(conditions, "SparesPerGroup", False, "NotSupported",
+                                   f"spares.perGroup={spec.spares.per_group} is not honoured "
+                                   "yet; only spares.perDomain holds nodes back", generation,
+                                   at)
+    conditions = set_condition(
+        conditions, "ProbesScheduled", bool(spec.probes.schedule) and not schedule_error,
+        "InvalidSchedule" if schedule_error else "Scheduled" if spec.probes.schedule
+        else "Disabled", schedule_error or (f"probing idle nodes on '{spec.probes.schedule}'"
+                                            if spec.probes.schedule else
+                                            "spec.probes.schedule is empty"), generation, at)
+    return {"observedGeneration": generation, "health": group_health,
+            "totals": {k: totals[k] for k in ("domains", "healthyDomains", "nodes",
+                                              "readyNodes", "accelerators",
+                                              "freeAccelerators", "quarantined", "spares")},
+            "domains": domains, "conditions": conditions}

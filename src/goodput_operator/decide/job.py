@@ -1,0 +1,282 @@
+"""A TrainingJob's pass, decided: its attempt (decide.attempt), its placement or the
+replacement of lost ranks, and the complete status to write.
+
+Placement happens on the live fleet inside the caller's `Fleet.trial()`: the jobs decided
+after this one see its reservations, and the controller makes them for real
+(`JobDecision.reservations`) when it applies the decision. A placement is written to the
+job's status before any pod is pinned to it, so an operator restart mid-launch finishes
+the launch from it instead of redoing it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from goodput_operator.api.base import describe_errors
+from goodput_operator.api.conditions import set_condition, stamp
+from goodput_operator.api.trainingjob import TrainingJobSpec
+from goodput_operator.decide.attempt import TERMINAL, Attempt, Lost, attempt, books_of
+from goodput_operator.decide.snapshot import Snapshot
+from goodput_operator.decide.types import (
+    ConditionUpdate,
+    Event,
+    ProbeStart,
+    Reservation,
+    apply_conditions,
+)
+from goodput_operator.health import badput
+from goodput_operator.health.quarantine import Finding, iso, parse_time, record_of
+from goodput_operator.resources import trainingjob as build
+from goodput_operator.resources.pods import attempt_of, index_of, is_gated
+from goodput_operator.topology.model import Fleet, trainingjob_owner
+from goodput_operator.topology.placement import Placement, RankSlot, Request, place
+from goodput_operator.topology.replacement import Elastic, replace
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class JobDecision:
+    """Everything one job's pass will do: the status to write, the children to change,
+    the reservations, blame and probes for the controller to record, and the events."""
+
+    job: Obj
+    status: Obj  # the status as read
+    desired: Obj  # the keys to write (None removes one)
+    events: list[Event] = field(default_factory=list)
+    attempt: Attempt | None = None  # None: only the status changes (invalid spec, no group)
+    placement: Obj | None = None
+    fresh: bool = False  # a placement made in this pass: write it before pinning
+    spec: TrainingJobSpec | None = None
+    observed: dict[str, Obj] = field(default_factory=dict)  # the job's pods, by name
+    reservations: list[Reservation] = field(default_factory=list)
+    blame: dict[str, Finding] = field(default_factory=dict)  # nodes for the group pass
+    probes: list[ProbeStart] = field(default_factory=list)
+    wake_at: float | None = None  # a timer (backoff) runs out then
+    placement_seconds: float | None = None  # time spent placing (a metric)
+    pending_seconds: float | None = None  # created -> placed, when placed now (a metric)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        meta = self.job["metadata"]
+        return meta["namespace"], meta["name"]
+
+
+def restart_of(job: Obj) -> int:
+    return int((job.get("status") or {}).get("restarts", 0))
+
+
+def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
+    meta = job["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    status: Obj = dict(job.get("status") or {})
+    generation = meta.get("generation")
+    clock, at = snapshot.clock, stamp(snapshot.clock)
+    conditions: list[Obj] = list(status.get("conditions") or [])
+    try:
+        spec = TrainingJobSpec.model_validate(job["spec"])
+    except ValidationError as err:
+        detail = describe_errors(err)
+        return JobDecision(job, status, {
+            "phase": "Failed", "message": f"invalid spec: {detail}",
+            "conditions": set_condition(conditions, "Failed", True, "InvalidSpec", detail,
+                                        generation, at)})
+    group = spec.ultra_server_group or ""
+    fleet = snapshot.fleets.get(group)
+    if fleet is None:
+        reason, message = ("UltraServerGroupNotFound",
+                           f"UltraServerGroup {spec.ultra_server_group!r} does not exist") \
+            if spec.ultra_server_group else \
+            ("NoUltraServerGroup", "jobs without spec.ultraServerGroup are not placed yet: "
+                                   "set spec.ultraServerGroup")
+        return JobDecision(job, status, {
+            "phase": "Pending", "message": message,
+            "conditions": set_condition(conditions, "Placed", False, reason, message,
+                                        generation, at)})
+
+    pods = list(snapshot.job_pods.get((namespace, name), {}).values())
+    decided = attempt(job, pods, fleet.shape.accelerator_resource,
+                      lost_nodes(snapshot, fleet, job, pods), clock, snapshot.report_url,
+                      suspects=snapshot.seen_unhealthy.keys(), probed=snapshot.probed_at,
+                      spec=spec)
+    result = JobDecision(job, status, {}, list(decided.events), decided, spec=spec,
+                         observed={p["metadata"]["name"]: p for p in pods},
+                         wake_at=decided.wake_at,
+                         blame={node: Finding("WorkerFailure", evidence, clock)
+                                for node, evidence in decided.blame.items()})
+    desired: Obj = {"phase": decided.phase, "message": decided.message, **decided.status}
+    if (namespace, name) in snapshot.progress:
+        desired["progress"] = snapshot.progress[(namespace, name)]
+    placement = status.get("placement")
+    conditions = apply_conditions(conditions, decided.conditions, generation, at)
+
+    if decided.needs_placement:
+        placement, update = _place(snapshot, fleet, spec, job, conditions, result)
+        conditions = apply_conditions(conditions, [update], generation, at)
+        if placement:
+            if desired["phase"] != "Recovering":
+                desired["phase"] = "Placing"
+            desired["message"] = placement["reason"]
+            result.fresh = True
+            books = {**books_of(status), **desired}
+            incident = badput.current_incident(books)
+            if incident is not None and not incident.get("replacedAt"):
+                desired["incidents"] = badput.replaced(books, clock, incident.get("action")
+                                                       or "wait")["incidents"]
+            by_rank = {r["rank"]: r for r in placement["ranks"]}
+            decided.pin = [(p["metadata"]["name"], by_rank[index_of(p)]["node"],
+                            by_rank[index_of(p)]["domain"]) for p in pods
+                           if index_of(p) in by_rank and attempt_of(p) == restart_of(job)
+                           and is_gated(p)]
+            if spec.sdc.probe_on_start:  # probes first: the workers stay gated
+                decided.hold, decided.pin = True, []
+                decided.probe = sorted({r["node"] for r in placement["ranks"]})
+        else:
+            desired["message"] = update.message
+    if decided.restart:
+        desired["restarts"] = restart_of(job) + 1
+        placement, action, why = _replacement(snapshot, fleet, spec, job, placement,
+                                              decided.failed_nodes, result)
+        books = {**books_of(status), **desired}
+        desired["incidents"] = (badput.replaced(books, clock, action) if placement else
+                                badput.update_incident(books, action=action))["incidents"]
+        desired["message"] = f"{decided.message}: {why}"
+        result.events.append(Event("Normal", "Replaced" if placement else "WaitingForCapacity",
+                                   why))
+    if decided.phase == "Suspended":
+        placement = None
+    result.probes = [ProbeStart(group, node, "start", snapshot.probe_runs.get(node, 0))
+                     for node in decided.probe]
+    result.placement = placement
+    result.desired = _complete(desired, status, decided, spec, placement, conditions,
+                               generation, clock)
+    if desired["phase"] != status.get("phase") and desired["phase"] in (
+            "Running", "Succeeded", "Failed", "Suspended"):
+        result.events.append(Event("Warning" if desired["phase"] == "Failed" else "Normal",
+                                   desired["phase"], desired["message"]))
+    return result
+
+
+def _complete(desired: Obj, status: Obj, decided: Attempt, spec: TrainingJobSpec,
+              placement: Obj | None, conditions: list[Obj], generation: int | None,
+              clock: float) -> Obj:
+    """The rest of the status: placement, conditions, counts, times."""
+    desired["placement"] = placement
+    desired["conditions"] = conditions
+    if "goodput" in desired:
+        desired["goodput"] = {**desired["goodput"],
+                              "ratio": badput.ratio(desired["goodput"], clock)}
+    desired["workers"] = {"desired": decided.workers, "ready": decided.ready,
+                          "succeeded": decided.succeeded, "failed": decided.failed}
+    live = placement is not None and desired["phase"] not in TERMINAL
+    desired["accelerators"] = decided.workers * spec.accelerators_per_worker if live else 0
+    if desired["phase"] == "Running" and not status.get("startTime"):
+        desired["startTime"] = stamp(clock)
+    if desired["phase"] in TERMINAL and not status.get("completionTime"):
+        desired["completionTime"] = stamp(clock)
+    desired["observedGeneration"] = generation
+    return desired
+
+
+def lost_nodes(snapshot: Snapshot, fleet: Fleet, job: Obj, pods: list[Obj]) -> dict[str, Lost]:
+    """The nodes this job touches (its ranks, its open incident's, its failed pods') that
+    it may no longer use: quarantined, gone, or moved out of its group."""
+    status = job.get("status") or {}
+    names = {r["node"] for r in (status.get("placement") or {}).get("ranks") or []}
+    for incident in (status.get("incidents") or [])[-1:]:
+        names.update(incident.get("nodes") or [])
+    names.update(p["spec"]["nodeName"] for p in pods if p.get("spec", {}).get("nodeName"))
+    lost: dict[str, Lost] = {}
+    for name in names:
+        node = fleet.nodes.get(name)
+        record = record_of(snapshot.nodes[name]) if name in snapshot.nodes else None
+        if node is None:
+            lost[name] = Lost("the node left the group or was deleted", snapshot.clock)
+        elif node.state == "quarantined" and record is not None:
+            lost[name] = Lost(f"quarantined ({record.reason}: {record.evidence})", record.since,
+                              record.reason)
+    return lost
+
+
+def _reserve(fleet: Fleet, result: JobDecision, spec: TrainingJobSpec, restart: int,
+             ranks: list[RankSlot]) -> None:
+    """Reserve the placed ranks in the trial (the jobs decided later in this pass must see
+    them) and hand them to the controller."""
+    job, group = result.job, spec.ultra_server_group or ""
+    meta = job["metadata"]
+    owner = trainingjob_owner(meta["namespace"], meta["name"])
+    for rank in ranks:
+        key = f"{meta['namespace']}/{build.pod_name(meta['name'], restart, rank.rank)}"
+        fleet.bind(key, rank.node, spec.accelerators_per_worker, owner)
+        result.reservations.append(Reservation(group, key, rank.node,
+                                               spec.accelerators_per_worker, owner))
+
+
+def _placement_record(placed: Placement, clock: float) -> Obj:
+    """The placement as the status records it (and the next attempt reads it back)."""
+    ranks = placed.ranks
+    domains = placed.domains or tuple(dict.fromkeys(r.domain for r in ranks))
+    return {"domains": list(domains), "reason": placed.reason,
+            "placedAt": iso(clock),
+            "ranks": [{"rank": r.rank, "node": r.node, "domain": r.domain} for r in ranks]}
+
+
+def _replacement(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
+                 placement: Obj | None, failed: list[str], result: JobDecision
+                 ) -> tuple[Obj | None, str, str]:
+    """The next attempt's placement: the same one when no node was lost, else failed ranks
+    on spares keeping the topology, the whole gang moved, shrunk, or none (wait)."""
+    ranks = (placement or {}).get("ranks") or []
+    if placement is None or not ranks:
+        return None, "wait", "no placement yet: placing the gang when it fits"
+    if not failed:
+        return ({**placement, "placedAt": iso(snapshot.clock)}, "restart",
+                "restarting on the same nodes")
+    if spec.failure_policy.node_replacement == "wait":
+        return None, "wait", ("failurePolicy.nodeReplacement is wait: placing the gang again "
+                              "when it fits")
+    current = Placement(True, "", tuple(
+        RankSlot(r["rank"], r["node"], r.get("domain") or "",
+                 fleet.nodes[r["node"]].slot if r["node"] in fleet.nodes else 0)
+        for r in sorted(ranks, key=lambda r: r["rank"])))
+    request = Request(len(ranks), spec.accelerators_per_worker, spec.topology.unit,
+                      spec.topology.policy)
+    elastic = Elastic(spec.elastic.min_workers, spec.elastic.step) if spec.elastic else None
+    meta = job["metadata"]
+    owner = trainingjob_owner(meta["namespace"], meta["name"])
+    replaced = replace(fleet, current, failed, request, owner, elastic)
+    if replaced.action == "wait":
+        return None, "wait", replaced.reason
+    _reserve(fleet, result, spec, restart_of(job) + 1, list(replaced.ranks))
+    return (_placement_record(Placement(True, replaced.reason, tuple(replaced.ranks)),
+                              snapshot.clock), replaced.action, replaced.reason)
+
+
+def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
+           conditions: list[Obj], result: JobDecision) -> tuple[Obj | None, ConditionUpdate]:
+    """Place the whole gang, or say why it waits (an event when the reason changes)."""
+    request = Request(spec.workers, spec.accelerators_per_worker, spec.topology.unit,
+                      spec.topology.policy)
+    started = time.perf_counter()
+    if badput.current_incident(books_of(job.get("status") or {})) is not None:
+        with fleet.spares_released():  # a recovering gang may take spares
+            placed = place(fleet, request)
+    else:
+        placed = place(fleet, request)
+    result.placement_seconds = time.perf_counter() - started
+    if not placed.ok:
+        previous = next((c for c in conditions if c["type"] == "Placed"), None)
+        if previous is None or previous.get("message") != placed.reason:
+            result.events.append(Event("Normal", "WaitingForCapacity", placed.reason))
+        return None, ConditionUpdate("Placed", False, "WaitingForCapacity", placed.reason)
+    _reserve(fleet, result, spec, restart_of(job), list(placed.ranks))
+    created = parse_time(job["metadata"].get("creationTimestamp"))
+    if created is not None:
+        result.pending_seconds = max(0.0, snapshot.clock - created)
+    result.events.append(Event("Normal", "Placed", placed.reason))
+    return (_placement_record(placed, snapshot.clock),
+            ConditionUpdate("Placed", True, "Placed", placed.reason))

@@ -1,0 +1,57 @@
+"""What the operator knows at the start of a pass, as the decisions read it.
+
+A snapshot refers to the operator's caches rather than copying them (a 10k-pod fleet
+would cost a copy per pass): the decisions read it and never write it. The fleets are the
+one exception they touch, and only inside `Fleet.trial()`, which leaves them as found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
+from goodput_operator.autoscaling.algorithm import Decision as ScalingDecision
+from goodput_operator.health.quarantine import Finding
+from goodput_operator.topology.model import Fleet
+
+Obj = dict[str, Any]
+Key = tuple[str, str]  # namespace, name
+
+
+@dataclass(frozen=True)
+class Scaled:
+    """The autoscaler's latest decision for one endpoint, for the loop to write."""
+
+    decision: ScalingDecision
+    current: int
+    at: float
+    written: bool = False  # recorded in the endpoint's status (decide.endpoint)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    clock: float  # epoch seconds: the pass's "now", for every decision in it
+    nodes: Mapping[str, Obj] = field(default_factory=dict)
+    groups: Mapping[str, UltraServerGroupSpec] = field(default_factory=dict)
+    group_objects: Mapping[str, Obj] = field(default_factory=dict)
+    fleets: Mapping[str, Fleet] = field(default_factory=dict)
+    members: Mapping[str, Mapping[str, Obj]] = field(default_factory=dict)  # group -> nodes
+    jobs: Sequence[Obj] = ()  # in the order they are decided: priority, then arrival
+    job_pods: Mapping[Key, Mapping[str, Obj]] = field(default_factory=dict)
+    endpoints: Sequence[Obj] = ()
+    endpoint_pods: Mapping[Key, Mapping[str, Obj]] = field(default_factory=dict)
+    # node health as the operator saw it change, and what workers and probes reported
+    seen_unhealthy: Mapping[str, float] = field(default_factory=dict)
+    healthy_since: Mapping[str, float] = field(default_factory=dict)
+    blamed: Mapping[str, Finding] = field(default_factory=dict)
+    clean_probes: Mapping[str, int] = field(default_factory=dict)  # clean runs in a row
+    probe_runs: Mapping[str, int] = field(default_factory=dict)  # results received
+    probed_at: Mapping[str, float] = field(default_factory=dict)  # last clean probe
+    last_sweep: Mapping[str, float] = field(default_factory=dict)  # group -> scheduled sweep
+    group_written: Mapping[str, float] = field(default_factory=dict)  # group -> status write
+    progress: Mapping[Key, Obj] = field(default_factory=dict)  # latest step report per job
+    scaled: Mapping[Key, Scaled] = field(default_factory=dict)  # not yet written
+    report_url: str = ""  # where workers report (given to their pods)
+    write_budget: int = 256  # pod writes this pass may make; the rest wait for the next

@@ -1,0 +1,53 @@
+"""The small records a decision hands the controller: events, condition updates,
+reservations and probe starts."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NamedTuple
+
+from goodput_operator.api.conditions import set_condition
+
+Obj = dict[str, Any]
+
+
+class Event(NamedTuple):
+    """A Kubernetes Event on the decided object, emitted after its status write."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str  # CamelCase, as kubectl shows it
+    message: str
+
+
+class ConditionUpdate(NamedTuple):
+    type: str
+    status: bool
+    reason: str
+    message: str
+
+
+def apply_conditions(conditions: list[Obj], updates: list[ConditionUpdate],
+                     generation: int | None, at: str) -> list[Obj]:
+    for update in updates:
+        conditions = set_condition(conditions, update.type, update.status, update.reason,
+                                   update.message, generation, at)
+    return conditions
+
+
+class Reservation(NamedTuple):
+    """Accelerators a decision placed a pod on, to count against the node from the moment
+    the controller applies it (before the pod exists or binds)."""
+
+    group: str
+    pod_key: str  # namespace/name
+    node: str
+    accelerators: int
+    owner: str
+
+
+class ProbeStart(NamedTuple):
+    """Start probe run RUN on NODE (a Job; nothing happens if that run's Job exists)."""
+
+    group: str
+    node: str
+    trigger: Literal["start", "suspicion", "schedule"]
+    run: int

@@ -1,0 +1,204 @@
+"""decide_endpoint, case by case: replica groups, their placement inside one UltraServer,
+the write budget, the autoscaler's decision and the conditions."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from goodput_operator import names
+from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec, InferenceEndpointStatus
+from goodput_operator.autoscaling.algorithm import Decision
+from goodput_operator.decide import EndpointDecision, Scaled, decide, decide_endpoints, trial
+from goodput_operator.decide.endpoint import WriteBudget
+from goodput_operator.resources import inference as build
+from tests.unit.world import NEURON, NOW, world
+
+pytestmark = pytest.mark.unit
+Obj = dict[str, Any]
+SCALING = {"minReplicas": 1, "maxReplicas": 4,
+           "metrics": [{"type": "QueueDepth", "target": 10}]}
+
+
+def endpoint(name: str = "ie", status: Obj | None = None, **spec: Any) -> Obj:
+    return {"apiVersion": "goodput.dev/v1alpha1", "kind": "InferenceEndpoint",
+            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
+                         "generation": 1},
+            "spec": {"ultraServerGroup": "trn2", "model": {"name": "llama"},
+                     "replicaShape": {"workers": 2, "acceleratorsPerWorker": 16},
+                     "template": {"spec": {"containers": [{"name": "s", "image": "i"}]}},
+                     **spec},
+            "status": status or {}}
+
+
+def group(ie: Obj, index: int, nodes: tuple[str, str] | None = None,
+          phase: str = "Running") -> list[Obj]:
+    """Replica group INDEX of IE at its current revision: gated, or running on NODES."""
+    spec = InferenceEndpointSpec.model_validate(ie["spec"])
+    pods = build.group_pods(ie, spec, index, build.revision(ie["spec"]), NEURON)
+    for member, pod in enumerate(pods):
+        pod["metadata"]["resourceVersion"] = "1"
+        pod["status"] = {"phase": "Pending"}
+        if nodes:
+            pod["spec"]["schedulingGates"] = []
+            pod["spec"]["nodeName"] = nodes[member]
+            pod["metadata"]["annotations"][names.DOMAIN_ANNOTATION] = "us-0"
+            pod["status"] = {"phase": phase, "conditions": [
+                {"type": "Ready", "status": "True" if phase == "Running" else "False"}]}
+    return pods
+
+
+def scaled(desired: int, current: int, **fields: Any) -> Scaled:
+    return Scaled(Decision(desired, "queue 30 > 10 per replica", {"QueueDepth": "30"},
+                           **fields), current, NOW - 1)
+
+
+def short(pod_name: str) -> str:
+    """ie-0-48a3c-1 -> ie-0-1: endpoint, group, member (the revision hash aside)."""
+    return re.sub(r"-[0-9a-f]{5}-(\d+)$", r"-\1", pod_name)
+
+
+def outcome(decision: EndpointDecision) -> dict[str, Any]:
+    return {
+        "create": len(decision.create), "delete": sorted(map(short, decision.delete)),
+        "pin": [(short(pod["metadata"]["name"]), node) for pod, node, _ in decision.pin],
+        "events": [e.reason for e in decision.events],
+        "reserve": len(decision.reservations), "deferred": decision.deferred,
+        "replicas": decision.desired.get("replicas"),
+        "desiredReplicas": decision.desired.get("desiredReplicas"),
+        "limited": decision.limited, "recorded": decision.scaling_recorded,
+        "conditions": {c["type"]: (c["status"], c["reason"])
+                       for c in decision.desired.get("conditions") or []},
+    }
+
+
+@dataclass
+class Case:
+    id: str
+    endpoint: Obj
+    expect: dict[str, Any]
+    pods: list[Obj] = field(default_factory=list)
+    snapshot: dict[str, Any] = field(default_factory=dict)
+
+
+IE = endpoint(replicas=2)
+AUTO = endpoint(scaling=SCALING)
+RUNNING_0 = group(IE, 0, ("us0-n0", "us0-n1"))
+CASES = [
+    Case("an invalid spec says so on Ready",
+         endpoint(replicaShape={"workers": 0}),
+         {"create": 0, "conditions": {"Ready": ("False", "InvalidSpec")}}),
+    Case("a missing group says so on Ready",
+         endpoint(ultraServerGroup="elsewhere"),
+         {"create": 0, "conditions": {"Ready": ("False", "UltraServerGroupNotFound")}}),
+    Case("a new endpoint creates its replica groups, gated, whole",
+         IE, {"create": 4, "pin": [], "replicas": 0, "desiredReplicas": 2,
+              "conditions": {"Ready": ("False", "ReplicasNotReady"),
+                             "Progressing": ("True", "RollingOut")}}),
+    Case("whole gated groups are placed inside one UltraServer each and pinned",
+         IE, {"create": 0, "reserve": 4, "events": ["Placed", "Placed"],
+              "pin": [("ie-0-0", "us0-n0"), ("ie-0-1", "us0-n1"),
+                      ("ie-1-0", "us0-n2"), ("ie-1-1", "us0-n3")]},
+         pods=group(IE, 0) + group(IE, 1)),
+    Case("a group missing a member while gated gets it back",
+         IE, {"create": 1}, pods=group(IE, 0)[:1] + group(IE, 1)),
+    Case("ready groups at the desired count: Ready, nothing to do",
+         IE, {"create": 0, "delete": [], "events": [],
+              "conditions": {"Ready": ("True", "ReplicasReady"),
+                             "Progressing": ("False", "Complete")}},
+         pods=RUNNING_0 + group(IE, 1, ("us1-n0", "us1-n1"))),
+    Case("a stopped member restarts its whole group, with a warning",
+         IE, {"delete": ["ie-0-0", "ie-0-1"], "events": ["GroupRestarted"]},
+         pods=group(IE, 0, ("us0-n0", "us0-n1"), phase="Failed")
+         + group(IE, 1, ("us1-n0", "us1-n1"))),
+    Case("scaling down removes a group quietly",
+         endpoint(replicas=1), {"delete": ["ie-1-0", "ie-1-1"], "events": []},
+         pods=RUNNING_0 + group(IE, 1, ("us1-n0", "us1-n1"))),
+    Case("a spent write budget builds nothing and leaves the writes for the next pass",
+         IE, {"create": 0, "deferred": 4}, snapshot={"write_budget": 0}),
+    Case("groups that do not fit stay gated: ScalingLimited, short of capacity",
+         endpoint(replicas=3, replicaShape={"workers": 4, "acceleratorsPerWorker": 16}),
+         {"pin": [("ie-0-0", "us0-n0"), ("ie-0-1", "us0-n1"), ("ie-0-2", "us0-n2"),
+                  ("ie-0-3", "us0-n3"), ("ie-1-0", "us1-n0"), ("ie-1-1", "us1-n1"),
+                  ("ie-1-2", "us1-n2"), ("ie-1-3", "us1-n3")],
+          "limited": True, "conditions": {"ScalingLimited": ("True", "InsufficientCapacity")}},
+         pods=[p for i in range(3) for p in group(
+             endpoint(replicas=3, replicaShape={"workers": 4, "acceleratorsPerWorker": 16}),
+             i)]),
+    Case("without the autoscaler, the size is spec.replicas; no metric conditions",
+         IE, {"desiredReplicas": 2, "recorded": False},
+         pods=RUNNING_0 + group(IE, 1, ("us1-n0", "us1-n1"))),
+    Case("a new autoscaler decision is recorded once, with an event",
+         AUTO, {"desiredReplicas": 3, "recorded": True, "events": ["Scaled"],
+                "conditions": {"MetricsUnavailable": ("False", "MetricsFresh"),
+                               "Panic": ("False", "Steady"),
+                               "Ready": ("False", "ReplicasNotReady"),
+                               "Progressing": ("True", "RollingOut"),
+                               "ScalingLimited": ("False", "WithinLimits")}},
+         pods=RUNNING_0, snapshot={"scaled": {("ns", "ie"): scaled(3, 1)}}),
+    Case("an autoscaler decision already recorded is not recorded again",
+         AUTO, {"desiredReplicas": 3, "recorded": False, "events": []},
+         pods=RUNNING_0,
+         snapshot={"scaled": {("ns", "ie"): Scaled(scaled(3, 1).decision, 1, NOW - 1,
+                                                   written=True)}}),
+    Case("held at maxReplicas: ScalingLimited, AtMaxReplicas",
+         AUTO, {"limited": True,
+                "conditions": {"ScalingLimited": ("True", "AtMaxReplicas")}},
+         pods=RUNNING_0,
+         snapshot={"scaled": {("ns", "ie"): scaled(
+             4, 4, limited="6 wanted, scaling.maxReplicas is 4")}}),
+    Case("held by the free domains: ScalingLimited, InsufficientCapacity",
+         AUTO, {"conditions": {"ScalingLimited": ("True", "InsufficientCapacity")}},
+         pods=RUNNING_0,
+         snapshot={"scaled": {("ns", "ie"): scaled(
+             2, 2, limited="4 wanted, the free domains can host only 2 replica(s) now",
+             capacity_limited=True)}}),
+    Case("stale metrics hold the size, and say so",
+         AUTO, {"conditions": {"MetricsUnavailable": ("True", "MetricsMissing")}},
+         pods=RUNNING_0,
+         snapshot={"scaled": {("ns", "ie"): scaled(1, 1, unavailable="no samples")}}),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_an_endpoint_pass(case: Case) -> None:
+    snapshot = world(None, pods=case.pods, endpoints=[case.endpoint], **case.snapshot)
+    with trial(snapshot):
+        [decision] = decide_endpoints(snapshot, [])
+    found = outcome(decision)
+    expected_conditions = case.expect.get("conditions")
+    if expected_conditions is not None:  # the named ones; others may be there too
+        found["conditions"] = {k: found["conditions"].get(k) for k in expected_conditions}
+    assert {k: found[k] for k in case.expect} == case.expect
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_every_endpoint_status_decided_is_one_the_crd_accepts(case: Case) -> None:
+    snapshot = world(None, pods=case.pods, endpoints=[case.endpoint], **case.snapshot)
+    for decision in decide(snapshot).endpoints:
+        merged = {**decision.status, **decision.desired}
+        InferenceEndpointStatus.model_validate({k: v for k, v in merged.items()
+                                                if v is not None})
+
+
+def test_endpoints_share_the_passes_write_budget_in_order() -> None:
+    snapshot = world(None, endpoints=[endpoint("a", replicas=2), endpoint("b", replicas=2)])
+    budget = WriteBudget(3)
+    with trial(snapshot):
+        first, second = decide_endpoints(snapshot, [], budget)
+    assert (len(first.create), first.writes) == (4, 4)  # one object may overdraw
+    assert (len(second.create), second.deferred) == (0, 4)
+    assert budget.deferred == 4
+
+
+def test_an_endpoint_sees_the_reservations_of_the_jobs_decided_before_it() -> None:
+    from tests.unit.world import job
+    snapshot = world(None, [job("big", workers=8)],
+                     pods=group(IE, 0) + group(IE, 1), endpoints=[IE])
+    plan = decide(snapshot)
+    assert len(plan.jobs[0].reservations) == 8
+    [decision] = plan.endpoints
+    assert decision.pin == [] and decision.limited

@@ -1,0 +1,191 @@
+"""decide_group, case by case: node health in; quarantines, releases, labels, probes,
+the status and its events out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from goodput_operator import names
+from goodput_operator.api.ultraservergroup import UltraServerGroupStatus
+from goodput_operator.decide import GroupDecision, decide, decide_groups
+from goodput_operator.decide.group import group_status
+from goodput_operator.health.quarantine import Finding, iso
+from tests.unit.world import (
+    NOW,
+    group_spec,
+    job,
+    nodes,
+    not_ready,
+    quarantined,
+    worker,
+    world,
+)
+
+pytestmark = pytest.mark.unit
+Obj = dict[str, Any]
+
+
+def labelled(bodies: dict[str, Obj]) -> dict[str, Obj]:
+    """The nodes as the operator labels them (group, domain, slot)."""
+    for name, body in bodies.items():
+        domain, slot = name.split("-")
+        body["metadata"]["labels"].update({names.GROUP_LABEL: "trn2",
+                                           names.NODE_DOMAIN_LABEL: f"us-{domain[2:]}",
+                                           names.SLOT_LABEL: slot[1:]})
+    return bodies
+
+
+FRESH = labelled(nodes())
+SDC_OUT = labelled(nodes(us0_n0=quarantined(nodes()["us0-n0"], "SilentDataCorruption",
+                                            NOW - 300)))
+DOWN_OUT = labelled(nodes(us0_n0=quarantined(nodes()["us0-n0"], "NodeNotReady", NOW - 900)))
+BUSY_US0_N0 = worker(job("busy", workers=1), 0, node_name="us0-n0", phase="Running",
+                     ready=True)
+BY_HAND = labelled(nodes(us0_n0=quarantined(nodes()["us0-n0"], "Maintenance", NOW - 900,
+                                            by="manual")))
+
+
+def outcome(decision: GroupDecision) -> dict[str, Any]:
+    return {
+        "quarantine": [(q.node, q.finding.reason) for q in decision.quarantine],
+        "release": [r.node for r in decision.release],
+        "labels": len(decision.labels),
+        "probes": [(p.node, p.trigger, p.run) for p in decision.probes],
+        "forget": decision.forget_blame, "events": [e.reason for e in decision.events],
+        "write": decision.write, "wake_at": decision.wake_at,
+        "sweep_mark": decision.sweep_mark, "health": decision.desired["health"],
+        "conditions": {c["type"]: (c["status"], c["reason"])
+                       for c in decision.desired["conditions"]},
+    }
+
+
+@dataclass
+class Case:
+    id: str
+    nodes: dict[str, Obj]
+    expect: dict[str, Any]
+    spec: dict[str, Any] = field(default_factory=dict)
+    snapshot: dict[str, Any] = field(default_factory=dict)
+    status: Obj | None = None
+
+
+CASES = [
+    Case("a new group labels its nodes and reports itself ready",
+         nodes(), {"labels": 8, "quarantine": [], "write": True, "health": "Healthy",
+                   "conditions": {"Ready": ("True", "DomainsAvailable"),
+                                  "Degraded": ("False", "AllHealthy"),
+                                  "ProbesScheduled": ("False", "Disabled")}}),
+    Case("nodes already labelled are left alone", FRESH, {"labels": 0}),
+    Case("a node NotReady within its grace period: judged when the grace runs out",
+         labelled(nodes(us0_n0=not_ready(NOW - 2))),
+         {"quarantine": [], "wake_at": NOW - 2 + 5, "health": "Degraded"}),
+    Case("a node NotReady past its grace period is quarantined, with the evidence",
+         labelled(nodes(us0_n0=not_ready(NOW - 20))),
+         {"quarantine": [("us0-n0", "NodeNotReady")], "events": []}),
+    Case("a device-health condition quarantines at once",
+         labelled(nodes(us0_n1={"status": {"conditions": [
+             {"type": "Ready", "status": "True"},
+             {"type": "NeuronHealth", "status": "True", "reason": "NeuronError"}]}})),
+         {"quarantine": [("us0-n1", "NodeCondition")]}),
+    Case("more failing nodes than maxUnavailable: the storm guard holds them all",
+         labelled(nodes(us0_n0=not_ready(NOW - 20), us1_n0=not_ready(NOW - 20))),
+         {"quarantine": [], "events": ["StormGuard"],
+          "conditions": {"StormGuard": ("True", "TooManyFailing")}},
+         spec={"quarantine": {"maxUnavailable": 1}}),
+    Case("a storm already reported is not reported again",
+         labelled(nodes(us0_n0=not_ready(NOW - 20), us1_n0=not_ready(NOW - 20))),
+         {"events": []}, spec={"quarantine": {"maxUnavailable": 1}},
+         status={"conditions": [{"type": "StormGuard", "status": "True",
+                                 "reason": "TooManyFailing", "message": "",
+                                 "lastTransitionTime": iso(NOW - 10)}]}),
+    Case("a node a worker's failure blamed is quarantined for it",
+         FRESH, {"quarantine": [("us0-n3", "WorkerFailure")], "forget": []},
+         snapshot={"blamed": {"us0-n3": Finding("WorkerFailure", "exit 74", NOW - 1)}}),
+    Case("blame on a node already quarantined is dropped",
+         DOWN_OUT, {"quarantine": [], "forget": ["us0-n0"]},
+         snapshot={"blamed": {"us0-n0": Finding("WorkerFailure", "exit 74", NOW - 1)},
+                   "healthy_since": {"us0-n0": NOW - 1}}),
+    Case("a corruption suspect is probed, run after run",
+         SDC_OUT, {"probes": [("us0-n0", "suspicion", 2)], "release": []},
+         snapshot={"probe_runs": {"us0-n0": 2}, "clean_probes": {"us0-n0": 1}}),
+    Case("a corruption suspect with enough clean probes is released, and says why",
+         SDC_OUT, {"probes": [], "release": ["us0-n0"]},
+         snapshot={"clean_probes": {"us0-n0": 3}}),
+    Case("probes on suspicion can be turned off",
+         SDC_OUT, {"probes": []}, spec={"probes": {"schedule": "", "onSuspicion": False}}),
+    Case("a node quarantined by the operator returns after being healthy long enough",
+         DOWN_OUT, {"release": ["us0-n0"]}, snapshot={"healthy_since": {"us0-n0": NOW - 601}}),
+    Case("healthy, but not for long enough: the release is timed",
+         DOWN_OUT, {"release": [], "wake_at": NOW - 60 + 600},
+         snapshot={"healthy_since": {"us0-n0": NOW - 60}}),
+    Case("a node quarantined by hand stays quarantined",
+         BY_HAND, {"release": []}, snapshot={"healthy_since": {"us0-n0": NOW - 6000}}),
+    Case("a probe schedule starts counting when the group is first seen",
+         FRESH, {"probes": [], "sweep_mark": NOW, "wake_at": NOW - NOW % 60 + 60.5,
+                 "conditions": {"ProbesScheduled": ("True", "Scheduled")}},
+         spec={"probes": {"schedule": "*/5 * * * *"}}),
+    Case("when the schedule comes due, every idle healthy node is probed",
+         labelled(nodes(domains=1, us0_n3=not_ready(NOW - 20))),
+         {"probes": [("us0-n1", "schedule", int(NOW)), ("us0-n2", "schedule", int(NOW))],
+          "sweep_mark": NOW},
+         spec={"probes": {"schedule": "* * * * *"}},
+         snapshot={"last_sweep": {"trn2": NOW - 120},
+                   "pods": [BUSY_US0_N0]}),
+    Case("a schedule cron cannot read is reported on the group",
+         FRESH, {"probes": [], "conditions": {"ProbesScheduled": ("False", "InvalidSchedule")}},
+         spec={"probes": {"schedule": "61 * * * *"}}),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_a_group_pass(case: Case) -> None:
+    fields = dict(case.snapshot)
+    snapshot = world(case.nodes, spec=group_spec(**case.spec), group_status=case.status,
+                     **fields)
+    [decision] = decide_groups(snapshot, [])
+    found = outcome(decision)
+    expected_conditions = case.expect.get("conditions")
+    if expected_conditions is not None:
+        found["conditions"] = {k: found["conditions"].get(k) for k in expected_conditions}
+    assert {k: found[k] for k in case.expect} == case.expect
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_every_group_status_decided_is_one_the_crd_accepts(case: Case) -> None:
+    snapshot = world(case.nodes, spec=group_spec(**case.spec), group_status=case.status,
+                     **case.snapshot)
+    for decision in decide(snapshot).groups:
+        UltraServerGroupStatus.model_validate(decision.desired)
+
+
+def test_a_quarantine_carries_its_patch_and_a_message_naming_the_evidence() -> None:
+    snapshot = world(labelled(nodes(us0_n0=not_ready(NOW - 20))))
+    [decision] = decide_groups(snapshot, [])
+    [quarantine] = decision.quarantine
+    assert quarantine.patch["metadata"]["resourceVersion"] == "1"
+    assert quarantine.patch["spec"]["taints"][-1]["key"] == names.QUARANTINE_TAINT
+    assert quarantine.message.startswith("quarantined us0-n0: NodeNotReady: Ready=False")
+
+
+def test_usage_only_changes_are_written_at_most_every_two_seconds() -> None:
+    first = world(FRESH, clock=NOW)
+    [decision] = decide_groups(first, [])
+    written = {**decision.desired}
+    busy = world(FRESH, group_status=written, clock=NOW + 0.5,
+                 group_written={"trn2": NOW},
+                 pods=[BUSY_US0_N0])
+    [later] = decide_groups(busy, [])
+    assert later.desired["totals"]["freeAccelerators"] == 112
+    assert (later.write, later.wake_at) == (False, NOW + 2.0)
+
+
+def test_the_group_status_counts_domains_nodes_and_spares() -> None:
+    snapshot = world(FRESH, spec=group_spec(spares={"perDomain": 1}))
+    status = group_status(snapshot.groups["trn2"], snapshot.fleets["trn2"], [], None, 1,
+                          iso(NOW))
+    assert status["totals"] == {"domains": 2, "healthyDomains": 2, "nodes": 8,
+                                "readyNodes": 8, "accelerators": 128,
+                                "freeAccelerators": 96, "quarantined": 0, "spares": 2}

@@ -1,0 +1,229 @@
+"""decide_job, case by case: a job, its pods and the fleet in; phase, pods, placement,
+reservations and events out. Each case states only what it is about."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from goodput_operator.api.trainingjob import TrainingJobStatus
+from goodput_operator.decide import JobDecision, Snapshot, decide, decide_jobs, trial
+from goodput_operator.health.quarantine import Finding, iso
+from tests.unit.world import (
+    NOW,
+    job,
+    nodes,
+    not_ready,
+    placed,
+    quarantined,
+    worker,
+    world,
+)
+
+pytestmark = pytest.mark.unit
+Obj = dict[str, Any]
+PLACED_2 = placed("us0-n0", "us0-n1")
+RUNNING_2 = {"phase": "Running", "placement": PLACED_2, "startTime": iso(NOW - 600),
+             "goodput": {"since": iso(NOW - 600), "productiveSeconds": 0}}
+
+
+def running_pods(owner: Obj, *phases: str) -> list[Obj]:
+    """The job's ranks on us0-n0, us0-n1, ... in these phases (Running: ready)."""
+    return [worker(owner, rank, node_name=f"us0-n{rank}", phase=phase, ready=phase == "Running")
+            for rank, phase in enumerate(phases)]
+
+
+def outcome(decision: JobDecision) -> dict[str, Any]:
+    plan = decision.attempt
+    return {
+        "phase": decision.desired.get("phase"),
+        "events": [e.reason for e in decision.events],
+        "create": [p["metadata"]["name"] for p in plan.create] if plan else [],
+        "pin": [(pod, node) for pod, node, _ in plan.pin] if plan else [],
+        "delete": sorted(plan.delete) if plan else [],
+        "reserve": [(r.pod_key, r.node) for r in decision.reservations],
+        "ranks": [r["node"] for r in (decision.placement or {}).get("ranks") or []],
+        "probes": [p.node for p in decision.probes],
+        "blame": sorted(decision.blame),
+        "wake_at": decision.wake_at,
+        "restarts": decision.desired.get("restarts"),
+        "conditions": {c["type"]: (c["status"], c["reason"])
+                       for c in decision.desired.get("conditions") or []},
+    }
+
+
+@dataclass
+class Case:
+    id: str
+    job: Obj
+    expect: dict[str, Any]
+    pods: list[Obj] = field(default_factory=list)
+    nodes: dict[str, Obj] | None = None
+    snapshot: dict[str, Any] = field(default_factory=dict)
+
+
+NEW = job()
+PLACED_JOB = job(status={"phase": "Placing", "placement": PLACED_2})
+RUNNING = job(status=RUNNING_2)
+BRITTLE = job(status=RUNNING_2, failurePolicy={"backoff": {"initialSeconds": 30}})
+DEVICE_CODES = job(status=RUNNING_2,
+                   failurePolicy={"exitCodes": [{"codes": [74], "action": "quarantine"}]})
+N0_OUT = nodes(us0_n0=quarantined(nodes()["us0-n0"], "NodeNotReady", NOW - 20))
+
+CASES = [
+    Case("an invalid spec fails the job with the reason, and nothing else",
+         job(workers=0), {"phase": "Failed", "create": [], "events": [],
+                          "conditions": {"Failed": ("True", "InvalidSpec")}}),
+    Case("a job without a group waits, saying which field to set",
+         job(ultraServerGroup=None), {"phase": "Pending", "create": [],
+                                      "conditions": {"Placed": ("False",
+                                                                "NoUltraServerGroup")}}),
+    Case("a job naming a missing group waits for it",
+         job(ultraServerGroup="elsewhere"),
+         {"phase": "Pending", "conditions": {"Placed": ("False", "UltraServerGroupNotFound")}}),
+    Case("a new job creates its workers gated and places the gang in one UltraServer",
+         NEW, {"phase": "Placing", "events": ["Placed"], "create": ["j-r0-w0", "j-r0-w1"],
+               "ranks": ["us0-n0", "us0-n1"],
+               "reserve": [("ns/j-r0-w0", "us0-n0"), ("ns/j-r0-w1", "us0-n1")],
+               "conditions": {"Placed": ("True", "Placed")}}),
+    Case("a gang bigger than the free fleet waits, with the reason once",
+         job(workers=9), {"phase": "Pending", "events": ["WaitingForCapacity"], "reserve": [],
+                          "conditions": {"Placed": ("False", "WaitingForCapacity")}}),
+    Case("a gang taking a whole UltraServer skips the one a foreign pod holds",
+         job(workers=4), {"ranks": ["us1-n0", "us1-n1", "us1-n2", "us1-n3"]},
+         pods=[worker(job("other"), 0, node_name="us0-n2", phase="Running", ready=True)]),
+    Case("quarantined nodes are never placed on",
+         job(workers=4), {"ranks": ["us1-n0", "us1-n1", "us1-n2", "us1-n3"]}, nodes=N0_OUT),
+    Case("gated workers of a placed attempt are pinned to their ranks",
+         PLACED_JOB, {"phase": "Placing", "pin": [("j-r0-w0", "us0-n0"),
+                                                  ("j-r0-w1", "us0-n1")], "reserve": []},
+         pods=[worker(PLACED_JOB, 0), worker(PLACED_JOB, 1)]),
+    Case("a missing worker of a placed attempt is created (pinned when applied)",
+         PLACED_JOB, {"create": ["j-r0-w1"], "pin": [("j-r0-w0", "us0-n0")]},
+         pods=[worker(PLACED_JOB, 0)]),
+    Case("every worker ready: Running, once",
+         PLACED_JOB, {"phase": "Running", "events": ["Running"],
+                      "conditions": {"Running": ("True", "AllWorkersRunning")}},
+         pods=running_pods(PLACED_JOB, "Running", "Running")),
+    Case("a running job that stays running says nothing new",
+         RUNNING, {"phase": "Running", "events": []},
+         pods=running_pods(RUNNING, "Running", "Running")),
+    Case("all workers succeeded: the job succeeds and gives its accelerators back",
+         RUNNING, {"phase": "Succeeded", "events": ["Succeeded"],
+                   "conditions": {"Succeeded": ("True", "AllWorkersSucceeded"),
+                                  "Running": ("False", "AllWorkersSucceeded")}},
+         pods=running_pods(RUNNING, "Succeeded", "Succeeded")),
+    Case("suspending deletes the workers and drops the placement",
+         job(status=RUNNING_2, suspend=True),
+         {"phase": "Suspended", "events": ["Suspended"], "delete": ["j-r0-w0", "j-r0-w1"],
+          "ranks": [], "conditions": {"Suspended": ("True", "Suspended")}},
+         pods=running_pods(RUNNING, "Running", "Running")),
+    Case("a finished job deletes what still runs and decides nothing else",
+         job(status={"phase": "Failed", "message": "gave up", "placement": PLACED_2}),
+         {"phase": "Failed", "delete": ["j-r0-w1"], "events": [], "create": []},
+         pods=running_pods(RUNNING, "Failed", "Running")),
+    Case("a rank's node quarantined: the gang restarts at once on the spare-less fleet's "
+         "free node in the same UltraServer",
+         RUNNING, {"phase": "Recovering", "events": ["Interrupted", "Restarting", "Replaced"],
+                   "restarts": 1, "delete": ["j-r0-w0", "j-r0-w1"],
+                   "ranks": ["us0-n2", "us0-n1"],
+                   "reserve": [("ns/j-r1-w0", "us0-n2"), ("ns/j-r1-w1", "us0-n1")]},
+         pods=running_pods(RUNNING, "Running", "Running"), nodes=N0_OUT),
+    Case("nodeReplacement: wait — the gang waits for capacity instead of moving",
+         job(status=RUNNING_2, failurePolicy={"nodeReplacement": "wait"}),
+         {"phase": "Recovering", "events": ["Interrupted", "Restarting", "WaitingForCapacity"],
+          "ranks": [], "reserve": []},
+         pods=running_pods(RUNNING, "Running", "Running"), nodes=N0_OUT),
+    Case("a rank's node failing but not yet judged: the gang keeps running meanwhile",
+         RUNNING, {"phase": "Running", "events": [], "restarts": None},
+         pods=running_pods(RUNNING, "Running", "Running"),
+         nodes=nodes(us0_n0=not_ready(NOW - 2)),
+         snapshot={"seen_unhealthy": {"us0-n0": NOW - 2}}),
+    Case("an application error waits out its backoff, with a timer",
+         BRITTLE, {"phase": "Recovering", "events": ["Interrupted"], "restarts": None,
+                   "wake_at": NOW + 30, "delete": []},
+         pods=running_pods(BRITTLE, "Failed", "Running")),
+    Case("an exit code ruled an infrastructure error blames the worker's node",
+         DEVICE_CODES, {"phase": "Recovering", "events": ["Interrupted"],
+                        "blame": ["us0-n0"], "restarts": None},
+         pods=[worker(DEVICE_CODES, 0, node_name="us0-n0", phase="Failed", code=74),
+               worker(DEVICE_CODES, 1, node_name="us0-n1", phase="Running", ready=True)]),
+    Case("a worker failure with the restart budget used up fails the job",
+         job(status={**RUNNING_2, "restarts": 2}, failurePolicy={"maxRestarts": 2}),
+         {"phase": "Failed", "events": ["Failed"],
+          "conditions": {"Failed": ("True", "RestartBudgetExhausted"),
+                         "Running": ("False", "RestartBudgetExhausted")}},
+         pods=[worker(RUNNING, 0, 2, "us0-n0", "Failed", code=1),
+               worker(RUNNING, 1, 2, "us0-n1", "Running", True)]),
+    Case("probeOnStart: the placed nodes are probed first; nothing is pinned",
+         job(sdc={"probeOnStart": True}),
+         {"phase": "Placing", "probes": ["us0-n0", "us0-n1"], "pin": [],
+          "ranks": ["us0-n0", "us0-n1"]}),
+    Case("probeOnStart with fresh clean probes: the workers are pinned",
+         job(status={"phase": "Placing", "placement": PLACED_2}, sdc={"probeOnStart": True}),
+         {"probes": [], "pin": [("j-r0-w0", "us0-n0"), ("j-r0-w1", "us0-n1")]},
+         pods=[worker(PLACED_JOB, 0), worker(PLACED_JOB, 1)],
+         snapshot={"probed_at": {"us0-n0": NOW - 10, "us0-n1": NOW - 10}}),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_a_job_pass(case: Case) -> None:
+    snapshot = world(case.nodes, [case.job], case.pods, **case.snapshot)
+    with trial(snapshot):
+        [decision] = decide_jobs(snapshot, [])
+    found = outcome(decision)
+    assert {k: found[k] for k in case.expect} == case.expect
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_every_status_decided_is_one_the_crd_accepts(case: Case) -> None:
+    snapshot = world(case.nodes, [case.job], case.pods, **case.snapshot)
+    for decision in decide(snapshot).jobs:
+        merged = {**decision.status, **decision.desired}
+        TrainingJobStatus.model_validate({k: v for k, v in merged.items() if v is not None})
+
+
+def test_jobs_are_placed_in_the_snapshots_order_and_see_each_others_reservations() -> None:
+    first, second = job("first", workers=8), job("second", workers=1)
+    snapshot = world(None, [first, second])
+    plan = decide(snapshot)
+    assert [outcome(d)["phase"] for d in plan.jobs] == ["Placing", "Pending"]
+    assert "fully used by tj/ns/first" in plan.jobs[1].events[0].message
+    assert len(plan.jobs[0].reservations) == 8
+
+
+def test_a_decision_leaves_the_fleet_as_it_found_it() -> None:
+    snapshot = world(None, [job("a", workers=3), job("b", workers=4)])
+    fleet = snapshot.fleets["trn2"]
+    before = fleet.snapshot()
+    plan = decide(snapshot)
+    assert sum(len(d.reservations) for d in plan.jobs) == 7
+    assert fleet.snapshot() == before
+
+
+def test_a_job_whose_decision_raises_is_handed_back_and_the_others_go_on() -> None:
+    broken = job("broken")
+    broken["status"] = {"placement": {"ranks": [{"node": "no rank"}]}}
+    plan = decide(world(None, [broken, job("fine")]))
+    assert [f.obj["metadata"]["name"] for f in plan.failures] == ["broken"]
+    assert [d.job["metadata"]["name"] for d in plan.jobs] == ["fine"]
+
+
+def test_worker_blame_becomes_a_finding_at_the_passes_clock() -> None:
+    pods = [worker(DEVICE_CODES, 0, node_name="us0-n0", phase="Failed", code=74),
+            worker(DEVICE_CODES, 1, node_name="us0-n1", phase="Running", ready=True)]
+    [decision] = decide(world(None, [DEVICE_CODES], pods)).jobs
+    assert decision.blame["us0-n0"] == Finding(
+        "WorkerFailure", decision.blame["us0-n0"].evidence, NOW)
+    assert "exited with code 74" in decision.blame["us0-n0"].evidence
+
+
+def test_the_reported_progress_goes_into_the_status() -> None:
+    progress = {"step": 1200, "at": iso(NOW - 1)}
+    snapshot: Snapshot = world(None, [RUNNING], running_pods(RUNNING, "Running", "Running"),
+                               progress={("ns", "j"): progress})
+    [decision] = decide(snapshot).jobs
+    assert decision.desired["progress"] == progress
