@@ -30,9 +30,9 @@ demo: venv
 demo-down: venv
 	SANDBOX=$(SANDBOX) scripts/demo-down.sh
 
-## test: lint, type-check, build the sandbox binaries (first time), then every test
-## (unit, integration, e2e) on a fresh sandbox
-test: venv lint real-node-deps build-sandbox prometheus
+## test: verify (lint, type-check, generated files), build the sandbox binaries (first
+## time), then every test (unit, integration, e2e) on a fresh sandbox
+test: venv verify real-node-deps build-sandbox prometheus
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 unit: venv
@@ -42,16 +42,17 @@ integration: venv real-node-deps build-sandbox prometheus
 	$(BIN)/pytest -m 'integration or e2e' $(PYTEST_ARGS)
 
 lint: venv
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench examples
 	$(BIN)/mypy
 
-## generate: CRDs (crds/ and the chart's copy) and docs/api.md from goodput_operator.api
+## generate: every generated file: CRDs (crds/ and the chart's copy), docs/api.md,
+## docs/metrics.md and the settings table of docs/operating.md
 generate: venv
-	$(BIN)/python -m goodput_operator.api.crds
+	$(BIN)/python -m goodput_operator.generate
 
-## verify: fail if a generated file is stale (also a unit test)
-verify: venv
-	$(BIN)/python -m goodput_operator.api.crds --check
+## verify: lint, type-check, and fail if a generated file is stale
+verify: lint
+	$(BIN)/python -m goodput_operator.generate --check
 
 build-sandbox: venv
 	$(BIN)/goodput sandbox build

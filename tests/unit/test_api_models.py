@@ -10,6 +10,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from goodput_operator import generate
 from goodput_operator.api import crds
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
 from goodput_operator.api.trainingjob import TrainingJobSpec
@@ -21,28 +22,25 @@ SPECS = {"TrainingJob": TrainingJobSpec, "UltraServerGroup": UltraServerGroupSpe
          "InferenceEndpoint": InferenceEndpointSpec}
 
 
-def test_generated_files_are_up_to_date() -> None:
-    behind = crds.stale(ROOT)
-    assert not behind, f"stale generated files {behind}: run `make generate`"
-
-
 def test_a_model_change_makes_the_generated_files_stale(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    assert crds.main(["--root", str(tmp_path)]) == 0
-    assert crds.stale(tmp_path) == []
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "operating.md").write_text((ROOT / "docs" / "operating.md").read_text())
+    assert generate.main(["--root", str(tmp_path)]) == 0
+    assert generate.stale(tmp_path) == []
     # Change a model's documentation: the committed YAML no longer matches.
     field = TrainingJobSpec.model_fields["workers"]
     monkeypatch.setattr(field, "description", "Workers (changed without regenerating).")
     TrainingJobSpec.model_rebuild(force=True)
     try:
-        behind = crds.stale(tmp_path)
+        behind = generate.stale(tmp_path)
         assert tmp_path / "crds" / "goodput.dev_trainingjobs.yaml" in behind
         assert tmp_path / "docs" / "api.md" in behind
-        assert crds.main(["--root", str(tmp_path), "--check"]) == 1
+        assert generate.main(["--root", str(tmp_path), "--check"]) == 1
     finally:
         monkeypatch.undo()
         TrainingJobSpec.model_rebuild(force=True)
-    assert crds.stale(tmp_path) == []
+    assert generate.stale(tmp_path) == []
 
 
 def walk(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:

@@ -30,17 +30,9 @@ def test_every_panel_queries_metrics_the_operator_exports() -> None:
         assert wanted in seen, wanted
 
 
-def test_the_metrics_reference_is_current() -> None:
-    """docs/metrics.md is generated: `python -m goodput_operator.metrics > docs/metrics.md`."""
-    assert (ROOT / "docs/metrics.md").read_text() == metrics.reference()
-
-
 def test_the_operating_guide_documents_every_setting() -> None:
-    from goodput_operator.operator.main import FLAGS
+    from goodput_operator.operator.flags import FLAGS
 
     guide = (ROOT / "docs/operating.md").read_text()
-    for flag, variable, *_ in FLAGS:
-        assert f"`{flag}" in guide and variable in guide, flag
-    for variable in ("GOODPUT_NAMESPACES", "GOODPUT_LEADER_ELECTION", "GOODPUT_LOG_FORMAT",
-                     "GOODPUT_VERBOSE"):
-        assert variable in guide, variable
+    for flag in FLAGS:
+        assert f"`{flag.flag}`" in guide and f"`{flag.env}" in guide, flag.flag

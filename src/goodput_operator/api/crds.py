@@ -1,15 +1,13 @@
 """The three CustomResourceDefinitions, generated from the pydantic models.
 
-`python -m goodput_operator.api.crds` (or `make generate`) writes crds/, the Helm chart's
-copy and docs/api.md; `--check` fails when any of them is stale (CI runs the same check
-as a unit test).
+`outputs()` is crds/, the Helm chart's copy and docs/api.md; goodput_operator.generate
+writes them with the other generated files (`make generate`) and checks them
+(`make verify`, and a unit test).
 """
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,24 +203,3 @@ def outputs(root: Path) -> dict[Path, str]:
 def stale(root: Path) -> list[Path]:
     return [path for path, text in outputs(root).items()
             if not path.is_file() or path.read_text() != text]
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--root", type=Path, default=Path.cwd())
-    parser.add_argument("--check", action="store_true", help="fail if any output is stale")
-    args = parser.parse_args(argv)
-    if args.check:
-        behind = stale(args.root)
-        for path in behind:
-            print(f"stale: {path} (run `make generate`)", file=sys.stderr)
-        return 1 if behind else 0
-    for path, text in outputs(args.root).items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

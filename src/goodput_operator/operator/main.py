@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import kopf
 from prometheus_client import start_http_server
 
-from goodput_operator import __version__
+from goodput_operator.operator.flags import add_flags
 
 
 class JsonFormatter(logging.Formatter):
@@ -33,55 +33,13 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(payload)
 
 
-# flag, environment variable, default, type, help: the one place configuration is defined
-FLAGS: list[tuple[str, str, str, type, str]] = [
-    ("--health-port", "GOODPUT_HEALTH_PORT", "8080", int,
-     "port of /healthz (liveness) and /readyz (readiness); 0: off"),
-    ("--metrics-port", "GOODPUT_METRICS_PORT", "9090", int, "port of /metrics; 0: off"),
-    ("--report-port", "GOODPUT_REPORT_PORT", "8081", int,
-     "port of the workers' report channel /v1/reports; 0: off"),
-    ("--report-url", "GOODPUT_REPORT_URL", "", str,
-     "the URL workers reach the report channel at (given to their pods), e.g. "
-     "https://goodput-operator-reports.goodput-system.svc:8081"),
-    ("--report-tls-cert", "GOODPUT_REPORT_TLS_CERT", "", str,
-     "serve the report channel over TLS with this certificate"),
-    ("--report-tls-key", "GOODPUT_REPORT_TLS_KEY", "", str, "the certificate's private key"),
-    ("--probe-namespace", "GOODPUT_PROBE_NAMESPACE", "goodput-system", str,
-     "namespace of the SDC probe Jobs (its pods may report probes)"),
-    ("--probe-image", "GOODPUT_PROBE_IMAGE", f"goodput-operator:{__version__}", str,
-     "image of the probe Jobs (default: the operator's own)"),
-    ("--prometheus-url", "GOODPUT_PROMETHEUS_URL", "http://127.0.0.1:9090", str,
-     "Prometheus for autoscaling (an endpoint's scaling.prometheusUrl overrides it)"),
-    ("--lease-namespace", "GOODPUT_LEASE_NAMESPACE", "", str,
-     "namespace of the leader-election Lease (default: $POD_NAMESPACE, else goodput-system)"),
-    ("--lease-name", "GOODPUT_LEASE_NAME", "goodput-operator", str,
-     "name of the leader-election Lease"),
-]
-
-
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    env = os.environ.get
     parser = argparse.ArgumentParser(prog="goodput-operator", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--namespace", "-n", action="append",
-                        default=[n for n in env("GOODPUT_NAMESPACES", "").split(",") if n],
-                        help="watch only this namespace (repeatable) [GOODPUT_NAMESPACES, "
-                             "comma-separated]; default: every namespace")
-    for flag, variable, default, kind, text in FLAGS:
-        parser.add_argument(flag, type=kind, default=kind(env(variable, default)),
-                            help=f"{text} [{variable}]")
-    parser.add_argument("--leader-election", action=argparse.BooleanOptionalAction,
-                        default=env("GOODPUT_LEADER_ELECTION", "false") == "true",
-                        help="run as one of several replicas: only the holder of the Lease "
-                             "acts, the others keep their caches warm and take over "
-                             "[GOODPUT_LEADER_ELECTION=true]")
-    parser.add_argument("--log-format", choices=["text", "json"],
-                        default=env("GOODPUT_LOG_FORMAT", "text"), help="[GOODPUT_LOG_FORMAT]")
-    parser.add_argument("--verbose", "-v", action="store_true",
-                        default=env("GOODPUT_VERBOSE", "false") == "true",
-                        help="debug logs [GOODPUT_VERBOSE=true]")
+    add_flags(parser)
     args = parser.parse_args(argv)
-    args.lease_namespace = args.lease_namespace or env("POD_NAMESPACE") or "goodput-system"
+    args.lease_namespace = (args.lease_namespace or os.environ.get("POD_NAMESPACE")
+                            or "goodput-system")
     return args
 
 

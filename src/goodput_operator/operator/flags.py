@@ -1,0 +1,102 @@
+"""Every setting of the operator process, in one table: the command line, the environment
+and the docs' table (docs/operating.md, written by `make generate`) all come from it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from goodput_operator import __version__
+
+
+@dataclass(frozen=True)
+class Flag:
+    flag: str
+    env: str
+    default: str  # as the environment variable would give it
+    kind: Literal["int", "str", "bool", "list"]
+    help: str
+    shown: str = ""  # the default as a person reads it, when the literal says less
+    short: str = ""
+    choices: tuple[str, ...] = ()
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("--namespace", "GOODPUT_NAMESPACES", "", "list",
+         "act only on TrainingJobs, InferenceEndpoints and pods in this namespace "
+         "(repeatable; the variable is comma-separated); nodes and UltraServerGroups are "
+         "cluster-wide", shown="every namespace", short="-n"),
+    Flag("--health-port", "GOODPUT_HEALTH_PORT", "8080", "int",
+         "port of /healthz (liveness) and /readyz (readiness); 0: off"),
+    Flag("--metrics-port", "GOODPUT_METRICS_PORT", "9090", "int",
+         "port of /metrics ([reference](metrics.md)); 0: off"),
+    Flag("--report-port", "GOODPUT_REPORT_PORT", "8081", "int",
+         "port of the workers' report channel /v1/reports; 0: off"),
+    Flag("--report-url", "GOODPUT_REPORT_URL", "", "str",
+         "the URL workers reach the report channel at (given to their pods), e.g. "
+         "https://goodput-operator-reports.goodput-system.svc:8081",
+         shown="`http://127.0.0.1:<report-port>`"),
+    Flag("--report-tls-cert", "GOODPUT_REPORT_TLS_CERT", "", "str",
+         "serve the report channel over TLS with this certificate", shown="none"),
+    Flag("--report-tls-key", "GOODPUT_REPORT_TLS_KEY", "", "str",
+         "the certificate's private key", shown="none"),
+    Flag("--probe-namespace", "GOODPUT_PROBE_NAMESPACE", "goodput-system", "str",
+         "namespace of the SDC probe Jobs (its pods may report probes)"),
+    Flag("--probe-image", "GOODPUT_PROBE_IMAGE", f"goodput-operator:{__version__}", "str",
+         "image of the probe Jobs (default: the operator's own)",
+         shown="`goodput-operator:<version>`"),
+    Flag("--prometheus-url", "GOODPUT_PROMETHEUS_URL", "http://127.0.0.1:9090", "str",
+         "Prometheus for autoscaling (an endpoint's scaling.prometheusUrl overrides it)"),
+    Flag("--leader-election", "GOODPUT_LEADER_ELECTION", "false", "bool",
+         "run as one of several replicas: only the holder of the Lease acts, the others "
+         "keep their caches warm and take over", shown="off"),
+    Flag("--lease-namespace", "GOODPUT_LEASE_NAMESPACE", "", "str",
+         "namespace of the leader-election Lease",
+         shown="`$POD_NAMESPACE`, else `goodput-system`"),
+    Flag("--lease-name", "GOODPUT_LEASE_NAME", "goodput-operator", "str",
+         "name of the leader-election Lease"),
+    Flag("--log-format", "GOODPUT_LOG_FORMAT", "text", "str",
+         "text, or json for one JSON object per line", choices=("text", "json")),
+    Flag("--verbose", "GOODPUT_VERBOSE", "false", "bool",
+         "debug logs, one line per watch event", shown="off", short="-v"),
+)
+
+
+def add_flags(parser: argparse.ArgumentParser, env: dict[str, str] | None = None) -> None:
+    values = os.environ if env is None else env
+    for flag in FLAGS:
+        raw = values.get(flag.env, flag.default)
+        names = [flag.flag, *([flag.short] if flag.short else [])]
+        text = f"{flag.help} [{flag.env}]"
+        if flag.kind == "list":
+            parser.add_argument(*names, action="append", help=text,
+                                default=[item for item in raw.split(",") if item])
+        elif flag.kind == "bool":
+            parser.add_argument(*names, action=argparse.BooleanOptionalAction, help=text,
+                                default=raw == "true")
+        else:
+            parser.add_argument(*names, type=int if flag.kind == "int" else str, help=text,
+                                default=int(raw) if flag.kind == "int" else raw,
+                                choices=flag.choices or None)
+
+
+def _environment(flag: Flag) -> str:
+    if flag.kind == "bool":
+        return f"`{flag.env}=true`"
+    return f"`{flag.env}`" + (" (comma-separated)" if flag.kind == "list" else "")
+
+
+def table(flags: Sequence[Flag] = FLAGS) -> str:
+    """The Markdown table of docs/operating.md."""
+    rows = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
+    for flag in flags:
+        shown = flag.shown or (f"`{flag.default}`" if flag.default else "none")
+        rows.append(f"| `{flag.flag}` | {_environment(flag)} | {shown} | {flag.help} |")
+    return "\n".join(rows) + "\n"
