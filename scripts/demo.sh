@@ -32,6 +32,8 @@ kubectl create namespace demo >/dev/null 2>&1 || true
 for fleet in trn2 p5 nvl72; do
   kubectl apply --server-side -f "examples/$fleet/ultraservergroup.yaml" >/dev/null
   for job in examples/$fleet/trainingjob*.yaml; do
+    # the real-node trainer runs on real nodes only (make demo REAL_NODES=1)
+    grep -q 'ultraServerGroup: .*-real$' "$job" && continue
     kubectl apply --server-side -n demo -f "$job" >/dev/null
   done
 done

@@ -63,6 +63,10 @@ STORM_GUARD = Gauge("goodput_storm_guard_active",
 SCALING_LIMITED = Gauge("goodput_scaling_limited",
                         "1 while an endpoint wants more replicas than it may have",
                         ["namespace", "inferenceendpoint"])
+AUTOSCALER_EVALUATIONS = Counter(
+    "goodput_autoscaler_evaluations_total",
+    "Autoscaler evaluations (metrics queried, a size decided), one per scaling.intervalSeconds",
+    ["namespace", "inferenceendpoint"])
 API_REQUESTS = Counter("goodput_api_requests_total",
                        "Requests the operator sent to the API server (watches not counted)",
                        ["method"])

@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -236,9 +235,34 @@ def e2e(operator: Operator, jobs_cleanup: None) -> Operator:
     return operator
 
 
-def sleep_briefly() -> None:
-    """For asserting that something does NOT happen: give the operator a few passes."""
-    time.sleep(3)
+def counter(operator: Operator, series: str, **labels: str) -> float:
+    """A series' value on the operator's /metrics (0 when absent)."""
+    wanted = [f'{k}="{v}"' for k, v in labels.items()]
+    for line in operator.metrics().splitlines():
+        name, _, rest = line.partition("{") if "{" in line else line.partition(" ")
+        if name == series and all(label in rest for label in wanted):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def settle(operator: Operator, passes: int = 2) -> None:
+    """For asserting that something does NOT happen: wait until the operator has finished
+    PASSES more reconcile passes (the first may have begun before the test's change; the
+    others began after it), each of which would have done it. No fixed sleep."""
+    done = counter(operator, "goodput_reconcile_pass_seconds_count")
+    wait_for(lambda: counter(operator, "goodput_reconcile_pass_seconds_count")
+             >= done + passes, timeout=60, what=f"{passes} more operator passes")
+
+
+def settle_autoscaler(operator: Operator, namespace: str, name: str, evaluations: int = 2
+                      ) -> None:
+    """Wait until the autoscaler has evaluated NAME EVALUATIONS more times (it has seen
+    what the test changed), then for the passes that write what it decided."""
+    series = "goodput_autoscaler_evaluations_total"
+    done = counter(operator, series, namespace=namespace, inferenceendpoint=name)
+    wait_for(lambda: counter(operator, series, namespace=namespace, inferenceendpoint=name)
+             >= done + evaluations, timeout=60, what=f"{evaluations} autoscaler evaluations")
+    settle(operator)
 
 
 def sandbox_cli(cluster: Cluster, *args: str, timeout: float = 60

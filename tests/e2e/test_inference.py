@@ -22,7 +22,8 @@ from tests.e2e.conftest import (
     apply,
     delete_all,
     get_object,
-    sleep_briefly,
+    settle,
+    settle_autoscaler,
     wait_event,
 )
 
@@ -130,7 +131,7 @@ def autoscaled(name: str, group: str, url: str, workers: int = 1, **scaling: Any
 
 def test_queue_depth_scales_up_at_once_down_after_the_window_and_never_flaps(
         crds: Cluster, namespace: str, make_group: Any, endpoints: None,
-        metrics_source: Any) -> None:
+        metrics_source: Any, operator: Operator) -> None:
     exporter, prometheus = metrics_source
     group = make_group()
     exporter.queue(namespace, "chat", 8)
@@ -146,7 +147,7 @@ def test_queue_depth_scales_up_at_once_down_after_the_window_and_never_flaps(
     decisions = len(status["recentScaling"])
     for depth in (31, 33, 29.5, 34, 30, 32.5):          # +-7%: inside the 10% tolerance
         exporter.queue(namespace, "chat", depth)
-        time.sleep(1.2)
+        settle_autoscaler(operator, namespace, "chat")
     status = get_ie(crds, namespace, "chat")["status"]
     assert status["desiredReplicas"] == 4 and len(status["recentScaling"]) == decisions
 
@@ -165,7 +166,7 @@ def test_queue_depth_scales_up_at_once_down_after_the_window_and_never_flaps(
 
 def test_demand_beyond_the_free_domains_is_limited_with_a_reason(
         crds: Cluster, namespace: str, make_group: Any, endpoints: None,
-        metrics_source: Any) -> None:
+        metrics_source: Any, operator: Operator) -> None:
     exporter, prometheus = metrics_source
     group = make_group()                                  # 2 UltraServers x 4 nodes
     exporter.queue(namespace, "big", 400)                 # asks for 50 two-node replicas
@@ -178,7 +179,7 @@ def test_demand_beyond_the_free_domains_is_limited_with_a_reason(
     limited = condition(status, "ScalingLimited")
     assert limited["status"] == "True" and limited["reason"] == "InsufficientCapacity"
     assert "the free domains can host only 4" in limited["message"]
-    sleep_briefly()
+    settle_autoscaler(operator, namespace, "big")
     pods = pods_of(crds, namespace, "big")
     assert len(pods) == 8 and all(p["status"].get("phase") == "Running" for p in pods)
     for group_status in status["groups"]:               # each replica inside one UltraServer
@@ -187,7 +188,7 @@ def test_demand_beyond_the_free_domains_is_limited_with_a_reason(
 
 def test_prometheus_down_holds_the_size_and_raises_a_condition(
         crds: Cluster, namespace: str, make_group: Any, endpoints: None,
-        metrics_source: Any) -> None:
+        metrics_source: Any, operator: Operator) -> None:
     exporter, prometheus = metrics_source
     group = make_group()
     exporter.queue(namespace, "steady", 16)
@@ -202,7 +203,7 @@ def test_prometheus_down_holds_the_size_and_raises_a_condition(
         status = wait_for(raised, timeout=30, what="MetricsUnavailable")
         assert "holding 2 replicas" in condition(status, "MetricsUnavailable")["message"]
         exporter.queue(namespace, "steady", 0)            # unseen: Prometheus is down
-        sleep_briefly()
+        settle_autoscaler(operator, namespace, "steady")
         assert get_ie(crds, namespace, "steady")["status"]["desiredReplicas"] == 2
     finally:
         prometheus.start()
@@ -213,7 +214,8 @@ def test_prometheus_down_holds_the_size_and_raises_a_condition(
 
 
 def test_a_template_change_rolls_out_group_by_group(
-        crds: Cluster, namespace: str, nvl72_group: str, endpoints: None) -> None:
+        crds: Cluster, namespace: str, nvl72_group: str, endpoints: None,
+        operator: Operator) -> None:
     apply(crds, endpoint("roll", nvl72_group, 2, 4, replicas=3,
                          rollout={"maxSurge": 1, "maxUnavailable": 0}), namespace)
     wait_status(crds, namespace, "roll", "3 ready", readyReplicas=3, updatedReplicas=3)
@@ -228,7 +230,7 @@ def test_a_template_change_rolls_out_group_by_group(
         status = wait_status(crds, namespace, "roll", "rolled out", timeout=60,
                              observedGeneration=2, updatedReplicas=3, readyReplicas=3,
                              replicas=3)
-        time.sleep(1)
+        settle(operator)                                  # the watch has caught up
     finally:
         watch.terminate()
         output, _ = watch.communicate(timeout=10)

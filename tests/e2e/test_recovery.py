@@ -19,7 +19,7 @@ from tests.e2e.conftest import (
     get_job,
     job_pods,
     sandbox_cli,
-    sleep_briefly,
+    settle,
     training_job,
     trn2_pool,
     wait_event,
@@ -226,7 +226,7 @@ def test_failing_most_of_a_group_at_once_trips_the_storm_guard(
     guard = wait_for(tripped, timeout=30, what="StormGuard condition")
     assert guard["reason"] == "TooManyFailing"
     assert "5 node(s) failing" in guard["message"] and "maxUnavailable=20%" in guard["message"]
-    sleep_briefly()
+    settle(e2e)
     assert [v for v in victims if quarantined(crds, v)] == []
     wait_event(crds, group, "StormGuard", "quarantining none", namespace="default")
 

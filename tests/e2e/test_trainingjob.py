@@ -21,7 +21,6 @@ from tests.e2e.conftest import (
     get_job,
     job_pods,
     sandbox_cli,
-    sleep_briefly,
     training_job,
     trn2_pool,
     wait_event,
@@ -160,7 +159,11 @@ def test_higher_priority_gets_freed_capacity_first(e2e: Operator, crds: Cluster,
     wait_phase(crds, namespace, "holder", "Running")
     apply(crds, training_job("early-low", trn2_group, 8, priority=0), namespace)
     apply(crds, training_job("late-high", trn2_group, 8, priority=10), namespace)
-    sleep_briefly()
+    for name in ("early-low", "late-high"):                # both seen, both waiting
+        wait_for(lambda name=name: any(
+            c["type"] == "Placed" and c["reason"] == "WaitingForCapacity"
+            for c in get_job(crds, namespace, name).get("status", {}).get("conditions", [])),
+            timeout=30, what=f"{name} waiting for capacity")
     crds.kubectl("delete", "tj", "holder", "-n", namespace, "--wait=true")
     wait_phase(crds, namespace, "late-high", "Running")
     assert get_job(crds, namespace, "early-low")["status"]["phase"] == "Pending"

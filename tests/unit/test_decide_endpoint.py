@@ -15,7 +15,7 @@ from goodput_operator.autoscaling.algorithm import Decision
 from goodput_operator.decide import EndpointDecision, Scaled, decide, decide_endpoints, trial
 from goodput_operator.decide.endpoint import WriteBudget
 from goodput_operator.resources import inference as build
-from tests.unit.world import NEURON, NOW, world
+from tests.unit.world import NEURON, NOW, conditions, world
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
@@ -70,8 +70,7 @@ def outcome(decision: EndpointDecision) -> dict[str, Any]:
         "replicas": decision.desired.get("replicas"),
         "desiredReplicas": decision.desired.get("desiredReplicas"),
         "limited": decision.limited, "recorded": decision.scaling_recorded,
-        "conditions": {c["type"]: (c["status"], c["reason"])
-                       for c in decision.desired.get("conditions") or []},
+        "conditions": conditions(decision.desired),
     }
 
 

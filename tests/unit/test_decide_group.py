@@ -15,6 +15,7 @@ from goodput_operator.decide.group import group_status
 from goodput_operator.health.quarantine import Finding, iso
 from tests.unit.world import (
     NOW,
+    conditions,
     group_spec,
     job,
     nodes,
@@ -57,8 +58,7 @@ def outcome(decision: GroupDecision) -> dict[str, Any]:
         "forget": decision.forget_blame, "events": [e.reason for e in decision.events],
         "write": decision.write, "wake_at": decision.wake_at,
         "sweep_mark": decision.sweep_mark, "health": decision.desired["health"],
-        "conditions": {c["type"]: (c["status"], c["reason"])
-                       for c in decision.desired["conditions"]},
+        "conditions": conditions(decision.desired),
     }
 
 

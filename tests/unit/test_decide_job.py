@@ -13,6 +13,7 @@ from goodput_operator.decide import JobDecision, Snapshot, decide, decide_jobs, 
 from goodput_operator.health.quarantine import Finding, iso
 from tests.unit.world import (
     NOW,
+    conditions,
     job,
     nodes,
     not_ready,
@@ -49,8 +50,7 @@ def outcome(decision: JobDecision) -> dict[str, Any]:
         "blame": sorted(decision.blame),
         "wake_at": decision.wake_at,
         "restarts": decision.desired.get("restarts"),
-        "conditions": {c["type"]: (c["status"], c["reason"])
-                       for c in decision.desired.get("conditions") or []},
+        "conditions": conditions(decision.desired),
     }
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from goodput_operator import names
 from goodput_operator.topology.model import Fleet, GroupShape, node_state
@@ -147,3 +149,24 @@ def test_a_heartbeat_does_not_wake_the_operator() -> None:
 
     heartbeat, failure = asyncio.run(scenario())
     assert (heartbeat, failure) == (False, True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 11), st.sampled_from(
+    [f"us{d}-n{s}" for d in range(2) for s in range(4)]), st.integers(1, 16)), max_size=30),
+       st.integers(0, 1))
+def test_a_trial_leaves_the_fleet_exactly_as_it_found_it(
+        steps: list[tuple[bool, int, str, int]], spares: int) -> None:
+    """Whatever a decision reserves and releases inside Fleet.trial(), placements inside
+    see it, and afterwards nothing of it remains (spares included)."""
+    fleet = trn2(2, spares=spares)
+    fleet.bind("ns/held", "us0-n1", 16, "tj/ns/held")
+    before = fleet.snapshot()
+    with fleet.trial():
+        for bind, key, node, accelerators in steps:
+            if bind:
+                fleet.bind(f"ns/p{key}", node, accelerators, f"tj/ns/p{key % 3}")
+                assert f"ns/p{key}" in fleet.nodes[node].pods
+            else:
+                fleet.release(f"ns/p{key}" if key else "ns/held")
+    assert fleet.snapshot() == before

@@ -127,3 +127,8 @@ def world(node_bodies: dict[str, Obj] | None = None, jobs: Iterable[Obj] = (),
         "fleets": {GROUP: fleet}, "members": {GROUP: bodies}, "jobs": list(jobs),
         "job_pods": job_pods, "endpoints": list(endpoints), "endpoint_pods": endpoint_pods,
         "report_url": "https://reports:8081", **fields})
+
+
+def conditions(status: Obj) -> dict[str, tuple[str, str]]:
+    """A status's conditions as {type: (status, reason)}: what a case compares."""
+    return {c["type"]: (c["status"], c["reason"]) for c in status.get("conditions") or []}

@@ -15,7 +15,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from goodput_operator.api.inferenceendpoint import Scaling, ScalingRules
 
 PANIC_HOLD_SECONDS = 60.0  # no scale-down this long after the last panic
 # The HPA's default rate limits (behavior unset): up max(4 pods, 100%)/15 s, down 100%/15 s
@@ -65,7 +68,7 @@ def metric_recommendation(sample: Sample, current: int) -> float:
     return max(current, 1) * sample.value / sample.target  # latency: scale by the ratio
 
 
-def recommend(samples: Sequence[Sample], current: int, spec: Any, history: History,
+def recommend(samples: Sequence[Sample], current: int, spec: Scaling, history: History,
               now: float, capacity: int | None = None) -> Decision:
     """Desired replicas now. SPEC: the endpoint's `Scaling` model. CAPACITY: the most
     replicas the fleet can host now (existing + what free domains hold), if known."""
@@ -109,7 +112,7 @@ def recommend(samples: Sequence[Sample], current: int, spec: Any, history: Histo
     return Decision(bounded, why, values, limited=limited, capacity_limited=short, panic=panic)
 
 
-def _ahead(sample: Sample, spec: Any, history: History, now: float) -> Sample:
+def _ahead(sample: Sample, spec: Scaling, history: History, now: float) -> Sample:
     """SAMPLE moved along its trend since the last evaluation by `lookaheadSeconds`
     (queue-like metrics only; never below zero)."""
     key = sample.name or sample.type
@@ -125,7 +128,7 @@ def _ahead(sample: Sample, spec: Any, history: History, now: float) -> Sample:
                   sample.name)
 
 
-def _panic(samples: Sequence[Sample], current: int, spec: Any, history: History,
+def _panic(samples: Sequence[Sample], current: int, spec: Scaling, history: History,
            now: float) -> bool:
     """A burst: demand beyond THRESHOLD x what the current replicas are sized for."""
     if not spec.panic.enabled:
@@ -140,7 +143,7 @@ def _panic(samples: Sequence[Sample], current: int, spec: Any, history: History,
     return now < history.panic_until
 
 
-def _idle(wanted: int, demand: float, current: int, spec: Any, history: History,
+def _idle(wanted: int, demand: float, current: int, spec: Scaling, history: History,
           now: float) -> int:
     """Scale to zero only after `scaleToZeroAfterSeconds` with no demand at all; from zero,
     any demand asks for at least one replica."""
@@ -155,7 +158,7 @@ def _idle(wanted: int, demand: float, current: int, spec: Any, history: History,
     return max(wanted, 1) if current > 0 else 0
 
 
-def _stabilize(wanted: int, current: int, spec: Any, history: History, now: float,
+def _stabilize(wanted: int, current: int, spec: Scaling, history: History, now: float,
                panic: bool, why: str) -> tuple[int, str]:
     if wanted > current:
         if panic:
@@ -187,10 +190,11 @@ def _stabilize(wanted: int, current: int, spec: Any, history: History, now: floa
     return current, why
 
 
-def _limit(current: int, rules: Any, history: History, now: float, up: bool) -> int:
+def _limit(current: int, rules: ScalingRules, history: History, now: float, up: bool) -> int:
     """The rate policies' bound, HPA-style: relative to the replica count at the start of
     each policy's period."""
-    policies = [(p.type, p.value, p.period_seconds) for p in rules.policies] or \
+    policies: list[tuple[str, int, int]] = [
+        (p.type, p.value, p.period_seconds) for p in rules.policies] or \
         list(DEFAULT_UP if up else DEFAULT_DOWN)
     bounds = []
     for kind, value, period in policies:

@@ -14,7 +14,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from goodput_operator.api.inferenceendpoint import MetricTarget
 
 DEFAULT_QUERIES = {
     "QueueDepth": 'sum(vllm:num_requests_waiting{{namespace="{namespace}",endpoint="{name}"}})',
@@ -30,7 +33,7 @@ class PrometheusError(RuntimeError):
     pass
 
 
-def query_for(metric: Any, namespace: str, name: str) -> str:
+def query_for(metric: MetricTarget, namespace: str, name: str) -> str:
     if metric.type == "PromQL":
         return str(metric.query)
     return DEFAULT_QUERIES[metric.type].format(namespace=namespace, name=name)

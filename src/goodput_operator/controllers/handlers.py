@@ -22,9 +22,10 @@ import kopf
 
 from goodput_operator import names
 from goodput_operator.api.base import GROUP, VERSION
-from goodput_operator.controllers import inferenceendpoint, loop
+from goodput_operator.controllers import inferenceendpoint
 from goodput_operator.controllers.kube import API_CONNECTIONS, Kube
 from goodput_operator.controllers.state import State
+from goodput_operator.operator import loop
 from goodput_operator.operator.leader import LeaderElection
 from goodput_operator.operator.reports import ReportServer
 from goodput_operator.operator.runtime import Health, accept_group, prime, tracked_pod

@@ -139,6 +139,7 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, now: floa
     history = state.scaling_history.setdefault(key, History())
     decision = recommend(samples, current, spec.scaling, history, now, capacity)
     state.scaled[key] = Scaled(decision, current, now)
+    metrics.AUTOSCALER_EVALUATIONS.labels(*key).inc()
     if decision.desired != current:
         log.info("%s/%s: %d -> %d: %s", meta["namespace"], meta["name"], current,
                  decision.desired, decision.reason)

@@ -13,12 +13,15 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from goodput_operator import names
 from goodput_operator.api.base import resolve
 from goodput_operator.resources.pods import FINISHED, is_gated, is_ready
 from goodput_operator.topology.replacement import ReplicaGroup, choose_scale_down
+
+if TYPE_CHECKING:
+    from goodput_operator.api.inferenceendpoint import Rollout
 
 Obj = dict[str, Any]
 
@@ -75,7 +78,7 @@ def groups_of(pods: list[Obj]) -> dict[int, Group]:
     return groups
 
 
-def plan_groups(pods: list[Obj], size: int, desired: int, revision: str, rollout: Any,
+def plan_groups(pods: list[Obj], size: int, desired: int, revision: str, rollout: Rollout,
          lost: Collection[str]) -> EndpointPlan:
     """SIZE: pods per group; LOST: nodes no longer usable (quarantined, gone)."""
     result = EndpointPlan(groups=groups_of(pods))

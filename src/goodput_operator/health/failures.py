@@ -9,9 +9,14 @@ rules decide, first match wins, and an unmatched non-zero code is an application
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from goodput_operator import names
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from goodput_operator.api.trainingjob import ExitCodeRule
 
 Obj = dict[str, Any]
 Kind = Literal["application", "infrastructure", "fail", "ignore"]
@@ -36,7 +41,7 @@ def exit_status(pod: Obj) -> tuple[int | None, str | None]:
     return None, None
 
 
-def action_for(rules: Any, code: int | None) -> str:
+def action_for(rules: Sequence[ExitCodeRule], code: int | None) -> str:
     """The exit-code rules' action for CODE (first matching rule; else restart)."""
     for rule in rules:
         if code is not None and code in rule.codes:
@@ -44,7 +49,7 @@ def action_for(rules: Any, code: int | None) -> str:
     return "restart"
 
 
-def classify(pod: Obj, rules: Any, node_failed: bool) -> Classified:
+def classify(pod: Obj, rules: Sequence[ExitCodeRule], node_failed: bool) -> Classified:
     """Why POD failed. NODE_FAILED: its node is known to be unhealthy."""
     rank = (pod["metadata"].get("labels") or {}).get(names.RANK_LABEL)
     name = pod["metadata"]["name"]

@@ -15,10 +15,13 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from goodput_operator import names
 from goodput_operator.api.base import resolve
+
+if TYPE_CHECKING:
+    from goodput_operator.api.ultraservergroup import Quarantine
 
 Obj = dict[str, Any]
 BY_OPERATOR, BY_HAND = "operator", "manual"
@@ -66,7 +69,7 @@ def iso(stamp: float) -> str:
     return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def finding(node: Obj, policy: Any, seen_since: float | None, now: float) -> Finding | None:
+def finding(node: Obj, policy: Quarantine, seen_since: float | None, now: float) -> Finding | None:
     """What is wrong with NODE now, if anything. SEEN_SINCE is when the operator first saw
     it unhealthy (some agents, and KWOK, leave stale transition times: the later wins)."""
     taints = (node.get("spec") or {}).get("taints") or []
@@ -97,7 +100,7 @@ def _later(transition: float | None, seen: float | None, now: float) -> float:
     return max(known) if known else now
 
 
-def is_due(found: Finding, policy: Any, now: float) -> bool:
+def is_due(found: Finding, policy: Quarantine, now: float) -> bool:
     """NotReady waits out the grace period; every other finding counts at once."""
     if found.reason != "NodeNotReady":
         return True
@@ -121,7 +124,7 @@ def record_of(node: Obj) -> Record | None:
                   parse_time(data.get("at")) or added, str(data.get("by", BY_HAND)))
 
 
-def decide(nodes: Mapping[str, Obj], policy: Any, now: float,
+def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
            seen_unhealthy: Mapping[str, float], healthy_since: Mapping[str, float],
            reported: Mapping[str, Finding], clean_probes: Mapping[str, int] | None = None
            ) -> Decision:
@@ -171,7 +174,7 @@ def decide(nodes: Mapping[str, Obj], policy: Any, now: float,
 
 
 def _maybe_release(decision: Decision, name: str, record: Record, found: Finding | None,
-                   policy: Any, now: float, healthy_since: float) -> None:
+                   policy: Quarantine, now: float, healthy_since: float) -> None:
     wait = policy.release_after_healthy_seconds
     if found is not None or record.by != BY_OPERATOR or wait == 0:
         return

@@ -13,9 +13,12 @@ import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from goodput_operator import names
+
+if TYPE_CHECKING:
+    from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 
 NodeState = Literal["ready", "notready", "cordoned", "quarantined", "misshaped"]
 _DIGITS = re.compile(r"(\d+)")
@@ -35,7 +38,7 @@ class GroupShape:
     domain_noun: str = "domain"  # "UltraServer", "NVLink domain": used in explanations
 
     @classmethod
-    def from_spec(cls, spec: Any) -> GroupShape:
+    def from_spec(cls, spec: UltraServerGroupSpec) -> GroupShape:
         """From an UltraServerGroupSpec (pydantic model)."""
         noun = {"neuronlink": "UltraServer", "nvlink": "NVLink domain"}.get(
             spec.interconnect, "domain")
