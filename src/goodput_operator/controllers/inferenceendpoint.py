@@ -94,11 +94,7 @@ async def reconcile_endpoints(state: State, kube: Kube, clock: float) -> None:
     state.write_budget = budget.left
     state.defer_writes(budget.deferred)
     for decision in decisions:  # before any await: reservations hold from now on
-        for reservation in decision.reservations:
-            fleet = state.fleets.get(reservation.group)
-            if fleet is not None:
-                fleet.bind(reservation.pod_key, reservation.node, reservation.accelerators,
-                           reservation.owner)
+        state.reserve(decision.reservations)
         scaled = state.scaled.get(decision.key)
         if decision.scaling_recorded and scaled is not None:
             state.scaled[decision.key] = dataclasses.replace(scaled, written=True)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from goodput_operator import names
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.decide.snapshot import Scaled, Snapshot
+from goodput_operator.decide.types import Reservation
 from goodput_operator.health.quarantine import Finding
 from goodput_operator.health.sdc import Ledger
 from goodput_operator.topology.model import (
@@ -163,6 +165,15 @@ class State:
             self.wake.set()
         self.write_budget -= allowed
         return allowed
+
+    def reserve(self, reservations: Iterable[Reservation]) -> None:
+        """Make a decision's reservations: its pods count on their nodes from now on,
+        before they exist or bind (the watch events that follow change nothing)."""
+        for reservation in reservations:
+            fleet = self.fleets.get(reservation.group)
+            if fleet is not None:
+                fleet.bind(reservation.pod_key, reservation.node, reservation.accelerators,
+                           reservation.owner)
 
     def release_reservation(self, key: str) -> None:
         for fleet in self.fleets.values():

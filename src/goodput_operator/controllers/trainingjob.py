@@ -71,11 +71,7 @@ async def reconcile_jobs(state: State, kube: Kube, clock: float) -> int:
 
 def record(state: State, decision: JobDecision) -> None:
     """What the decision hands the operator's state: reservations, blame, timers."""
-    for reservation in decision.reservations:
-        fleet = state.fleets.get(reservation.group)
-        if fleet is not None:
-            fleet.bind(reservation.pod_key, reservation.node, reservation.accelerators,
-                       reservation.owner)
+    state.reserve(decision.reservations)
     for node, finding in decision.blame.items():  # the group pass quarantines them
         state.blamed.setdefault(node, finding)
         state.wake.set()

@@ -3,7 +3,9 @@ health/quarantine's rules), the labels its nodes should carry, the probes to sta
 the per-domain status.
 
 The group pass runs before the jobs': a node quarantined in it is out of the fleet when
-the jobs on it are recovered, in the same pass.
+the jobs on it are recovered, in the same pass. The status is decided from the fleet as
+the pass found it; the quarantines and releases it makes show in the next pass's status,
+which their node patches wake at once.
 """
 
 from __future__ import annotations
