@@ -3,6 +3,7 @@ what a real node copies from the fleet node it stands in for, and the OCI image 
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import tarfile
@@ -110,6 +111,37 @@ def test_the_worker_image_carries_the_sdk_and_the_example_trainer() -> None:
     assert f"{images.TRAINER_DIR}/train.py" in files
     assert f"{images.SDK_DIR}/probe/__main__.py" in files, "probe Jobs run from this image"
     assert files[f"{images.SDK_DIR}/__init__.py"][0].startswith(b'"""Goodput Operator')
+
+
+def is_module(dotted: str) -> bool:
+    path = images.PACKAGE_ROOT.joinpath(*dotted.split(".")[1:])
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def test_the_worker_images_modules_import_only_each_other() -> None:
+    """What the image carries must run without the rest of the package (a worker has no
+    kopf, pydantic or kubernetes client): every goodput_operator import it makes, at
+    module level or inside a function, is a module it carries."""
+    carried = {"goodput_operator." + name.removesuffix(".py").removesuffix("/__init__")
+               .replace("/", ".") for name in images.IMAGE_MODULES}
+    carried = {m.removesuffix(".__init__") for m in carried} | {"goodput_operator"}
+    missing = set()
+    for name in images.IMAGE_MODULES:
+        tree = ast.parse((images.PACKAGE_ROOT / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                    "goodput_operator"):
+                module = node.module or ""
+                for alias in node.names:  # a module of the package, or an object of MODULE
+                    target = f"{module}.{alias.name}"
+                    needed = target if is_module(target) else module
+                    if needed not in carried:
+                        missing.add(f"{name}: from {module} import {alias.name}")
+            elif isinstance(node, ast.Import):
+                missing.update(f"{name}: import {alias.name}" for alias in node.names
+                               if alias.name.startswith("goodput_operator")
+                               and alias.name not in carried)
+    assert not missing, sorted(missing)
 
 
 def test_the_example_trainer_manifest_runs_the_image_the_sandbox_builds() -> None:
