@@ -83,7 +83,9 @@ class InClusterOperator:
         self.save_logs()
         self.cluster.kubectl("scale", f"deployment/{self.name}", "-n", self.namespace,
                              "--replicas=0")
-        wait_for(lambda: not self.pods(), timeout=90, what="the operator pods gone")
+        # gone, not terminating: a terminating leader may still finish a pass
+        wait_for(lambda: not self.pods(terminating=True), timeout=90,
+                 what="the operator pods gone")
 
     def save_logs(self) -> None:
         with self.log.open("a") as out:
@@ -95,11 +97,12 @@ class InClusterOperator:
 
     # ---- state -------------------------------------------------------------------------
 
-    def pods(self) -> list[dict[str, Any]]:
+    def pods(self, terminating: bool = False) -> list[dict[str, Any]]:
+        """The operator's pods; TERMINATING: those being deleted too."""
         selector = f"app.kubernetes.io/instance={self.release}"
         items: list[dict[str, Any]] = json.loads(self.cluster.kubectl(
             "get", "pods", "-n", self.namespace, "-l", selector, "-o", "json").stdout)["items"]
-        return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+        return [p for p in items if terminating or not p["metadata"].get("deletionTimestamp")]
 
     def holder(self) -> str:
         """The Lease's holder identity ("" while nobody holds it)."""
