@@ -132,6 +132,7 @@ def _start_probe(kube: Any, node: dict[str, Any], args: argparse.Namespace) -> i
     import time
 
     from goodput_operator.resources.probe import probe_job
+    from goodput_operator.topology.model import parse_count
 
     allocatable = node.get("status", {}).get("allocatable") or {}
     resource = next((r for r in ("aws.amazon.com/neuron", "nvidia.com/gpu")
@@ -141,7 +142,7 @@ def _start_probe(kube: Any, node: dict[str, Any], args: argparse.Namespace) -> i
               file=sys.stderr)
         return 1
     job = probe_job(args.node, int(time.time()), args.namespace, args.image, args.report_url,
-                    resource, int(allocatable[resource]), "manual")
+                    resource, parse_count(allocatable[resource]), "manual")
     kube.create(job)
     print(f"probe Job {args.namespace}/{job['metadata']['name']} started on {args.node}")
     return 0

@@ -67,6 +67,10 @@ AUTOSCALER_EVALUATIONS = Counter(
     "goodput_autoscaler_evaluations_total",
     "Autoscaler evaluations (metrics queried, a size decided), one per scaling.intervalSeconds",
     ["namespace", "inferenceendpoint"])
+SKIPPED_OBJECTS = Counter(
+    "goodput_skipped_objects_total",
+    "Objects the operator could not read (e.g. an unparseable resource quantity) and left "
+    "out of its fleet model", ["kind"])
 API_REQUESTS = Counter("goodput_api_requests_total",
                        "Requests the operator sent to the API server (watches not counted)",
                        ["method"])

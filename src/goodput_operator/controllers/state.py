@@ -8,11 +8,12 @@ reconcile loop and the handlers never race.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from goodput_operator import names
+from goodput_operator import metrics, names
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.types import Reservation
@@ -26,6 +27,7 @@ from goodput_operator.topology.model import (
 )
 
 Obj = dict[str, Any]
+log = logging.getLogger("goodput.state")
 RESERVED_NODE = names.NODE_ANNOTATION
 
 
@@ -263,8 +265,7 @@ class State:
             return
         labels = body["metadata"].get("labels") or {}
         self.pods[key] = body
-        for fleet in self.fleets.values():
-            fleet.observe_pod(with_reservation(body))
+        self._observe_pod(key, body)
         if names.JOB_LABEL in labels:
             job = (body["metadata"].get("namespace", "default"), labels[names.JOB_LABEL])
             self.job_pods[job][body["metadata"]["name"]] = body
@@ -273,6 +274,15 @@ class State:
             endpoint = (body["metadata"].get("namespace", "default"), labels[names.ENDPOINT_LABEL])
             self.endpoint_pods[endpoint][body["metadata"]["name"]] = body
             self.wake.set()
+
+    def _observe_pod(self, key: str, body: Obj) -> None:
+        """Count the pod on its node in every fleet; a pod whose device request cannot be
+        read is left out (logged and counted), never fatal to a pass or the start-up."""
+        held = with_reservation(body)
+        if not all([fleet.observe_pod(held) for fleet in self.fleets.values()]):
+            metrics.SKIPPED_OBJECTS.labels("Pod").inc()
+            log.warning("pod %s left out of the fleet model: its device request is not a "
+                        "whole number of devices", key)
 
     def remove_pod(self, body: Obj) -> None:
         key = pod_key(body)

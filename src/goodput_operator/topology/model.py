@@ -13,6 +13,7 @@ import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
 from goodput_operator import names
@@ -126,12 +127,42 @@ def node_state(node: Mapping[str, Any]) -> NodeState:
     return "ready"
 
 
-def parse_count(quantity: Any) -> int:
-    """A whole-number extended-resource quantity ("16", 16, "16k" is refused)."""
+class QuantityError(ValueError):
+    """A resource quantity that is not a whole number of devices."""
+
+
+_SUFFIXES = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+             "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
+             "Ei": 2**60}
+_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(m|Ki|Mi|Gi|Ti|Pi|Ei"
+                       r"|k|M|G|T|P|E)?)$")
+
+
+def parse_quantity(quantity: Any) -> Fraction:
+    """A Kubernetes resource.Quantity, exactly: "16", 16, "1k" (the API server stores 1000
+    devices so), "2Ki", "1e3", "1.5k", "500m"."""
     text = str(quantity).strip()
-    if not text.isdigit():
-        raise ValueError(f"accelerator quantity {quantity!r} is not a whole number")
-    return int(text)
+    match = _QUANTITY.match(text)
+    if match is None:
+        raise QuantityError(f"{quantity!r} is not a Kubernetes quantity")
+    number, exponent, suffix = match.groups()
+    value = Fraction(number)
+    if exponent:
+        value *= Fraction(10) ** int(exponent[1:])
+    elif suffix == "m":
+        value /= 1000
+    else:
+        value *= _SUFFIXES[suffix or ""]
+    return value
+
+
+def parse_count(quantity: Any) -> int:
+    """A whole number of devices from an extended-resource quantity ("16", "1k" = 1000);
+    QuantityError for anything else ("500m", "abc", a negative count)."""
+    value = parse_quantity(quantity)
+    if value.denominator != 1 or value < 0:
+        raise QuantityError(f"{quantity!r} is not a whole number of devices")
+    return int(value)
 
 
 def pod_accelerators(pod: Mapping[str, Any], resource: str) -> int:
@@ -202,7 +233,10 @@ class Fleet:
             self.remove_node(name)
             return
         allocatable = (node.get("status", {}).get("allocatable") or {})
-        capacity = parse_count(allocatable.get(self.shape.accelerator_resource, 0))
+        try:
+            capacity = parse_count(allocatable.get(self.shape.accelerator_resource, 0))
+        except QuantityError:  # unusable, and the group's MisShaped condition says so
+            capacity = 0
         state = node_state(node)
         if state == "ready" and capacity < self.shape.accelerators_per_node:
             state = "misshaped"
@@ -266,18 +300,24 @@ class Fleet:
             wanted -= keep
 
     # ---- pods ----------------------------------------------------------------
-    def observe_pod(self, pod: Mapping[str, Any]) -> None:
+    def observe_pod(self, pod: Mapping[str, Any]) -> bool:
         """Count a pod's accelerators against its node while it is bound and not finished
-        (a terminating pod still holds its devices until it is gone)."""
+        (a terminating pod still holds its devices until it is gone). False: its device
+        request cannot be read, and it is left out (the caller says so)."""
         meta = pod.get("metadata", {})
         key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
         node = pod.get("spec", {}).get("nodeName")
         finished = pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
-        accelerators = pod_accelerators(pod, self.shape.accelerator_resource)
+        try:
+            accelerators = pod_accelerators(pod, self.shape.accelerator_resource)
+        except QuantityError:
+            self.release(key)
+            return False
         if not node or finished or accelerators == 0:
             self.release(key)
-            return
-        self.bind(key, node, accelerators, pod_owner(pod))
+        else:
+            self.bind(key, node, accelerators, pod_owner(pod))
+        return True
 
     def bind(self, key: str, node_name: str, accelerators: int, owner: str) -> None:
         self._remember(key)
