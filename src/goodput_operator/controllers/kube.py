@@ -207,7 +207,7 @@ async def apply_each(kind: str, decisions: Iterable[D], apply: Callable[[D], Awa
                 metrics.RECONCILE_OBJECT_SECONDS.labels(kind).observe(
                     time.perf_counter() - started)
 
-    await asyncio.gather(*(one(decision) for decision in list(decisions)))
+    await asyncio.gather(*(one(decision) for decision in decisions))
 
 
 async def write_status(kube: Kube, plural: str, obj: Obj, current: Obj, desired: Obj,

@@ -54,11 +54,10 @@ def reserve_from_status(state: State, job: Obj) -> None:
 async def reconcile_jobs(state: State, kube: Kube, clock: float) -> int:
     """Decide every job on one snapshot, make their reservations, then apply the
     decisions APPLY_CONCURRENCY at a time. Returns how many jobs there were."""
-    jobs = state.ordered_jobs()
-    for job in jobs:
+    snapshot = state.snapshot(clock)
+    for job in snapshot.jobs:  # before the decisions: the snapshot's fleets see them
         reserve_from_status(state, job)
     failures: list[Failure] = []
-    snapshot = state.snapshot(clock)
     with trial(snapshot):
         decisions = decide_jobs(snapshot, failures)
     for decision in decisions:  # before any await: the endpoints' pass must see them
@@ -66,7 +65,7 @@ async def reconcile_jobs(state: State, kube: Kube, clock: float) -> int:
     log_failures(failures)
     await apply_each("TrainingJob", decisions, lambda d: apply_job(state, kube, d, clock),
                      lambda d: d.job)
-    return len(jobs)
+    return len(snapshot.jobs)
 
 
 def record(state: State, decision: JobDecision) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -27,20 +28,20 @@ PLURAL = "ultraservergroups"
 LABEL_CONCURRENCY = 16
 
 
-def observe_health(state: State, now: float) -> None:
+def observe_health(state: State, members: Mapping[str, Mapping[str, Obj]], now: float) -> None:
     """Remember when each member node was first seen unhealthy, or healthy again: the
     grace periods and release timers count from there."""
     for name, spec in state.groups.items():
-        for node in state.members(name):
+        for node_name, node in members.get(name, {}).items():
             unhealthy = q.finding(node, spec.quarantine, None, now) is not None
-            q.observe(node["metadata"]["name"], unhealthy, now, state.seen_unhealthy,
-                      state.healthy_since)
+            q.observe(node_name, unhealthy, now, state.seen_unhealthy, state.healthy_since)
 
 
 async def reconcile_groups(state: State, kube: Kube, now: float) -> None:
-    observe_health(state, now)
+    snapshot = state.snapshot(now, with_members=True)
+    observe_health(state, snapshot.members, now)  # the snapshot sees it: views, not copies
     failures: list[Failure] = []
-    decisions = decide_groups(state.snapshot(now, with_members=True), failures)
+    decisions = decide_groups(snapshot, failures)
     log_failures(failures)
     for decision in decisions:
         try:
