@@ -69,10 +69,10 @@ FLAGS: tuple[Flag, ...] = (
 )
 
 
-def add_flags(parser: argparse.ArgumentParser, env: dict[str, str] | None = None) -> None:
-    values = os.environ if env is None else env
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Every flag, its default taken from its environment variable when that is set."""
     for flag in FLAGS:
-        raw = values.get(flag.env, flag.default)
+        raw = os.environ.get(flag.env, flag.default)
         names = [flag.flag, *([flag.short] if flag.short else [])]
         text = f"{flag.help} [{flag.env}]"
         if flag.kind == "list":
