@@ -232,7 +232,10 @@ class Progress(ApiModel):
     time: datetime | None = None
     """When it was reported."""
     metrics: dict[str, float] = Field(default_factory=dict)
-    """Numbers the worker reported with it (loss, tokens/s, ...)."""
+    """Numbers the worker reported with it (loss, tokens/s, ...), the finite ones."""
+    non_finite: dict[str, Literal["NaN", "+Inf", "-Inf"]] = Field(default_factory=dict)
+    """Numbers it reported that were NaN or infinite, by name: JSON (and so the API server)
+    has no such numbers, and they are the very evidence the SDC guard looks for."""
 
 
 class CheckpointRecord(CheckpointRef):

@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import ssl
 import time
 from collections.abc import Callable
@@ -46,6 +47,17 @@ REVIEW_TTL = 30.0  # seconds an accepted token is trusted without asking again (
 # itself is checked on every report: a deleted pod's token stops working at once)
 POD_NAME = "authentication.kubernetes.io/pod-name"
 POD_UID = "authentication.kubernetes.io/pod-uid"
+
+
+def progress_of(report: StepReport, rank: int, now: float) -> Obj:
+    """status.progress for a step report. NaN and infinities (what a diverging step sends)
+    are kept by name under nonFinite: JSON has no such numbers, and a status patch that
+    carried one would be refused whole, on every pass, phase and restarts with it."""
+    finite = {k: v for k, v in report.metrics.items() if math.isfinite(v)}
+    odd = {k: "NaN" if math.isnan(v) else "+Inf" if v > 0 else "-Inf"
+           for k, v in report.metrics.items() if not math.isfinite(v)}
+    return {"step": report.step, "rank": rank, "time": iso(now), "metrics": finite,
+            **({"nonFinite": odd} if odd else {})}
 
 
 class Refused(Exception):
@@ -184,8 +196,7 @@ class ReportServer:
         key = (meta["namespace"], meta["name"])
         spec = TrainingJobSpec.model_validate(job["spec"])
         rank = int((pod["metadata"].get("labels") or {}).get(names.RANK_LABEL, 0))
-        self.state.progress[key] = {"step": report.step, "rank": rank,
-                                    "time": iso(time.time()), "metrics": dict(report.metrics)}
+        self.state.progress[key] = progress_of(report, rank, time.time())
         self.state.wake.set()
         if report.fingerprint is None and not report.metrics:
             return {"accepted": True}

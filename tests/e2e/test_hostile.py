@@ -1,0 +1,37 @@
+"""A careless or hostile tenant against the shared operator: every bad object gets a clear
+answer, and the operator keeps serving everybody else."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from goodput_operator.sdk import Reporter
+from tests.conftest import Cluster, wait_for
+from tests.e2e.conftest import Operator, apply, get_job, job_pods, training_job, wait_phase
+from tests.e2e.test_recovery import worker_token
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_nan_loss_reaches_status_progress_and_every_later_status_write_lands(
+        e2e: Operator, crds: Cluster, namespace: str, trn2_group: str) -> None:
+    apply(crds, training_job("nan", trn2_group, 1), namespace)
+    wait_phase(crds, namespace, "nan", "Running")
+    pod = job_pods(crds, namespace, "nan")[0]["metadata"]["name"]
+    worker = Reporter(e2e.report_url, worker_token(crds, namespace, pod),
+                      job=f"{namespace}/nan")
+    worker.report_step(10, {"loss": math.nan, "gradNorm": math.inf, "lr": 1e-4})
+
+    def progress() -> dict[str, Any] | None:
+        found: dict[str, Any] | None = get_job(crds, namespace, "nan")["status"].get("progress")
+        return found if found and found["step"] == 10 else None
+    seen = wait_for(progress, timeout=30, what="the NaN step in status.progress")
+    assert seen["metrics"] == {"lr": 1e-4}
+    assert seen["nonFinite"] == {"loss": "NaN", "gradNorm": "+Inf"}
+
+    crds.kubectl("patch", "tj", "nan", "-n", namespace, "--type=merge",
+                 "-p", '{"spec": {"suspend": true}}')
+    wait_phase(crds, namespace, "nan", "Suspended")  # later status writes still land
