@@ -280,6 +280,33 @@ BAD: list[tuple[str, Callable[[str], Doc], list[Mutation], list[str]]] = [
                            "metrics": [{"type": "QueueDepth", "target": 8}]})],
      ["spec.scaling.prometheusUrl", "should match"]),
     ("no model", E, [drop("spec.model")], ["spec.model: Required value"]),
+    # a workload's name labels its pods; a template may not take placement away from the
+    # operator, nor speak for it in goodput.dev/ labels (issue 16)
+    ("job name too long to label its pods", J, [put("metadata.name", "j" * 64)],
+     ["metadata.name: at most 63 characters"]),
+    ("endpoint name too long to label its pods", E, [put("metadata.name", "e" * 64)],
+     ["metadata.name: at most 63 characters"]),
+    ("template pins a node", J, [put("spec.template.spec.nodeName", "us0-n0")],
+     ["spec.template.spec.nodeName", "the operator chooses each worker's node"]),
+    ("template brings scheduling gates", E,
+     [put("spec.template.spec.schedulingGates", [{"name": "example.com/hold"}])],
+     ["spec.template.spec.schedulingGates", "the operator gates workers"]),
+    ("template requires a hostname", J, [put("spec.template.spec.affinity", {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                   "values": ["us0-n0"]}]}]}}})],
+     ["spec.template.spec.affinity.nodeAffinity", "kubernetes.io/hostname would fight"]),
+    ("template selects nodes by field", J, [put("spec.template.spec.affinity", {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                    "values": ["us0-n0"]}]}]}}})],
+     ["matchFields selects nodes by name"]),
+    ("template forges a rank label", J,
+     [put("spec.template.metadata.labels", {"goodput.dev/rank": "0"})],
+     ["spec.template.metadata.labels", "goodput.dev/ are set by the operator only"]),
+    ("template forges a node annotation", E,
+     [put("spec.template.metadata.annotations", {"x.goodput.dev/node": "us0-n0"})],
+     ["spec.template.metadata.annotations", "goodput.dev/ are set by the operator only"]),
 ]
 
 

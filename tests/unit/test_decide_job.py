@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from goodput_operator import names
 from goodput_operator.api.trainingjob import TrainingJobStatus
 from goodput_operator.decide import JobDecision, Snapshot, decide, decide_jobs, trial
 from goodput_operator.health.quarantine import Finding, iso
@@ -52,6 +53,16 @@ def outcome(decision: JobDecision) -> dict[str, Any]:
         "restarts": decision.desired.get("restarts"),
         "conditions": conditions(decision.desired),
     }
+
+
+def forged(pod: Obj, name: str, uid: str | None = None, rank: str | None = None) -> Obj:
+    """POD renamed, owned by UID (None: by nobody), its rank label set to RANK."""
+    pod["metadata"]["name"] = name
+    pod["metadata"]["ownerReferences"] = [{"kind": "TrainingJob", "name": "j", "uid": uid,
+                                           "controller": True}] if uid else []
+    if rank is not None:
+        pod["metadata"]["labels"][names.RANK_LABEL] = rank
+    return pod
 
 
 @dataclass
@@ -166,6 +177,15 @@ CASES = [
          {"probes": [], "pin": [("j-r0-w0", "us0-n0"), ("j-r0-w1", "us0-n1")]},
          pods=[worker(PLACED_JOB, 0), worker(PLACED_JOB, 1)],
          snapshot={"probed_at": {"us0-n0": NOW - 10, "us0-n1": NOW - 10}}),
+    Case("a pod carrying a job's labels but not owned by it is not its worker",
+         RUNNING, {"phase": "Running", "restarts": None, "blame": [], "create": []},
+         pods=[*running_pods(RUNNING, "Running", "Running"),
+               forged(worker(RUNNING, 0, node_name="us1-n0", phase="Failed", code=74),
+                      name="impostor")]),
+    Case("a rank label that is no number never makes the pass raise",
+         RUNNING, {"phase": "Running", "restarts": None},
+         pods=[*running_pods(RUNNING, "Running", "Running"),
+               forged(worker(RUNNING, 1), name="odd", uid="uid-j", rank="abc")]),
 ]
 
 

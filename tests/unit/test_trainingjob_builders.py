@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from goodput_operator import names
 from goodput_operator.resources import pods
@@ -147,11 +150,48 @@ def test_pin_narrows_affinity_and_removes_only_our_gate() -> None:
                                                names.NODE_ANNOTATION: "trn2-00-3"}
 
 
-def test_long_names_stay_within_dns_limits() -> None:
-    long = job()
-    long["metadata"]["name"] = "x" * 63
-    assert len(build.pod_name("x" * 63, 12, 1023)) <= 63
-    assert len(build.hostfile(long, ["n"])["metadata"]["name"]) <= 63
+SERVICE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+@pytest.mark.parametrize(("job_name", "service", "pod"), [
+    ("llama", "llama", "llama-r0-w3"),                       # valid names stay as they are
+    ("llama-3.1-8b", "llama-3-1-8b-7b6335", "llama-3.1-8b-r0-w3"),  # no dots in a Service
+    ("70b", "x70b-d1e53e", "70b-r0-w3"),                     # a Service starts with a letter
+    ("x" * 63, "x" * 63, f"{'x' * 50}-75220b-r0-w3"),        # cut, and tagged by a hash
+])
+def test_child_names_are_valid_and_readable(job_name: str, service: str, pod: str) -> None:
+    assert build.service_name(job_name) == service
+    assert build.pod_name(job_name, 0, 3) == pod
+
+
+@given(st.from_regex(SUBDOMAIN, fullmatch=True).filter(lambda n: len(n) <= 63),
+       st.from_regex(SUBDOMAIN, fullmatch=True).filter(lambda n: len(n) <= 63))
+def test_child_names_are_valid_and_never_shared_between_two_jobs(a: str, b: str) -> None:
+    """Whatever a job is called (metadata.name: a DNS subdomain of at most 63 characters,
+    CEL-checked), its Service, hostfile and pods get valid names, and two jobs never get the
+    same one (names cut to a common prefix used to collide)."""
+    for name in (a, b):
+        assert SERVICE.fullmatch(build.service_name(name)) and \
+            len(build.service_name(name)) <= 63
+        for child in (build.hostfile_name(name), build.pod_name(name, 99, 16383)):
+            assert SUBDOMAIN.fullmatch(child) and len(child) <= 63, child
+    if a != b:
+        assert build.service_name(a) != build.service_name(b)
+        assert build.pod_name(a, 1, 2) != build.pod_name(b, 1, 2)
+        assert build.hostfile_name(a) != build.hostfile_name(b)
+
+
+@pytest.mark.parametrize(("labels", "rank", "attempt"), [
+    ({names.RANK_LABEL: "3", names.RESTART_LABEL: "1"}, 3, 1),
+    ({names.RANK_LABEL: "abc", names.RESTART_LABEL: "-2"}, -1, -1),
+    ({names.RANK_LABEL: "1e3", names.RESTART_LABEL: "٣"}, -1, -1),  # Arabic-Indic 3
+    ({}, -1, -1),
+])
+def test_rank_and_attempt_labels_never_raise(labels: dict[str, str], rank: int,
+                                             attempt: int) -> None:
+    pod = {"metadata": {"labels": labels}}
+    assert (pods.index_of(pod), pods.attempt_of(pod)) == (rank, attempt)
 
 
 def test_a_placed_rank_is_created_pinned_and_ungated() -> None:

@@ -27,6 +27,7 @@ LABEL_KEY = rf"^{_PREFIX}[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 RESOURCE_NAME = rf"^{_PREFIX}[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
 CONDITION_TYPE = rf"^{_PREFIX}(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
 PERCENT_OR_COUNT = r"^(100|[1-9]?[0-9])%$"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 K8S_EXTRA = "x-kubernetes-validations"
 JsonDict = dict[str, Any]
@@ -55,9 +56,13 @@ def schema_default(value: Any) -> JsonDict:
     return {"default": value}
 
 
-def rules(*validations: JsonDict) -> ConfigDict:
-    """Model-level CEL rules (cross-field checks), merged into ApiModel's config."""
-    return ConfigDict(json_schema_extra={K8S_EXTRA: list(validations)})
+def rules(*validations: JsonDict, extra: Literal["allow"] | None = None) -> ConfigDict:
+    """Model-level CEL rules (cross-field checks), merged into ApiModel's config; EXTRA:
+    "allow" for pass-through core/v1 types."""
+    config = ConfigDict(json_schema_extra={K8S_EXTRA: list(validations)})
+    if extra:
+        config["extra"] = extra
+    return config
 
 
 def field_rules(*validations: JsonDict) -> JsonDict:
@@ -139,15 +144,23 @@ def conditions_field() -> Any:
     )
 
 
+def _not_ours(field: str) -> JsonDict:
+    return cel("self.all(k, !k.matches('^([^/]*[.])?goodput[.]dev/'))",
+               f"template.metadata.{field}: keys in goodput.dev/ are set by the operator only")
+
+
 class ObjectMetaTemplate(ApiModel):
     """Labels and annotations copied onto each pod."""
 
     model_config = ConfigDict(extra="allow")
 
-    labels: dict[str, str] = Field(default_factory=dict)
-    """Labels added to every pod (the operator's own goodput.dev/ labels win)."""
-    annotations: dict[str, str] = Field(default_factory=dict)
-    """Annotations added to every pod."""
+    labels: dict[str, str] = Field(default_factory=dict,
+                                   json_schema_extra=field_rules(_not_ours("labels")))
+    """Labels added to every pod. Keys in goodput.dev/ (and its subdomains) are the
+    operator's word about a pod (its job, rank, node) and are refused."""
+    annotations: dict[str, str] = Field(default_factory=dict,
+                                        json_schema_extra=field_rules(_not_ours("annotations")))
+    """Annotations added to every pod; goodput.dev/ keys are refused, as for labels."""
 
 
 class Container(ApiModel):
@@ -162,13 +175,86 @@ class Container(ApiModel):
     """Container image."""
 
 
-class PodSpecTemplate(ApiModel):
-    """A core/v1 PodSpec. Containers are checked here; other fields pass through."""
+class NodeSelectorRequirement(ApiModel):
+    """A node selector requirement (core/v1); only its key is checked here."""
 
     model_config = ConfigDict(extra="allow")
 
+    key: str = Field(max_length=317)
+    """The label (or field) the requirement is about."""
+
+
+class NodeSelectorTerm(ApiModel):
+    """A node selector term (core/v1). Terms may not name nodes: the operator pins each
+    worker to the node its gang was placed on."""
+
+    model_config = rules(
+        cel(f"!has(self.matchExpressions) || "
+            f"self.matchExpressions.all(e, e.key != '{HOSTNAME_LABEL}')",
+            f"template.spec.affinity: a required node affinity on {HOSTNAME_LABEL} would "
+            "fight the placement; select nodes by their labels instead"),
+        cel("!has(self.matchFields)",
+            "template.spec.affinity: matchFields selects nodes by name, which the operator "
+            "chooses; select nodes by their labels instead"),
+        extra="allow")
+
+    match_expressions: list[NodeSelectorRequirement] | None = Field(default=None,
+                                                                     max_length=64)
+    """Requirements on node labels."""
+    match_fields: list[NodeSelectorRequirement] | None = Field(default=None, max_length=64)
+    """Requirements on node fields: refused (they name nodes)."""
+
+
+class NodeSelector(ApiModel):
+    """Required node selector terms (ORed)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    node_selector_terms: list[NodeSelectorTerm] = Field(default_factory=list, max_length=32)
+    """The terms; a node matching any of them qualifies."""
+
+
+class NodeAffinity(ApiModel):
+    """Node affinity (core/v1); the required part is checked, the rest passes through."""
+
+    model_config = ConfigDict(extra="allow")
+
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+    """Nodes a worker may run on: the operator adds its placed node to every term."""
+
+
+class Affinity(ApiModel):
+    """Affinity (core/v1); node affinity is checked, pod (anti-)affinity passes through."""
+
+    model_config = ConfigDict(extra="allow")
+
+    node_affinity: NodeAffinity | None = None
+    """Node affinity."""
+
+
+class PodSpecTemplate(ApiModel):
+    """A core/v1 PodSpec. Containers are checked here; other fields pass through, except
+    those that would take a worker's placement away from the operator."""
+
+    model_config = rules(
+        cel("!has(self.nodeName)",
+            "template.spec.nodeName: the operator chooses each worker's node; select nodes "
+            "with spec.nodeSelector or the UltraServerGroup instead", ".nodeName",
+            reason="FieldValueForbidden"),
+        cel("!has(self.schedulingGates)",
+            "template.spec.schedulingGates: the operator gates workers until their gang is "
+            "placed; other gates would hold a placed gang forever", ".schedulingGates",
+            reason="FieldValueForbidden"),
+        extra="allow")
+
     containers: list[Container] = Field(min_length=1, max_length=32)
     """The worker's containers; at least one."""
+    node_name: str | None = None
+    """Refused: the operator chooses each worker's node."""
+    scheduling_gates: list[dict[str, str]] | None = Field(default=None, max_length=16)
+    """Refused: the operator gates workers until their gang is placed."""
+    affinity: Affinity | None = None
+    """Affinity; a required node affinity may not name nodes (by hostname or by field)."""
 
 
 class PodTemplate(ApiModel):

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from goodput_operator.api.base import CATEGORY, GROUP, VERSION
+from goodput_operator.api.base import CATEGORY, GROUP, K8S_EXTRA, VERSION, cel
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec, InferenceEndpointStatus
 from goodput_operator.api.schema import JsonSchema, k8s_schema, map_schema, strip_defaults
 from goodput_operator.api.trainingjob import TrainingJobSpec, TrainingJobStatus
@@ -41,6 +41,11 @@ class Column:
 
 
 AGE = Column("Age", ".metadata.creationTimestamp", "date")
+# A workload's name is the value of a label on each of its pods: at most 63 characters.
+# (Its children's names are derived from it validly: see resources.pods.child_name.)
+NAME_FITS_A_LABEL = {K8S_EXTRA: [cel(
+    "size(self.metadata.name) <= 63",
+    "metadata.name: at most 63 characters (it labels every pod of the workload)")]}
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ KINDS: tuple[Kind, ...] = (
             Column("Goodput", ".status.goodput.ratio", "number", priority=1),
             AGE,
         ),
+        extra_root=NAME_FITS_A_LABEL,
     ),
     Kind(
         kind="InferenceEndpoint", plural="inferenceendpoints", short_names=("ie",),
@@ -120,6 +126,7 @@ KINDS: tuple[Kind, ...] = (
         ),
         scale={"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
                "labelSelectorPath": ".status.selector"},
+        extra_root=NAME_FITS_A_LABEL,
     ),
 )
 

@@ -39,7 +39,7 @@ from goodput_operator.decide.endpoint import (
     placed_groups,
     request_of,
 )
-from goodput_operator.resources.pods import pin
+from goodput_operator.resources.pods import owned, pin
 from goodput_operator.topology.placement import room_for
 
 Obj = dict[str, Any]
@@ -128,7 +128,7 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, now: floa
     fleet = state.fleets.get(spec.ultra_server_group)
     capacity = None
     if fleet is not None:  # groups holding nodes now, plus what the free space can host
-        placed = placed_groups(state.endpoint_pods.get(key, {}).values(),
+        placed = placed_groups(owned(state.endpoint_pods.get(key, {}).values(), ie),
                                spec.replica_shape.workers)
         capacity = placed + room_for(fleet, request_of(spec),
                                      max(0, spec.scaling.max_replicas - placed))

@@ -24,7 +24,7 @@ from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.types import Event, Reservation
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import inference as build
-from goodput_operator.resources.pods import FINISHED
+from goodput_operator.resources.pods import FINISHED, owned
 from goodput_operator.topology.model import Fleet, endpoint_owner
 from goodput_operator.topology.placement import Request, place
 
@@ -109,7 +109,7 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
         message = f"UltraServerGroup {spec.ultra_server_group!r} does not exist"
         return EndpointDecision(ie, status, {"conditions": set_condition(
             conditions, "Ready", False, "UltraServerGroupNotFound", message, generation, at)})
-    pods = list(snapshot.endpoint_pods.get((namespace, name), {}).values())
+    pods = owned(snapshot.endpoint_pods.get((namespace, name), {}).values(), ie)
     lost = {n for p in pods if (n := p.get("spec", {}).get("nodeName"))
             and (n not in fleet.nodes or fleet.nodes[n].state == "quarantined")}
     latest = snapshot.scaled.get((namespace, name))

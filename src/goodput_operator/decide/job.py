@@ -31,7 +31,7 @@ from goodput_operator.decide.types import (
 from goodput_operator.health import badput
 from goodput_operator.health.quarantine import Finding, iso, parse_time, record_of
 from goodput_operator.resources import trainingjob as build
-from goodput_operator.resources.pods import attempt_of, index_of, is_gated
+from goodput_operator.resources.pods import attempt_of, index_of, is_gated, owned
 from goodput_operator.topology.model import Fleet, trainingjob_owner
 from goodput_operator.topology.placement import Placement, RankSlot, Request, place
 from goodput_operator.topology.replacement import Elastic, replace
@@ -98,7 +98,7 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
             "conditions": set_condition(conditions, "Placed", False, reason, message,
                                         generation, at)})
 
-    pods = list(snapshot.job_pods.get((namespace, name), {}).values())
+    pods = owned(snapshot.job_pods.get((namespace, name), {}).values(), job)
     decided = attempt(job, pods, fleet.shape.accelerator_resource,
                       lost_nodes(snapshot, fleet, job, pods), clock, snapshot.report_url,
                       suspects=snapshot.seen_unhealthy.keys(), probed=snapshot.probed_at,

@@ -39,6 +39,7 @@ from goodput_operator.controllers.state import State
 from goodput_operator.decide.attempt import strict_checkpoints
 from goodput_operator.health import sdc
 from goodput_operator.health.quarantine import Finding, iso
+from goodput_operator.resources.pods import attempt_of, index_of, owned
 
 Obj = dict[str, Any]
 log = logging.getLogger("goodput.reports")
@@ -162,11 +163,11 @@ class ReportServer:
         meta = pod["metadata"]
         labels = meta.get("labels") or {}
         job = self.state.jobs.get((meta["namespace"], labels.get(names.JOB_LABEL, "")))
-        if job is None:
+        if job is None or not owned([pod], job) or index_of(pod) < 0:
             raise Refused(403, f"pod {meta['namespace']}/{meta['name']} is not a TrainingJob "
                                "worker")
         restarts = int((job.get("status") or {}).get("restarts", 0))
-        if labels.get(names.RESTART_LABEL) != str(restarts):
+        if attempt_of(pod) != restarts:
             raise Refused(409, f"pod {meta['name']} belongs to attempt "
                                f"{labels.get(names.RESTART_LABEL)}; the job is at attempt "
                                f"{restarts}")
@@ -195,7 +196,7 @@ class ReportServer:
         meta = job["metadata"]
         key = (meta["namespace"], meta["name"])
         spec = TrainingJobSpec.model_validate(job["spec"])
-        rank = int((pod["metadata"].get("labels") or {}).get(names.RANK_LABEL, 0))
+        rank = index_of(pod)
         self.state.progress[key] = progress_of(report, rank, time.time())
         self.state.wake.set()
         if report.fingerprint is None and not report.metrics:
@@ -228,12 +229,12 @@ class ReportServer:
         recovers from its verified checkpoint. Blaming again on every later divergent step
         would quarantine the node anew after an operator released it by hand."""
         meta = job["metadata"]
-        pods = self.state.job_pods.get((meta["namespace"], meta["name"]), {})
-        restart = str((job.get("status") or {}).get("restarts", 0))
+        pods = owned(self.state.job_pods.get((meta["namespace"], meta["name"]), {}).values(),
+                     job)
+        restart = int((job.get("status") or {}).get("restarts", 0))
         for rank in ranks:
-            pod = next((p for p in pods.values()
-                        if (p["metadata"].get("labels") or {}).get(names.RANK_LABEL) == str(rank)
-                        and p["metadata"]["labels"].get(names.RESTART_LABEL) == restart), None)
+            pod = next((p for p in pods if index_of(p) == rank and attempt_of(p) == restart),
+                       None)
             node = (pod or {}).get("spec", {}).get("nodeName")
             if not node:
                 continue

@@ -13,6 +13,7 @@ from typing import Any
 from goodput_operator import names
 from goodput_operator.api.base import API_VERSION
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
+from goodput_operator.resources.pods import child_name, template_metadata
 from goodput_operator.resources.trainingjob import MANAGED_BY
 
 Obj = dict[str, Any]
@@ -31,17 +32,19 @@ def owner_reference(ie: Obj) -> Obj:
 
 
 def members_service(name: str) -> str:
-    return f"{name[:55].rstrip('-')}-members"
+    return child_name(name, "-members", dns_label=True)
 
 
 def member_hostname(name: str, index: int, member: int) -> str:
-    suffix = f"-{index}-{member}"
-    return f"{name[:63 - len(suffix)].rstrip('-')}{suffix}"
+    return child_name(name, f"-{index}-{member}", dns_label=True)
 
 
 def pod_name(name: str, index: int, rev: str, member: int) -> str:
-    suffix = f"-{index}-{rev[:5]}-{member}"
-    return f"{name[:63 - len(suffix)].rstrip('-')}{suffix}"
+    return child_name(name, f"-{index}-{rev[:5]}-{member}")
+
+
+def service_name(name: str) -> str:
+    return child_name(name, dns_label=True)
 
 
 def selector(name: str) -> dict[str, str]:
@@ -56,7 +59,7 @@ def service(ie: Obj, spec: InferenceEndpointSpec) -> Obj:
     """The endpoint: a ClusterIP Service over the leaders of every replica group."""
     name = ie["metadata"]["name"]
     return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name[:63], "namespace": ie["metadata"]["namespace"],
+            "metadata": {"name": service_name(name), "namespace": ie["metadata"]["namespace"],
                          "labels": {**selector(name), **MANAGED_BY},
                          "ownerReferences": [owner_reference(ie)]},
             "spec": {"selector": {**selector(name), names.ROLE_LABEL: "leader"},
@@ -86,7 +89,7 @@ def group_pods(ie: Obj, spec: InferenceEndpointSpec, index: int, rev: str,
         template = copy.deepcopy(ie["spec"]["template"])
         pod_spec: Obj = template.get("spec", {})
         role = "leader" if member == 0 else "worker"
-        labels = {**(template.get("metadata", {}).get("labels") or {}), **selector(name),
+        labels = {**template_metadata(template, "labels"), **selector(name),
                   names.REPLICA_LABEL: str(index), names.MEMBER_LABEL: str(member),
                   names.REVISION_LABEL: rev, names.ROLE_LABEL: role, **MANAGED_BY}
         env = {names.ENV_ENDPOINT: f"{namespace}/{name}", names.ENV_ROLE: role,
@@ -113,8 +116,7 @@ def group_pods(ie: Obj, spec: InferenceEndpointSpec, index: int, rev: str,
         pods.append({"apiVersion": "v1", "kind": "Pod",
                      "metadata": {"name": pod_name(name, index, rev, member),
                                   "namespace": namespace, "labels": labels,
-                                  "annotations": dict(template.get("metadata", {})
-                                                      .get("annotations") or {}),
+                                  "annotations": template_metadata(template, "annotations"),
                                   "ownerReferences": [owner_reference(ie)]},
                      "spec": pod_spec})
     return pods

@@ -4,13 +4,36 @@ reading a pod's attempt, rank and readiness. Pure builders and readers of pod di
 from __future__ import annotations
 
 import copy
+import hashlib
+import re
+from collections.abc import Iterable
 from typing import Any
 
 from goodput_operator import names
+from goodput_operator.api.base import HOSTNAME_LABEL
 
 Obj = dict[str, Any]
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 FINISHED = ("Succeeded", "Failed")
+MAX_NAME = 63  # a label value, a Service name, a hostname
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
+def child_name(base: str, suffix: str = "", *, dns_label: bool = False) -> str:
+    """The name of a child of the object named BASE: BASE+SUFFIX when that is valid and
+    short enough, else BASE cleaned, cut and tagged with a hash of BASE, so that two
+    objects never share a child's name however their names truncate. DNS_LABEL: a
+    DNS-1035 label (Services, pod subdomains and hostnames: no dots, a letter first);
+    otherwise a DNS-1123 subdomain (pods, ConfigMaps); both at most 63 characters."""
+    name = base + suffix
+    if len(name) <= MAX_NAME and (_DNS_1035 if dns_label else _SUBDOMAIN).fullmatch(name):
+        return name
+    clean = re.sub(r"[^a-z0-9-]+", "-", base.lower()).strip("-")
+    if dns_label and not clean[:1].isalpha():
+        clean = f"x{clean}"
+    tag = hashlib.sha256(base.encode()).hexdigest()[:6]
+    head = clean[:MAX_NAME - len(suffix) - len(tag) - 1].rstrip("-")
+    return f"{head}-{tag}{suffix}"
 
 
 def pin(pod: Obj, node: str, domain: str | None) -> Obj:
@@ -50,6 +73,26 @@ def pinned(pod: Obj, node: str, domain: str | None) -> Obj:
     return result
 
 
+def owned(pods: Iterable[Obj], owner: Obj) -> list[Obj]:
+    """The PODS whose controller is OWNER, by UID: a pod that only carries an owner's
+    labels (a tenant's own, or one left from a deleted namesake) is not its worker."""
+    uid = owner["metadata"].get("uid")
+    return [p for p in pods
+            if any(ref.get("controller") and ref.get("uid") == uid
+                   for ref in p["metadata"].get("ownerReferences") or [])]
+
+
+def template_metadata(template: Obj, key: str) -> dict[str, str]:
+    """The template's labels or annotations (KEY), less any in goodput.dev/: those are the
+    operator's word about a pod (its job, rank, node, domain), never a tenant's."""
+    found = (template.get("metadata") or {}).get(key) or {}
+    return {k: v for k, v in found.items() if not _ours(k.partition("/")[0] if "/" in k else "")}
+
+
+def _ours(prefix: str) -> bool:
+    return prefix == names.PREFIX or prefix.endswith(f".{names.PREFIX}")
+
+
 def is_gated(pod: Obj) -> bool:
     return any(g.get("name") == names.PLACEMENT_GATE
                for g in pod.get("spec", {}).get("schedulingGates") or [])
@@ -57,12 +100,19 @@ def is_gated(pod: Obj) -> bool:
 
 def attempt_of(pod: Obj) -> int:
     """The attempt (a TrainingJob's status.restarts) the pod was created for; -1: none."""
-    return int(pod["metadata"].get("labels", {}).get(names.RESTART_LABEL, "-1"))
+    return _count_label(pod, names.RESTART_LABEL)
 
 
 def index_of(pod: Obj) -> int:
     """The pod's rank in its gang; -1: none."""
-    return int(pod["metadata"].get("labels", {}).get(names.RANK_LABEL, "-1"))
+    return _count_label(pod, names.RANK_LABEL)
+
+
+def _count_label(pod: Obj, label: str) -> int:
+    """A label holding a count, -1 when absent or not a plain count ("abc", "1e3", "-2"):
+    a label anybody may write must never make a decision raise."""
+    value = (pod["metadata"].get("labels") or {}).get(label, "")
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 9 else -1
 
 
 def is_ready(pod: Obj) -> bool:

@@ -3,10 +3,10 @@ to one node, holding all of its accelerators, reporting through the workers' cha
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from goodput_operator import names
+from goodput_operator.resources.pods import child_name
 from goodput_operator.resources.trainingjob import MANAGED_BY
 
 Obj = dict[str, Any]
@@ -14,8 +14,7 @@ Obj = dict[str, Any]
 
 def probe_job_name(node: str, run: int, trigger: str = "") -> str:
     suffix = f"-{trigger[:5]}{run}" if trigger else f"-{run}"
-    stem = re.sub(r"[^a-z0-9-]", "-", f"probe-{node.lower()}")[:63 - len(suffix)].strip("-")
-    return stem + suffix
+    return child_name(f"probe-{node}", suffix, dns_label=True)
 
 
 def probe_job(node: str, run: int, namespace: str, image: str, report_url: str,

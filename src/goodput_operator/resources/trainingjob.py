@@ -17,6 +17,7 @@ from typing import Any
 from goodput_operator import names
 from goodput_operator.api.base import API_VERSION
 from goodput_operator.api.trainingjob import TrainingJobSpec
+from goodput_operator.resources.pods import child_name, template_metadata
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "goodput-operator"}
 HOSTFILE_DIR = "/etc/goodput"
@@ -31,16 +32,15 @@ def owner_reference(job: Obj) -> Obj:
 
 
 def service_name(job_name: str) -> str:
-    return job_name[:63].rstrip("-")
+    return child_name(job_name, dns_label=True)
 
 
 def hostfile_name(job_name: str) -> str:
-    return f"{job_name[:53].rstrip('-')}-hostfile"
+    return child_name(job_name, "-hostfile")
 
 
 def pod_name(job_name: str, restart: int, index: int) -> str:
-    suffix = f"-r{restart}-w{index}"
-    return f"{job_name[:63 - len(suffix)].rstrip('-')}{suffix}"
+    return child_name(job_name, f"-r{restart}-w{index}")
 
 
 def hostname(index: int) -> str:
@@ -139,9 +139,9 @@ def worker_pod(job: Obj, index: int, restart: int, resource: str,
     meta = job["metadata"]
     template = copy.deepcopy(job["spec"]["template"])
     pod_spec: Obj = template.get("spec", {})
-    labels = {**(template.get("metadata", {}).get("labels") or {}), **selector(meta["name"]),
+    labels = {**template_metadata(template, "labels"), **selector(meta["name"]),
               names.RANK_LABEL: str(index), names.RESTART_LABEL: str(restart), **MANAGED_BY}
-    annotations = dict(template.get("metadata", {}).get("annotations") or {})
+    annotations = template_metadata(template, "annotations")
     containers = pod_spec["containers"]
     env = launcher_env(job, spec, index, restart, resume, report_url, workers)
     for position, container in enumerate(containers):
