@@ -237,7 +237,7 @@ def test_failing_most_of_a_group_at_once_trips_the_storm_guard(
 def test_reports_are_accepted_only_from_the_jobs_own_current_workers(
         e2e: Operator, crds: Cluster, namespace: str, trn2_group: str) -> None:
     apply(crds, training_job("alpha", trn2_group, 1), namespace)
-    apply(crds, training_job("beta", trn2_group, 1), namespace)
+    apply(crds, training_job("beta", trn2_group, 1, checkpoint={"dir": "/ckpt"}), namespace)
     wait_phase(crds, namespace, "alpha", "Running")
     wait_phase(crds, namespace, "beta", "Running")
     beta_pod = job_pods(crds, namespace, "beta")[0]["metadata"]["name"]
@@ -257,6 +257,7 @@ def test_reports_are_accepted_only_from_the_jobs_own_current_workers(
     assert refused(Reporter(url, worker_token(crds, namespace, beta_pod, "other"))) == 401
     assert refused(Reporter(url, beta_token), step=-1) == 400
     assert refused(Reporter(url, beta_token), unexpected=True) == 400
+    assert refused(Reporter(url, beta_token), path="/ckpt/../alpha/5") == 400  # not beta's
     assert "latest" not in (get_job(crds, namespace, "alpha")["status"].get("checkpoint") or {})
     assert "latest" not in (get_job(crds, namespace, "beta")["status"].get("checkpoint") or {})
 

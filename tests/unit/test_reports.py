@@ -9,7 +9,7 @@ import pytest
 
 from goodput_operator.api.reports import StepReport
 from goodput_operator.api.trainingjob import Progress
-from goodput_operator.operator.reports import progress_of
+from goodput_operator.operator.reports import inside, progress_of
 
 pytestmark = pytest.mark.unit
 NOW = 1_800_000_000.0
@@ -30,3 +30,19 @@ def test_step_progress_keeps_non_finite_numbers_by_name_in_valid_json(
     assert progress["metrics"] == metrics and progress.get("nonFinite") == non_finite
     assert progress["step"] == 7 and progress["rank"] == 3
     Progress.model_validate(progress)  # the status schema takes it
+
+
+@pytest.mark.parametrize(("path", "root", "accepted"), [
+    ("/fsx/llama/step-100", "/fsx/llama", True),
+    ("/fsx/llama", "/fsx/llama/", True),
+    ("/fsx/llama-other/step-1", "/fsx/llama", False),      # a sibling sharing the prefix
+    ("/fsx/llama/../other/step-1", "/fsx/llama", False),   # climbing out
+    ("/etc/passwd", "/fsx/llama", False),
+    ("s3://bucket/run-1/step-5", "s3://bucket/run-1", True),
+    ("s3://bucket/run-10/step-5", "s3://bucket/run-1", False),
+    ("gs://bucket/run-1/step-5", "s3://bucket/run-1", False),  # another scheme
+    ("s3://bucket/run-1/step-5", "/bucket/run-1", False),      # a URI under a local dir
+])
+def test_a_checkpoint_is_accepted_only_inside_the_jobs_directory(
+        path: str, root: str, accepted: bool) -> None:
+    assert inside(path, root) is accepted

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import math
+import posixpath
 import ssl
 import time
 from collections.abc import Callable
@@ -59,6 +60,22 @@ def progress_of(report: StepReport, rank: int, now: float) -> Obj:
            for k, v in report.metrics.items() if not math.isfinite(v)}
     return {"step": report.step, "rank": rank, "time": iso(now), "metrics": finite,
             **({"nonFinite": odd} if odd else {})}
+
+
+def inside(path: str, root: str) -> bool:
+    """PATH names ROOT or something in it (a directory, or a URI prefix such as
+    s3://bucket/run), once . and .. are resolved: a worker commits only checkpoints under
+    its job's directory, never another job's or a path of its choosing."""
+    scheme, sep, rest = root.partition("://")
+    if sep:
+        if not path.startswith(scheme + sep):
+            return False
+        root, path = rest, path[len(scheme + sep):]
+    elif "://" in path:
+        return False
+    base = posixpath.normpath("/" + root.lstrip("/"))
+    found = posixpath.normpath("/" + path.lstrip("/"))
+    return found == base or found.startswith(base.rstrip("/") + "/")
 
 
 class Refused(Exception):
@@ -176,6 +193,10 @@ class ReportServer:
     async def _checkpoint(self, job: Obj, pod: Obj, report: CheckpointReport) -> Obj:
         meta = job["metadata"]
         spec = TrainingJobSpec.model_validate(job["spec"])
+        if spec.checkpoint.dir is None or not inside(report.path, spec.checkpoint.dir):
+            raise Refused(400, f"checkpoint path {report.path!r} is not inside the job's "
+                               f"spec.checkpoint.dir ({spec.checkpoint.dir or 'unset'}): "
+                               "workers resume only from the job's own checkpoints")
         status = job.setdefault("status", {})
         ref = {"step": report.step, "path": report.path, "time": iso(time.time())}
         if report.digest:
