@@ -10,7 +10,15 @@ import pytest
 
 from goodput_operator.sdk import Reporter
 from tests.conftest import Cluster, wait_for
-from tests.e2e.conftest import Operator, apply, get_job, job_pods, training_job, wait_phase
+from tests.e2e.conftest import (
+    Operator,
+    apply,
+    get_job,
+    job_pods,
+    training_job,
+    wait_event,
+    wait_phase,
+)
 from tests.e2e.test_recovery import worker_token
 
 pytestmark = pytest.mark.e2e
@@ -35,3 +43,31 @@ def test_a_nan_loss_reaches_status_progress_and_every_later_status_write_lands(
     crds.kubectl("patch", "tj", "nan", "-n", namespace, "--type=merge",
                  "-p", '{"spec": {"suspend": true}}')
     wait_phase(crds, namespace, "nan", "Suspended")  # later status writes still land
+
+
+def test_workers_the_api_server_refuses_are_reported_then_the_job_fails_and_frees_its_nodes(
+        e2e: Operator, crds: Cluster, namespace: str, trn2_group: str) -> None:
+    """PodSecurity admission applies to the pods the operator creates: a privileged
+    template in a `restricted` namespace is refused, said so on a condition and an event,
+    and after a few tries the job fails, giving back the whole pool it had reserved."""
+    restricted = "pod-security.kubernetes.io/enforce"
+    crds.kubectl("label", "namespace", namespace, f"{restricted}=restricted")
+    privileged = training_job("priv", trn2_group, 8)
+    privileged["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {
+        "privileged": True}
+    apply(crds, privileged, namespace)
+
+    def refused() -> dict[str, Any] | None:
+        conditions = get_job(crds, namespace, "priv").get("status", {}).get("conditions", [])
+        return next((c for c in conditions if c["type"] == "WorkersCreated"
+                     and c["reason"] == "CreateRefused"), None)
+    condition = wait_for(refused, timeout=30, what="the WorkersCreated=False condition")
+    assert "violates PodSecurity" in condition["message"]
+    wait_event(crds, "priv", "CreateRefused", "violates PodSecurity", namespace=namespace)
+    failed = wait_phase(crds, namespace, "priv", "Failed", timeout=90)
+    assert "refused to create the workers (5 time(s))" in failed["status"]["message"]
+    assert failed["status"]["accelerators"] == 0
+
+    crds.kubectl("label", "namespace", namespace, f"{restricted}-")
+    apply(crds, training_job("after", trn2_group, 8), namespace)  # the whole pool again
+    wait_phase(crds, namespace, "after", "Running")

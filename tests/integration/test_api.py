@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from goodput_operator import names
 from tests.conftest import Cluster
 
 pytestmark = pytest.mark.integration
@@ -302,7 +303,7 @@ BAD: list[tuple[str, Callable[[str], Doc], list[Mutation], list[str]]] = [
                                                     "values": ["us0-n0"]}]}]}}})],
      ["matchFields selects nodes by name"]),
     ("template forges a rank label", J,
-     [put("spec.template.metadata.labels", {"goodput.dev/rank": "0"})],
+     [put("spec.template.metadata.labels", {names.RANK_LABEL: "0"})],
      ["spec.template.metadata.labels", "goodput.dev/ are set by the operator only"]),
     ("template forges a node annotation", E,
      [put("spec.template.metadata.annotations", {"x.goodput.dev/node": "us0-n0"})],

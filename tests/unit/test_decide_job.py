@@ -11,6 +11,7 @@ import pytest
 from goodput_operator import names
 from goodput_operator.api.trainingjob import TrainingJobStatus
 from goodput_operator.decide import JobDecision, Snapshot, decide, decide_jobs, trial
+from goodput_operator.decide.types import Refusal
 from goodput_operator.health.quarantine import Finding, iso
 from tests.unit.world import (
     NOW,
@@ -27,6 +28,8 @@ from tests.unit.world import (
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
 PLACED_2 = placed("us0-n0", "us0-n1")
+DENIED = ('Pod j-r0-w0: pods "j-r0-w0" is forbidden: violates PodSecurity "restricted:latest": '
+          'privileged (container "t" must not set securityContext.privileged=true)')
 RUNNING_2 = {"phase": "Running", "placement": PLACED_2, "startTime": iso(NOW - 600),
              "goodput": {"since": iso(NOW - 600), "productiveSeconds": 0}}
 
@@ -177,6 +180,28 @@ CASES = [
          {"probes": [], "pin": [("j-r0-w0", "us0-n0"), ("j-r0-w1", "us0-n1")]},
          pods=[worker(PLACED_JOB, 0), worker(PLACED_JOB, 1)],
          snapshot={"probed_at": {"us0-n0": NOW - 10, "us0-n1": NOW - 10}}),
+    Case("workers the API server refuses: a condition, an event, a retry after a backoff",
+         NEW, {"phase": "Placing", "events": ["CreateRefused", "Placed"], "wake_at": NOW + 2,
+               "conditions": {"WorkersCreated": ("False", "CreateRefused"),
+                              "Placed": ("True", "Placed")}},
+         snapshot={"refused": {("ns", "j"): Refusal(1, DENIED)}}),
+    Case("workers refused again: no new event, a longer backoff",
+         PLACED_JOB, {"events": [], "wake_at": NOW + 8,
+                      "conditions": {"WorkersCreated": ("False", "CreateRefused")}},
+         snapshot={"refused": {("ns", "j"): Refusal(3, DENIED)}}),
+    Case("refused five times: the job fails and gives its capacity back",
+         PLACED_JOB, {"phase": "Failed", "events": ["Failed"], "create": [], "pin": [],
+                      "delete": ["j-r0-w0"],
+                      "conditions": {"Failed": ("True", "CreateRefused"),
+                                     "Running": ("False", "CreateRefused")}},
+         pods=[worker(PLACED_JOB, 0)],
+         snapshot={"refused": {("ns", "j"): Refusal(5, DENIED)}}),
+    Case("workers created after a refusal: the condition says so",
+         job(status={"phase": "Placing", "placement": PLACED_2, "conditions": [
+             {"type": "WorkersCreated", "status": "False", "reason": "CreateRefused",
+              "message": DENIED, "lastTransitionTime": iso(NOW - 9)}]}),
+         {"conditions": {"WorkersCreated": ("True", "Created")}},
+         pods=[worker(PLACED_JOB, 0), worker(PLACED_JOB, 1)]),
     Case("a pod carrying a job's labels but not owned by it is not its worker",
          RUNNING, {"phase": "Running", "restarts": None, "blame": [], "create": []},
          pods=[*running_pods(RUNNING, "Running", "Running"),

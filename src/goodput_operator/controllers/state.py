@@ -16,7 +16,7 @@ from typing import Any
 from goodput_operator import metrics, names
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.decide.snapshot import Scaled, Snapshot
-from goodput_operator.decide.types import Reservation
+from goodput_operator.decide.types import Refusal, Reservation
 from goodput_operator.health.quarantine import Finding
 from goodput_operator.health.sdc import Ledger
 from goodput_operator.topology.model import (
@@ -117,6 +117,7 @@ class State:
         self.healthy_since: dict[str, float] = {}
         self.blamed: dict[str, Finding] = {}  # nodes workers' failures blamed
         self.progress: dict[tuple[str, str], Obj] = {}  # latest step report per job
+        self.refused: dict[tuple[str, str], Refusal] = {}  # workloads whose creates fail
         self.report_url = ""  # where workers send reports (given to their pods)
         self.probe_namespace = "goodput-system"  # where probe Jobs run
         self.probe_image = ""  # the image probe Jobs run (the operator's own)
@@ -147,6 +148,7 @@ class State:
             blamed=self.blamed, clean_probes=self.clean_probes, probe_runs=self.probe_runs,
             probed_at=self.probed_at, last_sweep=self.last_sweep,
             group_written=self.group_written, progress=self.progress, scaled=self.scaled,
+            refused=self.refused,
             report_url=self.report_url, write_budget=self.write_budget)
 
     def defer_writes(self, count: int) -> None:
@@ -179,6 +181,23 @@ class State:
     def release_reservation(self, key: str) -> None:
         for fleet in self.fleets.values():
             fleet.release(key)
+
+    def release_unbound(self, owner: str) -> None:
+        """Give back OWNER's reservations for pods that do not exist (a failed gang's
+        ranks that were never created); its pods that do exist leave as they go."""
+        for fleet in self.fleets.values():
+            for key in list(fleet.by_owner.get(owner, ())):
+                if key not in self.pods:
+                    fleet.release(key)
+
+    def note_creates(self, key: tuple[str, str], refusal: str | None) -> None:
+        """The outcome of a pass's creates for workload KEY: REFUSAL, the API server's
+        words when it refused one for good, counts towards failing it; None clears."""
+        if refusal is None:
+            self.refused.pop(key, None)
+            return
+        times = self.refused[key].times + 1 if key in self.refused else 1
+        self.refused[key] = Refusal(times, refusal)  # the decision retries after a backoff
 
     def report_lock(self, job: tuple[str, str]) -> asyncio.Lock:
         """Reports of one job are applied one at a time (each writes what it read)."""
@@ -312,6 +331,7 @@ class State:
     def remove_job(self, namespace: str, name: str) -> None:
         self.jobs.pop((namespace, name), None)
         self.progress.pop((namespace, name), None)
+        self.refused.pop((namespace, name), None)
         self.ledgers.pop((namespace, name), None)
         self._locks.pop((namespace, name), None)
         for fleet in self.fleets.values():  # reservations of pods that never bound

@@ -8,12 +8,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, cast
+
+from kubernetes.client.exceptions import ApiException
 
 from goodput_operator import metrics
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.controllers import ultraservergroup
-from goodput_operator.controllers.kube import Kube, apply_each, log_failures, write_status
+from goodput_operator.controllers.kube import (
+    Kube,
+    apply_each,
+    log_failures,
+    refusal,
+    write_status,
+)
 from goodput_operator.controllers.state import State
 from goodput_operator.decide import Event, Failure, JobDecision, decide_jobs, trial
 from goodput_operator.decide.attempt import TERMINAL, Attempt
@@ -69,8 +77,11 @@ async def reconcile_jobs(state: State, kube: Kube, clock: float) -> int:
 
 
 def record(state: State, decision: JobDecision) -> None:
-    """What the decision hands the operator's state: reservations, blame, timers."""
+    """What the decision hands the operator's state: reservations, blame, timers; a job
+    that ends gives back the reservations of workers it never created."""
     state.reserve(decision.reservations)
+    if decision.desired.get("phase") in TERMINAL:
+        state.release_unbound(trainingjob_owner(*decision.key))
     for node, finding in decision.blame.items():  # the group pass quarantines them
         state.blamed.setdefault(node, finding)
         state.wake.set()
@@ -154,17 +165,33 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placem
         async with limit:
             return await asyncio.to_thread(fn, *args)
 
+    refused: list[str] = []
+
+    async def create(call_: Any, body: Obj) -> Obj | None:
+        """Create BODY; a refusal for good is noted (the decision says so and, in the end,
+        fails the job) instead of failing the pass of every job with it."""
+        try:
+            return cast(Obj | None, await call(call_, body))
+        except ApiException as err:
+            words = refusal(err)
+            if words is None:
+                raise
+            refused.append(f"{body['kind']} {body['metadata']['name']}: {words}")
+            return None
+
     if decided.create:
-        await call(kube.create, build.service(job))
+        await create(kube.create, build.service(job))
         ranks = {r["rank"]: r for r in (placement or {}).get("ranks") or []}
         if ranks and not decided.hold:  # placed: create pinned, one write per pod, not two
             hosts = [r["node"] for r in sorted(ranks.values(), key=lambda r: r["rank"])]
-            await call(kube.replace_config_map, build.hostfile(job, hosts))
+            await create(kube.replace_config_map, build.hostfile(job, hosts))
         bodies = [pinned(p, ranks[index_of(p)]["node"], ranks[index_of(p)].get("domain"))
                   if index_of(p) in ranks and not decided.hold else p for p in decided.create]
-        for created in await asyncio.gather(*(call(kube.create, p) for p in bodies)):
+        for created in await asyncio.gather(*(create(kube.create, p) for p in bodies)):
             if created is not None:
                 state.upsert_pod(created)
+        state.note_creates((namespace, job["metadata"]["name"]),
+                           refused[0] if refused else None)
     if decided.pin and placement:
         hosts = [r["node"] for r in sorted(placement["ranks"], key=lambda r: r["rank"])]
         await call(kube.replace_config_map, build.hostfile(job, hosts))

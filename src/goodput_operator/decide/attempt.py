@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from goodput_operator.api.trainingjob import TrainingJobSpec
-from goodput_operator.decide.types import ConditionUpdate, Event
+from goodput_operator.decide.types import ConditionUpdate, Event, Refusal
 from goodput_operator.health import badput
 from goodput_operator.health.failures import classify
 from goodput_operator.health.quarantine import parse_time
@@ -324,6 +324,26 @@ def _recovered(incident: Obj) -> str:
 
 def _incidents_only(books: Obj) -> Obj:
     return {"incidents": books["incidents"], "goodput": books["goodput"]}
+
+
+MAX_REFUSALS = 5  # refused creates in a row before the job fails and frees its capacity
+
+
+def refuse(result: Attempt, refusal: Refusal, pods: list[Obj], books: Obj, now: float) -> None:
+    """The API server refused to create the workers REFUSAL.times passes in a row: say so
+    on a condition and retry with backoff; after MAX_REFUSALS, fail the job and give its
+    capacity back. A refusal (an invalid pod, a PodSecurity denial) does not pass by
+    waiting, and a gang that cannot start must not hold nodes others could use."""
+    message = (f"the API server refused to create the workers ({refusal.times} time(s)): "
+               f"{refusal.message}")
+    if refusal.times >= MAX_REFUSALS:
+        result.status = _goodput_only(badput.stopped(books, now))
+        _finish(result, "Failed", message, "CreateRefused", pods)
+        return
+    result.message = message
+    result.conditions.append(ConditionUpdate("WorkersCreated", False, "CreateRefused", message))
+    retry = now + 2.0 ** refusal.times
+    result.wake_at = retry if result.wake_at is None else min(result.wake_at, retry)
 
 
 def _goodput_only(books: Obj) -> Obj:

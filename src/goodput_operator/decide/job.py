@@ -19,7 +19,14 @@ from pydantic import ValidationError
 from goodput_operator.api.base import describe_errors
 from goodput_operator.api.conditions import set_condition, stamp
 from goodput_operator.api.trainingjob import TrainingJobSpec
-from goodput_operator.decide.attempt import TERMINAL, Attempt, Lost, attempt, books_of
+from goodput_operator.decide.attempt import (
+    TERMINAL,
+    Attempt,
+    Lost,
+    attempt,
+    books_of,
+    refuse,
+)
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.types import (
     ConditionUpdate,
@@ -103,6 +110,13 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
                       lost_nodes(snapshot, fleet, job, pods), clock, snapshot.report_url,
                       suspects=snapshot.seen_unhealthy.keys(), probed=snapshot.probed_at,
                       spec=spec)
+    refusal = snapshot.refused.get((namespace, name))
+    if refusal is not None and decided.phase not in TERMINAL:
+        refuse(decided, refusal, pods, books_of(status), clock)
+        if refusal.times == 1:
+            decided.events.append(Event("Warning", "CreateRefused", decided.message))
+    elif any(c["type"] == "WorkersCreated" and c["status"] == "False" for c in conditions):
+        decided.conditions.append(ConditionUpdate("WorkersCreated", True, "Created", ""))
     result = JobDecision(job, status, {}, list(decided.events), decided, spec=spec,
                          observed={p["metadata"]["name"]: p for p in pods},
                          wake_at=decided.wake_at,

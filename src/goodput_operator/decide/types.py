@@ -51,3 +51,11 @@ class ProbeStart(NamedTuple):
     node: str
     trigger: Literal["start", "suspicion", "schedule"]
     run: int
+
+
+class Refusal(NamedTuple):
+    """The API server refused to create a workload's children for good (an invalid pod, a
+    PodSecurity or webhook denial; not a conflict or throttling) TIMES passes in a row."""
+
+    times: int
+    message: str  # the API server's words, naming the child
