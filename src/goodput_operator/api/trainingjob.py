@@ -374,7 +374,7 @@ class TrainingJobStatus(ApiModel):
     message: str | None = None
     """Human-readable summary of the phase."""
     conditions: list[Condition] = conditions_field()
-    """Placed, Running, Recovering, Succeeded, Failed, Suspended conditions."""
+    """Placed, WorkersCreated, Running, Recovering, Succeeded, Failed, Suspended."""
     workers: WorkerCounts = nested(WorkerCounts)
     """Workers by state."""
     accelerators: int = Field(default=0, ge=0)
