@@ -14,6 +14,7 @@ from tests.e2e.conftest import (
     Operator,
     apply,
     get_job,
+    get_object,
     job_pods,
     training_job,
     wait_event,
@@ -71,3 +72,26 @@ def test_workers_the_api_server_refuses_are_reported_then_the_job_fails_and_free
     crds.kubectl("label", "namespace", namespace, f"{restricted}-")
     apply(crds, training_job("after", trn2_group, 8), namespace)  # the whole pool again
     wait_phase(crds, namespace, "after", "Running")
+
+
+def test_a_pod_asking_for_1000_devices_stops_neither_a_pass_nor_a_start(
+        e2e: Operator, crds: Cluster, namespace: str, trn2_group: str) -> None:
+    """The API server stores a request of 1000 devices as `1k`: the operator reads it as
+    1000 (it used to raise in the initial sync, so no replica could start leading)."""
+    greedy = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "greedy"},
+              "spec": {"nodeSelector": {"example.com/nowhere": "true"}, "containers": [{
+                  "name": "c", "image": "example.com/c:1", "resources": {
+                      "requests": {"aws.amazon.com/neuron": "1000"},
+                      "limits": {"aws.amazon.com/neuron": "1000"}}}]}}
+    apply(crds, greedy, namespace)
+    try:
+        stored = get_object(crds, "pod", namespace, "greedy")["spec"]["containers"][0]
+        assert stored["resources"]["requests"]["aws.amazon.com/neuron"] == "1k"
+        e2e.stop()
+        e2e.start()  # the initial sync lists the pod
+        wait_for(lambda: e2e.readiness().get("ok"), timeout=30,
+                 what="the restarted operator ready")
+        apply(crds, training_job("after-1k", trn2_group, 4), namespace)
+        wait_phase(crds, namespace, "after-1k", "Running")
+    finally:
+        crds.kubectl("delete", "pod", "greedy", "-n", namespace, "--wait=false")

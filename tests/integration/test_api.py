@@ -283,6 +283,11 @@ BAD: list[tuple[str, Callable[[str], Doc], list[Mutation], list[str]]] = [
     ("no model", E, [drop("spec.model")], ["spec.model: Required value"]),
     # a workload's name labels its pods; a template may not take placement away from the
     # operator, nor speak for it in goodput.dev/ labels (issue 16)
+    ("a gang larger than any fleet", J, [put("spec.workers", 100_000)],
+     ["spec.workers", "less than or equal to 8192"]),
+    ("an endpoint of 14,400 pods", E, [put("spec.replicas", 200),
+                                       put("spec.replicaShape.workers", 72)],
+     ["spec.replicaShape.workers", "must be at most 8192 pods"]),
     ("job name too long to label its pods", J, [put("metadata.name", "j" * 64)],
      ["metadata.name: at most 63 characters"]),
     ("endpoint name too long to label its pods", E, [put("metadata.name", "e" * 64)],

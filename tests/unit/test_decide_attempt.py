@@ -91,30 +91,30 @@ def failed_worker(code: int, restart: int = 0) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize(
-    ("rules", "code", "phase", "fragment", "restart_now", "blame"),
+    ("rules", "code", "phase", "fragment", "restart_now", "probe_first"),
     [
         ([{"codes": [3], "action": "fail"}], 3, "Failed",
          "worker w1 (j-r0-w1) exited with code 3; failurePolicy.exitCodes says fail",
-         False, set()),
-        ([], 137, "Recovering", "ApplicationError: restart 1 in 10s (backoff)", False, set()),
+         False, []),
+        ([], 137, "Recovering", "ApplicationError: restart 1 in 10s (backoff)", False, []),
         ([{"codes": [137], "action": "restart"}], 137, "Recovering", "restart 1 in 10s",
-         False, set()),
-        ([{"codes": [74], "action": "quarantine"}], 74, "Recovering",
-         "waiting for node(s) n1 to be quarantined", False, {"n1"}),
+         False, []),
+        ([{"codes": [74], "action": "probe"}], 74, "Recovering",
+         "InfrastructureError: restarting the gang (restart 1)", True, ["n1"]),
     ],
 )
 def test_exit_codes_follow_the_failure_policy(rules: list, code: int, phase: str,
                                               fragment: str, restart_now: bool,
-                                              blame: set[str]) -> None:
+                                              probe_first: list[str]) -> None:
     result = plan(job(PLACED, failurePolicy={"exitCodes": rules}), failed_worker(code), NEURON,
                   now=NOW)
     assert result.phase == phase
     assert fragment in result.message
-    assert result.restart is restart_now and set(result.blame) == blame
+    assert result.restart is restart_now and result.probe_first == probe_first
     if phase == "Failed":
         assert result.delete == ["j-r0-w0"]      # the still-running worker is stopped
-    else:
-        assert result.delete == []               # nothing stops before the restart
+    else:                                        # nothing stops before the restart
+        assert result.delete == (["j-r0-w0", "j-r0-w1"] if restart_now else [])
         assert result.status["incidents"][-1]["restart"] == 1
 
 
@@ -122,7 +122,7 @@ def test_an_application_error_restarts_on_the_same_nodes_once_the_backoff_is_ove
     opened = plan(job(PLACED), failed_worker(1), NEURON, now=NOW)
     assert opened.wake_at == NOW + 10
     later = plan(job({**PLACED, **opened.status}), failed_worker(1), NEURON, now=NOW + 10)
-    assert later.restart and later.failed_nodes == [] and not later.blame
+    assert later.restart and later.failed_nodes == [] and later.probe_first == []
     assert later.delete == ["j-r0-w0", "j-r0-w1"]
 
 
@@ -147,13 +147,34 @@ def test_a_lost_node_restarts_the_gang_at_once_and_names_the_node_to_replace() -
         in result.events
 
 
-def test_a_worker_blamed_node_is_replaced_once_it_is_quarantined() -> None:
-    rules = {"exitCodes": [{"codes": [74], "action": "quarantine"}]}
+def test_a_suspect_node_is_probed_before_the_restarted_gang_starts_on_it() -> None:
+    """An exit code never quarantines a node: the gang restarts on the same nodes at once,
+    its workers held until the suspect node passes a probe newer than the placement."""
+    rules = {"exitCodes": [{"codes": [74], "action": "probe"}]}
     opened = plan(job(PLACED, failurePolicy=rules), failed_worker(74), NEURON, now=NOW)
-    lost = {"n1": Lost("quarantined (WorkerFailure: exit 74)", NOW)}
-    later = plan(job({**PLACED, **opened.status}, failurePolicy=rules), failed_worker(74),
-                 NEURON, lost, now=NOW + 1)
-    assert later.restart and later.failed_nodes == ["n1"] and not later.blame
+    assert opened.restart and opened.failed_nodes == [] and opened.probe_first == ["n1"]
+    placed = {"placement": {**PLACED["placement"], "placedAt": "2027-01-15T08:00:00Z",
+                            "probeFirst": ["n1"]}, "restarts": 1,
+              "incidents": opened.status["incidents"]}
+    waiting = plan(job(placed, failurePolicy=rules), [pod(0, 1), pod(1, 1)], NEURON,
+                   now=NOW + 1)
+    assert waiting.probe == ["n1"] and waiting.hold and waiting.pin == []
+    assert "probing 1 placed node(s) before the start: n1" in waiting.message
+    cleared = plan(job(placed, failurePolicy=rules), [pod(0, 1), pod(1, 1)], NEURON,
+                   now=NOW + 30, probed={"n1": NOW + 20})
+    assert cleared.probe == [] and [p for p, _, _ in cleared.pin] == ["j-r1-w0", "j-r1-w1"]
+
+
+def test_a_job_asks_for_at_most_three_node_probes_then_restarts_in_place() -> None:
+    rules = {"exitCodes": [{"codes": [74], "action": "probe"}]}
+    earlier = [{"restart": i + 1, "cause": "InfrastructureError", "nodes": [f"n{i}"],
+                "runningAt": "2027-01-01T00:00:00Z"} for i in range(3)]
+    status = {**PLACED, "restarts": 3, "incidents": earlier}
+    result = plan(job(status, failurePolicy=rules), failed_worker(74, restart=3), NEURON,
+                  now=NOW)
+    assert result.probe_first == [] and not result.restart
+    assert result.status["incidents"][-1]["cause"] == "ApplicationError"
+    assert "asked for its 3 node probes already" in result.status["incidents"][-1]["message"]
 
 
 def test_the_restart_budget_ends_in_failure() -> None:

@@ -12,7 +12,7 @@ from goodput_operator import names
 from goodput_operator.api.ultraservergroup import UltraServerGroupStatus
 from goodput_operator.decide import GroupDecision, decide, decide_groups
 from goodput_operator.decide.group import group_status
-from goodput_operator.health.quarantine import Finding, iso
+from goodput_operator.health.quarantine import SDC, Finding, iso
 from tests.unit.world import (
     NOW,
     conditions,
@@ -47,6 +47,11 @@ BUSY_US0_N0 = worker(job("busy", workers=1), 0, node_name="us0-n0", phase="Runni
                      ready=True)
 BY_HAND = labelled(nodes(us0_n0=quarantined(nodes()["us0-n0"], "Maintenance", NOW - 900,
                                             by="manual")))
+
+
+def vote(since: float) -> Finding:
+    """Blame from job ns/dp's replicas' vote (its reports: a tenant's word)."""
+    return Finding(SDC, "rank 2 diverged at step 250", since, owner="ns/dp")
 
 
 def outcome(decision: GroupDecision) -> dict[str, Any]:
@@ -101,13 +106,31 @@ CASES = [
          status={"conditions": [{"type": "StormGuard", "status": "True",
                                  "reason": "TooManyFailing", "message": "",
                                  "lastTransitionTime": iso(NOW - 10)}]}),
-    Case("a node a worker's failure blamed is quarantined for it",
-         FRESH, {"quarantine": [("us0-n3", "WorkerFailure")], "forget": []},
-         snapshot={"blamed": {"us0-n3": Finding("WorkerFailure", "exit 74", NOW - 1)}}),
+    Case("a node its job's replicas voted corrupt is quarantined for it",
+         FRESH, {"quarantine": [("us0-n3", SDC)], "forget": []},
+         snapshot={"blamed": {"us0-n3": vote(NOW - 1)}, "jobs": [job("dp")]}),
     Case("blame on a node already quarantined is dropped",
          DOWN_OUT, {"quarantine": [], "forget": ["us0-n0"]},
-         snapshot={"blamed": {"us0-n0": Finding("WorkerFailure", "exit 74", NOW - 1)},
+         snapshot={"blamed": {"us0-n0": vote(NOW - 1)}, "jobs": [job("dp")],
                    "healthy_since": {"us0-n0": NOW - 1}}),
+    Case("blame dies with the job that made it",
+         FRESH, {"quarantine": [], "forget": ["us0-n3"]},
+         snapshot={"blamed": {"us0-n3": vote(NOW - 1)}}),
+    Case("blame the budget held for 15 minutes expires",
+         FRESH, {"quarantine": [], "forget": ["us0-n3"]},
+         snapshot={"blamed": {"us0-n3": vote(NOW - 901)}, "jobs": [job("dp")]}),
+    Case("blame takes only what the budget leaves and never trips the storm guard",
+         FRESH, {"quarantine": [("us0-n0", SDC)], "events": [],
+                 "conditions": {"StormGuard": ("False", "WithinBudget")}},
+         spec={"quarantine": {"maxUnavailable": 1}},
+         snapshot={"blamed": {n: vote(NOW - 1) for n in ("us0-n0", "us0-n1", "us1-n0")},
+                   "jobs": [job("dp")]}),
+    Case("a tenant's blame cannot stop a failing node's quarantine",
+         labelled(nodes(us1_n2=not_ready(NOW - 20))),
+         {"quarantine": [("us1-n2", "NodeNotReady")], "events": []},
+         spec={"quarantine": {"maxUnavailable": 1}},
+         snapshot={"blamed": {n: vote(NOW - 1) for n in ("us0-n0", "us0-n1", "us1-n0")},
+                   "jobs": [job("dp")]}),
     Case("a corruption suspect is probed, run after run",
          SDC_OUT, {"probes": [("us0-n0", "suspicion", 2)], "release": []},
          snapshot={"probe_runs": {"us0-n0": 2}, "clean_probes": {"us0-n0": 1}}),

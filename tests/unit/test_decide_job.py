@@ -12,7 +12,7 @@ from goodput_operator import names
 from goodput_operator.api.trainingjob import TrainingJobStatus
 from goodput_operator.decide import JobDecision, Snapshot, decide, decide_jobs, trial
 from goodput_operator.decide.types import Refusal
-from goodput_operator.health.quarantine import Finding, iso
+from goodput_operator.health.quarantine import iso
 from tests.unit.world import (
     NOW,
     conditions,
@@ -51,7 +51,7 @@ def outcome(decision: JobDecision) -> dict[str, Any]:
         "reserve": [(r.pod_key, r.node) for r in decision.reservations],
         "ranks": [r["node"] for r in (decision.placement or {}).get("ranks") or []],
         "probes": [p.node for p in decision.probes],
-        "blame": sorted(decision.blame),
+        "probe_first": (decision.placement or {}).get("probeFirst", []),
         "wake_at": decision.wake_at,
         "restarts": decision.desired.get("restarts"),
         "conditions": conditions(decision.desired),
@@ -83,7 +83,7 @@ PLACED_JOB = job(status={"phase": "Placing", "placement": PLACED_2})
 RUNNING = job(status=RUNNING_2)
 BRITTLE = job(status=RUNNING_2, failurePolicy={"backoff": {"initialSeconds": 30}})
 DEVICE_CODES = job(status=RUNNING_2,
-                   failurePolicy={"exitCodes": [{"codes": [74], "action": "quarantine"}]})
+                   failurePolicy={"exitCodes": [{"codes": [74], "action": "probe"}]})
 N0_OUT = nodes(us0_n0=quarantined(nodes()["us0-n0"], "NodeNotReady", NOW - 20))
 
 CASES = [
@@ -159,9 +159,12 @@ CASES = [
          BRITTLE, {"phase": "Recovering", "events": ["Interrupted"], "restarts": None,
                    "wake_at": NOW + 30, "delete": []},
          pods=running_pods(BRITTLE, "Failed", "Running")),
-    Case("an exit code ruled an infrastructure error blames the worker's node",
-         DEVICE_CODES, {"phase": "Recovering", "events": ["Interrupted"],
-                        "blame": ["us0-n0"], "restarts": None},
+    Case("an exit code makes the worker's node suspect: the gang restarts at once in place, "
+         "the suspect to be probed first",
+         DEVICE_CODES, {"phase": "Recovering", "events": ["Interrupted", "Restarting",
+                                                          "Replaced"],
+                        "probe_first": ["us0-n0"], "restarts": 1,
+                        "ranks": ["us0-n0", "us0-n1"]},
          pods=[worker(DEVICE_CODES, 0, node_name="us0-n0", phase="Failed", code=74),
                worker(DEVICE_CODES, 1, node_name="us0-n1", phase="Running", ready=True)]),
     Case("a worker failure with the restart budget used up fails the job",
@@ -203,7 +206,7 @@ CASES = [
          {"conditions": {"WorkersCreated": ("True", "Created")}},
          pods=[worker(PLACED_JOB, 0), worker(PLACED_JOB, 1)]),
     Case("a pod carrying a job's labels but not owned by it is not its worker",
-         RUNNING, {"phase": "Running", "restarts": None, "blame": [], "create": []},
+         RUNNING, {"phase": "Running", "restarts": None, "probe_first": [], "create": []},
          pods=[*running_pods(RUNNING, "Running", "Running"),
                forged(worker(RUNNING, 0, node_name="us1-n0", phase="Failed", code=74),
                       name="impostor")]),
@@ -255,15 +258,6 @@ def test_a_job_whose_decision_raises_is_handed_back_and_the_others_go_on() -> No
     plan = decide(world(None, [broken, job("fine")]))
     assert [f.obj["metadata"]["name"] for f in plan.failures] == ["broken"]
     assert [d.job["metadata"]["name"] for d in plan.jobs] == ["fine"]
-
-
-def test_worker_blame_becomes_a_finding_at_the_passes_clock() -> None:
-    pods = [worker(DEVICE_CODES, 0, node_name="us0-n0", phase="Failed", code=74),
-            worker(DEVICE_CODES, 1, node_name="us0-n1", phase="Running", ready=True)]
-    [decision] = decide(world(None, [DEVICE_CODES], pods)).jobs
-    assert decision.blame["us0-n0"] == Finding(
-        "WorkerFailure", decision.blame["us0-n0"].evidence, NOW)
-    assert "exited with code 74" in decision.blame["us0-n0"].evidence
 
 
 def test_the_reported_progress_goes_into_the_status() -> None:

@@ -25,7 +25,7 @@ def failed(code: int | None = 1, reason: str | None = None,
     return {"metadata": {"name": "p", "labels": {names.RANK_LABEL: "3"}}, "status": status}
 
 
-RULES = [ExitCodeRule(codes=[74, 75], action="quarantine"), ExitCodeRule(codes=[2], action="fail"),
+RULES = [ExitCodeRule(codes=[74, 75], action="probe"), ExitCodeRule(codes=[2], action="fail"),
          ExitCodeRule(codes=[9], action="ignore"), ExitCodeRule(codes=[1], action="restart")]
 
 

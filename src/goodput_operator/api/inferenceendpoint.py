@@ -24,6 +24,9 @@ from goodput_operator.api.base import (
 
 MetricType = Literal["QueueDepth", "Concurrency", "TTFTp95", "TokensPerSecond", "PromQL"]
 
+MAX_REPLICAS = 4096  # replica groups of one endpoint
+MAX_PODS = 8192  # pods of one endpoint at its largest: replica groups x pods per group
+
 
 class Model(ApiModel):
     """The model served."""
@@ -108,9 +111,9 @@ class Scaling(ApiModel):
             reason="FieldValueRequired"),
     )
 
-    min_replicas: int = Field(default=1, ge=0, le=10_000)
+    min_replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)
     """Fewest replicas; 0 allows scale to zero after `scaleToZeroAfterSeconds` idle."""
-    max_replicas: int = Field(ge=1, le=10_000)
+    max_replicas: int = Field(ge=1, le=MAX_REPLICAS)
     """Most replicas; also capped by what free whole domains can host."""
     metrics: list[MetricTarget] = Field(min_length=1, max_length=8)
     """Signals to scale on; the largest recommendation wins."""
@@ -164,6 +167,10 @@ class InferenceEndpointSpec(ApiModel):
             "(self.replicas >= self.scaling.minReplicas && "
             "self.replicas <= self.scaling.maxReplicas)",
             "replicas must lie within scaling.minReplicas..scaling.maxReplicas", ".replicas"),
+        cel(f"self.replicaShape.workers * (has(self.scaling) ? self.scaling.maxReplicas : "
+            f"(has(self.replicas) ? self.replicas : 1)) <= {MAX_PODS}",
+            f"replicas (or scaling.maxReplicas) x replicaShape.workers must be at most "
+            f"{MAX_PODS} pods", ".replicaShape.workers"),
     )
 
     ultra_server_group: str = Field(
@@ -179,7 +186,7 @@ class InferenceEndpointSpec(ApiModel):
         json_schema_extra=field_rules(immutable("replicaShape")),
     )
     """Pods per replica and accelerators per pod."""
-    replicas: int | None = Field(default=None, ge=0, le=10_000)
+    replicas: int | None = Field(default=None, ge=0, le=MAX_REPLICAS)
     """Desired replicas when `scaling` is absent (the /scale subresource sets it);
     defaults to 1. With `scaling`, the autoscaler decides within its bounds."""
     scaling: Scaling | None = None

@@ -20,6 +20,7 @@ from goodput_operator.api.base import (
     rules,
 )
 
+MAX_WORKERS = 8192  # a gang's largest size (see TrainingJobSpec.workers)
 Phase = Literal["Pending", "Placing", "Running", "Recovering", "Succeeded", "Failed", "Suspended"]
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 
@@ -59,9 +60,9 @@ class Elastic(ApiModel):
             "elastic.minWorkers must be <= elastic.maxWorkers", ".minWorkers"),
     )
 
-    min_workers: int = Field(ge=1, le=100_000)
+    min_workers: int = Field(ge=1, le=MAX_WORKERS)
     """Fewest workers the job may run with."""
-    max_workers: int = Field(ge=1, le=100_000)
+    max_workers: int = Field(ge=1, le=MAX_WORKERS)
     """Most workers the job may run with."""
     step: int = Field(default=1, ge=1, le=100_000)
     """Worker counts change in multiples of this (e.g. nodes per domain)."""
@@ -96,10 +97,12 @@ class ExitCodeRule(ApiModel):
 
     codes: list[Annotated[int, Field(ge=0, le=255)]] = Field(min_length=1, max_length=64)
     """Exit codes this rule matches (0..255)."""
-    action: Literal["restart", "quarantine", "fail", "ignore"]
+    action: Literal["restart", "probe", "fail", "ignore"]
     """restart: an application error, restart the gang (counts against maxRestarts);
-    quarantine: an infrastructure error (device, fabric), quarantine the worker's node and
-    restart the gang on a replacement; fail: fail the job; ignore: leave the job running."""
+    probe: the worker's node is suspect (device, fabric): the gang restarts once the SDC
+    probe has checked that node, on a replacement if the probe quarantines it (a job asks
+    for at most 3 such probes; a tenant's exit code never quarantines a node by itself);
+    fail: fail the job; ignore: leave the job running."""
 
 
 class FailurePolicy(ApiModel):
@@ -157,8 +160,10 @@ class TrainingJobSpec(ApiModel):
     """The UltraServerGroup to run in (its topology drives placement)."""
     node_selector: dict[str, str] | None = Field(default=None, max_length=32)
     """Alternatively, or in addition, labels the nodes must carry."""
-    workers: int = Field(ge=1, le=100_000)
-    """Worker pods, one per node."""
+    workers: int = Field(ge=1, le=MAX_WORKERS)
+    """Worker pods, one per node; at most 8192 (64k H100s at 8 a node, 128k Trainium2 chips
+    at 16: beyond the largest single training jobs run; the gang's hostfile and placement
+    record must stay within etcd's object size)."""
     accelerators_per_worker: int = Field(
         ge=1, le=1024, json_schema_extra=field_rules(immutable("acceleratorsPerWorker")),
     )
@@ -207,6 +212,9 @@ class Placement(ApiModel):
     """Why this placement (or why none was possible)."""
     placed_at: datetime | None = None
     """When it was made (probes before start must be newer)."""
+    probe_first: list[str] = Field(default_factory=list, max_length=8)
+    """Nodes an exit code made suspect (failurePolicy.exitCodes action probe): the gang
+    starts on them only after a clean probe newer than placedAt."""
 
 
 class CheckpointRef(ApiModel):

@@ -77,14 +77,11 @@ async def reconcile_jobs(state: State, kube: Kube, clock: float) -> int:
 
 
 def record(state: State, decision: JobDecision) -> None:
-    """What the decision hands the operator's state: reservations, blame, timers; a job
-    that ends gives back the reservations of workers it never created."""
+    """What the decision hands the operator's state: reservations and timers; a job that
+    ends gives back the reservations of workers it never created."""
     state.reserve(decision.reservations)
     if decision.desired.get("phase") in TERMINAL:
         state.release_unbound(trainingjob_owner(*decision.key))
-    for node, finding in decision.blame.items():  # the group pass quarantines them
-        state.blamed.setdefault(node, finding)
-        state.wake.set()
     state.wake_at(decision.wake_at)
 
 

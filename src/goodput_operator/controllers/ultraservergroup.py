@@ -55,7 +55,7 @@ async def reconcile_groups(state: State, kube: Kube, now: float) -> None:
 
 async def apply_group(state: State, kube: Kube, decision: GroupDecision, now: float) -> None:
     name, body = decision.name, decision.body
-    for node in decision.forget_blame:  # already out of service: the blame is moot
+    for node in decision.forget_blame:  # out of service already, orphaned or expired
         state.blamed.pop(node, None)
     state.wake_at(decision.wake_at)
     if decision.sweep_mark is not None:

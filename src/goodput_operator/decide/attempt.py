@@ -10,8 +10,9 @@ status belongs to the current attempt, so after an operator restart mid-launch t
 remaining gated pods are pinned from it and no pod is created twice.
 
 Incidents: a failure of the current attempt (a rank's node lost, a worker failed) opens an
-incident for the next attempt; the restart happens once its backoff has passed and any
-node blamed for it is quarantined; the incident closes when every worker runs again.
+incident for the next attempt; the restart happens once its backoff has passed, and a node
+an exit code made suspect is probed before the gang starts on it again (a bad probe
+quarantines it and the rank moves); the incident closes when every worker runs again.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.decide.types import ConditionUpdate, Event, Refusal
 from goodput_operator.health import badput
-from goodput_operator.health.failures import classify
+from goodput_operator.health.failures import Classified, classify
 from goodput_operator.health.quarantine import parse_time
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.pods import (
@@ -61,8 +62,8 @@ class Attempt:
     hold: bool = False  # older attempt's pods still exist: create gated, pin nothing yet
     restart: bool = False  # start attempt restarts + 1 now
     failed_nodes: list[str] = field(default_factory=list)  # to replace in that restart
-    blame: dict[str, str] = field(default_factory=dict)  # node -> evidence: quarantine it
     probe: list[str] = field(default_factory=list)  # nodes to probe before the start
+    probe_first: list[str] = field(default_factory=list)  # suspects the restart probes first
     status: Obj = field(default_factory=dict)  # incidents and goodput to write
     events: list[Event] = field(default_factory=list)
     wake_at: float | None = None
@@ -152,8 +153,8 @@ def attempt(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] |
     if unprobed:
         result.hold, result.probe = True, unprobed
         result.phase = "Recovering" if recovering else "Placing"
-        result.message = (f"probing {len(unprobed)} placed node(s) for silent data "
-                          f"corruption before the start: {', '.join(unprobed[:8])}")
+        result.message = (f"probing {len(unprobed)} placed node(s) before the start: "
+                          f"{', '.join(unprobed[:8])}")
         return result
     if not stale:
         for index, pod in current.items():
@@ -188,12 +189,16 @@ def _progress(result: Attempt, books: Obj, recovering: bool, restart: int, now: 
 
 def _unprobed(spec: TrainingJobSpec, placement: Obj, ranks: dict[int, Obj],
               current: dict[int, Obj], probed: Mapping[str, float]) -> list[str]:
-    """Placed nodes still to pass the probe before a start (sdc.probeOnStart): only while
-    no worker of this attempt has been let go."""
-    if not spec.sdc.probe_on_start or any(not is_gated(p) for p in current.values()):
+    """Placed nodes still to pass the probe before a start: every node with
+    sdc.probeOnStart, else the nodes an exit code made suspect (placement.probeFirst);
+    only while no worker of this attempt has been let go."""
+    if any(not is_gated(p) for p in current.values()):
         return []
+    nodes = {r["node"] for r in ranks.values()}
+    if not spec.sdc.probe_on_start:
+        nodes &= set(placement.get("probeFirst") or [])
     since = parse_time(placement.get("placedAt")) or 0.0
-    return sorted({r["node"] for r in ranks.values() if probed.get(r["node"], -1.0) < since})
+    return sorted(n for n in nodes if probed.get(n, -1.0) < since)
 
 
 def _detect(result: Attempt, spec: TrainingJobSpec, books: Obj, ranks: dict[int, Obj],
@@ -205,9 +210,15 @@ def _detect(result: Attempt, spec: TrainingJobSpec, books: Obj, ranks: dict[int,
     application: list[str] = []
     blamed: dict[str, str] = {}
     times: list[float] = [lost[n].since for n in down]
+    suspected = sum(len(i.get("nodes") or []) for i in books["incidents"]
+                    if i.get("cause") == "InfrastructureError")
     for _, pod in failed:
         node = pod.get("spec", {}).get("nodeName")
         verdict = classify(pod, spec.failure_policy.exit_codes, node in lost)
+        if verdict.blame_node and suspected + len(blamed) >= MAX_SUSPECTS:
+            verdict = Classified("application", False, f"{verdict.detail}; the job has "
+                                 f"asked for its {MAX_SUSPECTS} node probes already: "
+                                 "restarting in place", verdict.finished_at)
         if verdict.kind == "ignore":
             result.succeeded += 1
             continue
@@ -297,9 +308,6 @@ def _recover(result: Attempt, spec: TrainingJobSpec, books: Obj, incident: Obj,
         result.wake_at = restart_at
         result.message = (f"{incident['cause']}: restart {restart + 1} in "
                           f"{restart_at - now:.0f}s (backoff)")
-    elif unresolved:
-        result.blame = {n: incident["message"] for n in unresolved}
-        result.message = f"waiting for node(s) {', '.join(unresolved)} to be quarantined"
     elif pending:  # failures arriving together are recovered from together
         result.message = (f"waiting for the verdict on node(s) {', '.join(pending)} "
                           "(failing, not yet judged: grace period or storm guard)")
@@ -307,6 +315,7 @@ def _recover(result: Attempt, spec: TrainingJobSpec, books: Obj, incident: Obj,
         result.restart = True
         result.status["sdc"] = None  # the next attempt's votes start afresh
         result.failed_nodes = sorted({r["node"] for r in ranks.values() if r["node"] in lost})
+        result.probe_first = unresolved  # suspect, not lost: probed before the gang starts
         result.message = f"{incident['cause']}: restarting the gang (restart {restart + 1})"
         result.delete = [p["metadata"]["name"] for p in pods]
         result.events.append(Event("Warning", "Restarting", result.message))
@@ -326,6 +335,7 @@ def _incidents_only(books: Obj) -> Obj:
     return {"incidents": books["incidents"], "goodput": books["goodput"]}
 
 
+MAX_SUSPECTS = 3  # nodes a job's exit codes may have probed (then: application errors)
 MAX_REFUSALS = 5  # refused creates in a row before the job fails and frees its capacity
 
 

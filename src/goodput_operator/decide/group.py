@@ -54,7 +54,7 @@ class GroupDecision:
     release: list[Release] = field(default_factory=list)
     labels: list[tuple[str, dict[str, str]]] = field(default_factory=list)  # node, labels
     probes: list[ProbeStart] = field(default_factory=list)
-    forget_blame: list[str] = field(default_factory=list)  # blamed nodes already out
+    forget_blame: list[str] = field(default_factory=list)  # out, orphaned or expired blame
     events: list[Event] = field(default_factory=list)  # on the group, after its write
     storm: str | None = None
     sweep_mark: float | None = None  # the group's last scheduled sweep, from now on
@@ -66,7 +66,11 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
         snapshot.fleets[name]
     now, policy = snapshot.clock, spec.quarantine
     members = snapshot.members.get(name, {})
-    forget = [n for n in snapshot.blamed if n in members and q.record_of(members[n])]
+    jobs = {f"{j['metadata']['namespace']}/{j['metadata']['name']}"
+            for j in snapshot.jobs} if snapshot.blamed else set()
+    forget = [n for n, f in snapshot.blamed.items() if n in members and (
+        q.record_of(members[n]) or (f.owner and f.owner not in jobs)
+        or f.since < now - q.BLAME_SECONDS)]
     reported = {n: f for n, f in snapshot.blamed.items() if n in members and n not in forget}
     verdict = q.decide(members, policy, now, snapshot.seen_unhealthy, snapshot.healthy_since,
                        reported, snapshot.clean_probes)

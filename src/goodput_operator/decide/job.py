@@ -32,11 +32,12 @@ from goodput_operator.decide.types import (
     ConditionUpdate,
     Event,
     ProbeStart,
+    Refusal,
     Reservation,
     apply_conditions,
 )
 from goodput_operator.health import badput
-from goodput_operator.health.quarantine import Finding, iso, parse_time, record_of
+from goodput_operator.health.quarantine import iso, parse_time, record_of
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.pods import attempt_of, index_of, is_gated, owned
 from goodput_operator.topology.model import Fleet, trainingjob_owner
@@ -49,7 +50,7 @@ Obj = dict[str, Any]
 @dataclass
 class JobDecision:
     """Everything one job's pass will do: the status to write, the children to change,
-    the reservations, blame and probes for the controller to record, and the events."""
+    the reservations and probes for the controller to record, and the events."""
 
     job: Obj
     status: Obj  # the status as read
@@ -61,7 +62,6 @@ class JobDecision:
     spec: TrainingJobSpec | None = None
     observed: dict[str, Obj] = field(default_factory=dict)  # the job's pods, by name
     reservations: list[Reservation] = field(default_factory=list)
-    blame: dict[str, Finding] = field(default_factory=dict)  # nodes for the group pass
     probes: list[ProbeStart] = field(default_factory=list)
     wake_at: float | None = None  # a timer (backoff) runs out then
     placement_seconds: float | None = None  # time spent placing (a metric)
@@ -110,18 +110,10 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
                       lost_nodes(snapshot, fleet, job, pods), clock, snapshot.report_url,
                       suspects=snapshot.seen_unhealthy.keys(), probed=snapshot.probed_at,
                       spec=spec)
-    refusal = snapshot.refused.get((namespace, name))
-    if refusal is not None and decided.phase not in TERMINAL:
-        refuse(decided, refusal, pods, books_of(status), clock)
-        if refusal.times == 1:
-            decided.events.append(Event("Warning", "CreateRefused", decided.message))
-    elif any(c["type"] == "WorkersCreated" and c["status"] == "False" for c in conditions):
-        decided.conditions.append(ConditionUpdate("WorkersCreated", True, "Created", ""))
+    _creation(snapshot.refused.get((namespace, name)), decided, pods, status, clock)
     result = JobDecision(job, status, {}, list(decided.events), decided, spec=spec,
                          observed={p["metadata"]["name"]: p for p in pods},
-                         wake_at=decided.wake_at,
-                         blame={node: Finding("WorkerFailure", evidence, clock)
-                                for node, evidence in decided.blame.items()})
+                         wake_at=decided.wake_at)
     desired: Obj = {"phase": decided.phase, "message": decided.message, **decided.status}
     if (namespace, name) in snapshot.progress:
         desired["progress"] = snapshot.progress[(namespace, name)]
@@ -155,6 +147,8 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
         desired["restarts"] = restart_of(job) + 1
         placement, action, why = _replacement(snapshot, fleet, spec, job, placement,
                                               decided.failed_nodes, result)
+        if placement is not None:
+            why += _probe_first(placement, decided.probe_first)
         books = {**books_of(status), **desired}
         desired["incidents"] = (badput.replaced(books, clock, action) if placement else
                                 badput.update_incident(books, action=action))["incidents"]
@@ -173,6 +167,29 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
         result.events.append(Event("Warning" if desired["phase"] == "Failed" else "Normal",
                                    desired["phase"], desired["message"]))
     return result
+
+
+def _creation(refusal: Refusal | None, decided: Attempt, pods: list[Obj], status: Obj,
+              clock: float) -> None:
+    """Whether the API server refused the workers (decide.attempt.refuse), and saying so
+    once it stops."""
+    if refusal is not None and decided.phase not in TERMINAL:
+        refuse(decided, refusal, pods, books_of(status), clock)
+        if refusal.times == 1:
+            decided.events.append(Event("Warning", "CreateRefused", decided.message))
+    elif any(c["type"] == "WorkersCreated" and c["status"] == "False"
+             for c in status.get("conditions") or []):
+        decided.conditions.append(ConditionUpdate("WorkersCreated", True, "Created", ""))
+
+
+def _probe_first(placement: Obj, suspects: list[str]) -> str:
+    """Mark the nodes of SUSPECTS the restart keeps (an exit code made them suspect) to be
+    probed before the gang starts on them; what to add to the message."""
+    kept = sorted({r["node"] for r in placement["ranks"]} & set(suspects))
+    if not kept:
+        return ""
+    placement["probeFirst"] = kept
+    return f"; probing suspect node(s) {', '.join(kept)} first"
 
 
 def _complete(desired: Obj, status: Obj, decided: Attempt, spec: TrainingJobSpec,

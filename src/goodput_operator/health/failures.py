@@ -27,7 +27,7 @@ INFRA_POD_REASONS = ("NodeLost", "UnexpectedAdmissionError", "Evicted", "Termina
 @dataclass(frozen=True)
 class Classified:
     kind: Kind
-    blame_node: bool  # quarantine the pod's node
+    blame_node: bool  # suspect the pod's node: probe it before the gang restarts there
     detail: str
     finished_at: str | None  # when the worker exited (RFC 3339), if known
 
@@ -69,8 +69,8 @@ def classify(pod: Obj, rules: Sequence[ExitCodeRule], node_failed: bool) -> Clas
                           f"({why})", finished)
     action = action_for(rules, code)
     where = f"{name} exited with code {code}"
-    if action == "quarantine":
-        return Classified("infrastructure", True, f"{where}: an infrastructure error by "
+    if action == "probe":
+        return Classified("infrastructure", True, f"{where}: its node is suspect by "
                           "failurePolicy.exitCodes", finished)
     if action == "fail":
         return Classified("fail", False, f"{where}; failurePolicy.exitCodes says fail", finished)

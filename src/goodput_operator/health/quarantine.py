@@ -26,15 +26,17 @@ if TYPE_CHECKING:
 Obj = dict[str, Any]
 BY_OPERATOR, BY_HAND = "operator", "manual"
 SDC = "SilentDataCorruption"  # released after clean probes, not after time
+BLAME_SECONDS = 900.0  # reports' blame not acted on by then is forgotten (the guard held it)
 
 
 @dataclass(frozen=True)
 class Finding:
     """Why a node is unhealthy, and since when (epoch seconds)."""
 
-    reason: str  # CamelCase: NodeNotReady, NodeCondition, HealthTaint, WorkerFailure, ...
+    reason: str  # CamelCase: NodeNotReady, NodeCondition, HealthTaint, SilentData...
     evidence: str
     since: float
+    owner: str = ""  # namespace/name of the job whose reports blamed the node, if any
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class Decision:
     quarantine: list[tuple[str, Finding]] = field(default_factory=list)
     release: list[tuple[str, Record]] = field(default_factory=list)
     held: list[tuple[str, Finding]] = field(default_factory=list)  # stopped by the storm guard
+    held_blame: list[tuple[str, Finding]] = field(default_factory=list)  # over the budget
     storm: str | None = None  # why the storm guard holds, when it does
     wake_at: float | None = None  # when a grace period or release timer runs out
 
@@ -138,10 +141,12 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
     decision = Decision()
     out = 0
     due: list[tuple[str, Finding]] = []
+    blamed: list[tuple[str, Finding]] = []
     failing: list[str] = []
     for name, node in nodes.items():
         record = record_of(node)
-        found = finding(node, policy, seen_unhealthy.get(name), now) or reported.get(name)
+        health = finding(node, policy, seen_unhealthy.get(name), now)
+        found = health or reported.get(name)
         if record is not None:
             out += 1
             if record.reason == SDC:
@@ -154,11 +159,14 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
             continue
         if found is None:
             continue
+        if health is None:  # blamed by reports: judged apart from the node's health
+            blamed.append((name, found))
+            continue
         failing.append(name)
-        if is_due(found, policy, now):
-            due.append((name, found))
+        if is_due(health, policy, now):
+            due.append((name, health))
         else:
-            _wake(decision, found.since + policy.not_ready_grace_seconds)
+            _wake(decision, health.since + policy.not_ready_grace_seconds)
     limit = resolve(policy.max_unavailable, len(nodes))  # 20% of 8 nodes is 2
     # nodes still in their grace period count too: failures that arrive together are
     # judged together, not quarantined one by one until the budget runs out
@@ -170,6 +178,13 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
                           f"failing: {', '.join(sorted(failing)[:10])}")
     else:
         decision.quarantine = due
+        out += len(due)
+    # Blame (a vote of a job's replicas, a probe) takes what is left of the budget and
+    # never trips the guard: a tenant's reports must not stop the quarantine of failing
+    # nodes for everybody; what does not fit waits, and expires (BLAME_SECONDS).
+    room = max(0, limit - out)
+    decision.quarantine += blamed[:room]
+    decision.held_blame = blamed[room:]
     return decision
 
 

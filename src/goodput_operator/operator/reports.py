@@ -260,7 +260,8 @@ class ReportServer:
             if not node:
                 continue
             evidence = f"rank {rank} on {node}: {result.message}"
-            self.state.blamed[node] = Finding("SilentDataCorruption", evidence, time.time())
+            self.state.blamed[node] = Finding("SilentDataCorruption", evidence, time.time(),
+                                              f"{meta['namespace']}/{meta['name']}")
             metrics.SDC_SUSPICIONS.labels(meta["namespace"], meta["name"]).inc()
             log.warning("%s/%s: SDC suspected: %s", meta["namespace"], meta["name"], evidence)
             await asyncio.to_thread(self.kube.event, job, "SdcSuspected", evidence, "Warning")
