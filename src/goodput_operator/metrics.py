@@ -41,6 +41,9 @@ GOODPUT_RATIO = Gauge("goodput_ratio", "Productive / (productive + lost) seconds
                       ["namespace", "trainingjob"])
 REPORTS = Counter("goodput_reports_total", "Worker reports by kind and HTTP status",
                   ["kind", "code"])
+TOKEN_REVIEWS = Counter("goodput_token_reviews_total",
+                        "TokenReviews the report channel asked the API server for, by outcome "
+                        "(authenticated, rejected, error)", ["outcome"])
 SDC_SUSPICIONS = Counter("goodput_sdc_suspicions_total",
                          "Ranks whose fingerprint disagreed with their replicas' majority",
                          ["namespace", "trainingjob"])

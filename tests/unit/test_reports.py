@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 
 import pytest
 
+from goodput_operator import names
 from goodput_operator.api.reports import StepReport
 from goodput_operator.api.trainingjob import Progress
-from goodput_operator.operator.reports import inside, progress_of
+from goodput_operator.operator.reports import Buckets, inside, precheck, progress_of
 
 pytestmark = pytest.mark.unit
 NOW = 1_800_000_000.0
@@ -46,3 +48,37 @@ def test_step_progress_keeps_non_finite_numbers_by_name_in_valid_json(
 def test_a_checkpoint_is_accepted_only_inside_the_jobs_directory(
         path: str, root: str, accepted: bool) -> None:
     assert inside(path, root) is accepted
+
+
+def jwt(**claims: object) -> str:
+    """An unsigned token with these claims (what precheck reads; signatures are the
+    TokenReview's business)."""
+    def part(data: object) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+    return f"{part({'alg': 'RS256'})}.{part(claims)}.c2lnbmF0dXJl"
+
+
+BOUND = {"pod": {"name": "j-r0-w0", "uid": "u"}, "namespace": "ns"}
+
+
+@pytest.mark.parametrize(("token", "why"), [
+    (jwt(aud=[names.REPORT_AUDIENCE], exp=NOW + 60, **{"kubernetes.io": BOUND}), None),
+    (jwt(aud=names.REPORT_AUDIENCE, exp=NOW + 60, **{"kubernetes.io": BOUND}), None),
+    ("not-a-token", "not a JWT"),
+    ("a.%%%.c", "not a JWT"),
+    (jwt(aud=["https://kubernetes.default.svc"], exp=NOW + 60, **{"kubernetes.io": BOUND}),
+     f"not a token for audience {names.REPORT_AUDIENCE}"),
+    (jwt(aud=[names.REPORT_AUDIENCE], exp=NOW - 1, **{"kubernetes.io": BOUND}), "expired"),
+    (jwt(aud=[names.REPORT_AUDIENCE], exp="tomorrow", **{"kubernetes.io": BOUND}), "expired"),
+    (jwt(aud=[names.REPORT_AUDIENCE], exp=NOW + 60), "not bound to a pod"),
+])
+def test_tokens_its_claims_rule_out_never_cost_a_token_review(token: str,
+                                                              why: str | None) -> None:
+    assert precheck(token, NOW) == why
+
+
+def test_new_tokens_from_one_source_are_rate_limited_and_others_are_not() -> None:
+    buckets = Buckets(rate=5, burst=20)
+    assert sum(buckets.take("10.0.0.9", NOW) for _ in range(100)) == 20  # the burst
+    assert buckets.take("10.0.0.7", NOW)                                 # another source
+    assert sum(buckets.take("10.0.0.9", NOW + 1) for _ in range(100)) == 5  # a second on

@@ -33,15 +33,22 @@ def _json(response: Any) -> Obj:
     return cast(Obj, json.loads(response.data))
 
 
+REQUEST_TIMEOUT = (5.0, 30.0)  # seconds to connect, and to wait for each read
+
+
 def _count_requests(api_client: client.ApiClient) -> None:
     """Count every request this client sends (goodput_api_requests_total{method}): the
-    operator's load on the API server, beside kopf's few long-lived watches."""
+    operator's load on the API server, beside kopf's few long-lived watches. Every request
+    gets REQUEST_TIMEOUT unless it asks for another: a call that hangs must not hold a
+    thread, a pass, or a leader that lost its lease, forever."""
     rest = api_client.rest_client
     send = rest.request
 
-    def counted(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+    def counted(method: str, url: str, headers: Any = None, body: Any = None,
+                post_params: Any = None, _request_timeout: Any = None) -> Any:
         metrics.API_REQUESTS.labels(method).inc()
-        return send(method, url, *args, **kwargs)  # type: ignore[no-untyped-call]
+        return send(method, url, headers, body, post_params,  # type: ignore[no-untyped-call]
+                    _request_timeout or REQUEST_TIMEOUT)
 
     rest.request = counted  # type: ignore[method-assign]
 

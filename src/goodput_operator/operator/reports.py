@@ -6,12 +6,14 @@ review's extra fields) must be a worker of the current attempt of a TrainingJob,
 report goes to that job only. Workers hold no Kubernetes rights: a stolen token can at
 most report for its own job, until its pod is gone (bound tokens die with the pod).
 401: no or invalid token; 403: a token of no current worker; 400: a malformed body;
-409: a worker of an older attempt.
+409: a worker of an older attempt; 429: too many new tokens from one address; 503: the
+token could not be checked in time, or this replica is a standby.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import logging
@@ -20,6 +22,7 @@ import posixpath
 import ssl
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
@@ -47,8 +50,64 @@ log = logging.getLogger("goodput.reports")
 MAX_BODY = 64 * 1024
 REVIEW_TTL = 30.0  # seconds an accepted token is trusted without asking again (the pod
 # itself is checked on every report: a deleted pod's token stops working at once)
+REFUSAL_TTL = 60.0  # seconds a refused token is refused without asking again
+REVIEW_TIMEOUT = 5.0  # seconds a TokenReview may take before the report gets a 503
+REVIEW_THREADS = 4  # TokenReviews at once, on threads of their own (never the lease's)
+REVIEW_RATE, REVIEW_BURST = 5.0, 20.0  # new tokens reviewed per second per source
+MAX_REMEMBERED = 10_000  # tokens (accepted, refused) and sources remembered at most
 POD_NAME = "authentication.kubernetes.io/pod-name"
 POD_UID = "authentication.kubernetes.io/pod-uid"
+
+
+def _remember(cache: dict[str, Any], key: str, value: Any) -> None:
+    if len(cache) > MAX_REMEMBERED:
+        cache.clear()
+    cache[key] = value
+
+
+def precheck(token: str, now: float) -> str | None:
+    """Why TOKEN cannot be a live report token, judged from its claims alone (no signature
+    check: the TokenReview does that), or None. Garbage, other audiences, expired tokens and
+    tokens bound to no pod never cost the API server a TokenReview."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return "not a JWT"
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except ValueError:
+        return "not a JWT"
+    if not isinstance(claims, dict):
+        return "not a JWT"
+    audiences = claims.get("aud")
+    if names.REPORT_AUDIENCE not in ([audiences] if isinstance(audiences, str)
+                                     else audiences if isinstance(audiences, list) else []):
+        return f"not a token for audience {names.REPORT_AUDIENCE}"
+    expiry = claims.get("exp")
+    if not isinstance(expiry, int | float) or expiry <= now:
+        return "expired"
+    bound = claims.get("kubernetes.io")
+    if not isinstance(bound, dict) or not isinstance(bound.get("pod"), dict):
+        return "not bound to a pod"
+    return None
+
+
+class Buckets:
+    """A token bucket per source address: RATE new tokens a second, BURST at once."""
+
+    def __init__(self, rate: float = REVIEW_RATE, burst: float = REVIEW_BURST) -> None:
+        self.rate, self.burst = rate, burst
+        self.levels: dict[str, tuple[float, float]] = {}  # source -> (tokens, at)
+
+    def take(self, source: str, now: float) -> bool:
+        if len(self.levels) > MAX_REMEMBERED:
+            self.levels.clear()
+        tokens, at = self.levels.get(source, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - at) * self.rate)
+        if tokens < 1:
+            self.levels[source] = (tokens, now)
+            return False
+        self.levels[source] = (tokens - 1, now)
+        return True
 
 
 def progress_of(report: StepReport, rank: int, now: float) -> Obj:
@@ -91,6 +150,9 @@ class ReportServer:
         self.kube = kube
         self.leading = leading  # a standby replica refuses (503): only the leader writes
         self.reviews: dict[str, tuple[float, Obj]] = {}  # sha256(token) -> (expiry, review)
+        self.refusals: dict[str, tuple[float, str]] = {}  # sha256(token) -> (expiry, why)
+        self.buckets = Buckets()
+        self.executor = ThreadPoolExecutor(REVIEW_THREADS, thread_name_prefix="token-review")
         self.runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
@@ -109,6 +171,7 @@ class ReportServer:
     async def stop(self) -> None:
         if self.runner is not None:
             await self.runner.cleanup()
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
     async def handle(self, request: web.Request) -> web.Response:
         kind = request.match_info["kind"]
@@ -130,7 +193,7 @@ class ReportServer:
         header = request.headers.get("Authorization", "")
         if not header.startswith("Bearer ") or not header[7:].strip():
             raise Refused(401, "missing bearer token (the pod's goodput.dev/report token)")
-        pod = await self._authenticate(header[7:].strip())
+        pod = await self._authenticate(header[7:].strip(), request.remote or "unknown")
         try:
             report = KINDS[kind].model_validate(json.loads(await request.read()))
         except ValidationError as err:
@@ -151,20 +214,29 @@ class ReportServer:
             assert isinstance(report, StepReport)
             return await self._step(job, pod, report)
 
-    async def _authenticate(self, token: str) -> Obj:
+    async def _authenticate(self, token: str, source: str) -> Obj:
+        """The pod TOKEN is bound to. One TokenReview per token per REVIEW_TTL, never for
+        a token its claims already rule out or one refused within REFUSAL_TTL, at most
+        REVIEW_RATE new tokens a second from one source, on threads of their own and
+        within REVIEW_TIMEOUT: a flood of bogus tokens cannot load the API server or delay
+        the lease's renewal."""
         key = hashlib.sha256(token.encode()).hexdigest()
-        cached = self.reviews.get(key)
-        if cached is not None and cached[0] > time.monotonic():
+        now = time.monotonic()
+        cached, refused = self.reviews.get(key), self.refusals.get(key)
+        if refused is not None and refused[0] > now:
+            raise Refused(401, f"token rejected: {refused[1]}")
+        if cached is not None and cached[0] > now:
             review = cached[1]
-        else:  # one TokenReview per token per REVIEW_TTL, not one per report
-            review = await asyncio.to_thread(self.kube.review_token, token,
-                                             [names.REPORT_AUDIENCE])
-            if review.get("authenticated"):
-                if len(self.reviews) > 10_000:
-                    self.reviews.clear()
-                self.reviews[key] = (time.monotonic() + REVIEW_TTL, review)
-        if not review.get("authenticated"):
-            raise Refused(401, f"token rejected: {review.get('error') or 'not authenticated'}")
+        else:
+            why = precheck(token, time.time())
+            if why is not None:
+                self._refuse(key, why, now)
+            if not self.buckets.take(source, now):
+                raise Refused(429, f"too many new tokens from {source}: retry in a second")
+            review = await self._review(token)
+            if not review.get("authenticated"):
+                self._refuse(key, review.get("error") or "not authenticated", now)
+            _remember(self.reviews, key, (now + REVIEW_TTL, review))
         user = review.get("user") or {}
         extra = user.get("extra") or {}
         parts = str(user.get("username", "")).split(":")
@@ -175,6 +247,25 @@ class ReportServer:
         if pod is None or pod["metadata"].get("uid") != (uids or [None])[0]:
             raise Refused(403, f"pod {parts[2]}/{pod_names[0]} is not a current worker")
         return pod
+
+    async def _review(self, token: str) -> Obj:
+        loop = asyncio.get_running_loop()
+        try:
+            review: Obj = await asyncio.wait_for(loop.run_in_executor(
+                self.executor, self.kube.review_token, token, [names.REPORT_AUDIENCE]),
+                REVIEW_TIMEOUT)
+        except Exception as err:  # the API server is slow or away: the worker retries
+            metrics.TOKEN_REVIEWS.labels("error").inc()
+            raise Refused(503, f"could not check the token: {err or type(err).__name__}; "
+                               "retry") from None
+        metrics.TOKEN_REVIEWS.labels(
+            "authenticated" if review.get("authenticated") else "rejected").inc()
+        return review
+
+    def _refuse(self, key: str, why: str, now: float) -> None:
+        """Refuse the token (401), and remember that for REFUSAL_TTL."""
+        _remember(self.refusals, key, (now + REFUSAL_TTL, why))
+        raise Refused(401, f"token rejected: {why}")
 
     def _job_of(self, pod: Obj) -> Obj:
         meta = pod["metadata"]

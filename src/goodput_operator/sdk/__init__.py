@@ -67,12 +67,14 @@ class Reporter:
 
     def send(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST one report. A 503 (a standby operator replica answered during a leader
-        hand-over) or an unreachable operator is retried a few times with backoff."""
+        hand-over, or the token could not be checked in time), a 429 (too many new tokens
+        from this address) or an unreachable operator is retried a few times with backoff."""
         for attempt in range(self.retries + 1):
             try:
                 return self._send_once(kind, body)
             except ReportError as err:
-                if err.status not in (None, 503) or attempt == self.retries or not self.url:
+                if err.status not in (None, 429, 503) or attempt == self.retries or \
+                        not self.url:
                     raise
                 time.sleep(min(4.0, 0.5 * 2 ** attempt))
         raise AssertionError("unreachable")
