@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from goodput_operator import names
+from goodput_operator.controllers.kube import Kube, NotLeading
 from goodput_operator.operator.leader import (
+    LeaderElection,
     Observed,
     leading_pod,
     micro_time,
@@ -86,3 +90,22 @@ def test_the_leading_pod_holds_the_lease_is_ready_and_labelled(
         pods: list[dict[str, Any]], identity: str, leads: str | None) -> None:
     found = leading_pod(pods, identity)
     assert (found["metadata"]["name"] if found else None) == leads
+
+
+def test_a_replica_holds_the_lease_only_within_the_renew_deadline_and_writes_only_then(
+        ) -> None:
+    """What every write asks first: leading, and renewed within the renew deadline. A
+    replica stalled past it may have a successor already, so its queued writes are
+    dropped before they reach the API server (this client has no server to reach)."""
+    kube = Kube(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))
+    election = LeaderElection(kube, "ns", "lease", ME, renew_deadline=10.0)
+    kube.fence = election.holds
+    assert not election.holds()                  # never led
+    election.leading, election.last_renewed = True, time.monotonic() - 3
+    assert election.holds()
+    election.last_renewed = time.monotonic() - 11    # renewals stalled past the deadline
+    assert not election.holds()
+    with pytest.raises(NotLeading):
+        kube.patch_status("trainingjobs", "ns", "j", {"phase": "Running"})
+    with pytest.raises(NotLeading):
+        kube.create({"kind": "Pod", "metadata": {"namespace": "ns", "name": "p"}})

@@ -90,7 +90,9 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         _election.append(LeaderElection(kube, OPTIONS.lease_namespace, OPTIONS.lease_name,
                                         OPTIONS.identity))
     election = _election[0] if _election else None
-    leading = (lambda: election.leading) if election else (lambda: True)
+    leading = election.holds if election else (lambda: True)
+    if election is not None:
+        kube.fence = election.holds  # no write lands once the lease has lapsed
     if OPTIONS.health_port and not _servers:
         await _serve(Health(STATE, kube, leading), OPTIONS.health_port)
     await _label_own_pod(kube, False)
@@ -148,9 +150,10 @@ async def _label_own_pod(kube: Kube, leading: bool) -> None:
     """Mark this replica's pod as the leader (or not): the report Service selects it."""
     if not OPTIONS.pod_name:
         return
-    patch = {"metadata": {"labels": {names.LEADER_LABEL: "true" if leading else None}}}
+    labels = {names.LEADER_LABEL: "true" if leading else None}
     try:
-        await asyncio.to_thread(kube.patch_pod, OPTIONS.pod_namespace, OPTIONS.pod_name, patch)
+        await asyncio.to_thread(kube.label_own_pod, OPTIONS.pod_namespace, OPTIONS.pod_name,
+                                labels)
     except Exception as err:  # the label only routes reports
         log.warning("could not label pod %s/%s: %s", OPTIONS.pod_namespace, OPTIONS.pod_name,
                     err)

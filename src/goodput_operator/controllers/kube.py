@@ -53,7 +53,21 @@ def _count_requests(api_client: client.ApiClient) -> None:
     rest.request = counted  # type: ignore[method-assign]
 
 
+class NotLeading(RuntimeError):
+    """A write refused because this replica no longer holds the lease (or never did)."""
+
+
 class Kube:
+    """FENCE, when set, is asked before every write of the reconcile and report paths:
+    a replica whose lease lapsed must not land queued writes after a successor took over
+    (leader.LeaderElection.holds)."""
+
+    fence: Callable[[], bool] | None = None
+
+    def _check_fence(self) -> None:
+        if self.fence is not None and not self.fence():
+            raise NotLeading("not the leader (the lease lapsed): write dropped")
+
     def __init__(self, api_client: client.ApiClient | None = None) -> None:
         if api_client is None:
             try:
@@ -86,6 +100,7 @@ class Kube:
     def create(self, obj: Obj) -> Obj | None:
         """Create OBJ (Pod, Service, ConfigMap, Job): the stored object, or None if it
         existed."""
+        self._check_fence()
         kind, namespace = obj["kind"], obj["metadata"]["namespace"]
         creators: dict[str, Callable[..., Any]] = {
             "Pod": self.core.create_namespaced_pod,
@@ -104,6 +119,7 @@ class Kube:
         return cast(Obj, self.api.sanitize_for_serialization(created))  # type: ignore[no-untyped-call]
 
     def replace_config_map(self, obj: Obj) -> None:
+        self._check_fence()
         meta = obj["metadata"]
         try:
             self.core.patch_namespaced_config_map(
@@ -115,6 +131,7 @@ class Kube:
             self.create(obj)
 
     def delete_pod(self, namespace: str, name: str) -> None:
+        self._check_fence()
         try:
             self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
         except ApiException as err:
@@ -123,9 +140,16 @@ class Kube:
 
     def patch_pod(self, namespace: str, name: str, patch: Obj) -> Obj:
         """JSON merge patch: lists in PATCH (gates, node selector terms) are replaced whole."""
+        self._check_fence()
         return _json(self.core.patch_namespaced_pod(
             name, namespace, patch, _content_type="application/merge-patch+json",
             _preload_content=False))
+
+    def label_own_pod(self, namespace: str, name: str, labels: dict[str, str | None]) -> None:
+        """Label this replica's own pod (the leader label the report Service selects):
+        not fenced, a standby must be able to say it does not lead."""
+        self.core.patch_namespaced_pod(name, namespace, {"metadata": {"labels": labels}},
+                                       _content_type="application/merge-patch+json")
 
     def review_token(self, token: str, audiences: list[str]) -> Obj:
         """A TokenReview's status: authenticated, user (username, extra), error."""
@@ -136,11 +160,13 @@ class Kube:
     def patch_node(self, name: str, patch: Obj) -> Obj:
         """JSON merge patch of a Node (taints are replaced whole; a resourceVersion in the
         patch makes a concurrent change fail with 409 instead of being overwritten)."""
+        self._check_fence()
         patched = self.core.patch_node(name, patch,
                                        _content_type="application/merge-patch+json")
         return cast(Obj, self.api.sanitize_for_serialization(patched))  # type: ignore[no-untyped-call]
 
     def patch_status(self, plural: str, namespace: str | None, name: str, status: Obj) -> None:
+        self._check_fence()
         body = {"status": status}
         if namespace is None:
             self.custom.patch_cluster_custom_object_status(GROUP, VERSION, plural, name, body)
@@ -149,6 +175,7 @@ class Kube:
                                                               name, body)
 
     def delete_custom(self, plural: str, namespace: str, name: str) -> None:
+        self._check_fence()
         try:
             self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
         except ApiException as err:

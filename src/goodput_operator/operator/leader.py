@@ -19,6 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -87,11 +88,21 @@ class LeaderElection:
         self.duration, self.renew_deadline, self.retry_period = (duration, renew_deadline,
                                                                  retry_period)
         self.leading = False
+        self.last_renewed = 0.0  # monotonic: the last renewal that landed
+        self.call_timeout = min(5.0, renew_deadline / 2)  # each Lease request's deadline
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="lease")  # never queued
+        # behind the API calls of a busy pass or a flood of reports
         self._seen: Observed | None = None
+
+    def holds(self) -> bool:
+        """Leading, and the lease renewed within the renew deadline: what every write
+        asks first (a replica stalled past it may already have a successor)."""
+        return self.leading and time.monotonic() - self.last_renewed < self.renew_deadline
 
     def _read(self) -> Obj | None:
         try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace)
+            lease = self.api.read_namespaced_lease(self.name, self.namespace,
+                                                   _request_timeout=self.call_timeout)
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -115,10 +126,12 @@ class LeaderElection:
                      "spec": record}
         try:
             if lease is None:
-                self.api.create_namespaced_lease(self.namespace, body)
+                self.api.create_namespaced_lease(self.namespace, body,
+                                                 _request_timeout=self.call_timeout)
             else:
                 body["metadata"]["resourceVersion"] = lease["metadata"]["resourceVersion"]
-                self.api.replace_namespaced_lease(self.name, self.namespace, body)
+                self.api.replace_namespaced_lease(self.name, self.namespace, body,
+                                                  _request_timeout=self.call_timeout)
         except ApiException as err:
             if err.status in (409, 422):  # someone else wrote first: not ours this time
                 return False
@@ -148,21 +161,21 @@ class LeaderElection:
         when the lease could not be renewed within the renew deadline."""
         log.info("campaigning for lease %s/%s as %s", self.namespace, self.name,
                  self.identity)
-        last_renewed = 0.0
+        loop = asyncio.get_running_loop()
         while True:
             try:
-                held = await asyncio.to_thread(self.try_hold)
+                held = await loop.run_in_executor(self.executor, self.try_hold)
             except Exception as err:  # the API server may be away a while
                 log.warning("lease %s/%s: %s", self.namespace, self.name, err)
                 held = False
             now = time.monotonic()
             if held:
-                last_renewed = now
+                self.last_renewed = now
                 if not self.leading:
                     self.leading = True
                     log.info("became the leader (lease %s/%s)", self.namespace, self.name)
                     await on_started()
-            elif self.leading and now - last_renewed > self.renew_deadline:
+            elif self.leading and now - self.last_renewed > self.renew_deadline:
                 self.leading = False
                 log.error("lost the lease %s/%s: stopping so that only the new leader acts",
                           self.namespace, self.name)
