@@ -95,7 +95,10 @@ async def apply_job(state: State, kube: Kube, decision: JobDecision, clock: floa
         return
     for probe in decision.probes:
         await ultraservergroup.start_probe(state, kube, probe)
-    if decision.fresh:  # the placement is on record before any pod is pinned to it
+    if decision.fresh or decided.restart:
+        # the placement is on record before any pod is pinned to it; the new attempt is,
+        # before the old one's pods are deleted: from then on the old workers' reports
+        # (a checkpoint commit from a partitioned node) are refused (409)
         await write_status(kube, PLURAL, job, status, desired, events)
         await _children(state, kube, job, decided, placement, decision.observed)
     else:
