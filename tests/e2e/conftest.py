@@ -60,7 +60,9 @@ class Operator:
                  "--health-port", str(self.health_port),
                  "--metrics-port", str(self.metrics_port),
                  "--report-port", str(self.report_port),
-                 "--probe-namespace", self.probe_namespace, *self.extra_args],
+                 "--probe-namespace", self.probe_namespace,
+                 "--prometheus-allow", "http://127.0.0.1",  # the tests' Prometheus (any port)
+                 *self.extra_args],
                 env=env, stdout=out, stderr=subprocess.STDOUT)
         wait_for(self.healthy, timeout=60, what="operator /healthz")
 
@@ -148,8 +150,11 @@ def in_cluster_values(cluster: Cluster) -> dict[str, Any]:
     the image $GOODPUT_E2E_IMAGE names (e.g. loaded with `kind load docker-image`)."""
     if cluster.is_sandbox:
         from goodput_operator import __version__
+        from goodput_operator.sandbox import hostnet
 
-        return image_values(__version__)
+        # the tests' Prometheus runs on the host (metrics_source)
+        return {**image_values(__version__),
+                "prometheusAllow": [f"http://{hostnet.host_ip()}"]}
     image = os.environ.get("GOODPUT_E2E_IMAGE")
     if not image or ":" not in image:
         pytest.fail("--operator in-cluster with --kubeconfig needs GOODPUT_E2E_IMAGE=REPO:TAG, "

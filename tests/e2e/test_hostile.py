@@ -3,16 +3,24 @@ answer, and the operator keeps serving everybody else."""
 
 from __future__ import annotations
 
+import base64
+import json
 import math
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from goodput_operator.sdk import Reporter
+from goodput_operator import names
+from goodput_operator.sdk import Reporter, ReportError
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
+    Faults,
     Operator,
     apply,
+    counter,
     get_job,
     get_object,
     job_pods,
@@ -20,7 +28,7 @@ from tests.e2e.conftest import (
     wait_event,
     wait_phase,
 )
-from tests.e2e.test_recovery import worker_token
+from tests.e2e.test_recovery import running_again, worker_token
 
 pytestmark = pytest.mark.e2e
 
@@ -78,12 +86,7 @@ def test_a_pod_asking_for_1000_devices_stops_neither_a_pass_nor_a_start(
         e2e: Operator, crds: Cluster, namespace: str, trn2_group: str) -> None:
     """The API server stores a request of 1000 devices as `1k`: the operator reads it as
     1000 (it used to raise in the initial sync, so no replica could start leading)."""
-    greedy = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "greedy"},
-              "spec": {"nodeSelector": {"example.com/nowhere": "true"}, "containers": [{
-                  "name": "c", "image": "example.com/c:1", "resources": {
-                      "requests": {"aws.amazon.com/neuron": "1000"},
-                      "limits": {"aws.amazon.com/neuron": "1000"}}}]}}
-    apply(crds, greedy, namespace)
+    apply(crds, greedy_pod(), namespace)
     try:
         stored = get_object(crds, "pod", namespace, "greedy")["spec"]["containers"][0]
         assert stored["resources"]["requests"]["aws.amazon.com/neuron"] == "1k"
@@ -95,3 +98,110 @@ def test_a_pod_asking_for_1000_devices_stops_neither_a_pass_nor_a_start(
         wait_phase(crds, namespace, "after-1k", "Running")
     finally:
         crds.kubectl("delete", "pod", "greedy", "-n", namespace, "--wait=false")
+
+
+def bogus_token(index: int) -> str:
+    """Shaped like a live report token (right audience, unexpired, bound to a pod), so only
+    a TokenReview can refuse it: what a flood that gets past the claims check looks like."""
+    def part(data: object) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
+    claims = {"aud": [names.REPORT_AUDIENCE], "exp": time.time() + 3600,
+              "kubernetes.io": {"namespace": "x", "pod": {"name": f"p{index}", "uid": "u"}}}
+    return f"{part({'alg': 'RS256'})}.{part(claims)}.{part(index)}"
+
+
+def flood(url: str, tokens: int) -> dict[int, int]:
+    """Reports with TOKENS new bogus tokens, 16 at once: the answers' status codes."""
+    def one(index: int) -> int:
+        try:
+            Reporter(url, bogus_token(index), retries=0).report_step(1)
+        except ReportError as err:
+            return err.status or 0
+        return 200
+    with ThreadPoolExecutor(16) as pool:
+        return dict(Counter(pool.map(one, range(tokens))))
+
+
+def test_a_hostile_tenant_cannot_stop_another_teams_recovery(
+        e2e: Operator, crds: Cluster, namespace: str, make_group: Any,
+        faults: Faults) -> None:
+    """One namespace applies every bad object of issue 16 at once; meanwhile another
+    team's job loses a node and recovers on its UltraServer's spare as usual."""
+    group = make_group(spares={"perDomain": 1})
+    apply(crds, training_job("victim", group, 3, checkpoint={"dir": "/fsx/victim"}),
+          namespace)
+    job = wait_phase(crds, namespace, "victim", "Running")
+    before = {r["rank"]: r["node"] for r in job["status"]["placement"]["ranks"]}
+
+    hostile = f"{namespace[:50]}-evil"
+    crds.kubectl("create", "namespace", hostile)
+    crds.kubectl("label", "namespace", hostile, "pod-security.kubernetes.io/enforce=restricted")
+    forged = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "impostor", "labels": {
+        names.JOB_LABEL: "victim", names.RANK_LABEL: "abc", names.RESTART_LABEL: "0"}},
+        "spec": {"nodeSelector": {"example.com/nowhere": "true"},
+                 "containers": [{"name": "c", "image": "example.com/c:1"}]}}
+    try:
+        privileged = training_job("priv", group, 2)
+        privileged["spec"]["template"]["spec"]["containers"][0]["securityContext"] = {
+            "privileged": True}
+        apply(crds, privileged, hostile)
+        apply(crds, endpoint_spying_on("http://169.254.169.254/latest/meta-data", group),
+              hostile)
+        apply(crds, greedy_pod(), hostile)
+        apply(crds, forged, namespace)  # a careless teammate's pod with the job's labels
+        too_long, pinned = training_job("x" * 64, group, 1), training_job("pinned", group, 1)
+        pinned["spec"]["template"]["spec"]["nodeName"] = before[0]
+        for bad in (too_long, pinned):
+            refused = crds.kubectl("apply", "-n", hostile, "-f", "-",
+                                   input_text=json.dumps(bad), check=False)
+            assert refused.returncode != 0, bad["metadata"]["name"]
+        reviews = counter(e2e, "goodput_token_reviews_total", outcome="rejected")
+        answers = flood(e2e.report_url, 300)
+        assert answers.get(429, 0) > 200 and answers.get(401, 0) >= 20, answers
+        assert counter(e2e, "goodput_token_reviews_total", outcome="rejected") - reviews < 100
+
+        faults.fail(before[1])                         # the other team's node fails
+        job = running_again(crds, namespace, "victim", 1, timeout=60)
+        after = {r["rank"]: r["node"] for r in job["status"]["placement"]["ranks"]}
+        assert after[0] == before[0] and after[2] == before[2] and after[1] != before[1]
+
+        failed = wait_phase(crds, hostile, "priv", "Failed", timeout=90)
+        assert "violates PodSecurity" in failed["status"]["message"]
+        spying = get_object(crds, "ie", hostile, "spy")
+        condition = next(c for c in spying["status"]["conditions"]
+                         if c["type"] == "MetricsUnavailable")
+        assert condition["status"] == "True" and "not one the operator may query" in \
+            condition["message"]
+        assert e2e.healthy()
+    finally:
+        crds.kubectl("delete", "pod", "impostor", "-n", namespace, "--wait=false",
+                     check=False)
+        crds.kubectl("delete", "tj,ie,pods", "--all", "-n", hostile, "--wait=true",
+                     check=False)
+        crds.kubectl("delete", "namespace", hostile, "--wait=false", check=False)
+
+
+def greedy_pod() -> dict[str, Any]:
+    """A pod asking for 1000 devices (stored as 1k), admissible in a restricted namespace."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "greedy"},
+            "spec": {"nodeSelector": {"example.com/nowhere": "true"},
+                     "securityContext": {"runAsNonRoot": True,
+                                         "seccompProfile": {"type": "RuntimeDefault"}},
+                     "containers": [{"name": "c", "image": "example.com/c:1",
+                                     "securityContext": {"allowPrivilegeEscalation": False,
+                                                         "capabilities": {"drop": ["ALL"]}},
+                                     "resources": {
+                                         "requests": {"aws.amazon.com/neuron": "1000"},
+                                         "limits": {"aws.amazon.com/neuron": "1000"}}}]}}
+
+
+def endpoint_spying_on(url: str, group: str) -> dict[str, Any]:
+    """An endpoint whose autoscaler would fetch URL (cloud metadata, say) for its metrics."""
+    return {"apiVersion": "goodput.dev/v1alpha1", "kind": "InferenceEndpoint",
+            "metadata": {"name": "spy"},
+            "spec": {"ultraServerGroup": group, "model": {"name": "m"},
+                     "replicaShape": {"workers": 1, "acceleratorsPerWorker": 16},
+                     "template": {"spec": {"containers": [{"name": "s", "image": "s:1"}]}},
+                     "scaling": {"minReplicas": 0, "maxReplicas": 1, "intervalSeconds": 1,
+                                 "scaleToZeroAfterSeconds": 60, "prometheusUrl": url,
+                                 "metrics": [{"type": "QueueDepth", "target": 8}]}}}

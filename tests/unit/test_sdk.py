@@ -42,6 +42,7 @@ def server() -> Iterator[str]:
 
 @pytest.mark.parametrize(("case", "answers", "outcome", "tries"), [
     ("a standby answers during a hand-over, then the leader", [503, 503, 200], 200, 3),
+    ("too many new tokens from this address: retried", [429, 200], 200, 2),
     ("a refusal is final: no retry", [403], 403, 1),
     ("a malformed report is final", [400], 400, 1),
     ("503 past the retry budget surfaces", [503, 503], 503, 2),

@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -29,8 +30,36 @@ DEFAULT_QUERIES = {
 }
 
 
+MAX_ANSWER = 1 << 20  # bytes of one query's answer at most: one number needs far less
+
+
 class PrometheusError(RuntimeError):
     pass
+
+
+def allowed(url: str, allow: Sequence[str]) -> bool:
+    """URL is one of the ALLOW prefixes: the same scheme and host, the same port when the
+    prefix names one, and a path under the prefix's. A tenant's scaling.prometheusUrl may
+    name only what the operator's configuration allows (else it could make the operator
+    fetch any address it can reach: cloud metadata, the API server, internal services)."""
+    target = urllib.parse.urlsplit(url)
+    if target.username is not None or target.password is not None:
+        return False
+    for entry in allow:
+        prefix = urllib.parse.urlsplit(entry)
+        if (target.scheme, target.hostname) != (prefix.scheme, prefix.hostname):
+            continue
+        if prefix.port is not None and (target.port or _default_port(target.scheme)) != \
+                prefix.port:
+            continue
+        base = prefix.path.rstrip("/") + "/"
+        if (target.path.rstrip("/") + "/").startswith(base):
+            return True
+    return False
+
+
+def _default_port(scheme: str) -> int:
+    return 443 if scheme == "https" else 80
 
 
 def query_for(metric: MetricTarget, namespace: str, name: str) -> str:
@@ -46,23 +75,32 @@ def instant(url: str, promql: str, timeout: float = 5.0, stale_after: float = 60
     address = f"{url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
     try:
         with urllib.request.urlopen(address, timeout=timeout) as response:
-            body = json.loads(response.read())
+            raw_body = response.read(MAX_ANSWER + 1)
+        if len(raw_body) > MAX_ANSWER:
+            raise PrometheusError(f"Prometheus at {url} answered with over {MAX_ANSWER} "
+                                  "bytes: not one number")
+        body = json.loads(raw_body)
     except (OSError, ValueError) as err:
         raise PrometheusError(f"Prometheus at {url} unreachable: {err}") from None
-    if body.get("status") != "success":
-        raise PrometheusError(f"Prometheus refused {promql!r}: {body.get('error')}")
-    data = body["data"]
-    if data["resultType"] == "scalar":
-        stamp, raw = data["result"]
-    elif data["resultType"] == "vector" and data["result"]:
-        if len(data["result"]) > 1:
-            raise PrometheusError(f"{promql!r} returned {len(data['result'])} series; "
-                                  "it must return one number")
-        stamp, raw = data["result"][0]["value"]
-    else:
-        return None
-    value = float(raw)
+    if not isinstance(body, dict) or body.get("status") != "success":
+        error = body.get("error") if isinstance(body, dict) else "not a JSON object"
+        raise PrometheusError(f"Prometheus refused {promql!r}: {error}")
+    try:
+        data = body["data"]
+        if data["resultType"] == "scalar":
+            stamp, raw = data["result"]
+        elif data["resultType"] == "vector" and data["result"]:
+            if len(data["result"]) > 1:
+                raise PrometheusError(f"{promql!r} returned {len(data['result'])} series; "
+                                      "it must return one number")
+            stamp, raw = data["result"][0]["value"]
+        else:
+            return None
+        value, stamp = float(raw), float(stamp)
+    except (KeyError, TypeError, ValueError) as err:
+        raise PrometheusError(f"Prometheus at {url} answered {promql!r} with something "
+                              f"that is not a Prometheus result ({err!r})") from None
     current = time.time() if now is None else now
-    if math.isnan(value) or current - float(stamp) > stale_after:
+    if math.isnan(value) or current - stamp > stale_after:
         return None
     return value

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import time
 from typing import Any
@@ -28,8 +27,14 @@ from goodput_operator import metrics
 from goodput_operator.api.conditions import set_condition, stamp
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
 from goodput_operator.autoscaling import prometheus
-from goodput_operator.autoscaling.algorithm import History, Sample, recommend
-from goodput_operator.controllers.kube import Kube, apply_each, log_failures, write_status
+from goodput_operator.autoscaling.algorithm import Decision, History, Sample, recommend
+from goodput_operator.controllers.kube import (
+    Kube,
+    api_message,
+    apply_each,
+    log_failures,
+    write_status,
+)
 from goodput_operator.controllers.state import State
 from goodput_operator.decide import Event, Failure, Scaled, decide_endpoints, trial
 from goodput_operator.decide.endpoint import (
@@ -45,14 +50,8 @@ from goodput_operator.topology.placement import room_for
 Obj = dict[str, Any]
 log = logging.getLogger("goodput.inferenceendpoint")
 PLURAL = "inferenceendpoints"
-
-
-def _api_reason(err: ApiException) -> str:
-    """The API server's own message (its Status body), else the HTTP reason."""
-    try:
-        return str(json.loads(err.body or "{}").get("message") or err.reason)
-    except ValueError:
-        return str(err.reason)
+QUERY_SECONDS = 5.0  # one Prometheus query's deadline, the answer read whole
+EVALUATIONS = 16  # endpoints evaluated at once
 
 
 async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) -> None:
@@ -64,7 +63,7 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
             await asyncio.gather(*(asyncio.to_thread(kube.create, body)
                                    for body in decided.services))
         except ApiException as err:  # e.g. the cluster's service IP range is full
-            reason = _api_reason(err)
+            reason = api_message(err)
             decided.desired["conditions"] = set_condition(
                 decided.desired.get("conditions") or [], "Ready", False,
                 "ServiceCreateFailed", f"cannot create the endpoint's Service: {reason}",
@@ -112,19 +111,27 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, now: floa
     meta = ie["metadata"]
     key = (meta["namespace"], meta["name"])
     url = spec.scaling.prometheus_url or state.prometheus_url
+    current = desired_replicas(state.scaled.get(key), ie, spec)
+    if not prometheus.allowed(url, [state.prometheus_url, *state.prometheus_allow]):
+        why = (f"scaling.prometheusUrl {url} is not one the operator may query "
+               "(its --prometheus-url or --prometheus-allow)")
+        _record(state, key, Decision(current, f"holding {current}: {why}", {},
+                                     unavailable=why), current, now)
+        return
     samples = []
     for metric in spec.scaling.metrics:
         promql = prometheus.query_for(metric, meta["namespace"], meta["name"])
         try:
-            value = await asyncio.to_thread(
-                prometheus.instant, url, promql, 5.0, 4.0 * spec.scaling.interval_seconds)
-        except prometheus.PrometheusError as err:
+            value = await asyncio.wait_for(asyncio.to_thread(
+                prometheus.instant, url, promql, QUERY_SECONDS,
+                4.0 * spec.scaling.interval_seconds), QUERY_SECONDS)
+        except (prometheus.PrometheusError, TimeoutError) as err:
             previous = state.scaled.get(key)
             if previous is None or previous.decision.unavailable is None:  # once per outage
-                log.warning("%s/%s: %s", meta["namespace"], meta["name"], err)
+                log.warning("%s/%s: %s", meta["namespace"], meta["name"],
+                            err or f"no answer from {url} within {QUERY_SECONDS}s")
             value = None
         samples.append(Sample(metric.type, metric.target, value, metric.type))
-    current = desired_replicas(state.scaled.get(key), ie, spec)
     fleet = state.fleets.get(spec.ultra_server_group)
     capacity = None
     if fleet is not None:  # groups holding nodes now, plus what the free space can host
@@ -134,19 +141,39 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, now: floa
                                      max(0, spec.scaling.max_replicas - placed))
     history = state.scaling_history.setdefault(key, History())
     decision = recommend(samples, current, spec.scaling, history, now, capacity)
-    state.scaled[key] = Scaled(decision, current, now)
-    metrics.AUTOSCALER_EVALUATIONS.labels(*key).inc()
+    _record(state, key, decision, current, now)
     if decision.desired != current:
         log.info("%s/%s: %d -> %d: %s", meta["namespace"], meta["name"], current,
                  decision.desired, decision.reason)
         metrics.SCALING_DECISIONS.labels("up" if decision.desired > current else "down").inc()
+
+
+def _record(state: State, key: tuple[str, str], decision: Decision, current: int,
+            now: float) -> None:
+    """Hand the decision to the loop, which writes it."""
+    state.scaled[key] = Scaled(decision, current, now)
+    metrics.AUTOSCALER_EVALUATIONS.labels(*key).inc()
     state.wake.set()
 
 
 async def run_autoscaler(state: State, tick: float = 1.0) -> None:
-    """Every TICK, evaluate the endpoints whose interval has passed."""
+    """Every TICK, evaluate the endpoints whose interval has passed, EVALUATIONS at a
+    time: one endpoint with a slow Prometheus delays none of the others."""
+    limit = asyncio.Semaphore(EVALUATIONS)
+
+    async def one(key: tuple[str, str], ie: Obj, spec: InferenceEndpointSpec,
+                  now: float) -> None:
+        async with limit:
+            try:
+                await evaluate(state, ie, spec, now)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("autoscaling %s/%s failed", *key)
+
     while True:
         now = time.time()
+        due = []
         for key, ie in list(state.endpoints.items()):
             try:
                 spec = InferenceEndpointSpec.model_validate(ie["spec"])
@@ -158,10 +185,6 @@ async def run_autoscaler(state: State, tick: float = 1.0) -> None:
             last = state.scaled.get(key)
             # within half a tick of due counts as due: evaluations stay one interval apart
             if last is None or now - last.at >= spec.scaling.interval_seconds - tick / 2:
-                try:
-                    await evaluate(state, ie, spec, now)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("autoscaling %s/%s failed", *key)
+                due.append(one(key, ie, spec, now))
+        await asyncio.gather(*due)
         await asyncio.sleep(tick)

@@ -204,17 +204,22 @@ class Kube:
             log.warning("could not post event %s on %s: %s", reason, meta["name"], err.reason)
 
 
+def api_message(err: ApiException) -> str:
+    """The API server's own message (its Status body), else the HTTP status and reason."""
+    try:
+        message = json.loads(err.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or f"{err.status} {err.reason}")[:1024]
+
+
 def refusal(err: ApiException) -> str | None:
     """The API server's message when it refused a request for good: a 4xx other than a
     conflict or throttling (an invalid object, a PodSecurity or webhook denial, a missing
     namespace). None for what may pass by retrying."""
     if err.status is None or not 400 <= err.status < 500 or err.status in (409, 429):
         return None
-    try:
-        message = json.loads(err.body or "{}").get("message")
-    except ValueError:
-        message = None
-    return str(message or f"{err.status} {err.reason}")[:1024]
+    return api_message(err)
 
 
 APPLY_CONCURRENCY = 16  # objects whose decisions are applied at once (API-bound)

@@ -133,6 +133,7 @@ class State:
         self.scaled: dict[tuple[str, str], Scaled] = {}  # the autoscaler's latest decision
         self.scaling_history: dict[tuple[str, str], Any] = {}  # autoscaling.History
         self.prometheus_url = "http://127.0.0.1:9090"
+        self.prometheus_allow: list[str] = []  # what else endpoints may name (URL prefixes)
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     def snapshot(self, clock: float, with_members: bool = False) -> Snapshot:

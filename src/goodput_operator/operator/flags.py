@@ -54,6 +54,10 @@ FLAGS: tuple[Flag, ...] = (
          shown="`goodput-operator:<version>`"),
     Flag("--prometheus-url", "GOODPUT_PROMETHEUS_URL", "http://127.0.0.1:9090", "str",
          "Prometheus for autoscaling (an endpoint's scaling.prometheusUrl overrides it)"),
+    Flag("--prometheus-allow", "GOODPUT_PROMETHEUS_ALLOW", "", "list",
+         "URL prefixes an endpoint's scaling.prometheusUrl may name besides --prometheus-url "
+         "(repeatable; comma-separated in the variable): scheme and host, optionally port "
+         "and path, e.g. http://prometheus.monitoring.svc", shown="none"),
     Flag("--leader-election", "GOODPUT_LEADER_ELECTION", "false", "bool",
          "run as one of several replicas: only the holder of the Lease acts, the others "
          "keep their caches warm and take over", shown="off"),

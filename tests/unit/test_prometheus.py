@@ -1,0 +1,73 @@
+"""The autoscaler's edge: which Prometheus an endpoint may name, and what an answer may be."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
+
+import pytest
+
+from goodput_operator.autoscaling import prometheus
+
+pytestmark = pytest.mark.unit
+OURS = ["http://prometheus.monitoring.svc:9090", "https://thanos.example.com/tenant-a",
+        "http://127.0.0.1"]
+
+
+@pytest.mark.parametrize(("url", "ok"), [
+    ("http://prometheus.monitoring.svc:9090", True),
+    ("http://prometheus.monitoring.svc:9090/", True),
+    ("https://thanos.example.com/tenant-a/api", True),
+    ("http://127.0.0.1:45123", True),                          # no port named: any port
+    ("http://prometheus.monitoring.svc:9091", False),          # another port
+    ("http://prometheus.monitoring.svc", False),               # port 80 is not 9090
+    ("https://thanos.example.com/tenant-b", False),            # another path
+    ("https://thanos.example.com/tenant-ab", False),           # a sibling sharing a prefix
+    ("http://thanos.example.com/tenant-a", False),             # another scheme
+    ("http://169.254.169.254/latest/meta-data", False),        # cloud metadata
+    ("https://kubernetes.default.svc", False),                 # the API server
+    ("http://127.0.0.1@169.254.169.254", False),               # userinfo tricks
+    ("http://127.0.0.1.evil.example", False),
+])
+def test_an_endpoint_may_name_only_the_prometheus_the_operator_allows(url: str,
+                                                                      ok: bool) -> None:
+    assert prometheus.allowed(url, OURS) is ok
+
+
+class Answers(BaseHTTPRequestHandler):
+    body: ClassVar[bytes] = b""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = HTTPServer(("127.0.0.1", 0), Answers)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.mark.parametrize(("body", "error"), [
+    (b'{"status": "success", "data": {"resultType": "vector", "result": []}, "pad": "'
+     + b"x" * (2 << 20) + b'"}', "answered with over"),       # a huge answer is not read
+    (b"[1, 2, 3]", "not a JSON object"),
+    (b'{"status": "success", "data": {"resultType": "vector", "result": [{"v": 1}]}}',
+     "not a Prometheus result"),
+    (b'{"status": "success", "data": {"resultType": "scalar", "result": ["now", "1"]}}',
+     "not a Prometheus result"),
+])
+def test_an_answer_that_is_not_one_number_is_an_error_never_a_crash(
+        server: str, body: bytes, error: str) -> None:
+    Answers.body = body
+    with pytest.raises(prometheus.PrometheusError, match=error):
+        prometheus.instant(server, "up", timeout=5)
