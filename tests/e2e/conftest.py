@@ -17,6 +17,7 @@ from typing import Any, cast
 import pytest
 
 from goodput_operator import names
+from goodput_operator.resources.pods import index_of
 from tests import helm
 from tests.conftest import Cluster, in_cluster, wait_for
 
@@ -205,7 +206,7 @@ def job_pods(cluster: Cluster, namespace: str, name: str) -> list[dict[str, Any]
     items: list[dict[str, Any]] = json.loads(cluster.kubectl(
         "get", "pods", "-n", namespace, "-l", f"{names.JOB_LABEL}={name}", "-o", "json",
     ).stdout)["items"]
-    return sorted(items, key=lambda p: int(p["metadata"]["labels"][names.RANK_LABEL]))
+    return sorted((p for p in items if index_of(p) >= 0), key=index_of)  # its ranks only
 
 
 def wait_phase(cluster: Cluster, namespace: str, name: str, phase: str,
