@@ -22,10 +22,11 @@ def node(name: str, domain: str, block: str = "b0", accelerators: int = 16,
 
 
 def trn2(domains: int = 4, per_block: int = 2, spares: int = 0, nodes_per_domain: int = 4,
-         accelerators: int = 16) -> Fleet:
+         accelerators: int = 16, group_spares: int = 0) -> Fleet:
     """`domains` UltraServers of 4 x 16 chips: us-0.. in blocks of `per_block`."""
     shape = GroupShape(US, nodes_per_domain, accelerators, network_levels=(L1, L2),
-                       spares_per_domain=spares, domain_noun="UltraServer")
+                       spares_per_domain=spares, spares_per_group=group_spares,
+                       domain_noun="UltraServer")
     nodes = [node(f"us{d}-n{s}", f"us-{d}", f"b{d // per_block}", accelerators)
              for d in range(domains) for s in range(nodes_per_domain)]
     return Fleet.from_objects(shape, nodes)

@@ -23,7 +23,7 @@ def test_one_degraded_domain_gives_integer_totals_that_validate() -> None:
     assert status["domains"][0]["nodesReady"] == 3 and status["domains"][0]["spares"] == ["us0-n3"]
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Degraded"]["status"] == "True"
-    assert conditions["SparesPerGroup"]["reason"] == "NotSupported"
+    assert "SparesPerGroup" not in conditions       # honoured now: nothing to warn about
 
 
 def test_a_storm_is_a_condition() -> None:

@@ -25,9 +25,10 @@ def fleets(draw: st.DrawFn) -> Fleet:
     per_node = draw(st.sampled_from([4, 8, 16]))
     per_block = draw(st.integers(1, 4))
     spares = draw(st.integers(0, 1)) if per_domain > 1 else 0
+    group_spares = draw(st.sampled_from([0, 1, per_domain]))  # a node, or a spare domain
     down = draw(st.sets(st.integers(0, domains * per_domain - 1), max_size=3))
     shape = GroupShape(US, per_domain, per_node, network_levels=(L1, L2),
-                       spares_per_domain=spares)
+                       spares_per_domain=spares, spares_per_group=group_spares)
     nodes = [node(f"d{d}-n{s}", f"d{d}", f"b{d // per_block}", per_node,
                   ready=d * per_domain + s not in down)
              for d in range(domains) for s in range(per_domain)]
@@ -78,7 +79,7 @@ def test_k_whole_free_domains_serve_a_gang_needing_k(data: st.DataObject) -> Non
     shape = fleet.shape
     whole = [d for d in fleet.domains.values()
              if is_pristine(d) and len(d.nodes) == shape.nodes_per_domain
-             and all(n.healthy for n in d.nodes)]
+             and all(n.healthy and n.name not in fleet.group_spares for n in d.nodes)]
     if not whole:
         return
     k = data.draw(st.integers(1, len(whole)))

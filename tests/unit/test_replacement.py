@@ -42,6 +42,23 @@ def test_the_spare_of_the_same_ultraserver_takes_the_failed_rank() -> None:
     assert "rank 1 -> us0-n3" in result.reason
 
 
+def test_a_spare_ultraserver_keeps_whole_domain_gangs_whole_and_takes_them_on_a_failure(
+        ) -> None:
+    """spares.perGroup = nodesPerDomain: the last UltraServer is held back whole; a 64-chip
+    gang takes a whole UltraServer, and when one of its nodes fails it moves there."""
+    fleet = trn2(3, group_spares=4)
+    assert sorted(n.name for n in fleet.nodes.values() if n.spare) == [
+        "us2-n0", "us2-n1", "us2-n2", "us2-n3"]
+    whole = Request(4, 16)                            # unit domain, required
+    placed = running(fleet, whole)
+    assert {r.domain for r in placed.ranks} == {"us-0"}
+    running(fleet, whole, "other")                    # us-1; us-2 stays the spare
+    assert not place(fleet, whole).ok
+    fail(fleet, "us0-n2")
+    result = replace(fleet, placed, ["us0-n2"], whole, "job")
+    assert result.action == "move" and {r.domain for r in result.ranks} == {"us-2"}
+
+
 def test_two_failures_with_one_spare_move_the_gang_to_a_healthy_domain() -> None:
     fleet = trn2(2, spares=1)
     placed = running(fleet, Request(3, 16))

@@ -66,6 +66,36 @@ def test_spares_are_the_highest_empty_healthy_slots() -> None:
     assert fleet.nodes["us0-n2"].spare and not fleet.nodes["us0-n3"].spare
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.permutations([f"us{d}-n{s}" for d in range(3) for s in range(4)]),
+       st.integers(0, 6))
+def test_the_groups_spares_are_its_last_nodes_whatever_order_they_join_in(
+        order: list[str], wanted: int) -> None:
+    """spares.perGroup: the last nodes in fabric order, whether the fleet is built at once
+    or its nodes join one by one (start-up), leave and come back."""
+    whole = trn2(3, group_spares=wanted)
+    expected = sorted(sorted(whole.nodes, key=lambda n: (n[2], int(n[-1])))[12 - wanted:])
+    assert sorted(n.name for n in whole.nodes.values() if n.spare) == expected
+    joined = Fleet(whole.shape)
+    bodies = {name: node(name, f"us-{name[2]}", f"b{int(name[2]) // 2}") for name in order}
+    for name in order:
+        joined.upsert_node(bodies[name])
+    assert joined.snapshot() == whole.snapshot()
+    joined.remove_node(order[0])
+    joined.upsert_node(bodies[order[0]])
+    assert joined.snapshot() == whole.snapshot()
+
+
+def test_a_group_spare_that_takes_a_pod_is_not_spare_until_it_is_free_again() -> None:
+    fleet = trn2(2, group_spares=2)
+    assert fleet.nodes["us1-n3"].spare and fleet.nodes["us1-n2"].spare
+    fleet.bind("ns/p", "us1-n3", 16, "tj/ns/p")
+    assert not fleet.nodes["us1-n3"].spare and fleet.nodes["us1-n2"].spare
+    assert not fleet.nodes["us1-n1"].spare           # the group's spares do not wander
+    fleet.release("ns/p")
+    assert fleet.nodes["us1-n3"].spare
+
+
 def test_a_spare_that_takes_a_replacement_stops_being_spare() -> None:
     fleet = trn2(1, spares=1)
     fleet.bind("ns/w", "us0-n3", 16, "tj/ns/job")
@@ -87,8 +117,9 @@ def test_pods_count_while_bound_and_not_finished() -> None:
     assert fleet.nodes["us0-n0"].used == 0
 
 
-def test_incremental_updates_match_a_rebuild() -> None:
-    fleet = trn2(2)
+@pytest.mark.parametrize("group_spares", [0, 2, 5])
+def test_incremental_updates_match_a_rebuild(group_spares: int) -> None:
+    fleet = trn2(2, group_spares=group_spares)
     fleet.bind("ns/a", "us0-n1", 16, "tj/ns/a")
     fleet.upsert_node(node("us1-n2", "us-1", "b0", ready=False))
     fleet.upsert_node(node("us0-n1", "us-1", "b0"))  # relabelled into another domain
@@ -107,13 +138,14 @@ def test_incremental_updates_match_a_rebuild() -> None:
 @pytest.mark.parametrize(
     ("example", "label", "per_domain", "per_node", "noun", "spares"),
     [
-        ("trn2", "topology.k8s.aws/ultraserver-id", 4, 16, "UltraServer", 1),
-        ("p5", "topology.k8s.aws/network-node-layer-3", 4, 8, "domain", 0),
-        ("nvl72", "nvidia.com/gpu.clique", 18, 4, "NVLink domain", 2),
+        ("trn2", "topology.k8s.aws/ultraserver-id", 4, 16, "UltraServer", (0, 4)),
+        ("p5", "topology.k8s.aws/network-node-layer-3", 4, 8, "domain", (0, 1)),
+        ("nvl72", "nvidia.com/gpu.clique", 18, 4, "NVLink domain", (2, 0)),
     ],
 )
 def test_shape_from_each_example_group(example: str, label: str, per_domain: int,
-                                       per_node: int, noun: str, spares: int) -> None:
+                                       per_node: int, noun: str, spares: tuple[int, int]
+                                       ) -> None:
     from pathlib import Path
 
     import yaml
@@ -124,8 +156,8 @@ def test_shape_from_each_example_group(example: str, label: str, per_domain: int
     spec = UltraServerGroupSpec.model_validate(yaml.safe_load(path.read_text())["spec"])
     shape = GroupShape.from_spec(spec)
     assert (shape.domain_label, shape.nodes_per_domain, shape.accelerators_per_node,
-            shape.domain_noun, shape.spares_per_domain) == (label, per_domain, per_node, noun,
-                                                             spares)
+            shape.domain_noun, (shape.spares_per_domain, shape.spares_per_group)) == (
+        label, per_domain, per_node, noun, spares)
     assert len(shape.network_levels) == 2
 
 
@@ -154,12 +186,12 @@ def test_a_heartbeat_does_not_wake_the_operator() -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 11), st.sampled_from(
     [f"us{d}-n{s}" for d in range(2) for s in range(4)]), st.integers(1, 16)), max_size=30),
-       st.integers(0, 1))
+       st.integers(0, 1), st.sampled_from([0, 1, 4]))
 def test_a_trial_leaves_the_fleet_exactly_as_it_found_it(
-        steps: list[tuple[bool, int, str, int]], spares: int) -> None:
+        steps: list[tuple[bool, int, str, int]], spares: int, group_spares: int) -> None:
     """Whatever a decision reserves and releases inside Fleet.trial(), placements inside
     see it, and afterwards nothing of it remains (spares included)."""
-    fleet = trn2(2, spares=spares)
+    fleet = trn2(2, spares=spares, group_spares=group_spares)
     fleet.bind("ns/held", "us0-n1", 16, "tj/ns/held")
     before = fleet.snapshot()
     with fleet.trial():

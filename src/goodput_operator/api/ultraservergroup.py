@@ -69,9 +69,10 @@ class Spares(ApiModel):
     per_domain: int = Field(default=0, ge=0, le=64)
     """Spare nodes kept in each domain."""
     per_group: int = Field(default=0, ge=0, le=100_000)
-    """Spare nodes kept anywhere in the group, on top of `perDomain`. Not honoured yet:
-    only `perDomain` holds nodes back today (the group's SparesPerGroup condition says
-    so when this is set)."""
+    """Spare nodes kept for the whole group, on top of `perDomain`: its last nodes in
+    fabric order. A multiple of `nodesPerDomain` holds whole domains back (a spare
+    UltraServer), so gangs of whole domains stay whole and move there when one of
+    their nodes fails."""
 
 
 class Quarantine(ApiModel):
@@ -201,5 +202,4 @@ class UltraServerGroupStatus(ApiModel):
     )
     """Each domain's health, readiness, free accelerators, quarantine and spares."""
     conditions: list[Condition] = conditions_field()
-    """Ready, Degraded, StormGuard, MisShaped, ProbesScheduled (and SparesPerGroup)
-    conditions."""
+    """Ready, Degraded, StormGuard, MisShaped, ProbesScheduled conditions."""

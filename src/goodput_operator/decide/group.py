@@ -230,11 +230,6 @@ def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj]
     conditions = set_condition(conditions, "MisShaped", bool(misshaped),
                                "ShapeMismatch" if misshaped else "AsDeclared",
                                "; ".join(misshaped[:20]), generation, at)
-    if spec.spares.per_group:
-        conditions = set_condition(conditions, "SparesPerGroup", False, "NotSupported",
-                                   f"spares.perGroup={spec.spares.per_group} is not honoured "
-                                   "yet; only spares.perDomain holds nodes back", generation,
-                                   at)
     conditions = set_condition(
         conditions, "ProbesScheduled", bool(spec.probes.schedule) and not schedule_error,
         "InvalidSchedule" if schedule_error else "Scheduled" if spec.probes.schedule

@@ -36,6 +36,7 @@ class GroupShape:
     network_levels: tuple[str, ...] = ()
     slot_label: str | None = None  # None: slots by natural node-name order
     spares_per_domain: int = 0
+    spares_per_group: int = 0  # held at the end of the fabric (Fleet._designate)
     domain_noun: str = "domain"  # "UltraServer", "NVLink domain": used in explanations
 
     @classmethod
@@ -49,7 +50,8 @@ class GroupShape:
             accelerator_resource=spec.accelerator.resource,
             network_levels=tuple(spec.network_levels),
             slot_label=spec.slot_order.label if spec.slot_order.by == "label" else None,
-            spares_per_domain=spec.spares.per_domain, domain_noun=noun,
+            spares_per_domain=spec.spares.per_domain,
+            spares_per_group=spec.spares.per_group, domain_noun=noun,
         )
 
 
@@ -210,6 +212,8 @@ class Fleet:
         self.by_owner: dict[str, set[str]] = {}  # owner -> pod keys
         self._ordered: list[Domain] | None = None
         self._journal: dict[str, PodUse | None] | None = None  # inside trial(): undo log
+        self._tail: list[tuple[tuple[Any, ...], str]] = []  # the group's spares, by key
+        self._designated: set[str] = set()  # their names
 
     @classmethod
     def from_objects(cls, shape: GroupShape, nodes: Iterable[Mapping[str, Any]],
@@ -242,9 +246,11 @@ class Fleet:
             state = "misshaped"
         path = tuple(labels.get(level, "") for level in self.shape.network_levels)
         existing = self.nodes.get(name)
+        moved = False  # a change of the node's place in the fabric order
         if existing is not None and existing.domain != domain_id:
             self._detach(existing)  # relabelled: it moves, its pods still hold its devices
             existing.domain = domain_id
+            moved = True
         domain = self.domains.get(domain_id)
         if domain is None:
             domain = Domain(domain_id, path, (path, natural_key(domain_id)))
@@ -253,8 +259,10 @@ class Fleet:
         elif domain.path != path:
             domain.path, domain.order = path, (path, natural_key(domain_id))
             self._ordered = None
+            moved = True
         sort_key = (int(labels.get(self.shape.slot_label, 1 << 30)),) if self.shape.slot_label \
             else natural_key(name)
+        moved = moved or (existing is not None and existing.sort_key != sort_key)
         raw_lemon = str((meta.get("annotations") or {}).get(names.LEMON_ANNOTATION, "0"))
         lemon = int(raw_lemon) if raw_lemon.isdigit() else 0
         if existing is None:
@@ -263,8 +271,14 @@ class Fleet:
         else:
             existing.capacity, existing.state, existing.sort_key = capacity, state, sort_key
         existing.lemon = lemon
-        if existing not in domain.nodes:
+        added = existing not in domain.nodes
+        if added:
             domain.nodes.append(existing)
+        if self.shape.spares_per_group:
+            if moved:
+                self._designate()
+            elif added:
+                self._consider_spare(existing)
         if refresh:
             self._refresh_domain(domain)
 
@@ -275,6 +289,43 @@ class Fleet:
         for key in list(node.pods):
             self._forget(key)
         self._detach(node)
+        if name in self._designated:
+            self._designate()
+
+    # ---- the group's spares (spares.perGroup) --------------------------------------
+    def _spare_key(self, node: Node) -> tuple[Any, ...]:
+        return (self.domains[node.domain].order, node.sort_key, node.name)
+
+    def _designate(self) -> None:
+        """The group's spares: its last spares_per_group nodes in fabric order, whatever
+        their state (a spare that fails or takes a replacement is simply not spare while
+        it is). A multiple of the domain size holds whole domains at the end of the fabric
+        back, so gangs that need whole domains keep the others whole."""
+        wanted = self.shape.spares_per_group
+        keyed = sorted((self._spare_key(n), n.name) for n in self.nodes.values())
+        self._set_tail(keyed[len(keyed) - wanted:] if wanted else [])
+
+    @property
+    def group_spares(self) -> frozenset[str]:
+        """The nodes held for the whole group (spares.perGroup), whether free right now
+        or not (a spare running a replacement is not `spare` until it is free again)."""
+        return frozenset(self._designated)
+
+    def _consider_spare(self, node: Node) -> None:
+        """A node joined: it becomes a spare if it sorts among the last spares_per_group
+        (O(spares), not a sort of the fleet: nodes join one by one at start-up)."""
+        key = (self._spare_key(node), node.name)
+        if len(self._tail) < self.shape.spares_per_group:
+            self._set_tail(sorted([*self._tail, key]))
+        elif self._tail and key > self._tail[0]:
+            self._set_tail(sorted([*self._tail[1:], key]))
+
+    def _set_tail(self, tail: list[tuple[tuple[Any, ...], str]]) -> None:
+        before = self._designated
+        self._tail, self._designated = tail, {name for _, name in tail}
+        for name in before ^ self._designated:  # their domains' spares change
+            if name in self.nodes:
+                self._refresh_domain(self.domains[self.nodes[name].domain])
 
     def _detach(self, node: Node) -> None:
         domain = self.domains[node.domain]
@@ -293,9 +344,14 @@ class Fleet:
         for slot, node in enumerate(domain.nodes):
             node.slot = slot
         wanted = self.shape.spares_per_domain
+        designated = self._designated if self.shape.spares_per_group else set()
         # repeat offenders are held back first (they run jobs last), then the highest slots
         for node in sorted(reversed(domain.nodes), key=lambda n: -n.lemon):
-            keep = wanted > 0 and node.healthy and not node.pods
+            free = node.healthy and not node.pods
+            if node.name in designated:  # the group's, on top of the domain's own
+                node.spare = free
+                continue
+            keep = wanted > 0 and free
             node.spare = keep
             wanted -= keep
 
@@ -388,11 +444,11 @@ class Fleet:
     def spares_released(self) -> Iterator[None]:
         """Within the block, spares count as ordinary free nodes: for a gang recovering
         from a failure, which is what spares are held for, when it must move or wait."""
-        if self.shape.spares_per_domain == 0:
+        if self.shape.spares_per_domain == 0 and self.shape.spares_per_group == 0:
             yield
             return
         held = self.shape
-        self.shape = dataclasses.replace(held, spares_per_domain=0)
+        self.shape = dataclasses.replace(held, spares_per_domain=0, spares_per_group=0)
         for domain in self.domains.values():
             self._refresh_domain(domain)
         try:
