@@ -90,6 +90,19 @@ def test_panic_skips_the_window_and_the_rate_limit_and_holds_scale_down() -> Non
     assert recommend(queue(8), 20, spec, history, now=61).desired < 20
 
 
+@pytest.mark.parametrize(("window", "panics"), [
+    (1, True),     # the spike alone is the window: 40 >= 2 x 1 replica x 8
+    (6, False),    # averaged with five calm seconds: 40 / 6 < 16
+])
+def test_panic_judges_the_average_over_its_window(window: int, panics: bool) -> None:
+    spec = scaling(panic={"enabled": True, "threshold": 2, "windowSeconds": window},
+                   scaleUp={"stabilizationSeconds": 30})
+    history = History()
+    for second in range(5):
+        recommend(queue(0), 1, spec, history, now=second)
+    assert recommend(queue(40), 1, spec, history, now=5).panic is panics
+
+
 def test_capacity_and_max_replicas_limit_with_a_reason() -> None:
     decision = recommend(queue(64), 4, scaling(), History(), now=0, capacity=6)
     assert decision.desired == 6 and "free domains can host only 6" in (decision.limited or "")

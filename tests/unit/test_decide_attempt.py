@@ -256,8 +256,7 @@ def test_probe_on_start_holds_the_workers_until_every_placed_node_passed_a_probe
 def test_after_an_elastic_shrink_the_new_workers_learn_the_smaller_world() -> None:
     """A gang shrunk from 4 to 2 workers: the placement has 2 ranks, and the pods of the
     new attempt must not rendezvous for the 4 the spec asked for."""
-    shrunk = job({**PLACED, "restarts": 1}, workers=4, elastic={"minWorkers": 2,
-                                                                "maxWorkers": 4},
+    shrunk = job({**PLACED, "restarts": 1}, workers=4, elastic={"minWorkers": 2},
                  launcher={"type": "torchrun", "procsPerWorker": 2})
     result = plan(shrunk, [], NEURON)
     assert [p["metadata"]["name"] for p in result.create] == ["j-r1-w0", "j-r1-w1"]

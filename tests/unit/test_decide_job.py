@@ -16,6 +16,7 @@ from goodput_operator.health.quarantine import iso
 from tests.unit.world import (
     NOW,
     conditions,
+    group_spec,
     job,
     nodes,
     not_ready,
@@ -266,3 +267,20 @@ def test_the_reported_progress_goes_into_the_status() -> None:
                                progress={("ns", "j"): progress})
     [decision] = decide(snapshot).jobs
     assert decision.desired["progress"] == progress
+
+
+@pytest.mark.parametrize(("order", "ranks"), [
+    ("fabric", ["us0-n3", "us0-n2", "us0-n1", "us0-n0"]),   # the slots the labels give
+    ("index", ["us0-n0", "us0-n1", "us0-n2", "us0-n3"]),    # the nodes' names
+])
+def test_rank_order_fabric_follows_the_slots_index_the_names(order: str,
+                                                             ranks: list[str]) -> None:
+    spec = group_spec(slotOrder={"by": "label", "label": "example.com/slot"})
+    bodies = nodes(**{f"us0_n{i}": {"metadata": {"labels": {"example.com/slot": str(3 - i)}}}
+                      for i in range(4)})
+    snapshot = world(bodies, [job(workers=4, topology={"rankOrder": order})], spec=spec)
+    with trial(snapshot):
+        [decision] = decide_jobs(snapshot, [])
+    found = outcome(decision)
+    assert found["ranks"] == ranks
+    assert found["reserve"] == [(f"ns/j-r0-w{i}", node) for i, node in enumerate(ranks)]

@@ -79,6 +79,22 @@ def test_preferred_jobs_may_take_a_spare_from_a_neighbouring_domain() -> None:
     assert result.moved == {0: "us0-n3", 1: "us1-n3"}
 
 
+@pytest.mark.parametrize(("policy", "action", "where"), [
+    ("any", "replace", {"us0-n3"}),        # the free node beside it takes the rank
+    ("spare", "move", {"us-0"}),           # no spare: the gang is placed again, whole
+])
+def test_node_replacement_any_takes_a_free_node_spare_only_a_spare(
+        policy: str, action: str, where: set[str]) -> None:
+    fleet = trn2(2)                                   # no spares at all
+    placed = running(fleet, Request(3, 16))           # us0-n0..n2; us0-n3 free
+    fail(fleet, "us0-n1")
+    result = replace(fleet, placed, ["us0-n1"], Request(3, 16), "job",
+                     spares_only=policy == "spare")
+    assert result.action == action
+    assert (set(result.moved.values()) if action == "replace"
+            else {r.domain for r in result.ranks}) == where
+
+
 def test_with_no_room_the_job_waits_and_says_why() -> None:
     fleet = trn2(1, spares=1)
     placed = running(fleet, Request(3, 16))

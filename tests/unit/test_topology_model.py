@@ -117,6 +117,23 @@ def test_pods_count_while_bound_and_not_finished() -> None:
     assert fleet.nodes["us0-n0"].used == 0
 
 
+@pytest.mark.parametrize(("interconnect", "label"), [
+    ("neuronlink", "topology.k8s.aws/ultraserver-id"),
+    ("nvlink", "nvidia.com/gpu.clique"),
+    ("efa-only", "topology.k8s.aws/network-node-layer-3"),
+])
+def test_the_interconnect_says_which_label_names_a_domain_unless_domain_label_does(
+        interconnect: str, label: str) -> None:
+    from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
+
+    spec = {"nodeSelector": {"pool": "x"}, "accelerator": {"perNode": 8},
+            "nodesPerDomain": 4, "interconnect": interconnect}
+    assert GroupShape.from_spec(UltraServerGroupSpec.model_validate(spec)).domain_label == label
+    spec["domainLabel"] = "example.com/rack"
+    assert GroupShape.from_spec(UltraServerGroupSpec.model_validate(spec)).domain_label == \
+        "example.com/rack"
+
+
 @pytest.mark.parametrize("group_spares", [0, 2, 5])
 def test_incremental_updates_match_a_rebuild(group_spares: int) -> None:
     fleet = trn2(2, group_spares=group_spares)

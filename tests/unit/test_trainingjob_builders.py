@@ -90,9 +90,14 @@ def test_neuron_environment_and_restart() -> None:
     assert pod["metadata"]["name"] == "llama-r2-w1"
 
 
-def test_mpi_and_none_launchers_get_only_our_variables() -> None:
-    env = env_of(build.worker_pod(job(launcher={"type": "mpi"}), 0, 0, NEURON))
+@pytest.mark.parametrize(("launcher", "mpi"), [("mpi", True), ("none", False)])
+def test_mpi_points_mpirun_at_the_hostfile_and_none_gets_only_our_variables(
+        launcher: str, mpi: bool) -> None:
+    env = env_of(build.worker_pod(job(launcher={"type": launcher}), 0, 0, NEURON))
     assert "MASTER_ADDR" not in env and env["GOODPUT_HOSTFILE"] == "/etc/goodput/hostfile"
+    hostfiles = {env.get("OMPI_MCA_orte_default_hostfile"),
+                 env.get("PRTE_MCA_prte_default_hostfile")}
+    assert hostfiles == ({"/etc/goodput/hostfile"} if mpi else {None})
 
 
 def test_every_container_sees_the_hostfile() -> None:

@@ -95,9 +95,11 @@ class Panic(ApiModel):
     enabled: bool = False
     """Turn panic mode on."""
     window_seconds: int = Field(default=6, ge=1, le=600)
-    """Short window watched for bursts."""
+    """Demand is averaged over this many seconds before it is compared with the threshold:
+    one outlying sample does not panic, a burst that lasts does."""
     threshold: float = Field(default=2.0, gt=1, le=100)
-    """Enter panic when demand over the short window exceeds this multiple of capacity."""
+    """Enter panic when the window's average demand exceeds this multiple of what the
+    current replicas are sized for."""
 
 
 class Scaling(ApiModel):

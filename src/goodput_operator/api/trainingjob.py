@@ -30,8 +30,9 @@ class Launcher(ApiModel):
 
     type: Literal["torchrun", "neuron", "mpi", "none"] = "torchrun"
     """torchrun: MASTER_ADDR/PORT, NNODES, NODE_RANK, NPROC_PER_NODE, WORLD_SIZE; neuron:
-    torchrun plus NEURON_RT_ROOT_COMM_ID and EFA settings; mpi: a hostfile in rank order;
-    none: only the GOODPUT_* variables and the hostfile."""
+    torchrun plus NEURON_RT_ROOT_COMM_ID and EFA settings; mpi: Open MPI's mpirun on rank 0
+    finds the gang's hostfile by itself (OMPI_MCA_orte_default_hostfile,
+    PRTE_MCA_prte_default_hostfile); none: only the GOODPUT_* variables and the hostfile."""
     port: int = Field(default=29500, ge=1, le=65535)
     """Rendezvous port on rank 0."""
     procs_per_worker: int | None = Field(default=None, ge=1, le=1024)
@@ -49,21 +50,16 @@ class Topology(ApiModel):
     few units and network levels as possible."""
     rank_order: Literal["fabric", "index"] = "fabric"
     """fabric: ranks follow network level, domain, then slot, so consecutive ranks are
-    physical neighbours; index: ranks follow pod index."""
+    physical neighbours; index: ranks follow the placed nodes' names (natural order, as
+    `kubectl get nodes` lists them), for launchers that expect that."""
 
 
 class Elastic(ApiModel):
-    """Bounds within which the job may shrink when nodes are lost, in whole topology units."""
-
-    model_config = rules(
-        cel("self.minWorkers <= self.maxWorkers",
-            "elastic.minWorkers must be <= elastic.maxWorkers", ".minWorkers"),
-    )
+    """How far the job may shrink when nodes are lost and no replacement keeps its size:
+    down to minWorkers, in steps (it runs with spec.workers otherwise)."""
 
     min_workers: int = Field(ge=1, le=MAX_WORKERS)
     """Fewest workers the job may run with."""
-    max_workers: int = Field(ge=1, le=MAX_WORKERS)
-    """Most workers the job may run with."""
     step: int = Field(default=1, ge=1, le=100_000)
     """Worker counts change in multiples of this (e.g. nodes per domain)."""
 
@@ -74,8 +70,9 @@ class Checkpoint(ApiModel):
     dir: str | None = Field(default=None, min_length=1, max_length=4096)
     """Directory or URI (s3://, /fsx/...) the job writes checkpoints to; passed to workers
     as GOODPUT_CHECKPOINT_DIR."""
-    verify: bool = True
-    """Resume only from checkpoints whose step passed the cross-replica checks."""
+    verify: bool = False
+    """Resume only from checkpoints whose step the replicas' fingerprints agreed on
+    (needs sdc.crossReplicaCheck); false: from the newest committed one."""
 
 
 class Backoff(ApiModel):
@@ -112,9 +109,12 @@ class FailurePolicy(ApiModel):
     """Gang restarts allowed across all causes before the job fails."""
     backoff: Backoff = nested(Backoff)
     """Delay between restarts."""
-    node_replacement: Literal["spare", "any", "wait"] = "spare"
-    """spare: replace a failed node with a spare (same domain first); any: any free node
-    the topology policy allows; wait: wait for the node to heal."""
+    node_replacement: Literal["any", "spare", "wait"] = "any"
+    """any: a failed rank goes to a spare, else to a free node the topology policy allows
+    (same domain first), the other ranks staying where they are; spare: to a spare only,
+    else the whole gang is placed again (spares counting, its own healthy nodes too), shrunk
+    or left waiting; wait: nothing is replaced: the gang is placed again, whole, once it
+    fits (spares counting)."""
     exit_codes: list[ExitCodeRule] = Field(default_factory=list, max_length=32)
     """Rules by exit code, first match wins; unmatched non-zero codes restart."""
 
@@ -144,9 +144,11 @@ class TrainingJobSpec(ApiModel):
         cel("has(self.ultraServerGroup) || has(self.nodeSelector)",
             "one of spec.ultraServerGroup or spec.nodeSelector is required",
             reason="FieldValueRequired"),
-        cel("!has(self.elastic) || (self.workers >= self.elastic.minWorkers && "
-            "self.workers <= self.elastic.maxWorkers)",
-            "workers must lie within elastic.minWorkers..elastic.maxWorkers", ".workers"),
+        cel("!has(self.elastic) || self.workers >= self.elastic.minWorkers",
+            "workers must be at least elastic.minWorkers", ".workers"),
+        cel("!self.checkpoint.verify || self.sdc.crossReplicaCheck",
+            "checkpoint.verify needs sdc.crossReplicaCheck: only the replicas' votes verify "
+            "a checkpoint", ".checkpoint.verify"),
         cel("!has(self.launcher.procsPerWorker) || "
             "self.launcher.procsPerWorker <= self.acceleratorsPerWorker * 8",
             "launcher.procsPerWorker must be <= 8 x acceleratorsPerWorker",
@@ -340,8 +342,6 @@ class LostSeconds(ApiModel):
     """From placement to all workers running again."""
     lost_work: float = Field(default=0, ge=0)
     """Work redone since the checkpoint resumed from."""
-    queueing: float = Field(default=0, ge=0)
-    """Waiting for capacity after start."""
 
 
 class Goodput(ApiModel):

@@ -113,6 +113,13 @@ class Probes(ApiModel):
     """Image that runs the probe; defaults to the operator's image."""
 
 
+DOMAIN_LABELS: dict[str, str] = {
+    "neuronlink": "topology.k8s.aws/ultraserver-id",
+    "nvlink": "nvidia.com/gpu.clique",
+    "efa-only": "topology.k8s.aws/network-node-layer-3",
+}
+
+
 class UltraServerGroupSpec(ApiModel):
     """Which nodes form the group and how they are shaped, spared and quarantined."""
 
@@ -124,10 +131,11 @@ class UltraServerGroupSpec(ApiModel):
     node_selector: dict[str, str] = Field(min_length=1, max_length=32)
     """Labels a node must carry to belong to the group, e.g.
     node.kubernetes.io/instance-type: trn2u.48xlarge."""
-    domain_label: str = Field(default="topology.k8s.aws/ultraserver-id", max_length=317,
-                              pattern=LABEL_KEY)
-    """Node label whose value names the node's domain (UltraServer, NVLink domain).
-    topology.k8s.aws/ultraserver-id on EKS; nvidia.com/gpu.clique for NVL72."""
+    domain_label: str | None = Field(default=None, max_length=317, pattern=LABEL_KEY)
+    """Node label whose value names the node's domain. Defaults by `interconnect`:
+    topology.k8s.aws/ultraserver-id (neuronlink: a Trn2 UltraServer), nvidia.com/gpu.clique
+    (nvlink: a GB200 NVL72 domain), topology.k8s.aws/network-node-layer-3 (efa-only: the
+    network leaf a node hangs off)."""
     network_levels: list[LabelKey] = Field(default_factory=list, max_length=8)
     """Node label keys of the network levels above a domain, outermost first, e.g.
     topology.k8s.aws/network-node-layer-1, -2."""
@@ -136,7 +144,9 @@ class UltraServerGroupSpec(ApiModel):
     nodes_per_domain: int = Field(ge=1, le=1024)
     """Nodes in a complete domain: 4 for a Trn2 UltraServer, 18 for GB200 NVL72."""
     interconnect: Interconnect = "neuronlink"
-    """The fabric inside a domain: neuronlink, nvlink, or efa-only (no intra-domain fabric)."""
+    """The fabric inside a domain: neuronlink, nvlink, or efa-only (no intra-domain fabric:
+    the domain is a network leaf). It sets the default `domainLabel` and what a domain is
+    called in messages (UltraServer, NVLink domain, domain)."""
     slot_order: SlotOrder = nested(SlotOrder)
     """How nodes are ordered inside a domain."""
     spares: Spares = nested(Spares)
@@ -145,6 +155,11 @@ class UltraServerGroupSpec(ApiModel):
     """Failure detection, storm guard and release policy."""
     probes: Probes = nested(Probes)
     """Silent-data-corruption probe settings."""
+
+    @property
+    def domain_key(self) -> str:
+        """The label naming a node's domain: domainLabel, else the interconnect's."""
+        return self.domain_label or DOMAIN_LABELS[self.interconnect]
 
 
 class DomainStatus(ApiModel):

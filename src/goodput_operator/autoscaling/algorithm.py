@@ -47,6 +47,7 @@ class History:
     panic_until: float = 0.0
     idle_since: float | None = None
     last: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric: time, value
+    burst: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # panic window
 
 
 @dataclass(frozen=True)
@@ -130,17 +131,26 @@ def _ahead(sample: Sample, spec: Scaling, history: History, now: float) -> Sampl
 
 def _panic(samples: Sequence[Sample], current: int, spec: Scaling, history: History,
            now: float) -> bool:
-    """A burst: demand beyond THRESHOLD x what the current replicas are sized for."""
+    """A burst: demand, averaged over the last `panic.windowSeconds` as Knative does,
+    beyond THRESHOLD x what the current replicas are sized for. One outlying sample in a
+    longer window is averaged away; a burst that lasts is not."""
     if not spec.panic.enabled:
         return False
+    window = spec.panic.window_seconds
+    burst = False
     for sample in samples:
         if sample.type == "TTFTp95":
             continue
-        capacity = max(current, 1) * sample.target
-        if (sample.value or 0.0) >= spec.panic.threshold * capacity:
-            history.panic_until = now + PANIC_HOLD_SECONDS
-            return True
-    return now < history.panic_until
+        key = sample.name or sample.type
+        seen = [(t, v) for t, v in history.burst.get(key, []) if t > now - window]
+        seen.append((now, sample.value or 0.0))
+        history.burst[key] = seen
+        average = sum(v for _, v in seen) / len(seen)
+        if average >= spec.panic.threshold * max(current, 1) * sample.target:
+            burst = True
+    if burst:
+        history.panic_until = now + PANIC_HOLD_SECONDS
+    return burst or now < history.panic_until
 
 
 def _idle(wanted: int, demand: float, current: int, spec: Scaling, history: History,

@@ -10,6 +10,7 @@ the launch from it instead of redoing it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,13 @@ from goodput_operator.health.quarantine import iso, parse_time, record_of
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.pods import attempt_of, index_of, is_gated, owned
 from goodput_operator.topology.model import Fleet, trainingjob_owner
-from goodput_operator.topology.placement import Placement, RankSlot, Request, place
+from goodput_operator.topology.placement import (
+    Placement,
+    RankSlot,
+    Request,
+    in_rank_order,
+    place,
+)
 from goodput_operator.topology.replacement import Elastic, replace
 
 Obj = dict[str, Any]
@@ -279,12 +286,14 @@ def _replacement(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: O
     elastic = Elastic(spec.elastic.min_workers, spec.elastic.step) if spec.elastic else None
     meta = job["metadata"]
     owner = trainingjob_owner(meta["namespace"], meta["name"])
-    replaced = replace(fleet, current, failed, request, owner, elastic)
+    replaced = replace(fleet, current, failed, request, owner, elastic,
+                       spares_only=spec.failure_policy.node_replacement == "spare")
     if replaced.action == "wait":
         return None, "wait", replaced.reason
-    _reserve(fleet, result, spec, restart_of(job) + 1, list(replaced.ranks))
-    return (_placement_record(Placement(True, replaced.reason, tuple(replaced.ranks)),
-                              snapshot.clock), replaced.action, replaced.reason)
+    ranks_now = in_rank_order(replaced.ranks, spec.topology.rank_order)
+    _reserve(fleet, result, spec, restart_of(job) + 1, list(ranks_now))
+    return (_placement_record(Placement(True, replaced.reason, ranks_now), snapshot.clock),
+            replaced.action, replaced.reason)
 
 
 def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
@@ -304,6 +313,8 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
         if previous is None or previous.get("message") != placed.reason:
             result.events.append(Event("Normal", "WaitingForCapacity", placed.reason))
         return None, ConditionUpdate("Placed", False, "WaitingForCapacity", placed.reason)
+    placed = dataclasses.replace(placed, ranks=in_rank_order(placed.ranks,
+                                                             spec.topology.rank_order))
     _reserve(fleet, result, spec, restart_of(job), list(placed.ranks))
     created = parse_time(job["metadata"].get("creationTimestamp"))
     if created is not None:

@@ -119,6 +119,11 @@ def launcher_env(job: Obj, spec: TrainingJobSpec, index: int, restart: int,
             # global rank of this worker's first process; torchrun sets it per process
             "RANK": str(index * procs),
         }
+    if spec.launcher.type == "mpi":  # Open MPI's mpirun (4: ORTE, 5: PRRTE) finds the gang
+        hostfile = f"{HOSTFILE_DIR}/hostfile"
+        env |= {"OMPI_MCA_orte_default_hostfile": hostfile,
+                "PRTE_MCA_prte_default_hostfile": hostfile,
+                "OMPI_MCA_orte_keep_fqdn_hostnames": "true"}
     if spec.launcher.type == "neuron":
         env |= {
             "NEURON_RT_ROOT_COMM_ID": f"{master}:{spec.launcher.port + 1}",

@@ -45,7 +45,7 @@ class GroupShape:
         noun = {"neuronlink": "UltraServer", "nvlink": "NVLink domain"}.get(
             spec.interconnect, "domain")
         return cls(
-            domain_label=spec.domain_label, nodes_per_domain=spec.nodes_per_domain,
+            domain_label=spec.domain_key, nodes_per_domain=spec.nodes_per_domain,
             accelerators_per_node=spec.accelerator.per_node,
             accelerator_resource=spec.accelerator.resource,
             network_levels=tuple(spec.network_levels),

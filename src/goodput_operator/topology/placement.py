@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from goodput_operator.topology.model import Domain, Fleet, Node
+from goodput_operator.topology.model import Domain, Fleet, Node, natural_key
 
 Unit = Literal["node", "domain", "block"]
 Policy = Literal["required", "preferred"]
@@ -47,6 +47,16 @@ class RankSlot(NamedTuple):
     node: str
     domain: str
     slot: int
+
+
+def in_rank_order(ranks: Sequence[RankSlot], order: str) -> tuple[RankSlot, ...]:
+    """RANKS renumbered for topology.rankOrder: fabric keeps the placement's order
+    (network level, domain, slot: consecutive ranks are neighbours); index numbers the same
+    nodes by their names' natural order."""
+    if order != "index":
+        return tuple(ranks)
+    by_name = sorted(ranks, key=lambda r: natural_key(r.node))
+    return tuple(r._replace(rank=i) for i, r in enumerate(by_name))
 
 
 @dataclass(frozen=True)

@@ -36,11 +36,14 @@ class Replacement:
 
 
 def replace(fleet: Fleet, current: Placement, failed: Iterable[str], request: Request,
-            owner: str, elastic: Elastic | None = None) -> Replacement:
+            owner: str, elastic: Elastic | None = None, spares_only: bool = False
+            ) -> Replacement:
     """New positions for a gang whose nodes in `failed` are lost.
 
     The fleet must already show the failed nodes as unhealthy; the gang's own usage (pods
-    of `owner`) is still recorded and is treated as released where it moves.
+    of `owner`) is still recorded and is treated as released where it moves. SPARES_ONLY
+    (failurePolicy.nodeReplacement: spare): a failed rank goes to a spare or nowhere; free
+    nodes are left to new gangs, and the gang moves whole instead.
     """
     failed_set = set(failed)
     lost = [r for r in current.ranks if r.node in failed_set]
@@ -51,7 +54,7 @@ def replace(fleet: Fleet, current: Placement, failed: Iterable[str], request: Re
     taken: Counter[str] = Counter()
     moved: dict[int, str] = {}
     for rank in lost:
-        node = _candidate(fleet, rank, request, taken, keep_domains, keep_block)
+        node = _candidate(fleet, rank, request, taken, keep_domains, keep_block, spares_only)
         if node is None:
             break
         taken[node.name] += 1
@@ -68,7 +71,7 @@ def replace(fleet: Fleet, current: Placement, failed: Iterable[str], request: Re
 
 
 def _candidate(fleet: Fleet, rank: RankSlot, request: Request, taken: Counter[str],
-               keep_domains: bool, keep_block: bool) -> Node | None:
+               keep_domains: bool, keep_block: bool, spares_only: bool) -> Node | None:
     home = fleet.domains.get(rank.domain)
     home_path = home.path if home else ()
 
@@ -88,6 +91,8 @@ def _candidate(fleet: Fleet, rank: RankSlot, request: Request, taken: Counter[st
             rest = [d for d in fleet.ordered_domains() if d.path != home_path]
             tiers.append([n for d in rest for n in d.nodes if n.spare])
             tiers.append([n for d in rest for n in d.nodes if not n.spare])
+    if spares_only:
+        tiers = tiers[::2]  # the spare tiers
     for tier in tiers:
         # nearest slot first (a replacement next to the failed node keeps rings short),
         # repeat offenders last
