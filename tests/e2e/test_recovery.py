@@ -270,3 +270,32 @@ def test_reports_are_accepted_only_from_the_jobs_own_current_workers(
     assert status["checkpoint"]["latest"]["step"] == 7
     assert status["progress"]["metrics"] == {"loss": 1.5}
     assert "latest" not in (get_job(crds, namespace, "alpha")["status"].get("checkpoint") or {})
+
+
+def test_a_checkpoint_a_worker_finds_corrupt_is_never_resumed_from(
+        e2e: Operator, crds: Cluster, namespace: str, make_group: Any, faults: Faults) -> None:
+    """checkpoint digests are honoured end to end: a worker whose load finds the newest
+    checkpoint changed since its commit says so (sdk.checkpoint.verified), and the next
+    restart resumes from the one before it."""
+    group = make_group(spares={"perDomain": 1})
+    apply(crds, training_job("ckpt", group, 2, checkpoint={"dir": "/fsx/ckpt"}), namespace)
+    job = wait_phase(crds, namespace, "ckpt", "Running")
+    rank0 = job_pods(crds, namespace, "ckpt")[0]["metadata"]["name"]
+    reporter = Reporter(e2e.report_url, worker_token(crds, namespace, rank0))
+    reporter.commit_checkpoint(100, "/fsx/ckpt/step-100", "sha256:100")
+    reporter.commit_checkpoint(200, "/fsx/ckpt/step-200", "sha256:200")
+    reporter.report_corrupt(200, "/fsx/ckpt/step-200", "digest sha256:bad, committed sha256:200")
+    checkpoint = get_job(crds, namespace, "ckpt")["status"]["checkpoint"]
+    assert checkpoint["latest"]["step"] == 100
+    assert [h["step"] for h in checkpoint["history"] if h.get("corrupt")] == [200]
+    wait_event(crds, "ckpt", "CheckpointCorrupt", "restarts resume from /fsx/ckpt/step-100",
+               namespace=namespace)
+    with pytest.raises(ReportError) as refused:       # only the job's own checkpoints
+        reporter.report_corrupt(300, "/fsx/ckpt/step-300", "x")
+    assert refused.value.status == 404
+
+    faults.fail(ranks(job)[1])
+    job = running_again(crds, namespace, "ckpt", 1)
+    assert job["status"]["incidents"][-1]["resumeFrom"]["step"] == 100
+    for pod in job_pods(crds, namespace, "ckpt"):
+        assert env_of(pod)["GOODPUT_RESUME_FROM"] == "/fsx/ckpt/step-100"

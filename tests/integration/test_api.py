@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from goodput_operator import names
-from tests.conftest import Cluster
+from tests.conftest import Cluster, wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,13 +53,21 @@ def test_every_crd_and_example_applies(crds: Cluster, namespace: str) -> None:
             crds.kubectl("delete", "usg", doc["metadata"]["name"])
 
 
+def explain(cluster: Cluster, field: str) -> str:
+    """`kubectl explain FIELD`, once the API server publishes the CRD's schema (it does so
+    a moment after the CRD is established or changed)."""
+    return str(wait_for(lambda: (proc := cluster.kubectl("explain", field, check=False))
+                        .returncode == 0 and proc.stdout, timeout=30,
+                        what=f"kubectl explain {field}"))
+
+
 def test_explain_shows_field_docs(crds: Cluster) -> None:
-    out = crds.kubectl("explain", "trainingjob.spec.topology").stdout
+    out = explain(crds, "trainingjob.spec.topology")
     assert "Placement unit, policy and rank order." in out
     assert "enum: node, domain, block" in out
     assert "rankOrder" in out and "physical neighbours" in out
-    usg = crds.kubectl("explain", "usg.spec.domainLabel").stdout
-    assert "nvidia.com/gpu.clique for NVL72" in usg
+    usg = explain(crds, "usg.spec.domainLabel")
+    assert "nvidia.com/gpu.clique (nvlink: a GB200 NVL72 domain)" in " ".join(usg.split())
 
 
 def test_get_shows_printer_columns(crds: Cluster, namespace: str) -> None:

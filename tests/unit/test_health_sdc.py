@@ -9,6 +9,7 @@ import pytest
 from goodput_operator.health.sdc import (
     Ledger,
     absorb,
+    corrupt,
     guard,
     rollback_target,
     settle,
@@ -146,3 +147,31 @@ def test_a_replica_that_keeps_diverging_is_blamed_once_per_attempt() -> None:
                     blamed.append(ledger.newly_suspected(judged.suspects))
     assert blamed == [[1], [], []]
     assert Ledger(4, attempt=1).newly_suspected([1]) == [1], "a new attempt starts afresh"
+
+
+@pytest.mark.parametrize(("strict", "bad", "latest", "latest_verified"), [
+    (False, [300], 200, 200),           # the newest is bad: both fall back to 200
+    (False, [200], 300, 300),           # an older one is bad: nothing newer changes
+    (True, [300], 200, 200),
+    (False, [100, 200, 300], None, None),   # none left: a restart starts from scratch
+])
+def test_a_corrupt_checkpoint_is_never_resumed_from_again(
+        strict: bool, bad: list[int], latest: int | None, latest_verified: int | None) -> None:
+    checkpoint: dict = {"latest": {"step": 300, "path": "/c/300"},
+                        "latestVerified": {"step": 300, "path": "/c/300"},
+                        "history": [{"step": s, "path": f"/c/{s}", "verified": True}
+                                    for s in (100, 200, 300)]}
+    for step in bad:
+        marked = corrupt(checkpoint, step, f"/c/{step}", "digest sha256:x, committed sha256:y")
+        assert marked is not None
+        checkpoint = settle(marked, {}, {100, 200, 300}, strict)
+    assert (checkpoint.get("latest") or {}).get("step") == latest
+    assert (checkpoint.get("latestVerified") or {}).get("step") == latest_verified
+    assert [h["step"] for h in checkpoint["history"] if h.get("corrupt")] == bad
+    assert all(not h["verified"] for h in checkpoint["history"] if h.get("corrupt"))
+
+
+def test_only_a_checkpoint_on_record_can_be_marked_corrupt() -> None:
+    checkpoint = {"history": [{"step": 100, "path": "/c/100", "verified": True}]}
+    assert corrupt(checkpoint, 100, "/elsewhere/100", "x") is None
+    assert corrupt(checkpoint, 200, "/c/200", "x") is None

@@ -85,6 +85,23 @@ def test_a_verified_load_refuses_a_changed_or_missing_checkpoint(tmp_path: Path)
         checkpoint.verified(ResumePoint(20, tmp_path / "step-00000020", digest))
 
 
+def test_a_changed_checkpoint_is_reported_corrupt_before_the_load_fails(
+        tmp_path: Path, operator_url: str) -> None:
+    """The digest is honoured end to end: the worker says which checkpoint is bad, the
+    operator never resumes from it again, and the restart after this worker's exit resumes
+    from the one before."""
+    folder, digest = checkpoint.save(40, lambda f: (f / "a").write_bytes(b"1"), root=tmp_path,
+                                     commit=False)
+    (folder / "a").write_bytes(b"bit flip")
+    with pytest.raises(CheckpointError, match="not what was committed"):
+        checkpoint.verified(ResumePoint(40, folder, digest),
+                            Reporter(url=operator_url, token="t", job="ns/j"))
+    path, body = Recorder.bodies[-1]
+    assert path == "/v1/reports/checkpoint"
+    assert (body["step"], body["path"], body["job"]) == (40, str(folder), "ns/j")
+    assert body["corrupt"].startswith("digest sha256:") and digest in body["corrupt"]
+
+
 @pytest.mark.parametrize("change", ["rename a file", "add a file", "change a byte"])
 def test_the_digest_covers_names_and_contents(tmp_path: Path, change: str) -> None:
     (tmp_path / "a").write_bytes(b"xy")

@@ -24,6 +24,9 @@ class CheckpointReport(Report):
     """Where it was written."""
     digest: str | None = Field(default=None, max_length=256)
     """A digest of its contents, e.g. sha256:..."""
+    corrupt: str | None = Field(default=None, max_length=1024)
+    """Set when a worker about to load this committed checkpoint found it is not what was
+    committed (sdk.checkpoint.verified): why. The job never resumes from it again."""
 
 
 class StepReport(Report):

@@ -253,13 +253,16 @@ class CheckpointRecord(CheckpointRef):
 
     verified: bool = False
     """Its step's fingerprints agreed and no divergence or guard came at or before it."""
+    corrupt: str | None = None
+    """Why a worker found it is not what was committed (its digest differs on load): it
+    is never resumed from again."""
 
 
 class CheckpointStatus(ApiModel):
     """Latest and latest verified checkpoints."""
 
     latest: CheckpointRef | None = None
-    """The newest committed checkpoint."""
+    """The newest committed checkpoint not found corrupt."""
     latest_verified: CheckpointRef | None = None
     """The newest checkpoint whose step passed the cross-replica checks (every checkpoint
     when the job does not check replicas): the one a restart resumes from."""

@@ -168,6 +168,27 @@ def absorb(sdc: Obj, votes: Sequence[Vote], guard_message: str | None, step: int
     return sdc, divergent
 
 
+def corrupt(checkpoint: Obj, step: int, path: str, why: str) -> Obj | None:
+    """`status.checkpoint` with the checkpoint at STEP and PATH marked corrupt and `latest`
+    the newest committed one that is not; None when no such checkpoint is on record (only
+    the job's own committed checkpoints can be marked)."""
+    history = [dict(e) for e in checkpoint.get("history") or []]  # type: ignore[attr-defined]
+    found = [e for e in history if int(str(e["step"])) == step and e.get("path") == path]
+    if not found:
+        return None
+    for entry in found:
+        entry["corrupt"], entry["verified"] = why, False
+    good = [e for e in history if not e.get("corrupt")]
+    newest = max(good, key=lambda e: int(str(e["step"])), default=None)
+    latest = {k: v for k, v in newest.items() if k not in ("verified", "corrupt")} \
+        if newest is not None else None
+    result = {**checkpoint, "history": history, "latest": latest}
+    verified = checkpoint.get("latestVerified") or {}
+    if verified.get("step") == step and verified.get("path") == path:  # type: ignore[attr-defined]
+        result["latestVerified"] = None  # settle() finds the newest good one again
+    return result
+
+
 def settle(checkpoint: Obj, sdc: Obj, unanimous: set[int], strict: bool) -> Obj:
     """`status.checkpoint` with each recorded checkpoint's `verified` brought up to date
     and `latestVerified` the newest verified one. STRICT: verification needs votes;
@@ -178,6 +199,10 @@ def settle(checkpoint: Obj, sdc: Obj, unanimous: set[int], strict: bool) -> Obj:
     for entry in checkpoint.get("history") or []:  # type: ignore[attr-defined]
         record = dict(entry)
         step = int(str(record["step"]))
+        if record.get("corrupt"):  # found bad on load: never a resume point again
+            record["verified"] = False
+            history.append(record)
+            continue
         agreed = bool(record.get("verified")) or step in unanimous or not strict
         record["verified"] = verified(step, {step} if agreed else set(),
                                       None if diverged is None else int(str(diverged)),

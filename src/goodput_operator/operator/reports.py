@@ -41,7 +41,7 @@ from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import State
 from goodput_operator.decide.attempt import strict_checkpoints
-from goodput_operator.health import sdc
+from goodput_operator.health import badput, sdc
 from goodput_operator.health.quarantine import Finding, iso
 from goodput_operator.resources.pods import attempt_of, index_of, owned
 
@@ -289,19 +289,36 @@ class ReportServer:
                                f"spec.checkpoint.dir ({spec.checkpoint.dir or 'unset'}): "
                                "workers resume only from the job's own checkpoints")
         status = job.setdefault("status", {})
-        ref = {"step": report.step, "path": report.path, "time": iso(time.time())}
-        if report.digest:
-            ref["digest"] = report.digest
         current = dict(status.get("checkpoint") or {})
-        history = [h for h in current.get("history") or [] if h["step"] != report.step]
-        current["history"] = [*history, {**ref, "verified": False}][-16:]
-        current["latest"] = ref
+        if report.corrupt:
+            marked = sdc.corrupt(current, report.step, report.path, report.corrupt)
+            if marked is None:
+                raise Refused(404, f"no committed checkpoint at step {report.step} and "
+                                   f"{report.path!r} to mark corrupt")
+            current = marked
+        else:
+            ref = {"step": report.step, "path": report.path, "time": iso(time.time())}
+            if report.digest:
+                ref["digest"] = report.digest
+            history = [h for h in current.get("history") or [] if h["step"] != report.step]
+            current["history"] = [*history, {**ref, "verified": False}][-16:]
+            current["latest"] = ref
         ledger = self._ledger(job, spec)
         checkpoint = sdc.settle(current, status.get("sdc") or {}, ledger.unanimous,
                                 strict_checkpoints(spec))
         await self._write(job, {"checkpoint": checkpoint})
-        log.info("%s/%s: checkpoint step %d at %s (from %s)", meta["namespace"], meta["name"],
-                 report.step, report.path, pod["metadata"]["name"])
+        if report.corrupt:
+            resume = badput.resume_point(dict(checkpoint), strict_checkpoints(spec))
+            message = (f"checkpoint step {report.step} at {report.path} is corrupt "
+                       f"({report.corrupt}); restarts resume from "
+                       f"{(resume or {}).get('path') or 'the start'}")
+            log.warning("%s/%s: %s (from %s)", meta["namespace"], meta["name"], message,
+                        pod["metadata"]["name"])
+            await asyncio.to_thread(self.kube.event, job, "CheckpointCorrupt", message,
+                                    "Warning")
+        else:
+            log.info("%s/%s: checkpoint step %d at %s (from %s)", meta["namespace"],
+                     meta["name"], report.step, report.path, pod["metadata"]["name"])
         return {"accepted": True, "checkpoint": checkpoint}
 
     async def _step(self, job: Obj, pod: Obj, report: StepReport) -> Obj:

@@ -105,6 +105,12 @@ class Reporter:
         return self.send("checkpoint", {"step": step, "path": path, "digest": digest,
                                         "rank": self.rank, "job": self.job})
 
+    def report_corrupt(self, step: int, path: str, why: str) -> dict[str, Any]:
+        """Say that committed checkpoint STEP at PATH is not what was committed (its digest
+        differs on load): the job never resumes from it again."""
+        return self.send("checkpoint", {"step": step, "path": path, "corrupt": why,
+                                        "rank": self.rank, "job": self.job})
+
     def report_step(self, step: int, metrics: Mapping[str, float] | None = None,
                     fingerprint: str | None = None, shard: str | int = 0) -> dict[str, Any]:
         """Report progress; with FINGERPRINT (sdk.fingerprint of this replica's parameters

@@ -18,6 +18,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -72,17 +73,36 @@ def digest(path: str | Path) -> str:
     return f"sha256:{sha.hexdigest()}"
 
 
-def verified(point: ResumePoint) -> Path:
-    """POINT's folder, once its content is checked against the committed digest."""
+def verified(point: ResumePoint, reporter: Reporter | None = None,
+             report: bool = True) -> Path:
+    """POINT's folder, once its content is checked against the committed digest. A folder
+    that changed since it was committed is reported to the operator as corrupt (REPORTER,
+    else the worker's own channel when it runs under the operator; REPORT false: not at
+    all) before CheckpointError is raised: the job never resumes from it again, so the
+    restart that follows this worker's exit resumes from the checkpoint before it."""
     if not point.path.exists():
         raise CheckpointError(f"checkpoint {point.path} (step {point.step}) does not exist: is "
                               "the checkpoint directory shared by every node?")
     if point.digest is not None:
         found = digest(point.path)
         if found != point.digest:
+            why = f"digest {found}, committed {point.digest}"
+            if report:
+                _report_corrupt(point, why, reporter)
             raise CheckpointError(f"checkpoint {point.path} (step {point.step}) is not what was "
-                                  f"committed: digest {found}, committed {point.digest}")
+                                  f"committed: {why}")
     return point.path
+
+
+def _report_corrupt(point: ResumePoint, why: str, reporter: Reporter | None) -> None:
+    from goodput_operator.sdk import ReportError, _reporter
+
+    sender = reporter if reporter is not None else \
+        _reporter() if os.environ.get(names.ENV_REPORT_URL) else None
+    if sender is None:
+        return
+    with contextlib.suppress(ReportError):  # best effort: the worker fails either way
+        sender.report_corrupt(point.step, str(point.path), why)
 
 
 def step_dir(step: int, root: str | Path | None = None) -> Path:
