@@ -206,9 +206,12 @@ def _assign(fleet: Fleet, request: Request, choice: _Choice, min_domains: int) -
     slots.sort(key=lambda s: (s[0].order, s[1].slot, s[2]))
     ranks = tuple(RankSlot(i, node.name, domain.id, node.slot)
                   for i, (domain, node, _) in enumerate(slots))
+    if len(ranks) != request.workers:  # never a gang placed short: a bug, said loudly
+        raise AssertionError(f"placement of {request.workers} workers found "
+                             f"{len(ranks)} slots in {[d.id for d, _ in choice.domains]}")
     domains = tuple(dict.fromkeys(r.domain for r in ranks))
     noun = fleet.shape.domain_noun
-    span = "the minimum" if len(domains) == min_domains else f"minimum {min_domains}"
+    span = "the minimum" if len(domains) <= min_domains else f"minimum {min_domains}"
     reason = (f"{request.workers} workers x {request.accelerators} on {len(domains)} "
               f"{noun}{'s' if len(domains) != 1 else ''} ({span}): {', '.join(domains)}")
     return Placement(True, reason, ranks, domains, min_domains)
@@ -235,8 +238,12 @@ def _nodes_in_domain(fleet: Fleet, domain: Domain, count: int,
     chosen = [domain.nodes[i] for i in range(start, len(domain.nodes)) if free_nodes[i]]
     if start < 0 or len(chosen) < needed:  # fragmented: any free nodes, lowest slots
         chosen = [n for n, free in zip(domain.nodes, free_nodes, strict=True) if free]
-    for node in chosen[:needed]:
-        take = min(per_node, remaining)
+    # each node takes what it really holds: a node larger than the group's perNode (mixed
+    # instance sizes) takes more than per_node workers, and the count must come out exact
+    for node in chosen:
+        if not remaining:
+            break
+        take = min(workers_on(node, accelerators), remaining)
         picked.append((node, take))
         remaining -= take
     return picked
