@@ -124,7 +124,7 @@ def test_nested_defaults_match_the_schema_defaults() -> None:
     root = crds.crd(crds.KINDS[1])["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     spec_schema = root["properties"]["spec"]["properties"]
     parsed = TrainingJobSpec.model_validate({
-        "nodeSelector": {"a": "b"}, "workers": 1, "acceleratorsPerWorker": 1,
+        "ultraServerGroup": "g", "workers": 1, "acceleratorsPerWorker": 1,
         "template": {"spec": {"containers": [{"name": "t", "image": "i"}]}},
     }).model_dump(by_alias=True, exclude_none=True, mode="json")
     for field in ("launcher", "topology", "checkpoint", "failurePolicy", "sdc"):

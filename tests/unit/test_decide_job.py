@@ -13,6 +13,7 @@ from goodput_operator.api.trainingjob import TrainingJobStatus
 from goodput_operator.decide import JobDecision, Snapshot, decide, decide_jobs, trial
 from goodput_operator.decide.types import Refusal
 from goodput_operator.health.quarantine import iso
+from tests.unit.fleets import US
 from tests.unit.world import (
     NOW,
     conditions,
@@ -29,6 +30,7 @@ from tests.unit.world import (
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
 PLACED_2 = placed("us0-n0", "us0-n1")
+GPU_TAINT = {"key": "example.com/reserved", "value": "x", "effect": "NoSchedule"}
 DENIED = ('Pod j-r0-w0: pods "j-r0-w0" is forbidden: violates PodSecurity "restricted:latest": '
           'privileged (container "t" must not set securityContext.privileged=true)')
 RUNNING_2 = {"phase": "Running", "placement": PLACED_2, "startTime": iso(NOW - 600),
@@ -91,10 +93,9 @@ CASES = [
     Case("an invalid spec fails the job with the reason, and nothing else",
          job(workers=0), {"phase": "Failed", "create": [], "events": [],
                           "conditions": {"Failed": ("True", "InvalidSpec")}}),
-    Case("a job without a group waits, saying which field to set",
-         job(ultraServerGroup=None), {"phase": "Pending", "create": [],
-                                      "conditions": {"Placed": ("False",
-                                                                "NoUltraServerGroup")}}),
+    Case("a job without a group (stored before the CRD required one) fails, naming it",
+         job(ultraServerGroup=None), {"phase": "Failed", "create": [],
+                                      "conditions": {"Failed": ("True", "InvalidSpec")}}),
     Case("a job naming a missing group waits for it",
          job(ultraServerGroup="elsewhere"),
          {"phase": "Pending", "conditions": {"Placed": ("False", "UltraServerGroupNotFound")}}),
@@ -109,6 +110,21 @@ CASES = [
     Case("a gang taking a whole UltraServer skips the one a foreign pod holds",
          job(workers=4), {"ranks": ["us1-n0", "us1-n1", "us1-n2", "us1-n3"]},
          pods=[worker(job("other"), 0, node_name="us0-n2", phase="Running", ready=True)]),
+    Case("spec.nodeSelector narrows the group to the nodes that carry it",
+         job(workers=2, nodeSelector={US: "us-1"}), {"ranks": ["us1-n0", "us1-n1"]}),
+    Case("a node whose taint the pod does not tolerate is never placed on",
+         job(workers=4), {"ranks": ["us1-n0", "us1-n1", "us1-n2", "us1-n3"]},
+         nodes=nodes(us0_n1={"spec": {"taints": [GPU_TAINT]}})),
+    Case("a tolerated taint is no obstacle",
+         job(workers=4, template={"spec": {"containers": [{"name": "t", "image": "i"}],
+                                           "tolerations": [{"operator": "Exists"}]}}),
+         {"ranks": ["us0-n0", "us0-n1", "us0-n2", "us0-n3"]},
+         nodes=nodes(us0_n1={"spec": {"taints": [GPU_TAINT]}})),
+    Case("a pod no node has the CPU for waits, and says why",
+         job(workers=1, template={"spec": {"containers": [
+             {"name": "t", "image": "i", "resources": {"requests": {"cpu": "500"}}}]}}),
+         {"phase": "Pending", "ranks": [], "events": ["WaitingForCapacity"],
+          "conditions": {"Placed": ("False", "WaitingForCapacity")}}),
     Case("quarantined nodes are never placed on",
          job(workers=4), {"ranks": ["us1-n0", "us1-n1", "us1-n2", "us1-n3"]}, nodes=N0_OUT),
     Case("gated workers of a placed attempt are pinned to their ranks",
@@ -284,3 +300,13 @@ def test_rank_order_fabric_follows_the_slots_index_the_names(order: str,
     found = outcome(decision)
     assert found["ranks"] == ranks
     assert found["reserve"] == [(f"ns/j-r0-w{i}", node) for i, node in enumerate(ranks)]
+
+
+def test_a_gang_waiting_on_what_its_pod_asks_says_which_nodes_refuse_it() -> None:
+    cpu = job(workers=1, template={"spec": {"containers": [
+        {"name": "t", "image": "i", "resources": {"requests": {"cpu": "500"}}}]}})
+    snapshot = world(None, [cpu])
+    with trial(snapshot):
+        [decision] = decide_jobs(snapshot, [])
+    assert "the pod fits only 0 of the group's 8 nodes (8 refuse it: cpu 500 > " \
+           "allocatable 0)" in decision.desired["message"]

@@ -33,7 +33,8 @@ def test_the_readme_stays_short() -> None:
 
 def test_docs_training_lists_every_variable_a_worker_gets() -> None:
     job = {"metadata": {"name": "j", "namespace": "ns", "uid": "u"},
-           "spec": {"workers": 2, "acceleratorsPerWorker": 16, "launcher": {"type": "neuron"},
+           "spec": {"ultraServerGroup": "g", "workers": 2, "acceleratorsPerWorker": 16,
+                    "launcher": {"type": "neuron"},
                     "template": {"spec": {"containers": [{"name": "t", "image": "i"}]}}}}
     pod = build.worker_pod(job, 0, 0, "aws.amazon.com/neuron")
     variables = {e["name"] for e in pod["spec"]["containers"][0]["env"]}

@@ -141,9 +141,6 @@ class TrainingJobSpec(ApiModel):
     """What to run, on how many accelerators, and how to keep it alive."""
 
     model_config = rules(
-        cel("has(self.ultraServerGroup) || has(self.nodeSelector)",
-            "one of spec.ultraServerGroup or spec.nodeSelector is required",
-            reason="FieldValueRequired"),
         cel("!has(self.elastic) || self.workers >= self.elastic.minWorkers",
             "workers must be at least elastic.minWorkers", ".workers"),
         cel("!self.checkpoint.verify || self.sdc.crossReplicaCheck",
@@ -155,13 +152,14 @@ class TrainingJobSpec(ApiModel):
             ".launcher.procsPerWorker"),
     )
 
-    ultra_server_group: str | None = Field(
-        default=None, max_length=253, pattern=DNS_SUBDOMAIN,
+    ultra_server_group: str = Field(
+        max_length=253, pattern=DNS_SUBDOMAIN,
         json_schema_extra=field_rules(immutable("ultraServerGroup")),
     )
     """The UltraServerGroup to run in (its topology drives placement)."""
     node_selector: dict[str, str] | None = Field(default=None, max_length=32)
-    """Alternatively, or in addition, labels the nodes must carry."""
+    """Labels the nodes must carry besides the group's: narrows the group (placement
+    honours it, as it honours the template's node affinity, tolerations and requests)."""
     workers: int = Field(ge=1, le=MAX_WORKERS)
     """Worker pods, one per node; at most 8192 (64k H100s at 8 a node, 128k Trainium2 chips
     at 16: beyond the largest single training jobs run; the gang's hostfile and placement

@@ -11,6 +11,7 @@ the launch from it instead of redoing it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,7 @@ from goodput_operator.health import badput
 from goodput_operator.health.quarantine import iso, parse_time, record_of
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.pods import attempt_of, index_of, is_gated, owned
+from goodput_operator.topology.constraints import eligibility, pod_requests
 from goodput_operator.topology.model import Fleet, trainingjob_owner
 from goodput_operator.topology.placement import (
     Placement,
@@ -99,18 +101,14 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
             "phase": "Failed", "message": f"invalid spec: {detail}",
             "conditions": set_condition(conditions, "Failed", True, "InvalidSpec", detail,
                                         generation, at)})
-    group = spec.ultra_server_group or ""
+    group = spec.ultra_server_group
     fleet = snapshot.fleets.get(group)
     if fleet is None:
-        reason, message = ("UltraServerGroupNotFound",
-                           f"UltraServerGroup {spec.ultra_server_group!r} does not exist") \
-            if spec.ultra_server_group else \
-            ("NoUltraServerGroup", "jobs without spec.ultraServerGroup are not placed yet: "
-                                   "set spec.ultraServerGroup")
+        message = f"UltraServerGroup {group!r} does not exist"
         return JobDecision(job, status, {
             "phase": "Pending", "message": message,
-            "conditions": set_condition(conditions, "Placed", False, reason, message,
-                                        generation, at)})
+            "conditions": set_condition(conditions, "Placed", False,
+                                        "UltraServerGroupNotFound", message, generation, at)})
 
     pods = owned(snapshot.job_pods.get((namespace, name), {}).values(), job)
     decided = attempt(job, pods, fleet.shape.accelerator_resource,
@@ -254,6 +252,23 @@ def _reserve(fleet: Fleet, result: JobDecision, spec: TrainingJobSpec, restart: 
                                                spec.accelerators_per_worker, owner))
 
 
+def request_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
+                workers: int) -> Request:
+    """WORKERS of the job's gang as placement takes them: limited to the nodes its worker
+    pod fits as kube-scheduler judges it (node selector, node affinity, taints,
+    requests), worked out once per pass for each group and pod spec."""
+    pod_spec = build.worker_pod(job, 0, 0, fleet.shape.accelerator_resource, spec=spec)["spec"]
+    relevant = {k: pod_spec.get(k) for k in ("nodeSelector", "affinity", "tolerations")}
+    relevant["requests"] = {k: str(v) for k, v in pod_requests(pod_spec).items()}
+    key = ("eligible", spec.ultra_server_group, json.dumps(relevant, sort_keys=True))
+    if key not in snapshot.memo:
+        nodes = [snapshot.nodes[n] for n in fleet.nodes if n in snapshot.nodes]
+        snapshot.memo[key] = eligibility(nodes, pod_spec)
+    eligible, why = snapshot.memo[key]
+    return Request(workers, spec.accelerators_per_worker, spec.topology.unit,
+                   spec.topology.policy, eligible, why)
+
+
 def _placement_record(placed: Placement, clock: float) -> Obj:
     """The placement as the status records it (and the next attempt reads it back)."""
     ranks = placed.ranks
@@ -281,8 +296,7 @@ def _replacement(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: O
         RankSlot(r["rank"], r["node"], r.get("domain") or "",
                  fleet.nodes[r["node"]].slot if r["node"] in fleet.nodes else 0)
         for r in sorted(ranks, key=lambda r: r["rank"])))
-    request = Request(len(ranks), spec.accelerators_per_worker, spec.topology.unit,
-                      spec.topology.policy)
+    request = request_for(snapshot, fleet, spec, job, len(ranks))
     elastic = Elastic(spec.elastic.min_workers, spec.elastic.step) if spec.elastic else None
     meta = job["metadata"]
     owner = trainingjob_owner(meta["namespace"], meta["name"])
@@ -299,8 +313,7 @@ def _replacement(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: O
 def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
            conditions: list[Obj], result: JobDecision) -> tuple[Obj | None, ConditionUpdate]:
     """Place the whole gang, or say why it waits (an event when the reason changes)."""
-    request = Request(spec.workers, spec.accelerators_per_worker, spec.topology.unit,
-                      spec.topology.policy)
+    request = request_for(snapshot, fleet, spec, job, spec.workers)
     started = time.perf_counter()
     if badput.current_incident(books_of(job.get("status") or {})) is not None:
         with fleet.spares_released():  # a recovering gang may take spares

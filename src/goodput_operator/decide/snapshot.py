@@ -57,3 +57,6 @@ class Snapshot:
     scaled: Mapping[Key, Scaled] = field(default_factory=dict)  # not yet written
     report_url: str = ""  # where workers report (given to their pods)
     write_budget: int = 256  # pod writes this pass may make; the rest wait for the next
+    # what one pass works out once and several decisions read (which nodes a pod spec
+    # fits, by group and spec): filled as the pass goes, gone with the snapshot
+    memo: dict[Any, Any] = field(default_factory=dict)

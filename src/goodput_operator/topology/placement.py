@@ -38,6 +38,8 @@ class Request:
     accelerators: int
     unit: Unit = "domain"
     policy: Policy = "required"
+    eligible: frozenset[str] | None = None  # nodes the pod may run on; None: all
+    ineligible: str = ""  # why the others may not (for the explanation)
 
 
 class RankSlot(NamedTuple):
@@ -86,11 +88,18 @@ class _Choice:
     score: tuple[int, int, int, tuple[object, ...]]
 
 
-def workers_on(node: Node, accelerators: int) -> int:
-    return node.free // accelerators if node.usable else 0
+def workers_on(node: Node, accelerators: int, eligible: frozenset[str] | None = None) -> int:
+    if not node.usable or (eligible is not None and node.name not in eligible):
+        return 0
+    return node.free // accelerators
 
 
-def domain_capacity(domain: Domain, accelerators: int) -> int:
+def domain_capacity(domain: Domain, accelerators: int,
+                    eligible: frozenset[str] | None = None) -> int:
+    """Workers of ACCELERATORS the domain takes now; cached per domain for unconstrained
+    gangs (most), counted afresh for gangs limited to ELIGIBLE nodes."""
+    if eligible is not None:
+        return sum(workers_on(n, accelerators, eligible) for n in domain.nodes)
     cached = domain.capacity_cache.get(accelerators)
     if cached is None:
         cached = sum(workers_on(n, accelerators) for n in domain.nodes)
@@ -125,7 +134,7 @@ def place(fleet: Fleet, request: Request) -> Placement:
     per_domain = per_node * max(shape.nodes_per_domain - shape.spares_per_domain, 1)
     min_domains = math.ceil(request.workers / per_domain)
     caps = [(d, c) for d in fleet.ordered_domains()
-            if (c := domain_capacity(d, request.accelerators)) > 0]
+            if (c := domain_capacity(d, request.accelerators, request.eligible)) > 0]
     if sum(c for _, c in caps) < request.workers:
         return Placement(False, explain_shortage(fleet, request, min_domains),
                          min_domains=min_domains)
@@ -201,7 +210,8 @@ def _select(members: list[tuple[Domain, int]], workers: int, k: int | None) -> _
 def _assign(fleet: Fleet, request: Request, choice: _Choice, min_domains: int) -> Placement:
     slots: list[tuple[Domain, Node, int]] = []
     for domain, count in choice.domains:
-        for node, n in _nodes_in_domain(fleet, domain, count, request.accelerators):
+        for node, n in _nodes_in_domain(fleet, domain, count, request.accelerators,
+                                        request.eligible):
             slots.extend((domain, node, i) for i in range(n))
     slots.sort(key=lambda s: (s[0].order, s[1].slot, s[2]))
     ranks = tuple(RankSlot(i, node.name, domain.id, node.slot)
@@ -217,21 +227,22 @@ def _assign(fleet: Fleet, request: Request, choice: _Choice, min_domains: int) -
     return Placement(True, reason, ranks, domains, min_domains)
 
 
-def _nodes_in_domain(fleet: Fleet, domain: Domain, count: int,
-                     accelerators: int) -> list[tuple[Node, int]]:
+def _nodes_in_domain(fleet: Fleet, domain: Domain, count: int, accelerators: int,
+                     eligible: frozenset[str] | None = None) -> list[tuple[Node, int]]:
     """Which nodes of a domain take `count` workers: partly used nodes first (they are
     fragments already), then an aligned slice of free nodes."""
     picked: list[tuple[Node, int]] = []
     remaining = count
     for node in domain.nodes:
-        if remaining and node.usable and node.used > 0 and (n := workers_on(node, accelerators)):
+        if remaining and node.usable and node.used > 0 and \
+                (n := workers_on(node, accelerators, eligible)):
             take = min(n, remaining)
             picked.append((node, take))
             remaining -= take
     if not remaining:
         return picked
     per_node = fleet.shape.accelerators_per_node // accelerators
-    free_nodes = [n.usable and n.used == 0 and workers_on(n, accelerators) > 0
+    free_nodes = [n.usable and n.used == 0 and workers_on(n, accelerators, eligible) > 0
                   for n in domain.nodes]
     needed = math.ceil(remaining / per_node)
     start = slice_start(free_nodes, needed)
@@ -243,7 +254,7 @@ def _nodes_in_domain(fleet: Fleet, domain: Domain, count: int,
     for node in chosen:
         if not remaining:
             break
-        take = min(workers_on(node, accelerators), remaining)
+        take = min(workers_on(node, accelerators, eligible), remaining)
         picked.append((node, take))
         remaining -= take
     return picked
@@ -315,7 +326,8 @@ def explain_shortage(fleet: Fleet, request: Request, min_domains: int) -> str:
                 "block")
     else:
         need = f"needs {request.workers} workers x {request.accelerators} free"
-    free_workers = sum(domain_capacity(d, request.accelerators) for d in fleet.domains.values())
+    free_workers = sum(domain_capacity(d, request.accelerators, request.eligible)
+                       for d in fleet.domains.values())
     parts = [f"{free_whole} free"]
     if degraded:
         parts.append(f"{len(degraded)} degraded ({'; '.join(degraded[:3])}"
@@ -325,8 +337,13 @@ def explain_shortage(fleet: Fleet, request: Request, min_domains: int) -> str:
     if partial:
         parts.append(f"{sum(partial.values())} partially used by {_owners(partial)} "
                      f"(room for {partial_room} there)")
+    limits = ""
+    if request.eligible is not None:
+        limits = (f"; the pod fits only {len(request.eligible)} of the group's "
+                  f"{len(fleet.nodes)} nodes" + (f" ({request.ineligible})"
+                                                 if request.ineligible else ""))
     return (f"{need}; of {total_domains} {noun}s: {', '.join(parts)}; room for "
-            f"{free_workers} such workers in all")
+            f"{free_workers} such workers in all{limits}")
 
 
 def _owners(counts: Counter[str]) -> str:

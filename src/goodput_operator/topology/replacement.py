@@ -10,6 +10,7 @@ failing that it shrinks within its elastic bounds, or waits — and the result s
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -77,7 +78,8 @@ def _candidate(fleet: Fleet, rank: RankSlot, request: Request, taken: Counter[st
 
     def room(node: Node) -> bool:
         free = node.free - taken[node.name] * request.accelerators
-        return node.healthy and free >= request.accelerators
+        return node.healthy and free >= request.accelerators and (
+            request.eligible is None or node.name in request.eligible)
 
     tiers: list[list[Node]] = []
     if home is not None:
@@ -123,8 +125,7 @@ def _relocate(fleet: Fleet, request: Request, lost: Sequence[RankSlot],
     if elastic is not None:
         size = request.workers - elastic.step
         while size >= elastic.min_workers:
-            smaller = place(fleet, Request(size, request.accelerators, request.unit,
-                                           request.policy))
+            smaller = place(fleet, dataclasses.replace(request, workers=size))
             if smaller.ok:
                 return Replacement("shrink", f"shrinking to {size} workers: "
                                              f"{smaller.reason}", smaller.ranks)
