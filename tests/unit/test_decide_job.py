@@ -310,3 +310,36 @@ def test_a_gang_waiting_on_what_its_pod_asks_says_which_nodes_refuse_it() -> Non
         [decision] = decide_jobs(snapshot, [])
     assert "the pod fits only 0 of the group's 8 nodes (8 refuse it: cpu 500 > " \
            "allocatable 0)" in decision.desired["message"]
+
+
+def refused_by_the_scheduler(owner: Obj, rank: int, node: str, since: float) -> Obj:
+    """Worker RANK pinned to NODE (ungated), which kube-scheduler keeps refusing."""
+    pod = worker(owner, rank)
+    pod["spec"]["schedulingGates"] = []
+    pod["metadata"].setdefault("annotations", {})[names.NODE_ANNOTATION] = node
+    pod["status"]["conditions"] = [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/8 nodes are available: 1 Insufficient cpu.",
+        "lastTransitionTime": iso(since)}]
+    return pod
+
+
+@pytest.mark.parametrize(("refused_for", "restarted"), [(10, False), (31, True)])
+def test_a_pinned_worker_the_scheduler_keeps_refusing_is_placed_again_elsewhere(
+        refused_for: float, restarted: bool) -> None:
+    """Placement cannot see everything the scheduler does (other pods' CPU, say): a pinned
+    worker refused for 30 s is re-placed, never waited on forever."""
+    placed = job(status={"phase": "Placing", "placement": PLACED_2})
+    pods = [worker(placed, 0, node_name="us0-n0", phase="Running", ready=True),
+            refused_by_the_scheduler(placed, 1, "us0-n1", NOW - refused_for)]
+    snapshot = world(None, [placed], pods)
+    with trial(snapshot):
+        [decision] = decide_jobs(snapshot, [])
+    found = outcome(decision)
+    if not restarted:
+        assert found["restarts"] is None and found["wake_at"] == NOW - refused_for + 30
+        return
+    assert found["restarts"] == 1 and "us0-n1" not in found["ranks"]
+    incident = decision.desired["incidents"][-1]
+    assert incident["cause"] == "Unschedulable" and incident["nodes"] == ["us0-n1"]
+    assert "Insufficient cpu" in incident["message"]

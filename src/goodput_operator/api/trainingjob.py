@@ -290,7 +290,7 @@ class SdcStatus(ApiModel):
 
 
 IncidentCause = Literal["NodeFailure", "InfrastructureError", "ApplicationError",
-                        "SilentDataCorruption"]
+                        "SilentDataCorruption", "Unschedulable"]
 
 
 class Incident(ApiModel):
@@ -300,8 +300,9 @@ class Incident(ApiModel):
     """The restart (GOODPUT_RESTART) that recovers from it."""
     cause: IncidentCause
     """NodeFailure (a node of the gang failed), InfrastructureError (a worker's exit code
-    blamed its node), ApplicationError (a worker failed on a healthy node) or
-    SilentDataCorruption."""
+    made its node suspect), ApplicationError (a worker failed on a healthy node),
+    SilentDataCorruption, or Unschedulable (kube-scheduler refused a pinned worker on its
+    node for 30 s: the ranks there are placed again elsewhere)."""
     message: str = ""
     """What happened, with the evidence."""
     nodes: list[str] = Field(default_factory=list)

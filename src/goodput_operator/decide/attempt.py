@@ -254,6 +254,8 @@ def _cause(books: Obj, spec: TrainingJobSpec, down: list[str], lost: Mapping[str
     """The incident's cause and message: lost nodes first, then infrastructure errors."""
     if down:
         sdc = any(lost[n].reason == "SilentDataCorruption" for n in down)
+        if all(lost[n].reason == "Unschedulable" for n in down):
+            return "Unschedulable", "; ".join(f"node {n}: {lost[n].evidence}" for n in down)
         message = "; ".join(f"node {n} lost: {lost[n].evidence}" for n in down)
         if sdc:
             return "SilentDataCorruption", message + _rollback(books, spec)
@@ -301,7 +303,9 @@ def _recover(result: Attempt, spec: TrainingJobSpec, books: Obj, incident: Obj,
     result.conditions.append(ConditionUpdate("Running", False, "Recovering",
                                              incident["message"]))
     restart_at = parse_time(incident.get("restartAt"))
-    unresolved = [n for n in incident.get("nodes") or [] if n not in lost]
+    suspects_first = incident.get("cause") == "InfrastructureError"  # an exit code's
+    unresolved = [n for n in incident.get("nodes") or [] if n not in lost] \
+        if suspects_first else []
     pending = sorted({r["node"] for r in ranks.values()
                       if r["node"] in suspects and r["node"] not in lost})
     if restart_at is not None and now < restart_at:

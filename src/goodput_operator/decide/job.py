@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from goodput_operator import names
 from goodput_operator.api.base import describe_errors
 from goodput_operator.api.conditions import set_condition, stamp
 from goodput_operator.api.trainingjob import TrainingJobSpec
@@ -116,9 +117,11 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
                       suspects=snapshot.seen_unhealthy.keys(), probed=snapshot.probed_at,
                       spec=spec)
     _creation(snapshot.refused.get((namespace, name)), decided, pods, status, clock)
+    wakes = [w for w in (decided.wake_at, _unschedulable_wake(pods, restart_of(job), clock))
+             if w is not None]
     result = JobDecision(job, status, {}, list(decided.events), decided, spec=spec,
                          observed={p["metadata"]["name"]: p for p in pods},
-                         wake_at=decided.wake_at)
+                         wake_at=min(wakes, default=None))
     desired: Obj = {"phase": decided.phase, "message": decided.message, **decided.status}
     if (namespace, name) in snapshot.progress:
         desired["progress"] = snapshot.progress[(namespace, name)]
@@ -235,7 +238,46 @@ def lost_nodes(snapshot: Snapshot, fleet: Fleet, job: Obj, pods: list[Obj]) -> d
         elif node.state == "quarantined" and record is not None:
             lost[name] = Lost(f"quarantined ({record.reason}: {record.evidence})", record.since,
                               record.reason)
+    for name, refused in refusing(pods, restart_of(job), snapshot.clock).items():
+        lost.setdefault(name, refused)
     return lost
+
+
+UNSCHEDULABLE_SECONDS = 30.0  # a pinned worker the scheduler refuses this long: re-placed
+
+
+def refusing(pods: list[Obj], restart: int, now: float, grace: float = UNSCHEDULABLE_SECONDS
+             ) -> dict[str, Lost]:
+    """The nodes the scheduler has refused a pinned worker of attempt RESTART on for GRACE
+    seconds (other pods' CPU or memory, a device plugin short of devices, anything the
+    placement could not see): for this job they are as good as lost, and its ranks there
+    are placed again elsewhere."""
+    found: dict[str, Lost] = {}
+    for pod in pods:
+        node = ((pod["metadata"].get("annotations") or {}).get(names.NODE_ANNOTATION))
+        if not node or attempt_of(pod) != restart or is_gated(pod) or \
+                pod.get("spec", {}).get("nodeName"):
+            continue
+        condition = next((c for c in pod.get("status", {}).get("conditions") or []
+                          if c.get("type") == "PodScheduled" and c.get("status") == "False"
+                          and c.get("reason") == "Unschedulable"), None)
+        since = parse_time((condition or {}).get("lastTransitionTime"))
+        if condition is not None and since is not None and now >= since + grace:
+            found[node] = Lost(f"the scheduler refuses {pod['metadata']['name']} there for "
+                               f"{now - since:.0f}s: {condition.get('message', '')}"[:512],
+                               since, "Unschedulable")
+    return found
+
+
+def _unschedulable_wake(pods: list[Obj], restart: int, now: float) -> float | None:
+    """When the next pinned worker the scheduler refuses has been refused long enough."""
+    times = [since + UNSCHEDULABLE_SECONDS for pod in pods
+             if attempt_of(pod) == restart and not is_gated(pod)
+             for c in pod.get("status", {}).get("conditions") or []
+             if c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+             and (since := parse_time(c.get("lastTransitionTime"))) is not None
+             and since + UNSCHEDULABLE_SECONDS > now]
+    return min(times, default=None)
 
 
 def _reserve(fleet: Fleet, result: JobDecision, spec: TrainingJobSpec, restart: int,
@@ -297,6 +339,8 @@ def _replacement(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: O
                  fleet.nodes[r["node"]].slot if r["node"] in fleet.nodes else 0)
         for r in sorted(ranks, key=lambda r: r["rank"])))
     request = request_for(snapshot, fleet, spec, job, len(ranks))
+    allowed = request.eligible if request.eligible is not None else frozenset(fleet.nodes)
+    request = dataclasses.replace(request, eligible=allowed - set(failed))  # not back there
     elastic = Elastic(spec.elastic.min_workers, spec.elastic.step) if spec.elastic else None
     meta = job["metadata"]
     owner = trainingjob_owner(meta["namespace"], meta["name"])
