@@ -151,7 +151,8 @@ def test_a_hostile_tenant_cannot_stop_another_teams_recovery(
         apply(crds, forged, namespace)  # a careless teammate's pod with the job's labels
         too_long, pinned = training_job("x" * 64, group, 1), training_job("pinned", group, 1)
         pinned["spec"]["template"]["spec"]["nodeName"] = before[0]
-        for bad in (too_long, pinned):
+        huge = training_job("huge", group, 100_000)      # 479 MiB of pod bodies, once
+        for bad in (too_long, pinned, huge):
             refused = crds.kubectl("apply", "-n", hostile, "-f", "-",
                                    input_text=json.dumps(bad), check=False)
             assert refused.returncode != 0, bad["metadata"]["name"]

@@ -11,7 +11,8 @@ import pytest
 from goodput_operator import names
 from goodput_operator.api.reports import StepReport
 from goodput_operator.api.trainingjob import Progress
-from goodput_operator.operator.reports import Buckets, inside, precheck, progress_of
+from goodput_operator.operator.reports import inside, progress_of
+from goodput_operator.operator.tokens import Buckets, precheck
 
 pytestmark = pytest.mark.unit
 NOW = 1_800_000_000.0

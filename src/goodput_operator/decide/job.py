@@ -238,7 +238,7 @@ def lost_nodes(snapshot: Snapshot, fleet: Fleet, job: Obj, pods: list[Obj]) -> d
         elif node.state == "quarantined" and record is not None:
             lost[name] = Lost(f"quarantined ({record.reason}: {record.evidence})", record.since,
                               record.reason)
-    for name, refused in refusing(pods, restart_of(job), snapshot.clock).items():
+    for name, refused in scheduler_refused(pods, restart_of(job), snapshot.clock).items():
         lost.setdefault(name, refused)
     return lost
 
@@ -246,38 +246,41 @@ def lost_nodes(snapshot: Snapshot, fleet: Fleet, job: Obj, pods: list[Obj]) -> d
 UNSCHEDULABLE_SECONDS = 30.0  # a pinned worker the scheduler refuses this long: re-placed
 
 
-def refusing(pods: list[Obj], restart: int, now: float, grace: float = UNSCHEDULABLE_SECONDS
-             ) -> dict[str, Lost]:
-    """The nodes the scheduler has refused a pinned worker of attempt RESTART on for GRACE
-    seconds (other pods' CPU or memory, a device plugin short of devices, anything the
-    placement could not see): for this job they are as good as lost, and its ranks there
+def _refused_since(pod: Obj, restart: int) -> tuple[str, float, str] | None:
+    """(node, since, the scheduler's message) when POD is a pinned, unbound worker of
+    attempt RESTART that kube-scheduler marks Unschedulable; else None."""
+    node = (pod["metadata"].get("annotations") or {}).get(names.NODE_ANNOTATION)
+    if not node or attempt_of(pod) != restart or is_gated(pod) or \
+            pod.get("spec", {}).get("nodeName"):
+        return None
+    for condition in pod.get("status", {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
+                and condition.get("reason") == "Unschedulable":
+            since = parse_time(condition.get("lastTransitionTime"))
+            return None if since is None else (node, since, condition.get("message", ""))
+    return None
+
+
+def scheduler_refused(pods: list[Obj], restart: int, now: float) -> dict[str, Lost]:
+    """The nodes the scheduler has refused a pinned worker of attempt RESTART on for
+    UNSCHEDULABLE_SECONDS (other pods' CPU or memory, a device plugin short of devices:
+    what placement cannot see): for this job they are as good as lost, and its ranks there
     are placed again elsewhere."""
     found: dict[str, Lost] = {}
     for pod in pods:
-        node = ((pod["metadata"].get("annotations") or {}).get(names.NODE_ANNOTATION))
-        if not node or attempt_of(pod) != restart or is_gated(pod) or \
-                pod.get("spec", {}).get("nodeName"):
-            continue
-        condition = next((c for c in pod.get("status", {}).get("conditions") or []
-                          if c.get("type") == "PodScheduled" and c.get("status") == "False"
-                          and c.get("reason") == "Unschedulable"), None)
-        since = parse_time((condition or {}).get("lastTransitionTime"))
-        if condition is not None and since is not None and now >= since + grace:
+        refused = _refused_since(pod, restart)
+        if refused is not None and now >= refused[1] + UNSCHEDULABLE_SECONDS:
+            node, since, message = refused
             found[node] = Lost(f"the scheduler refuses {pod['metadata']['name']} there for "
-                               f"{now - since:.0f}s: {condition.get('message', '')}"[:512],
-                               since, "Unschedulable")
+                               f"{now - since:.0f}s: {message}"[:512], since, "Unschedulable")
     return found
 
 
 def _unschedulable_wake(pods: list[Obj], restart: int, now: float) -> float | None:
     """When the next pinned worker the scheduler refuses has been refused long enough."""
-    times = [since + UNSCHEDULABLE_SECONDS for pod in pods
-             if attempt_of(pod) == restart and not is_gated(pod)
-             for c in pod.get("status", {}).get("conditions") or []
-             if c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
-             and (since := parse_time(c.get("lastTransitionTime"))) is not None
-             and since + UNSCHEDULABLE_SECONDS > now]
-    return min(times, default=None)
+    due = [refused[1] + UNSCHEDULABLE_SECONDS for pod in pods
+           if (refused := _refused_since(pod, restart)) is not None]
+    return min((t for t in due if t > now), default=None)
 
 
 def _reserve(fleet: Fleet, result: JobDecision, spec: TrainingJobSpec, restart: int,

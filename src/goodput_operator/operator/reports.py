@@ -13,8 +13,6 @@ token could not be checked in time, or this replica is a standby.
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import json
 import logging
 import math
@@ -22,7 +20,6 @@ import posixpath
 import ssl
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
@@ -43,71 +40,12 @@ from goodput_operator.controllers.state import State
 from goodput_operator.decide.attempt import strict_checkpoints
 from goodput_operator.health import badput, sdc
 from goodput_operator.health.quarantine import Finding, iso
+from goodput_operator.operator.tokens import POD_NAME, POD_UID, Refused, TokenGate
 from goodput_operator.resources.pods import attempt_of, index_of, owned
 
 Obj = dict[str, Any]
 log = logging.getLogger("goodput.reports")
 MAX_BODY = 64 * 1024
-REVIEW_TTL = 30.0  # seconds an accepted token is trusted without asking again (the pod
-# itself is checked on every report: a deleted pod's token stops working at once)
-REFUSAL_TTL = 60.0  # seconds a refused token is refused without asking again
-REVIEW_TIMEOUT = 5.0  # seconds a TokenReview may take before the report gets a 503
-REVIEW_THREADS = 4  # TokenReviews at once, on threads of their own (never the lease's)
-REVIEW_RATE, REVIEW_BURST = 5.0, 20.0  # new tokens reviewed per second per source
-MAX_REMEMBERED = 10_000  # tokens (accepted, refused) and sources remembered at most
-POD_NAME = "authentication.kubernetes.io/pod-name"
-POD_UID = "authentication.kubernetes.io/pod-uid"
-
-
-def _remember(cache: dict[str, Any], key: str, value: Any) -> None:
-    if len(cache) > MAX_REMEMBERED:
-        cache.clear()
-    cache[key] = value
-
-
-def precheck(token: str, now: float) -> str | None:
-    """Why TOKEN cannot be a live report token, judged from its claims alone (no signature
-    check: the TokenReview does that), or None. Garbage, other audiences, expired tokens and
-    tokens bound to no pod never cost the API server a TokenReview."""
-    parts = token.split(".")
-    if len(parts) != 3:
-        return "not a JWT"
-    try:
-        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-    except ValueError:
-        return "not a JWT"
-    if not isinstance(claims, dict):
-        return "not a JWT"
-    audiences = claims.get("aud")
-    if names.REPORT_AUDIENCE not in ([audiences] if isinstance(audiences, str)
-                                     else audiences if isinstance(audiences, list) else []):
-        return f"not a token for audience {names.REPORT_AUDIENCE}"
-    expiry = claims.get("exp")
-    if not isinstance(expiry, int | float) or expiry <= now:
-        return "expired"
-    bound = claims.get("kubernetes.io")
-    if not isinstance(bound, dict) or not isinstance(bound.get("pod"), dict):
-        return "not bound to a pod"
-    return None
-
-
-class Buckets:
-    """A token bucket per source address: RATE new tokens a second, BURST at once."""
-
-    def __init__(self, rate: float = REVIEW_RATE, burst: float = REVIEW_BURST) -> None:
-        self.rate, self.burst = rate, burst
-        self.levels: dict[str, tuple[float, float]] = {}  # source -> (tokens, at)
-
-    def take(self, source: str, now: float) -> bool:
-        if len(self.levels) > MAX_REMEMBERED:
-            self.levels.clear()
-        tokens, at = self.levels.get(source, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - at) * self.rate)
-        if tokens < 1:
-            self.levels[source] = (tokens, now)
-            return False
-        self.levels[source] = (tokens - 1, now)
-        return True
 
 
 def progress_of(report: StepReport, rank: int, now: float) -> Obj:
@@ -137,22 +75,13 @@ def inside(path: str, root: str) -> bool:
     return found == base or found.startswith(base.rstrip("/") + "/")
 
 
-class Refused(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 class ReportServer:
     def __init__(self, state: State, kube: Kube,
                  leading: Callable[[], bool] = lambda: True) -> None:
         self.state = state
         self.kube = kube
         self.leading = leading  # a standby replica refuses (503): only the leader writes
-        self.reviews: dict[str, tuple[float, Obj]] = {}  # sha256(token) -> (expiry, review)
-        self.refusals: dict[str, tuple[float, str]] = {}  # sha256(token) -> (expiry, why)
-        self.buckets = Buckets()
-        self.executor = ThreadPoolExecutor(REVIEW_THREADS, thread_name_prefix="token-review")
+        self.tokens = TokenGate(kube)
         self.runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
@@ -171,7 +100,7 @@ class ReportServer:
     async def stop(self) -> None:
         if self.runner is not None:
             await self.runner.cleanup()
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.tokens.close()
 
     async def handle(self, request: web.Request) -> web.Response:
         kind = request.match_info["kind"]
@@ -193,7 +122,8 @@ class ReportServer:
         header = request.headers.get("Authorization", "")
         if not header.startswith("Bearer ") or not header[7:].strip():
             raise Refused(401, "missing bearer token (the pod's goodput.dev/report token)")
-        pod = await self._authenticate(header[7:].strip(), request.remote or "unknown")
+        pod = self._pod_of(await self.tokens.review(header[7:].strip(),
+                                                    request.remote or "unknown"))
         try:
             report = KINDS[kind].model_validate(json.loads(await request.read()))
         except ValidationError as err:
@@ -214,29 +144,8 @@ class ReportServer:
             assert isinstance(report, StepReport)
             return await self._step(job, pod, report)
 
-    async def _authenticate(self, token: str, source: str) -> Obj:
-        """The pod TOKEN is bound to. One TokenReview per token per REVIEW_TTL, never for
-        a token its claims already rule out or one refused within REFUSAL_TTL, at most
-        REVIEW_RATE new tokens a second from one source, on threads of their own and
-        within REVIEW_TIMEOUT: a flood of bogus tokens cannot load the API server or delay
-        the lease's renewal."""
-        key = hashlib.sha256(token.encode()).hexdigest()
-        now = time.monotonic()
-        cached, refused = self.reviews.get(key), self.refusals.get(key)
-        if refused is not None and refused[0] > now:
-            raise Refused(401, f"token rejected: {refused[1]}")
-        if cached is not None and cached[0] > now:
-            review = cached[1]
-        else:
-            why = precheck(token, time.time())
-            if why is not None:
-                self._refuse(key, why, now)
-            if not self.buckets.take(source, now):
-                raise Refused(429, f"too many new tokens from {source}: retry in a second")
-            review = await self._review(token)
-            if not review.get("authenticated"):
-                self._refuse(key, review.get("error") or "not authenticated", now)
-            _remember(self.reviews, key, (now + REVIEW_TTL, review))
+    def _pod_of(self, review: Obj) -> Obj:
+        """The pod an authenticated token is bound to: it must exist with the same UID."""
         user = review.get("user") or {}
         extra = user.get("extra") or {}
         parts = str(user.get("username", "")).split(":")
@@ -247,25 +156,6 @@ class ReportServer:
         if pod is None or pod["metadata"].get("uid") != (uids or [None])[0]:
             raise Refused(403, f"pod {parts[2]}/{pod_names[0]} is not a current worker")
         return pod
-
-    async def _review(self, token: str) -> Obj:
-        loop = asyncio.get_running_loop()
-        try:
-            review: Obj = await asyncio.wait_for(loop.run_in_executor(
-                self.executor, self.kube.review_token, token, [names.REPORT_AUDIENCE]),
-                REVIEW_TIMEOUT)
-        except Exception as err:  # the API server is slow or away: the worker retries
-            metrics.TOKEN_REVIEWS.labels("error").inc()
-            raise Refused(503, f"could not check the token: {err or type(err).__name__}; "
-                               "retry") from None
-        metrics.TOKEN_REVIEWS.labels(
-            "authenticated" if review.get("authenticated") else "rejected").inc()
-        return review
-
-    def _refuse(self, key: str, why: str, now: float) -> None:
-        """Refuse the token (401), and remember that for REFUSAL_TTL."""
-        _remember(self.refusals, key, (now + REFUSAL_TTL, why))
-        raise Refused(401, f"token rejected: {why}")
 
     def _job_of(self, pod: Obj) -> Obj:
         meta = pod["metadata"]
