@@ -201,3 +201,16 @@ def test_an_endpoint_sees_the_reservations_of_the_jobs_decided_before_it() -> No
     assert len(plan.jobs[0].reservations) == 8
     [decision] = plan.endpoints
     assert decision.pin == [] and decision.limited
+
+
+def test_replica_groups_go_only_where_their_pods_fit() -> None:
+    """An endpoint's pods are judged as a job's: a node selector (here: UltraServer us-1
+    only) keeps its groups off every other node."""
+    ie = endpoint(replicas=1, template={"spec": {
+        "containers": [{"name": "s", "image": "i"}],
+        "nodeSelector": {"topology.k8s.aws/ultraserver-id": "us-1"}}})
+    snapshot = world(None, endpoints=[ie], pods=group(ie, 0))
+    with trial(snapshot):
+        [decision] = decide_endpoints(snapshot, [])
+    assert {node for _, node, _ in decision.pin} <= {f"us1-n{i}" for i in range(4)}
+    assert len(decision.pin) == 2

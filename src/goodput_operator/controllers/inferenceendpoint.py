@@ -44,7 +44,9 @@ from goodput_operator.decide.endpoint import (
     placed_groups,
     request_of,
 )
+from goodput_operator.resources import inference as build
 from goodput_operator.resources.pods import owned, pin
+from goodput_operator.topology.constraints import eligibility
 from goodput_operator.topology.placement import room_for
 
 Obj = dict[str, Any]
@@ -137,7 +139,10 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, now: floa
     if fleet is not None:  # groups holding nodes now, plus what the free space can host
         placed = placed_groups(owned(state.endpoint_pods.get(key, {}).values(), ie),
                                spec.replica_shape.workers)
-        capacity = placed + room_for(fleet, request_of(spec),
+        member = build.group_pods(ie, spec, 0, "0", fleet.shape.accelerator_resource)[0]
+        fit = eligibility([state.nodes[n] for n in fleet.nodes if n in state.nodes],
+                          member["spec"])
+        capacity = placed + room_for(fleet, request_of(spec, *fit),
                                      max(0, spec.scaling.max_replicas - placed))
     history = state.scaling_history.setdefault(key, History())
     decision = recommend(samples, current, spec.scaling, history, now, capacity)

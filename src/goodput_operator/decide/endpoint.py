@@ -19,6 +19,7 @@ from goodput_operator import names
 from goodput_operator.api.base import describe_errors
 from goodput_operator.api.conditions import set_condition, stamp
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
+from goodput_operator.decide.fit import pod_fit
 from goodput_operator.decide.replicas import EndpointPlan, Removal, groups_of, plan_groups
 from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.types import Event, Reservation
@@ -75,11 +76,13 @@ def placed_groups(pods: Iterable[Obj], size: int) -> int:
     return sum(1 for g in groups.values() if len(g.pods) == size and all(g.nodes()))
 
 
-def request_of(spec: InferenceEndpointSpec) -> Request:
-    """A replica group: multi-node groups must stay inside one domain."""
+def request_of(spec: InferenceEndpointSpec, eligible: frozenset[str] | None = None,
+               why: str = "") -> Request:
+    """A replica group: multi-node groups must stay inside one domain; ELIGIBLE: the nodes
+    its pods fit (decide.fit), None for all."""
     shape = spec.replica_shape
     return Request(shape.workers, shape.accelerators_per_worker, "domain",
-                   "required" if shape.workers > 1 else "preferred")
+                   "required" if shape.workers > 1 else "preferred", eligible, why)
 
 
 def desired_replicas(scaled: Scaled | None, ie: Obj, spec: InferenceEndpointSpec) -> int:
@@ -137,7 +140,7 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
             result.create += [
                 p for p in build.group_pods(ie, spec, index, group.revision, resource)
                 if int(p["metadata"]["labels"][names.MEMBER_LABEL]) not in group.pods]
-        waiting = _place(fleet, spec, decided, result)
+        waiting = _place(snapshot, fleet, spec, decided, result)
     result.deferred = budget.deferred - deferred_before
     limited = [*([scaled.decision.limited] if scaled and scaled.decision.limited else []),
                *waiting]
@@ -157,15 +160,19 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
     return result
 
 
-def _place(fleet: Fleet, spec: InferenceEndpointSpec, decided: EndpointPlan,
-           result: EndpointDecision) -> list[str]:
-    """Place each whole, gated group inside one domain; reserve it at once so the next
-    group (and the next endpoint) sees it. Groups that do not fit stay gated, whole."""
+def _place(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
+           decided: EndpointPlan, result: EndpointDecision) -> list[str]:
+    """Place each whole, gated group inside one domain, on nodes its pods fit; reserve it
+    at once so the next group (and the next endpoint) sees it. Groups that do not fit stay
+    gated, whole."""
     namespace, name = result.key
     owner = endpoint_owner(namespace, name)
     group_name = spec.ultra_server_group
-    waiting = []
-    request = request_of(spec)
+    waiting: list[str] = []
+    if not decided.place:
+        return waiting
+    member = build.group_pods(result.ie, spec, 0, "0", fleet.shape.accelerator_resource)[0]
+    request = request_of(spec, *pod_fit(snapshot, fleet, group_name, member["spec"]))
     for index in decided.place:
         group = decided.groups[index]
         placed = place(fleet, request)

@@ -11,7 +11,6 @@ the launch from it instead of redoing it.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +29,7 @@ from goodput_operator.decide.attempt import (
     books_of,
     refuse,
 )
+from goodput_operator.decide.fit import pod_fit
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.types import (
     ConditionUpdate,
@@ -43,7 +43,6 @@ from goodput_operator.health import badput
 from goodput_operator.health.quarantine import iso, parse_time, record_of
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.pods import attempt_of, index_of, is_gated, owned
-from goodput_operator.topology.constraints import eligibility, pod_requests
 from goodput_operator.topology.model import Fleet, trainingjob_owner
 from goodput_operator.topology.placement import (
     Placement,
@@ -303,13 +302,7 @@ def request_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Ob
     pod fits as kube-scheduler judges it (node selector, node affinity, taints,
     requests), worked out once per pass for each group and pod spec."""
     pod_spec = build.worker_pod(job, 0, 0, fleet.shape.accelerator_resource, spec=spec)["spec"]
-    relevant = {k: pod_spec.get(k) for k in ("nodeSelector", "affinity", "tolerations")}
-    relevant["requests"] = {k: str(v) for k, v in pod_requests(pod_spec).items()}
-    key = ("eligible", spec.ultra_server_group, json.dumps(relevant, sort_keys=True))
-    if key not in snapshot.memo:
-        nodes = [snapshot.nodes[n] for n in fleet.nodes if n in snapshot.nodes]
-        snapshot.memo[key] = eligibility(nodes, pod_spec)
-    eligible, why = snapshot.memo[key]
+    eligible, why = pod_fit(snapshot, fleet, spec.ultra_server_group, pod_spec)
     return Request(workers, spec.accelerators_per_worker, spec.topology.unit,
                    spec.topology.policy, eligible, why)
 
