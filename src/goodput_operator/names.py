@@ -52,6 +52,7 @@ ENV_RESUME_DIGEST = "GOODPUT_RESUME_DIGEST"
 ENV_HOSTFILE = "GOODPUT_HOSTFILE"  # the ranks' hosts, in rank order
 ENV_REPORT_URL = "GOODPUT_REPORT_URL"  # the operator's report channel
 ENV_REPORT_TOKEN = "GOODPUT_REPORT_TOKEN"  # path of the worker's report token
+ENV_REPORT_CA = "GOODPUT_REPORT_CA"  # path of the CA bundle for an https report URL
 ENV_PROBE_NODE = "GOODPUT_PROBE_NODE"  # the node a probe runs on
 ENV_ENDPOINT = "GOODPUT_ENDPOINT"  # namespace/name of the InferenceEndpoint
 ENV_ROLE = "GOODPUT_ROLE"

@@ -24,3 +24,17 @@ def test_the_probe_job_is_pinned_tolerates_quarantine_and_reports_with_its_token
 def test_probe_job_names_fit_dns_labels() -> None:
     name = probe_job_name("ip-10-1-2-3.us-west-2.compute.internal" * 3, 12)
     assert len(name) <= 63 and name.endswith("-12") and "." not in name
+
+
+def test_over_https_the_probe_mounts_the_ca_the_operator_keeps_in_its_namespace() -> None:
+    plain = probe_job("n1", 0, "goodput-system", "img:1", "http://op:8081",
+                      "aws.amazon.com/neuron", 16, "start")
+    secure = probe_job("n1", 0, "goodput-system", "img:1", "https://op:8081",
+                       "aws.amazon.com/neuron", 16, "start")
+    env_plain = {e["name"] for e in plain["spec"]["template"]["spec"]["containers"][0]["env"]}
+    pod = secure["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert names.ENV_REPORT_CA not in env_plain
+    assert env[names.ENV_REPORT_CA] == "/etc/goodput/report-ca.crt"
+    assert {"name": "goodput-report-ca",
+            "configMap": {"name": "goodput-report-ca", "optional": True}} in pod["volumes"]

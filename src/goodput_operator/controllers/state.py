@@ -119,6 +119,7 @@ class State:
         self.progress: dict[tuple[str, str], Obj] = {}  # latest step report per job
         self.refused: dict[tuple[str, str], Refusal] = {}  # workloads whose creates fail
         self.report_url = ""  # where workers send reports (given to their pods)
+        self.report_ca = ""  # the PEM bundle workers check an https report_url against
         self.probe_namespace = "goodput-system"  # where probe Jobs run
         self.probe_image = ""  # the image probe Jobs run (the operator's own)
         self.ledgers: dict[tuple[str, str], Ledger] = {}  # SDC votes per job

@@ -184,7 +184,7 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placem
         ranks = {r["rank"]: r for r in (placement or {}).get("ranks") or []}
         if ranks and not decided.hold:  # placed: create pinned, one write per pod, not two
             hosts = [r["node"] for r in sorted(ranks.values(), key=lambda r: r["rank"])]
-            await create(kube.replace_config_map, build.hostfile(job, hosts))
+            await create(kube.replace_config_map, build.hostfile(job, hosts, state.report_ca))
         bodies = [pinned(p, ranks[index_of(p)]["node"], ranks[index_of(p)].get("domain"))
                   if index_of(p) in ranks and not decided.hold else p for p in decided.create]
         for created in await asyncio.gather(*(create(kube.create, p) for p in bodies)):
@@ -194,7 +194,7 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placem
                            refused[0] if refused else None)
     if decided.pin and placement:
         hosts = [r["node"] for r in sorted(placement["ranks"], key=lambda r: r["rank"])]
-        await call(kube.replace_config_map, build.hostfile(job, hosts))
+        await call(kube.replace_config_map, build.hostfile(job, hosts, state.report_ca))
         patches = []
         for pod_name, node, domain in decided.pin:
             patch = pin(observed[pod_name], node, domain)

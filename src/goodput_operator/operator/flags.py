@@ -47,6 +47,11 @@ FLAGS: tuple[Flag, ...] = (
          "serve the report channel over TLS with this certificate", shown="none"),
     Flag("--report-tls-key", "GOODPUT_REPORT_TLS_KEY", "", "str",
          "the certificate's private key", shown="none"),
+    Flag("--report-ca", "GOODPUT_REPORT_CA_FILE", "", "str",
+         "the CA bundle workers and probes check the report channel's certificate against "
+         "(given to them beside the hostfile and in the probe namespace); a missing file "
+         "falls back to the certificate itself (self-signed)",
+         shown="`--report-tls-cert`"),
     Flag("--probe-namespace", "GOODPUT_PROBE_NAMESPACE", "goodput-system", "str",
          "namespace of the SDC probe Jobs (its pods may report probes)"),
     Flag("--probe-image", "GOODPUT_PROBE_IMAGE", f"goodput-operator:{__version__}", "str",

@@ -17,6 +17,7 @@ import ssl
 import sys
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 
 import kopf
 from prometheus_client import start_http_server
@@ -86,6 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.report_tls_cert:
         options.report_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         options.report_tls.load_cert_chain(args.report_tls_cert, args.report_tls_key)
+        ca = Path(args.report_ca) if args.report_ca else None
+        handlers.STATE.report_ca = (ca if ca is not None and ca.is_file()
+                                    else Path(args.report_tls_cert)).read_text()
     if args.metrics_port:
         start_http_server(args.metrics_port, addr="0.0.0.0")
     namespaces = options.namespaces

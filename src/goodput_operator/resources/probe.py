@@ -7,9 +7,19 @@ from typing import Any
 
 from goodput_operator import names
 from goodput_operator.resources.pods import child_name
-from goodput_operator.resources.trainingjob import MANAGED_BY
+from goodput_operator.resources.trainingjob import MANAGED_BY, REPORT_CA_FILE
 
 Obj = dict[str, Any]
+CA_DIR = "/etc/goodput"
+REPORT_CA_CONFIGMAP = "goodput-report-ca"  # the report channel's CA, in the probe namespace
+
+
+def report_ca_config_map(namespace: str, report_ca: str) -> Obj:
+    """The report channel's CA in the probe namespace, for the probe Jobs to mount."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": REPORT_CA_CONFIGMAP, "namespace": namespace,
+                         "labels": dict(MANAGED_BY)},
+            "data": {REPORT_CA_FILE: report_ca}}
 
 
 def probe_job_name(node: str, run: int, trigger: str = "") -> str:
@@ -36,6 +46,16 @@ def probe_job(node: str, run: int, namespace: str, image: str, report_url: str,
         "volumeMounts": [{"name": "goodput-report-token", "mountPath": mount[0],
                           "readOnly": True}],
     }
+    volumes: list[Obj] = [{"name": "goodput-report-token", "projected": {"sources": [
+        {"serviceAccountToken": {"audience": names.REPORT_AUDIENCE, "expirationSeconds": 3600,
+                                 "path": mount[1]}}]}}]
+    if report_url.startswith("https://"):  # the CA the operator keeps in this namespace
+        container["env"].append({"name": names.ENV_REPORT_CA,
+                                 "value": f"{CA_DIR}/{REPORT_CA_FILE}"})
+        container["volumeMounts"].append({"name": "goodput-report-ca", "mountPath": CA_DIR,
+                                          "readOnly": True})
+        volumes.append({"name": "goodput-report-ca", "configMap": {
+            "name": REPORT_CA_CONFIGMAP, "optional": True}})
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": namespace, "labels": labels,
@@ -49,10 +69,7 @@ def probe_job(node: str, run: int, namespace: str, image: str, report_url: str,
                     "tolerations": [{"operator": "Exists"}],
                     "automountServiceAccountToken": False,
                     "containers": [container],
-                    "volumes": [{"name": "goodput-report-token", "projected": {"sources": [
-                        {"serviceAccountToken": {"audience": names.REPORT_AUDIENCE,
-                                                 "expirationSeconds": 3600,
-                                                 "path": mount[1]}}]}}],
+                    "volumes": volumes,
                 },
             },
         },

@@ -21,6 +21,7 @@ from goodput_operator.resources.pods import child_name, template_metadata
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "goodput-operator"}
 HOSTFILE_DIR = "/etc/goodput"
+REPORT_CA_FILE = "report-ca.crt"  # beside the hostfile: the report channel's CA bundle
 
 Obj = dict[str, Any]
 
@@ -70,9 +71,11 @@ def service(job: Obj) -> Obj:
     }
 
 
-def hostfile(job: Obj, hosts: Sequence[str]) -> Obj:
+def hostfile(job: Obj, hosts: Sequence[str], report_ca: str = "") -> Obj:
     """The hostfile in rank order, MPI style: `<worker dns> slots=<procs>` per line, plus
-    the placed node of each rank for humans and tools."""
+    the placed node of each rank for humans and tools; REPORT_CA, the CA bundle the
+    workers check the report channel's TLS against (REPORT_CA_FILE), when served
+    over https."""
     spec = _spec(job)
     slots = spec.launcher.procs_per_worker or spec.accelerators_per_worker
     lines = [f"{worker_dns(job, i)} slots={slots}" for i in range(len(hosts))]
@@ -83,7 +86,8 @@ def hostfile(job: Obj, hosts: Sequence[str]) -> Obj:
                      "labels": {**selector(job["metadata"]["name"]), **MANAGED_BY},
                      "ownerReferences": [owner_reference(job)]},
         "data": {"hostfile": "\n".join(lines) + "\n",
-                 "nodes": "\n".join(f"{i} {host}" for i, host in enumerate(hosts)) + "\n"},
+                 "nodes": "\n".join(f"{i} {host}" for i, host in enumerate(hosts)) + "\n",
+                 **({REPORT_CA_FILE: report_ca} if report_ca else {})},
     }
 
 
@@ -111,6 +115,8 @@ def launcher_env(job: Obj, spec: TrainingJobSpec, index: int, restart: int,
         names.ENV_REPORT_URL: report_url,
         names.ENV_REPORT_TOKEN: names.REPORT_TOKEN_PATH,
     }
+    if report_url.startswith("https://"):  # the operator puts its CA beside the hostfile
+        env[names.ENV_REPORT_CA] = f"{HOSTFILE_DIR}/{REPORT_CA_FILE}"
     if spec.launcher.type in ("torchrun", "neuron"):
         env |= {
             "MASTER_ADDR": master, "MASTER_PORT": str(spec.launcher.port),

@@ -56,7 +56,10 @@ class Reporter:
                                                        names.REPORT_TOKEN_PATH)
         self.timeout = timeout
         self.retries = retries
-        self.context = ssl.create_default_context(cafile=ca_file) if ca_file else None
+        # an https report URL is checked against the CA the operator put beside the hostfile
+        ca_file = ca_file or os.environ.get(names.ENV_REPORT_CA) or None
+        self.context = ssl.create_default_context(cafile=ca_file) \
+            if ca_file and Path(ca_file).is_file() else None
         self.rank = int(os.environ.get(names.ENV_RANK, "0") or 0)
         self.job = job or os.environ.get(names.ENV_JOB) or None
 
