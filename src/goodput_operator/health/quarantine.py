@@ -139,7 +139,7 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
     suspect).
     """
     decision = Decision()
-    out = 0
+    out, out_blamed = 0, 0  # quarantined for health, and for corruption (reports, probes)
     due: list[tuple[str, Finding]] = []
     blamed: list[tuple[str, Finding]] = []
     failing: list[str] = []
@@ -148,12 +148,13 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
         health = finding(node, policy, seen_unhealthy.get(name), now)
         found = health or reported.get(name)
         if record is not None:
-            out += 1
             if record.reason == SDC:
+                out_blamed += 1
                 needed = policy.release_after_clean_probes
                 if found is None and needed and (clean_probes or {}).get(name, 0) >= needed:
                     decision.release.append((name, record))
                 continue
+            out += 1
             _maybe_release(decision, name, record, found, policy, now,
                            healthy_since.get(name, now))
             continue
@@ -178,11 +179,10 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
                           f"failing: {', '.join(sorted(failing)[:10])}")
     else:
         decision.quarantine = due
-        out += len(due)
-    # Blame (a vote of a job's replicas, a probe) takes what is left of the budget and
-    # never trips the guard: a tenant's reports must not stop the quarantine of failing
-    # nodes for everybody; what does not fit waits, and expires (BLAME_SECONDS).
-    room = max(0, limit - out)
+    # Blame (a vote of a job's replicas, a probe) has a budget of its own, the same size,
+    # and never trips the guard: a tenant's reports must not stop the quarantine of
+    # failing nodes for everybody; what does not fit waits, and expires (BLAME_SECONDS).
+    room = max(0, limit - out_blamed)
     decision.quarantine += blamed[:room]
     decision.held_blame = blamed[room:]
     return decision
