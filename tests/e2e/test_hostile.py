@@ -25,10 +25,16 @@ from tests.e2e.conftest import (
     get_object,
     job_pods,
     training_job,
+    trn2_pool,
     wait_event,
     wait_phase,
 )
-from tests.e2e.test_recovery import running_again, worker_token
+from tests.e2e.test_recovery import (
+    group_status,
+    quarantined,
+    running_again,
+    worker_token,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -206,3 +212,32 @@ def endpoint_spying_on(url: str, group: str) -> dict[str, Any]:
                      "scaling": {"minReplicas": 0, "maxReplicas": 1, "intervalSeconds": 1,
                                  "scaleToZeroAfterSeconds": 60, "prometheusUrl": url,
                                  "metrics": [{"type": "QueueDepth", "target": 8}]}}}
+
+
+def test_a_tenants_votes_cannot_hold_back_the_quarantine_of_a_failing_node(
+        e2e: Operator, crds: Cluster, namespace: str, make_group: Any,
+        faults: Faults) -> None:
+    """The storm guard counts node health only: a node its job's replicas voted corrupt
+    goes out on blame's own budget, and a real failure elsewhere is still quarantined at
+    once (maxUnavailable 1: before, the two together held both as a storm)."""
+    group = make_group(quarantine={"maxUnavailable": 1})
+    apply(crds, training_job("votes", group, 3, checkpoint={"dir": "/fsx/votes"},
+                             sdc={"crossReplicaCheck": True}), namespace)
+    job = wait_phase(crds, namespace, "votes", "Running")
+    placed = {r["rank"]: r["node"] for r in job["status"]["placement"]["ranks"]}
+    workers = {int(p["metadata"]["labels"][names.RANK_LABEL]):
+               Reporter(e2e.report_url, worker_token(crds, namespace, p["metadata"]["name"]),
+                        job=f"{namespace}/votes")
+               for p in job_pods(crds, namespace, "votes")}
+    for rank, worker in workers.items():                  # rank 2 "diverges"
+        worker.report_step(100, {"loss": 1.0},
+                           fingerprint=("00c0ffee" if rank != 2 else "deadbeef") * 4)
+    wait_for(lambda: quarantined(crds, placed[2]), timeout=30,
+             what="the voted-out node quarantined")
+    victim = next(n for n in trn2_pool(crds) if n not in placed.values())
+    faults.fail(victim)
+    wait_for(lambda: quarantined(crds, victim), timeout=30,
+             what="the failing node quarantined despite the blamed one")
+    storm = next(c for c in group_status(crds, group).get("conditions") or []
+                 if c["type"] == "StormGuard")
+    assert storm["status"] == "False"
