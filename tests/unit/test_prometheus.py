@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import ClassVar
 
 import pytest
 
 from goodput_operator.autoscaling import prometheus
+from tests.unit.local_http import Handler, serving
 
 pytestmark = pytest.mark.unit
 OURS = ["http://prometheus.monitoring.svc:9090", "https://thanos.example.com/tenant-a",
@@ -36,25 +35,17 @@ def test_an_endpoint_may_name_only_the_prometheus_the_operator_allows(url: str,
     assert prometheus.allowed(url, OURS) is ok
 
 
-class Answers(BaseHTTPRequestHandler):
+class Answers(Handler):
     body: ClassVar[bytes] = b""
 
     def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(self.body)
-
-    def log_message(self, *_: object) -> None:
-        pass
+        self.answer(200, self.body)
 
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    httpd = HTTPServer(("127.0.0.1", 0), Answers)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
+    with serving(Answers) as url:
+        yield url
 
 
 @pytest.mark.parametrize(("body", "error"), [

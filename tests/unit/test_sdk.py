@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import ClassVar
 
 import pytest
 
 from goodput_operator.sdk import Reporter, ReportError
+from tests.unit.local_http import Handler, serving
 
 
-class Scripted(BaseHTTPRequestHandler):
+class Scripted(Handler):
     answers: ClassVar[list[int]] = []
     seen: ClassVar[list[str]] = []
 
@@ -21,23 +19,14 @@ class Scripted(BaseHTTPRequestHandler):
         self.seen.append(self.path)
         self.rfile.read(int(self.headers["Content-Length"]))
         code = self.answers.pop(0)
-        body = {"ok": True} if code == 200 else {"error": f"scripted {code}"}
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(json.dumps(body).encode())
-
-    def log_message(self, *_: object) -> None:
-        pass
+        self.answer(code, {"ok": True} if code == 200 else {"error": f"scripted {code}"})
 
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    httpd = HTTPServer(("127.0.0.1", 0), Scripted)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
     Scripted.seen.clear()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
+    with serving(Scripted) as url:
+        yield url
 
 
 @pytest.mark.parametrize(("case", "answers", "outcome", "tries"), [

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -13,32 +11,25 @@ import pytest
 
 from goodput_operator.sdk import Reporter, checkpoint
 from goodput_operator.sdk.checkpoint import CheckpointError, ResumePoint
+from tests.unit.local_http import Handler, serving
 
 pytestmark = pytest.mark.unit
 
 
-class Recorder(BaseHTTPRequestHandler):
+class Recorder(Handler):
     bodies: ClassVar[list[tuple[str, dict[str, Any]]]] = []
 
     def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.bodies.append((self.path, body))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(b'{"accepted": true}')
-
-    def log_message(self, *_: object) -> None:
-        pass
+        self.bodies.append((self.path, json.loads(self.rfile.read(
+            int(self.headers["Content-Length"])))))
+        self.answer(200, {"accepted": True})
 
 
 @pytest.fixture
 def operator_url() -> Iterator[str]:
-    httpd = HTTPServer(("127.0.0.1", 0), Recorder)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
     Recorder.bodies.clear()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
+    with serving(Recorder) as url:
+        yield url
 
 
 @pytest.mark.parametrize(("env", "expected"), [

@@ -1,0 +1,35 @@
+"""A local HTTP server for the tests of our HTTP clients (the SDK, the Prometheus query):
+a handler class answers, a context gives its URL."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+
+
+class Handler(BaseHTTPRequestHandler):
+    """Answers JSON, and keeps quiet about it."""
+
+    def answer(self, code: int, body: Any) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body if isinstance(body, bytes) else json.dumps(body).encode())
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """HANDLER serving on a free local port, for the block: its base URL."""
+    httpd = HTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
