@@ -115,7 +115,7 @@ class State:
         # node health as the operator saw it change (health/quarantine.observe)
         self.seen_unhealthy: dict[str, float] = {}
         self.healthy_since: dict[str, float] = {}
-        self.blamed: dict[str, Finding] = {}  # nodes workers' failures blamed
+        self.blamed: dict[str, Finding] = {}  # nodes reports blamed (SDC votes, bad probes)
         self.progress: dict[tuple[str, str], Obj] = {}  # latest step report per job
         self.refused: dict[tuple[str, str], Refusal] = {}  # workloads whose creates fail
         self.report_url = ""  # where workers send reports (given to their pods)

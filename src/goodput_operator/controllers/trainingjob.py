@@ -167,11 +167,11 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placem
 
     refused: list[str] = []
 
-    async def create(call_: Any, body: Obj) -> Obj | None:
+    async def create(write: Any, body: Obj) -> Obj | None:
         """Create BODY; a refusal for good is noted (the decision says so and, in the end,
         fails the job) instead of failing the pass of every job with it."""
         try:
-            return cast(Obj | None, await call(call_, body))
+            return cast(Obj | None, await call(write, body))
         except ApiException as err:
             words = refusal(err)
             if words is None:
