@@ -336,7 +336,9 @@ def _replacement(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: O
         for r in sorted(ranks, key=lambda r: r["rank"])))
     request = request_for(snapshot, fleet, spec, job, len(ranks))
     allowed = request.eligible if request.eligible is not None else frozenset(fleet.nodes)
-    request = dataclasses.replace(request, eligible=allowed - set(failed))  # not back there
+    gone = "; ".join(filter(None, [request.ineligible, f"{len(failed)} being replaced"]))
+    request = dataclasses.replace(request, eligible=allowed - set(failed),  # not back there
+                                  ineligible=gone)
     elastic = Elastic(spec.elastic.min_workers, spec.elastic.step) if spec.elastic else None
     meta = job["metadata"]
     owner = trainingjob_owner(meta["namespace"], meta["name"])
