@@ -202,16 +202,22 @@ def greedy_pod() -> dict[str, Any]:
                                          "limits": {"aws.amazon.com/neuron": "1000"}}}]}}
 
 
-def endpoint_spying_on(url: str, group: str) -> dict[str, Any]:
-    """An endpoint whose autoscaler would fetch URL (cloud metadata, say) for its metrics."""
+def inference_endpoint(name: str, group: str, **spec: Any) -> dict[str, Any]:
+    """A one-pod-per-replica endpoint of GROUP with SPEC's fields on top."""
     return {"apiVersion": "goodput.dev/v1alpha1", "kind": "InferenceEndpoint",
-            "metadata": {"name": "spy"},
+            "metadata": {"name": name},
             "spec": {"ultraServerGroup": group, "model": {"name": "m"},
                      "replicaShape": {"workers": 1, "acceleratorsPerWorker": 16},
                      "template": {"spec": {"containers": [{"name": "s", "image": "s:1"}]}},
-                     "scaling": {"minReplicas": 0, "maxReplicas": 1, "intervalSeconds": 1,
-                                 "scaleToZeroAfterSeconds": 60, "prometheusUrl": url,
-                                 "metrics": [{"type": "QueueDepth", "target": 8}]}}}
+                     **spec}}
+
+
+def endpoint_spying_on(url: str, group: str) -> dict[str, Any]:
+    """An endpoint whose autoscaler would fetch URL (cloud metadata, say) for its metrics."""
+    return inference_endpoint("spy", group, scaling={
+        "minReplicas": 0, "maxReplicas": 1, "intervalSeconds": 1,
+        "scaleToZeroAfterSeconds": 60, "prometheusUrl": url,
+        "metrics": [{"type": "QueueDepth", "target": 8}]})
 
 
 def test_a_tenants_votes_cannot_hold_back_the_quarantine_of_a_failing_node(
@@ -241,3 +247,23 @@ def test_a_tenants_votes_cannot_hold_back_the_quarantine_of_a_failing_node(
     storm = next(c for c in group_status(crds, group).get("conditions") or []
                  if c["type"] == "StormGuard")
     assert storm["status"] == "False"
+
+
+def test_an_endpoint_whose_pods_are_refused_says_why_on_its_ready_condition(
+        e2e: Operator, crds: Cluster, namespace: str, trn2_group: str) -> None:
+    crds.kubectl("label", "namespace", namespace,
+                 "pod-security.kubernetes.io/enforce=restricted")
+    privileged = inference_endpoint("priv", trn2_group, replicas=1, template={"spec": {
+        "containers": [{"name": "s", "image": "s:1",
+                        "securityContext": {"privileged": True}}]}})
+    apply(crds, privileged, namespace)
+
+    def refused() -> dict[str, Any] | None:
+        conditions = (get_object(crds, "ie", namespace, "priv").get("status") or {}).get(
+            "conditions") or []
+        return next((c for c in conditions if c["type"] == "Ready"
+                     and c["reason"] == "PodCreateRefused"), None)
+    condition = wait_for(refused, timeout=30, what="Ready=False, PodCreateRefused")
+    assert "violates PodSecurity" in condition["message"]
+    wait_event(crds, "priv", "PodCreateRefused", "violates PodSecurity", namespace=namespace)
+    crds.kubectl("delete", "ie", "priv", "-n", namespace, "--wait=true")

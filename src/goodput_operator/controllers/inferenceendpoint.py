@@ -33,6 +33,7 @@ from goodput_operator.controllers.kube import (
     api_message,
     apply_each,
     log_failures,
+    refusal,
     write_status,
 )
 from goodput_operator.controllers.state import State
@@ -75,10 +76,29 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
                               pin(pod, node, domain)) for pod, node, domain in decided.pin]
     for pinned in await asyncio.gather(*pins):  # pinned pods first: they are placed
         state.upsert_pod(pinned)
-    for created in await asyncio.gather(*(asyncio.to_thread(kube.create, body)
-                                          for body in decided.create)):
+    refused: list[str] = []
+
+    async def create(body: Obj) -> None:
+        try:
+            created = await asyncio.to_thread(kube.create, body)
+        except ApiException as err:
+            words = refusal(err)
+            if words is None:
+                raise
+            refused.append(f"pod {body['metadata']['name']}: {words}")
+            return
         if created is not None:
             state.upsert_pod(created)
+
+    await asyncio.gather(*(create(body) for body in decided.create))
+    if refused:  # said on the endpoint, not a pass that fails every time (retried)
+        if not any(c["type"] == "Ready" and c["reason"] == "PodCreateRefused"
+                   for c in decided.status.get("conditions") or []):  # once, not per pass
+            decided.events.append(Event("Warning", "PodCreateRefused", refused[0]))
+        decided.desired["conditions"] = set_condition(
+            decided.desired.get("conditions") or [], "Ready", False, "PodCreateRefused",
+            f"the API server refused the replicas' pods: {refused[0]}",
+            meta.get("generation"), stamp(time.time()))
     await asyncio.gather(*(asyncio.to_thread(kube.delete_pod, meta["namespace"], name)
                            for name in decided.delete))
     await write_status(kube, PLURAL, ie, decided.status, decided.desired, decided.events)
