@@ -14,6 +14,7 @@ from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec, Infere
 from goodput_operator.autoscaling.algorithm import Decision
 from goodput_operator.decide import EndpointDecision, Scaled, decide, decide_endpoints, trial
 from goodput_operator.decide.endpoint import WriteBudget
+from goodput_operator.decide.types import Refusal
 from goodput_operator.resources import inference as build
 from tests.unit.world import NEURON, NOW, conditions, world
 
@@ -214,3 +215,19 @@ def test_replica_groups_go_only_where_their_pods_fit() -> None:
         [decision] = decide_endpoints(snapshot, [])
     assert {node for _, node, _ in decision.pin} <= {f"us1-n{i}" for i in range(4)}
     assert len(decision.pin) == 2
+
+
+@pytest.mark.parametrize(("refused_at", "creates"), [(NOW - 1, False), (NOW - 3, True)])
+def test_an_endpoint_whose_pods_were_refused_waits_out_its_backoff_without_the_budget(
+        refused_at: float, creates: bool) -> None:
+    """One tenant's refused endpoint must not spend every pass's write budget, which the
+    other endpoints' rollouts share: it tries again only after 2**times seconds."""
+    ie = endpoint(replicas=2)
+    snapshot = world(None, endpoints=[ie], refused={
+        ("ns", "ie"): Refusal(1, "pod ie-0-x-0: forbidden", refused_at)})
+    budget = WriteBudget(256)
+    with trial(snapshot):
+        [decision] = decide_endpoints(snapshot, [], budget)
+    assert bool(decision.create) is creates
+    assert (budget.left == 256) is not creates
+    assert decision.wake_at == (None if creates else refused_at + 2)

@@ -91,7 +91,10 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
             state.upsert_pod(created)
 
     await asyncio.gather(*(create(body) for body in decided.create))
-    if refused:  # said on the endpoint, not a pass that fails every time (retried)
+    if decided.create:  # refused ones back off (Refusal.retry_at), created ones clear it
+        state.note_creates(decided.key, refused[0] if refused else None, time.time())
+    if refused or decided.key in state.refused:  # said on the endpoint until created
+        refused = refused or [state.refused[decided.key].message]
         if not any(c["type"] == "Ready" and c["reason"] == "PodCreateRefused"
                    for c in decided.status.get("conditions") or []):  # once, not per pass
             decided.events.append(Event("Warning", "PodCreateRefused", refused[0]))
@@ -116,6 +119,7 @@ async def reconcile_endpoints(state: State, kube: Kube, clock: float) -> None:
     state.defer_writes(budget.deferred)
     for decision in decisions:  # before any await: reservations hold from now on
         state.reserve(decision.reservations)
+        state.wake_at(decision.wake_at)
         scaled = state.scaled.get(decision.key)
         if decision.scaling_recorded and scaled is not None:
             state.scaled[decision.key] = dataclasses.replace(scaled, written=True)

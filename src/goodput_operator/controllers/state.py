@@ -192,14 +192,15 @@ class State:
                 if key not in self.pods:
                     fleet.release(key)
 
-    def note_creates(self, key: tuple[str, str], refusal: str | None) -> None:
+    def note_creates(self, key: tuple[str, str], refusal: str | None, now: float) -> None:
         """The outcome of a pass's creates for workload KEY: REFUSAL, the API server's
-        words when it refused one for good, counts towards failing it; None clears."""
+        words when it refused one for good, counts towards failing it; None clears. The
+        decisions try again only once its backoff has run out (Refusal.retry_at)."""
         if refusal is None:
             self.refused.pop(key, None)
             return
         times = self.refused[key].times + 1 if key in self.refused else 1
-        self.refused[key] = Refusal(times, refusal)  # the decision retries after a backoff
+        self.refused[key] = Refusal(times, refusal, now)
 
     def report_lock(self, job: tuple[str, str]) -> asyncio.Lock:
         """Reports of one job are applied one at a time (each writes what it read)."""
@@ -349,6 +350,7 @@ class State:
     def remove_endpoint(self, namespace: str, name: str) -> None:
         key = (namespace, name)
         self.endpoints.pop(key, None)
+        self.refused.pop(key, None)
         self.scaled.pop(key, None)
         self.scaling_history.pop(key, None)
         for fleet in self.fleets.values():

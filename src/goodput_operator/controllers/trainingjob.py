@@ -191,7 +191,7 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placem
             if created is not None:
                 state.upsert_pod(created)
         state.note_creates((namespace, job["metadata"]["name"]),
-                           refused[0] if refused else None)
+                           refused[0] if refused else None, time.time())
     if decided.pin and placement:
         hosts = [r["node"] for r in sorted(placement["ranks"], key=lambda r: r["rank"])]
         await call(kube.replace_config_map, build.hostfile(job, hosts, state.report_ca))

@@ -356,8 +356,10 @@ def refuse(result: Attempt, refusal: Refusal, pods: list[Obj], books: Obj, now: 
         return
     result.message = message
     result.conditions.append(ConditionUpdate("WorkersCreated", False, "CreateRefused", message))
-    retry = now + 2.0 ** refusal.times
-    result.wake_at = retry if result.wake_at is None else min(result.wake_at, retry)
+    retry = refusal.retry_at()
+    if now < retry:  # the backoff runs: no creates until then, whatever wakes the pass
+        result.create = []
+        result.wake_at = retry if result.wake_at is None else min(result.wake_at, retry)
 
 
 def _goodput_only(books: Obj) -> Obj:

@@ -63,6 +63,7 @@ class EndpointDecision:
     deferred: int = 0  # pod writes left for the next pass
     limited: bool = False  # scaling is held back (capacity, maxReplicas)
     scaling_recorded: bool = False  # the autoscaler's decision is in this status
+    wake_at: float | None = None  # a refused create's backoff runs out then
 
     @property
     def key(self) -> tuple[str, str]:
@@ -126,6 +127,12 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
         result.delete += [p["metadata"]["name"] for p in decided.groups[index].pods.values()]
         if decided.removal[index] is Removal.RESTART:
             result.events.append(Event("Warning", "GroupRestarted", f"group {index}: {why}"))
+    refusal = snapshot.refused.get((namespace, name))
+    if refusal is not None and snapshot.clock < refusal.retry_at():
+        # the API server refused its pods: no creates, and none of the pass's write budget
+        # (other endpoints' rollouts), until the backoff runs out
+        decided.create, decided.complete = [], []
+        result.wake_at = refusal.retry_at()
     writes = size * (len(decided.create) + len(decided.place)) + sum(
         size - len(decided.groups[i].pods) for i in decided.complete)
     waiting: list[str] = []

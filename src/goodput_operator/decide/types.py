@@ -59,3 +59,7 @@ class Refusal(NamedTuple):
 
     times: int
     message: str  # the API server's words, naming the child
+    at: float = 0.0  # when the last refusal came (the next try waits 2**times s after it)
+
+    def retry_at(self) -> float:
+        return self.at + 2.0 ** self.times
