@@ -45,9 +45,9 @@ from goodput_operator.decide.endpoint import (
     placed_groups,
     request_of,
 )
+from goodput_operator.decide.fit import pod_fit
 from goodput_operator.resources import inference as build
 from goodput_operator.resources.pods import owned, pin
-from goodput_operator.topology.constraints import eligibility
 from goodput_operator.topology.placement import room_for
 
 Obj = dict[str, Any]
@@ -164,8 +164,7 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, now: floa
         placed = placed_groups(owned(state.endpoint_pods.get(key, {}).values(), ie),
                                spec.replica_shape.workers)
         member = build.group_pods(ie, spec, 0, "0", fleet.shape.accelerator_resource)[0]
-        fit = eligibility([state.nodes[n] for n in fleet.nodes if n in state.nodes],
-                          member["spec"])
+        fit = pod_fit(state.nodes, state.fits, fleet, spec.ultra_server_group, member["spec"])
         capacity = placed + room_for(fleet, request_of(spec, *fit),
                                      max(0, spec.scaling.max_replicas - placed))
     history = state.scaling_history.setdefault(key, History())

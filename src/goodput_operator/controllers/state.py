@@ -135,6 +135,9 @@ class State:
         self.scaling_history: dict[tuple[str, str], Any] = {}  # autoscaling.History
         self.prometheus_url = "http://127.0.0.1:9090"
         self.prometheus_allow: list[str] = []  # what else endpoints may name (URL prefixes)
+        # which nodes each pod spec fits, by group and spec (decide.fit): one pass's answers,
+        # shared with the autoscaler; emptied as each pass starts (the nodes may change)
+        self.fits: dict[Any, Any] = {}
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     def snapshot(self, clock: float, with_members: bool = False) -> Snapshot:
@@ -150,7 +153,7 @@ class State:
             blamed=self.blamed, clean_probes=self.clean_probes, probe_runs=self.probe_runs,
             probed_at=self.probed_at, last_sweep=self.last_sweep,
             group_written=self.group_written, progress=self.progress, scaled=self.scaled,
-            refused=self.refused,
+            refused=self.refused, memo=self.fits,
             report_url=self.report_url, write_budget=self.write_budget)
 
     def defer_writes(self, count: int) -> None:

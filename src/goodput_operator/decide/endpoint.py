@@ -179,7 +179,8 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
     if not decided.place:
         return waiting
     member = build.group_pods(result.ie, spec, 0, "0", fleet.shape.accelerator_resource)[0]
-    request = request_of(spec, *pod_fit(snapshot, fleet, group_name, member["spec"]))
+    request = request_of(spec, *pod_fit(snapshot.nodes, snapshot.memo, fleet, group_name,
+                                        member["spec"]))
     for index in decided.place:
         group = decided.groups[index]
         placed = place(fleet, request)

@@ -302,7 +302,8 @@ def request_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Ob
     pod fits as kube-scheduler judges it (node selector, node affinity, taints,
     requests), worked out once per pass for each group and pod spec."""
     pod_spec = build.worker_pod(job, 0, 0, fleet.shape.accelerator_resource, spec=spec)["spec"]
-    eligible, why = pod_fit(snapshot, fleet, spec.ultra_server_group, pod_spec)
+    eligible, why = pod_fit(snapshot.nodes, snapshot.memo, fleet, spec.ultra_server_group,
+                            pod_spec)
     return Request(workers, spec.accelerators_per_worker, spec.topology.unit,
                    spec.topology.policy, eligible, why)
 

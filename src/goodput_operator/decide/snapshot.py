@@ -58,5 +58,5 @@ class Snapshot:
     report_url: str = ""  # where workers report (given to their pods)
     write_budget: int = 256  # pod writes this pass may make; the rest wait for the next
     # what one pass works out once and several decisions read (which nodes a pod spec
-    # fits, by group and spec): filled as the pass goes, gone with the snapshot
+    # fits, by group and spec, decide.fit): filled as the pass goes (State.fits)
     memo: dict[Any, Any] = field(default_factory=dict)

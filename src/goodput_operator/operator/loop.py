@@ -46,6 +46,7 @@ async def one_pass(state: State, kube: Kube) -> None:
     state.wake.clear()
     state.deadline = None
     state.write_budget, state.deferred_writes = PASS_WRITE_BUDGET, 0
+    state.fits.clear()
     started = time.perf_counter()
     await ultraservergroup.reconcile_groups(state, kube, time.time())
     grouped = time.perf_counter()
