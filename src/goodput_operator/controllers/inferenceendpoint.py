@@ -33,7 +33,7 @@ from goodput_operator.controllers.kube import (
     api_message,
     apply_each,
     log_failures,
-    refusal,
+    unless_refused,
     write_status,
 )
 from goodput_operator.controllers.state import State
@@ -79,14 +79,7 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
     refused: list[str] = []
 
     async def create(body: Obj) -> None:
-        try:
-            created = await asyncio.to_thread(kube.create, body)
-        except ApiException as err:
-            words = refusal(err)
-            if words is None:
-                raise
-            refused.append(f"pod {body['metadata']['name']}: {words}")
-            return
+        created = await unless_refused(asyncio.to_thread(kube.create, body), body, refused)
         if created is not None:
             state.upsert_pod(created)
 

@@ -23,6 +23,7 @@ from goodput_operator.decide import Event, Failure
 
 Obj = dict[str, Any]
 D = TypeVar("D")  # a controller's decision for one object
+T = TypeVar("T")  # what a write returns
 log = logging.getLogger("goodput.kube")
 
 
@@ -220,6 +221,20 @@ def refusal(err: ApiException) -> str | None:
     if err.status is None or not 400 <= err.status < 500 or err.status in (409, 429):
         return None
     return api_message(err)
+
+
+async def unless_refused(write: Awaitable[T], body: Obj, refused: list[str]) -> T | None:
+    """WRITE's result, or None when the API server refused BODY for good (its words added
+    to REFUSED, for the object's condition): such a refusal comes back every time, and must
+    not fail the pass of the object, nor of every object applied beside it."""
+    try:
+        return await write
+    except ApiException as err:
+        words = refusal(err)
+        if words is None:
+            raise
+        refused.append(f"{body['kind']} {body['metadata']['name']}: {words}")
+        return None
 
 
 APPLY_CONCURRENCY = 16  # objects whose decisions are applied at once (API-bound)

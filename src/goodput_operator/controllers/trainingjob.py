@@ -10,8 +10,6 @@ import logging
 import time
 from typing import Any, cast
 
-from kubernetes.client.exceptions import ApiException
-
 from goodput_operator import metrics
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.controllers import ultraservergroup
@@ -19,7 +17,7 @@ from goodput_operator.controllers.kube import (
     Kube,
     apply_each,
     log_failures,
-    refusal,
+    unless_refused,
     write_status,
 )
 from goodput_operator.controllers.state import State
@@ -165,19 +163,10 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placem
         async with limit:
             return await asyncio.to_thread(fn, *args)
 
-    refused: list[str] = []
+    refused: list[str] = []  # the decision says so and, in the end, fails the job
 
     async def create(write: Any, body: Obj) -> Obj | None:
-        """Create BODY; a refusal for good is noted (the decision says so and, in the end,
-        fails the job) instead of failing the pass of every job with it."""
-        try:
-            return cast(Obj | None, await call(write, body))
-        except ApiException as err:
-            words = refusal(err)
-            if words is None:
-                raise
-            refused.append(f"{body['kind']} {body['metadata']['name']}: {words}")
-            return None
+        return cast(Obj | None, await unless_refused(call(write, body), body, refused))
 
     if decided.create:
         await create(kube.create, build.service(job))
