@@ -7,10 +7,14 @@ from typing import Any
 
 from goodput_operator import names
 from goodput_operator.resources.pods import child_name
-from goodput_operator.resources.trainingjob import MANAGED_BY, REPORT_CA_FILE
+from goodput_operator.resources.trainingjob import (
+    HOSTFILE_DIR,
+    MANAGED_BY,
+    REPORT_CA_FILE,
+    REPORT_CA_PATH,
+)
 
 Obj = dict[str, Any]
-CA_DIR = "/etc/goodput"
 REPORT_CA_CONFIGMAP = "goodput-report-ca"  # the report channel's CA, in the probe namespace
 
 
@@ -50,10 +54,9 @@ def probe_job(node: str, run: int, namespace: str, image: str, report_url: str,
         {"serviceAccountToken": {"audience": names.REPORT_AUDIENCE, "expirationSeconds": 3600,
                                  "path": mount[1]}}]}}]
     if report_url.startswith("https://"):  # the CA the operator keeps in this namespace
-        container["env"].append({"name": names.ENV_REPORT_CA,
-                                 "value": f"{CA_DIR}/{REPORT_CA_FILE}"})
-        container["volumeMounts"].append({"name": "goodput-report-ca", "mountPath": CA_DIR,
-                                          "readOnly": True})
+        container["env"].append({"name": names.ENV_REPORT_CA, "value": REPORT_CA_PATH})
+        container["volumeMounts"].append({"name": "goodput-report-ca",
+                                          "mountPath": HOSTFILE_DIR, "readOnly": True})
         volumes.append({"name": "goodput-report-ca", "configMap": {
             "name": REPORT_CA_CONFIGMAP, "optional": True}})
     return {

@@ -22,6 +22,7 @@ from goodput_operator.resources.pods import child_name, template_metadata
 MANAGED_BY = {"app.kubernetes.io/managed-by": "goodput-operator"}
 HOSTFILE_DIR = "/etc/goodput"
 REPORT_CA_FILE = "report-ca.crt"  # beside the hostfile: the report channel's CA bundle
+REPORT_CA_PATH = f"{HOSTFILE_DIR}/{REPORT_CA_FILE}"  # where workers and probes find it
 
 Obj = dict[str, Any]
 
@@ -116,7 +117,7 @@ def launcher_env(job: Obj, spec: TrainingJobSpec, index: int, restart: int,
         names.ENV_REPORT_TOKEN: names.REPORT_TOKEN_PATH,
     }
     if report_url.startswith("https://"):  # the operator puts its CA beside the hostfile
-        env[names.ENV_REPORT_CA] = f"{HOSTFILE_DIR}/{REPORT_CA_FILE}"
+        env[names.ENV_REPORT_CA] = REPORT_CA_PATH
     if spec.launcher.type in ("torchrun", "neuron"):
         env |= {
             "MASTER_ADDR": master, "MASTER_PORT": str(spec.launcher.port),
