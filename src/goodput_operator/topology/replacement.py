@@ -81,20 +81,18 @@ def _candidate(fleet: Fleet, rank: RankSlot, request: Request, taken: Counter[st
         return node.healthy and free >= request.accelerators and (
             request.eligible is None or node.name in request.eligible)
 
-    tiers: list[list[Node]] = []
+    places: list[list[Node]] = []  # nearest first: the home domain, its block, the rest
     if home is not None:
-        tiers.append([n for n in home.nodes if n.spare])
-        tiers.append([n for n in home.nodes if not n.spare])
+        places.append(home.nodes)
     if not keep_domains:
         block = [d for d in fleet.ordered_domains() if d.path == home_path and d is not home]
-        tiers.append([n for d in block for n in d.nodes if n.spare])
-        tiers.append([n for d in block for n in d.nodes if not n.spare])
+        places.append([n for d in block for n in d.nodes])
         if not keep_block:
             rest = [d for d in fleet.ordered_domains() if d.path != home_path]
-            tiers.append([n for d in rest for n in d.nodes if n.spare])
-            tiers.append([n for d in rest for n in d.nodes if not n.spare])
-    if spares_only:
-        tiers = tiers[::2]  # the spare tiers
+            places.append([n for d in rest for n in d.nodes])
+    # in each place its spares first, then (unless SPARES_ONLY) its other nodes
+    tiers = [[n for n in nodes if n.spare == spare] for nodes in places
+             for spare in ((True,) if spares_only else (True, False))]
     for tier in tiers:
         # nearest slot first (a replacement next to the failed node keeps rings short),
         # repeat offenders last
