@@ -42,6 +42,7 @@ from bench.harness import operator_sandbox
 from goodput_operator import names
 from goodput_operator.health import quarantine as q
 from goodput_operator.sandbox import cluster, faults
+from goodput_operator.topology.record import ranks_of
 
 NAME = "bench-recovery"
 FLEET = "trn2"
@@ -131,7 +132,7 @@ class Bench:
         return status
 
     def trial(self, restart: int) -> dict[str, float]:
-        ranks = {r["rank"]: r["node"] for r in self.job()["status"]["placement"]["ranks"]}
+        ranks = {r["rank"]: r["node"] for r in ranks_of(self.job()["status"]["placement"])}
         victim = ranks[1]
         t0 = time.monotonic()
         faults.fail_node(self.box, victim)

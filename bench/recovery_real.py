@@ -34,6 +34,7 @@ from bench.harness import operator_sandbox
 from bench.recovery import POLL, Bench, phases
 from goodput_operator.health.quarantine import parse_time
 from goodput_operator.sandbox import faults
+from goodput_operator.topology.record import ranks_of
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "bench-recovery-real"
@@ -67,7 +68,7 @@ class RealBench(Bench):
 
     def trial(self, restart: int) -> dict[str, float]:
         status = self.job()["status"]
-        victim = {r["rank"]: r["node"] for r in status["placement"]["ranks"]}[1]
+        victim = {r["rank"]: r["node"] for r in ranks_of(status["placement"])}[1]
         t0, wall0 = time.monotonic(), time.time()
         faults.fail_node(self.box, victim)
         marks: dict[str, float] = {}

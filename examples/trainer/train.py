@@ -107,6 +107,12 @@ def main() -> int:
     log(f"world {world}, master {master}:{port}, node {node or '?'}, attempt "
         f"{os.environ.get('GOODPUT_RESTART', '0')}")
     wait_for_name(master)
+    hostfile = Path(os.environ.get("GOODPUT_HOSTFILE", "/nonexistent"))
+    if hostfile.exists():  # the names an MPI launcher would reach
+        hosts = [line.split()[0] for line in hostfile.read_text().splitlines() if line]
+        for host in hosts:
+            wait_for_name(host)
+        log(f"hostfile: all {len(hosts)} names resolve")
     dist.init_process_group(args.backend, init_method=f"tcp://{master}:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=120))
 

@@ -109,8 +109,11 @@ CHART_VALUES = {"replicaCount": 0, "probeNamespace": "goodput-probes",
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The RBAC audit reads what every other e2e test made the operator do: it runs last."""
-    items.sort(key=lambda item: item.name.startswith("test_chart_rbac"))
+    """Integration tests run before every e2e test, whatever order the command line named
+    them in: the e2e operator (session-wide, once started) would reconcile their objects.
+    The RBAC audit reads what every other e2e test made the operator do: it runs last."""
+    items.sort(key=lambda item: ("e2e" in item.path.parts,
+                                 item.name.startswith("test_chart_rbac")))
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ import pytest
 
 from goodput_operator import names
 from goodput_operator.sdk import Reporter, ReportError
+from goodput_operator.topology.record import ranks_of
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
     Faults,
@@ -137,7 +138,7 @@ def test_a_hostile_tenant_cannot_stop_another_teams_recovery(
     apply(crds, training_job("victim", group, 3, checkpoint={"dir": "/fsx/victim"}),
           namespace)
     job = wait_phase(crds, namespace, "victim", "Running")
-    before = {r["rank"]: r["node"] for r in job["status"]["placement"]["ranks"]}
+    before = {r["rank"]: r["node"] for r in ranks_of(job["status"]["placement"])}
 
     hostile = f"{namespace[:50]}-evil"
     crds.kubectl("create", "namespace", hostile)
@@ -169,7 +170,7 @@ def test_a_hostile_tenant_cannot_stop_another_teams_recovery(
 
         faults.fail(before[1])                         # the other team's node fails
         job = running_again(crds, namespace, "victim", 1, timeout=60)
-        after = {r["rank"]: r["node"] for r in job["status"]["placement"]["ranks"]}
+        after = {r["rank"]: r["node"] for r in ranks_of(job["status"]["placement"])}
         assert after[0] == before[0] and after[2] == before[2] and after[1] != before[1]
 
         failed = wait_phase(crds, hostile, "priv", "Failed", timeout=90)
@@ -230,7 +231,7 @@ def test_a_tenants_votes_cannot_hold_back_the_quarantine_of_a_failing_node(
     apply(crds, training_job("votes", group, 3, checkpoint={"dir": "/fsx/votes"},
                              sdc={"crossReplicaCheck": True}), namespace)
     job = wait_phase(crds, namespace, "votes", "Running")
-    placed = {r["rank"]: r["node"] for r in job["status"]["placement"]["ranks"]}
+    placed = {r["rank"]: r["node"] for r in ranks_of(job["status"]["placement"])}
     workers = {int(p["metadata"]["labels"][names.RANK_LABEL]):
                Reporter(e2e.report_url, worker_token(crds, namespace, p["metadata"]["name"]),
                         job=f"{namespace}/votes")

@@ -15,6 +15,7 @@ import pytest
 
 from goodput_operator import __version__, names
 from goodput_operator.sandbox import faults, images, operator_image, realnode
+from goodput_operator.topology.record import ranks_of
 from tests import helm
 from tests.conftest import wait_for
 from tests.e2e import incluster
@@ -92,6 +93,7 @@ def test_a_real_job_trains_checkpoints_and_succeeds_with_its_ranks_in_agreement(
         "/shared", str(realnode.SHARED_DIR), 1)), "the committed digest is of what is on disk"
     assert f"checkpoint step {STEPS} committed" in reference["trainer_log"]
     assert f"FINAL step={STEPS}" in reference["trainer_log"]
+    assert "hostfile: all 4 names resolve" in reference["trainer_log"]  # namespace-relative
     # the workers reported to the leader through the reports Service, by its DNS name
     env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
     assert env["GOODPUT_REPORT_URL"] == (f"http://{real.operator.name}-reports."
@@ -128,7 +130,7 @@ def test_silent_corruption_on_a_real_replica_rolls_back_to_the_verified_checkpoi
         incident = job["status"]["incidents"][-1]
         assert incident["cause"] == "SilentDataCorruption" and bad in incident["nodes"]
         assert "rolling back to step 20" in incident["message"], incident["message"]
-        assert bad not in {r["node"] for r in job["status"]["placement"]["ranks"]}
+        assert bad not in {r["node"] for r in ranks_of(job["status"]["placement"])}
         succeeded(real, ns, name)
     finally:
         lift_quarantine(real.cluster, bad)
@@ -149,7 +151,7 @@ def test_a_real_node_failure_resumes_from_the_last_committed_checkpoint_on_the_s
                          .get("checkpoint", {}).get("latest"), timeout=180,
                          what="a first committed checkpoint")
     ranks = {r["rank"]: r["node"] for r in
-             get_job(real.cluster, ns, name)["status"]["placement"]["ranks"]}
+             ranks_of(get_job(real.cluster, ns, name)["status"]["placement"])}
     victim = ranks[2]
     pod = next(p for p in job_pods(real.cluster, ns, name)
                if p["metadata"]["labels"][names.RANK_LABEL] == "2")
@@ -161,7 +163,7 @@ def test_a_real_node_failure_resumes_from_the_last_committed_checkpoint_on_the_s
     try:
         job = wait_for(lambda: _running_at(real, ns, name, 1), timeout=240,
                        what="the gang running again after the node failure")
-        moved = {r["rank"]: r["node"] for r in job["status"]["placement"]["ranks"]}
+        moved = {r["rank"]: r["node"] for r in ranks_of(job["status"]["placement"])}
         assert moved[2] == SPARE and {k: v for k, v in moved.items() if k != 2} == \
             {k: v for k, v in ranks.items() if k != 2}
         incident = job["status"]["incidents"][-1]

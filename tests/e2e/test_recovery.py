@@ -11,6 +11,7 @@ import pytest
 
 from goodput_operator import names
 from goodput_operator.sdk import Reporter, ReportError
+from goodput_operator.topology.record import ranks_of
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
     Faults,
@@ -49,7 +50,7 @@ def group_status(cluster: Cluster, name: str) -> dict[str, Any]:
 
 
 def ranks(job: dict[str, Any]) -> dict[int, str]:
-    return {r["rank"]: r["node"] for r in job["status"]["placement"]["ranks"]}
+    return {r["rank"]: r["node"] for r in ranks_of(job["status"]["placement"])}
 
 
 def running_again(cluster: Cluster, namespace: str, name: str, restarts: int,

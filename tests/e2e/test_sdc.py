@@ -13,6 +13,7 @@ import pytest
 
 from goodput_operator import names
 from goodput_operator.sdk import Reporter, ReportError
+from goodput_operator.topology.record import ranks_of
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
     Faults,
@@ -169,7 +170,7 @@ def test_probe_on_start_lets_workers_go_only_after_their_nodes_pass(
         status = get_job(crds, namespace, "careful").get("status") or {}
         return status if "probing 2 placed node(s)" in status.get("message", "") else None
     status = wait_for(probing, timeout=30, what="careful probing its nodes")
-    nodes = sorted(r["node"] for r in status["placement"]["ranks"])
+    nodes = sorted(r["node"] for r in ranks_of(status["placement"]))
     assert all(p["spec"].get("schedulingGates") for p in job_pods(crds, namespace, "careful"))
     used: set[str] = set()
     for node in nodes:

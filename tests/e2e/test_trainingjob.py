@@ -14,6 +14,7 @@ import pytest
 from goodput_operator import names
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.pods import is_gated, pin
+from goodput_operator.topology.record import nodes_of, to_slices
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
     Operator,
@@ -45,8 +46,7 @@ def test_eight_workers_land_on_two_whole_ultraservers_in_fabric_order(
     nodes = [p["spec"]["nodeName"] for p in pods]
     assert len(set(nodes)) == 8, "one worker per node"
     assert len({labels[n][ULTRASERVER] for n in nodes}) == 2, "2 whole UltraServers"
-    ranks = job["status"]["placement"]["ranks"]
-    assert nodes == [r["node"] for r in sorted(ranks, key=lambda r: r["rank"])]
+    assert nodes == nodes_of(job["status"]["placement"])
     # fabric order: each UltraServer's ranks are contiguous and follow its slots
     domains = [labels[n][ULTRASERVER] for n in nodes]
     assert domains == sorted(domains, key=domains.index), "contiguous per UltraServer"
@@ -59,9 +59,7 @@ def test_eight_workers_land_on_two_whole_ultraservers_in_fabric_order(
     assert env["NEURON_RT_ROOT_COMM_ID"] == f"w0.pretrain.{namespace}.svc:29501"
     hostfile = json.loads(crds.kubectl("get", "configmap", "pretrain-hostfile", "-n", namespace,
                                        "-o", "json").stdout)["data"]
-    assert hostfile["hostfile"].splitlines() == [
-        f"w{i}.pretrain.{namespace}.svc slots=16" for i in range(8)]
-    assert [line.split()[1] for line in hostfile["nodes"].splitlines()] == nodes
+    assert hostfile["hostfile"].splitlines() == [f"w{i}.pretrain slots=16" for i in range(8)]
     assert job["status"]["accelerators"] == 128
     columns = crds.kubectl("get", "tj", "pretrain", "-n", namespace, "--no-headers").stdout
     assert columns.split()[1:5] == ["Running", "8", "8", "128"]
@@ -180,8 +178,8 @@ def test_operator_restart_mid_launch_finishes_the_launch_without_duplicates(
         nodes = trn2_pool(crds)[4:8]  # the second UltraServer
         domain = node_labels(crds)[nodes[0]][ULTRASERVER]
         placement = {"domains": [domain], "reason": "laid down by the test",
-                     "ranks": [{"rank": i, "node": n, "domain": domain}
-                               for i, n in enumerate(nodes)]}
+                     "slices": to_slices({"rank": i, "node": n, "domain": domain}
+                                         for i, n in enumerate(nodes))}
         crds.kubectl("patch", "tj", "interrupted", "-n", namespace, "--subresource", "status",
                      "--type", "merge", "-p", json.dumps(
                          {"status": {"phase": "Placing", "placement": placement}}))

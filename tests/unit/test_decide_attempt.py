@@ -35,8 +35,7 @@ def pod(index: int, restart: int = 0, phase: str = "Pending", gated: bool = True
     return body
 
 
-PLACED = {"placement": {"ranks": [{"rank": 0, "node": "n0", "domain": "d"},
-                                  {"rank": 1, "node": "n1", "domain": "d"}]}}
+PLACED = {"placement": {"slices": [{"firstRank": 0, "domain": "d", "nodes": "n[0-1]"}]}}
 
 
 def test_a_new_job_creates_all_workers_gated_and_asks_for_a_placement() -> None:

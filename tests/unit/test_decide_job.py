@@ -13,6 +13,7 @@ from goodput_operator.api.trainingjob import TrainingJobStatus
 from goodput_operator.decide import JobDecision, Snapshot, decide, decide_jobs, trial
 from goodput_operator.decide.types import Refusal
 from goodput_operator.health.quarantine import iso
+from goodput_operator.topology.record import nodes_of
 from tests.unit.fleets import US
 from tests.unit.world import (
     NOW,
@@ -52,7 +53,7 @@ def outcome(decision: JobDecision) -> dict[str, Any]:
         "pin": [(pod, node) for pod, node, _ in plan.pin] if plan else [],
         "delete": sorted(plan.delete) if plan else [],
         "reserve": [(r.pod_key, r.node) for r in decision.reservations],
-        "ranks": [r["node"] for r in (decision.placement or {}).get("ranks") or []],
+        "ranks": nodes_of(decision.placement),
         "probes": [p.node for p in decision.probes],
         "probe_first": (decision.placement or {}).get("probeFirst", []),
         "wake_at": decision.wake_at,
@@ -276,7 +277,7 @@ def test_a_decision_leaves_the_fleet_as_it_found_it() -> None:
 
 def test_a_job_whose_decision_raises_is_handed_back_and_the_others_go_on() -> None:
     broken = job("broken")
-    broken["status"] = {"placement": {"ranks": [{"node": "no rank"}]}}
+    broken["status"] = {"placement": {"slices": [{"firstRank": 0, "nodes": "n[3-0]"}]}}
     plan = decide(world(None, [broken, job("fine")]))
     assert [f.obj["metadata"]["name"] for f in plan.failures] == ["broken"]
     assert [d.job["metadata"]["name"] for d in plan.jobs] == ["fine"]

@@ -122,11 +122,19 @@ def test_every_container_gets_a_report_token_of_its_own_audience_and_the_url() -
     assert env["GOODPUT_REPORT_TOKEN"] == "/var/run/secrets/goodput.dev/report/token"
 
 
-def test_hostfile_lists_workers_in_rank_order() -> None:
-    config = build.hostfile(job(), ["trn2-00-0", "trn2-00-1", "trn2-01-0", "trn2-01-1"])
-    assert config["data"]["hostfile"].splitlines() == [
-        f"w{i}.llama.team-a.svc slots=16" for i in range(4)]
-    assert config["data"]["nodes"].splitlines()[2] == "2 trn2-01-0"
+def test_hostfile_lists_workers_in_rank_order_by_their_namespace_relative_names() -> None:
+    config = build.hostfile(job(), 4)
+    assert config["data"]["hostfile"].splitlines() == [f"w{i}.llama slots=16" for i in range(4)]
+    assert set(config["data"]) == {"hostfile"}
+
+
+def test_the_largest_gang_s_hostfile_fits_a_config_map_whatever_its_names() -> None:
+    """8192 workers (the cap), a 63-character job name in a 63-character namespace: the
+    API server refuses a ConfigMap over 1 MiB, so the hostfile must stay under it."""
+    big = job()
+    big["metadata"] |= {"name": "j" * 63, "namespace": "n" * 63}
+    data = build.hostfile(big, 8192, report_ca="x" * 8192)["data"]
+    assert sum(len(v.encode()) for v in data.values()) < 1 << 20
 
 
 def test_headless_service() -> None:

@@ -13,6 +13,7 @@ from goodput_operator.decide import Snapshot
 from goodput_operator.health.quarantine import Finding, iso, quarantine_patch
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.topology.model import Fleet, GroupShape
+from goodput_operator.topology.record import to_slices
 from tests.unit.fleets import node
 
 Obj = dict[str, Any]
@@ -99,7 +100,8 @@ def worker(owner: Obj, rank: int, restart: int = 0, node_name: str | None = None
 def placed(*ranks: str, domain: str = "us-0", at: float = NOW - 60) -> Obj:
     """A status.placement of ranks 0.. on these nodes."""
     return {"domains": [domain], "reason": "placed", "placedAt": iso(at),
-            "ranks": [{"rank": i, "node": n, "domain": domain} for i, n in enumerate(ranks)]}
+            "workers": len(ranks), "slices": to_slices(
+                {"rank": i, "node": n, "domain": domain} for i, n in enumerate(ranks))}
 
 
 def world(node_bodies: dict[str, Obj] | None = None, jobs: Iterable[Obj] = (),

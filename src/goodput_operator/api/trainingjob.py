@@ -190,24 +190,31 @@ class TrainingJobSpec(ApiModel):
     """Delete the job this long after it Succeeded or Failed; unset keeps it."""
 
 
-class RankPlacement(ApiModel):
-    """Where one rank runs."""
+class PlacementSlice(ApiModel):
+    """Consecutive ranks in one domain: ranks firstRank, firstRank+1, ... on the nodes the
+    hostlist names, in order."""
 
-    rank: int = Field(ge=0)
-    """Worker rank (NODE_RANK)."""
-    node: str
-    """Node name."""
+    first_rank: int = Field(ge=0, le=8191)
+    """The slice's first rank."""
+    nodes: str = Field(min_length=1)
+    """The nodes of the slice's ranks in rank order, as a hostlist: consecutive names that
+    differ in one number are written once with that number's ranges in brackets
+    (`trn2-us-0007-n[0-3]` for n0, n1, n2, n3), other names are listed, comma separated."""
     domain: str | None = None
-    """Domain of the node."""
+    """The slice's domain."""
 
 
 class Placement(ApiModel):
-    """The gang's placement: domains spanned and ranks in fabric order."""
+    """The gang's placement, compact: the domains spanned and slices of consecutive ranks
+    per domain (not one entry per rank, so that an 8192-worker record stays small)."""
 
     domains: list[str] = Field(default_factory=list)
     """Domains the gang occupies."""
-    ranks: list[RankPlacement] = Field(default_factory=list)
-    """One entry per rank, in rank order."""
+    workers: int | None = Field(default=None, ge=0, le=8192)
+    """Ranks placed (the sum of the slices' lengths)."""
+    slices: list[PlacementSlice] = Field(default_factory=list, max_length=8192)
+    """The ranks in rank order, a slice per run of consecutive ranks in one domain
+    (`goodput_operator.topology.record.ranks_of` reads them back one entry per rank)."""
     reason: str | None = None
     """Why this placement (or why none was possible)."""
     placed_at: datetime | None = None

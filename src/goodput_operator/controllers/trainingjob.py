@@ -28,6 +28,7 @@ from goodput_operator.health.quarantine import parse_time
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.pods import index_of, is_gated, pin, pinned
 from goodput_operator.topology.model import trainingjob_owner
+from goodput_operator.topology.record import ranks_of
 
 Obj = dict[str, Any]
 log = logging.getLogger("goodput.trainingjob")
@@ -42,7 +43,7 @@ def reserve_from_status(state: State, job: Obj) -> None:
     when its deletion is seen (State.remove_job)."""
     status = job.get("status") or {}
     fleet = state.fleets.get(job["spec"].get("ultraServerGroup") or "")
-    ranks = (status.get("placement") or {}).get("ranks") or []
+    ranks = ranks_of(status.get("placement"))
     if fleet is None or not ranks or status.get("phase") in TERMINAL:
         return
     meta = job["metadata"]
@@ -168,12 +169,12 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placem
     async def create(write: Any, body: Obj) -> Obj | None:
         return cast(Obj | None, await unless_refused(call(write, body), body, refused))
 
+    ranks = {r["rank"]: r for r in ranks_of(placement)}
     if decided.create:
         await create(kube.create, build.service(job))
-        ranks = {r["rank"]: r for r in (placement or {}).get("ranks") or []}
         if ranks and not decided.hold:  # placed: create pinned, one write per pod, not two
-            hosts = [r["node"] for r in sorted(ranks.values(), key=lambda r: r["rank"])]
-            await create(kube.replace_config_map, build.hostfile(job, hosts, state.report_ca))
+            await create(kube.replace_config_map,
+                         build.hostfile(job, len(ranks), state.report_ca))
         bodies = [pinned(p, ranks[index_of(p)]["node"], ranks[index_of(p)].get("domain"))
                   if index_of(p) in ranks and not decided.hold else p for p in decided.create]
         for created in await asyncio.gather(*(create(kube.create, p) for p in bodies)):
@@ -182,8 +183,7 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placem
         state.note_creates((namespace, job["metadata"]["name"]),
                            refused[0] if refused else None, time.time())
     if decided.pin and placement:
-        hosts = [r["node"] for r in sorted(placement["ranks"], key=lambda r: r["rank"])]
-        await call(kube.replace_config_map, build.hostfile(job, hosts, state.report_ca))
+        await call(kube.replace_config_map, build.hostfile(job, len(ranks), state.report_ca))
         patches = []
         for pod_name, node, domain in decided.pin:
             patch = pin(observed[pod_name], node, domain)

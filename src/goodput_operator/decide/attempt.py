@@ -35,6 +35,7 @@ from goodput_operator.resources.pods import (
     is_gated,
     is_ready,
 )
+from goodput_operator.topology.record import ranks_of
 
 Obj = dict[str, Any]
 TERMINAL = FINISHED  # a job ends as its pods do
@@ -105,7 +106,7 @@ def attempt(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] |
                                                    "spec.suspend is true")])
 
     placement = status.get("placement") or {}
-    ranks = {r["rank"]: r for r in placement.get("ranks") or []}
+    ranks = {r["rank"]: r for r in ranks_of(placement)}
     current = {index_of(p): p for p in pods if attempt_of(p) == restart}
     stale = [p["metadata"]["name"] for p in pods if attempt_of(p) != restart]
     resumed = [ConditionUpdate("Suspended", False, "Resumed", "")] if phase == "Suspended" else []

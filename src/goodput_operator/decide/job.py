@@ -51,6 +51,7 @@ from goodput_operator.topology.placement import (
     in_rank_order,
     place,
 )
+from goodput_operator.topology.record import nodes_of, ranks_of, to_slices
 from goodput_operator.topology.replacement import Elastic, replace
 
 Obj = dict[str, Any]
@@ -140,14 +141,14 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
             if incident is not None and not incident.get("replacedAt"):
                 desired["incidents"] = badput.replaced(books, clock, incident.get("action")
                                                        or "wait")["incidents"]
-            by_rank = {r["rank"]: r for r in placement["ranks"]}
+            by_rank = {r["rank"]: r for r in ranks_of(placement)}
             decided.pin = [(p["metadata"]["name"], by_rank[index_of(p)]["node"],
                             by_rank[index_of(p)]["domain"]) for p in pods
                            if index_of(p) in by_rank and attempt_of(p) == restart_of(job)
                            and is_gated(p)]
             if spec.sdc.probe_on_start:  # probes first: the workers stay gated
                 decided.hold, decided.pin = True, []
-                decided.probe = sorted({r["node"] for r in placement["ranks"]})
+                decided.probe = sorted({r["node"] for r in by_rank.values()})
         else:
             desired["message"] = update.message
     if decided.restart:
@@ -192,7 +193,7 @@ def _creation(refusal: Refusal | None, decided: Attempt, pods: list[Obj], status
 def _probe_first(placement: Obj, suspects: list[str]) -> str:
     """Mark the nodes of SUSPECTS the restart keeps (an exit code made them suspect) to be
     probed before the gang starts on them; what to add to the message."""
-    kept = sorted({r["node"] for r in placement["ranks"]} & set(suspects))
+    kept = sorted(set(nodes_of(placement)) & set(suspects))
     if not kept:
         return ""
     placement["probeFirst"] = kept
@@ -224,7 +225,7 @@ def lost_nodes(snapshot: Snapshot, fleet: Fleet, job: Obj, pods: list[Obj]) -> d
     """The nodes this job touches (its ranks, its open incident's, its failed pods') that
     it may no longer use: quarantined, gone, or moved out of its group."""
     status = job.get("status") or {}
-    names = {r["node"] for r in (status.get("placement") or {}).get("ranks") or []}
+    names = set(nodes_of(status.get("placement")))
     for incident in (status.get("incidents") or [])[-1:]:
         names.update(incident.get("nodes") or [])
     names.update(p["spec"]["nodeName"] for p in pods if p.get("spec", {}).get("nodeName"))
@@ -313,8 +314,9 @@ def _placement_record(placed: Placement, clock: float) -> Obj:
     ranks = placed.ranks
     domains = placed.domains or tuple(dict.fromkeys(r.domain for r in ranks))
     return {"domains": list(domains), "reason": placed.reason,
-            "placedAt": iso(clock),
-            "ranks": [{"rank": r.rank, "node": r.node, "domain": r.domain} for r in ranks]}
+            "placedAt": iso(clock), "workers": len(ranks),
+            "slices": to_slices({"rank": r.rank, "node": r.node, "domain": r.domain}
+                                    for r in ranks)}
 
 
 def _replacement(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
@@ -322,7 +324,7 @@ def _replacement(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: O
                  ) -> tuple[Obj | None, str, str]:
     """The next attempt's placement: the same one when no node was lost, else failed ranks
     on spares keeping the topology, the whole gang moved, shrunk, or none (wait)."""
-    ranks = (placement or {}).get("ranks") or []
+    ranks = ranks_of(placement)
     if placement is None or not ranks:
         return None, "wait", "no placement yet: placing the gang when it fits"
     if not failed:

@@ -308,8 +308,8 @@ class ReportServer:
         attempt = int((job.get("status") or {}).get("restarts", 0))
         ledger = self.state.ledgers.get(key)
         if ledger is None or ledger.attempt != attempt:
-            workers = len(((job.get("status") or {}).get("placement") or {}).get("ranks")
-                          or []) or spec.workers
+            placement = (job.get("status") or {}).get("placement") or {}
+            workers = int(placement.get("workers") or spec.workers)
             ledger = sdc.Ledger(max(1, workers // spec.sdc.shards), attempt=attempt)
             self.state.ledgers[key] = ledger
         return ledger

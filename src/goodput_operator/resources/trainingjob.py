@@ -11,7 +11,6 @@ placement, which is in fabric order.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
 from typing import Any
 
 from goodput_operator import names
@@ -72,14 +71,17 @@ def service(job: Obj) -> Obj:
     }
 
 
-def hostfile(job: Obj, hosts: Sequence[str], report_ca: str = "") -> Obj:
-    """The hostfile in rank order, MPI style: `<worker dns> slots=<procs>` per line, plus
-    the placed node of each rank for humans and tools; REPORT_CA, the CA bundle the
-    workers check the report channel's TLS against (REPORT_CA_FILE), when served
-    over https."""
+def hostfile(job: Obj, workers: int, report_ca: str = "") -> Obj:
+    """The hostfile of WORKERS ranks in rank order, MPI style: `w<rank>.<service>
+    slots=<procs>` per line. The names are relative to the job's namespace (every pod
+    resolves them through its namespace's search domain), so that an 8192-worker gang's
+    hostfile stays well inside a ConfigMap's 1 MiB whatever its name and namespace; the
+    placed nodes are in status.placement. REPORT_CA, the CA bundle the workers check the
+    report channel's TLS against (REPORT_CA_FILE), when served over https."""
     spec = _spec(job)
     slots = spec.launcher.procs_per_worker or spec.accelerators_per_worker
-    lines = [f"{worker_dns(job, i)} slots={slots}" for i in range(len(hosts))]
+    service = service_name(job["metadata"]["name"])
+    lines = [f"{hostname(i)}.{service} slots={slots}" for i in range(workers)]
     return {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": hostfile_name(job["metadata"]["name"]),
@@ -87,7 +89,6 @@ def hostfile(job: Obj, hosts: Sequence[str], report_ca: str = "") -> Obj:
                      "labels": {**selector(job["metadata"]["name"]), **MANAGED_BY},
                      "ownerReferences": [owner_reference(job)]},
         "data": {"hostfile": "\n".join(lines) + "\n",
-                 "nodes": "\n".join(f"{i} {host}" for i, host in enumerate(hosts)) + "\n",
                  **({REPORT_CA_FILE: report_ca} if report_ca else {})},
     }
 
