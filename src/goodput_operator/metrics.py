@@ -74,6 +74,9 @@ SKIPPED_OBJECTS = Counter(
     "goodput_skipped_objects_total",
     "Objects the operator could not read (e.g. an unparseable resource quantity) and left "
     "out of its fleet model", ["kind"])
+WATCH_RESTARTS = Counter(
+    "goodput_watch_restarts_total",
+    "The operator's own watches (pods) that failed and were started again", ["kind"])
 API_REQUESTS = Counter("goodput_api_requests_total",
                        "Requests the operator sent to the API server (watches not counted)",
                        ["method"])

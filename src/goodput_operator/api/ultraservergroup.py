@@ -217,4 +217,5 @@ class UltraServerGroupStatus(ApiModel):
     )
     """Each domain's health, readiness, free accelerators, quarantine and spares."""
     conditions: list[Condition] = conditions_field()
-    """Ready, Degraded, StormGuard, MisShaped, ProbesScheduled conditions."""
+    """Ready, Degraded, StormGuard, MisShaped, Overlapping (another, older group keeps some
+    of the nodes the selector matches), ProbesScheduled conditions."""

@@ -1,5 +1,6 @@
 """The kopf registrations: watch events feed `State`; a startup handler primes it and starts
-the loops.
+the loops and the operator's own pod watch (operator.podwatch: cluster-wide and slim,
+where kopf would watch only the managed namespaces and keep full bodies).
 
 Every handler is async so that all state changes happen on the event loop thread. No
 handler here is a change-detection handler, so kopf never adds finalizers or annotations
@@ -27,8 +28,9 @@ from goodput_operator.controllers.kube import API_CONNECTIONS, Kube
 from goodput_operator.controllers.state import State
 from goodput_operator.operator import loop
 from goodput_operator.operator.leader import LeaderElection
+from goodput_operator.operator.podwatch import PodWatch
 from goodput_operator.operator.reports import ReportServer
-from goodput_operator.operator.runtime import Health, accept_group, prime, tracked_pod
+from goodput_operator.operator.runtime import Health, accept_group, prime
 from goodput_operator.resources.probe import report_ca_config_map
 
 log = logging.getLogger("goodput.operator")
@@ -58,6 +60,7 @@ _tasks: list[asyncio.Task[None]] = []
 _shutdown: list[asyncio.Task[None]] = []  # the signal's shutdown, once
 _servers: list[ReportServer | Health] = []
 _election: list[LeaderElection] = []
+_watches: list[PodWatch] = []
 
 
 def _plain(body: Any) -> dict[str, Any]:
@@ -99,6 +102,9 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     await _label_own_pod(kube, False)
     if not STATE.primed:
         await prime(STATE, kube, OPTIONS.namespaces)
+    if not _watches:  # pods cluster-wide, from where the initial list left off
+        _watches.append(PodWatch(STATE, kube, asyncio.get_running_loop()))
+        _watches[0].start(STATE.pods_version)
     if OPTIONS.report_port and not any(isinstance(s, ReportServer) for s in _servers):
         await _serve(ReportServer(STATE, kube, leading), OPTIONS.report_port,
                      OPTIONS.report_tls)
@@ -185,6 +191,9 @@ async def shutdown() -> None:
     for election in _election:
         await asyncio.to_thread(election.release)
     _election.clear()
+    for watch in _watches:
+        watch.stop()
+    _watches.clear()
 
 
 @kopf.on.event(GROUP, VERSION, "ultraservergroups")
@@ -201,15 +210,6 @@ async def node_event(type: str, body: kopf.Body, name: str, **_: Any) -> None:
         STATE.remove_node(name)
     else:
         STATE.upsert_node(_plain(body))
-
-
-@kopf.on.event("", "v1", "pods")
-async def pod_event(type: str, body: kopf.Body, **_: Any) -> None:
-    plain = _plain(body)
-    if type == "DELETED":
-        STATE.remove_pod(plain)
-    elif tracked_pod(plain):
-        STATE.upsert_pod(plain)
 
 
 @kopf.on.event(GROUP, VERSION, "trainingjobs")

@@ -10,12 +10,13 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 from goodput_operator import metrics
 from goodput_operator.api.base import GROUP, VERSION
@@ -97,6 +98,24 @@ class Kube:
         if not 200 <= response.status < 300:
             raise ApiException(status=response.status, reason=response.reason)
         return cast(Obj, json.loads(data))
+
+    def watch(self, path: str, query: list[tuple[str, Any]], seconds: int) -> Iterator[Obj]:
+        """The events of a watch on PATH from the query's resourceVersion, for at most
+        SECONDS (the server ends the request then), each as a plain JSON dict. Raises
+        ApiException on an error status."""
+        request = self.api.param_serialize(
+            method="GET", resource_path=path,
+            query_params=[*query, ("watch", "true"), ("timeoutSeconds", seconds)],
+            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+        response = self.api.call_api(*request, _request_timeout=(5.0, seconds + 30.0))
+        try:
+            if not 200 <= response.status < 300:
+                raise ApiException(status=response.status, reason=response.reason)
+            for line in iter_resp_lines(response.response):  # type: ignore[no-untyped-call]
+                if line:
+                    yield cast(Obj, json.loads(line))
+        finally:
+            response.response.release_conn()
 
     def create(self, obj: Obj) -> Obj | None:
         """Create OBJ (Pod, Service, ConfigMap, Job): the stored object, or None if it

@@ -19,6 +19,7 @@ from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.types import Refusal, Reservation
 from goodput_operator.health.quarantine import Finding
 from goodput_operator.health.sdc import Ledger
+from goodput_operator.topology.constraints import pinned_node
 from goodput_operator.topology.model import (
     Fleet,
     GroupShape,
@@ -90,9 +91,13 @@ def slim_pod(body: Obj) -> Obj:
 
 
 def with_reservation(pod: Obj) -> Obj:
-    """A pinned pod that has not bound yet counts on the node it is pinned to."""
-    node = (pod["metadata"].get("annotations") or {}).get(RESERVED_NODE)
-    if node and not pod.get("spec", {}).get("nodeName"):
+    """A pinned pod that has not bound yet counts on the node it is pinned to: ours by the
+    node we pinned it to, any other by its node selector or required node affinity."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return pod
+    node = (pod["metadata"].get("annotations") or {}).get(RESERVED_NODE) or pinned_node(spec)
+    if node:
         return {**pod, "spec": {**pod["spec"], "nodeName": node}}
     return pod
 
@@ -108,6 +113,7 @@ class State:
         self.jobs: dict[tuple[str, str], Obj] = {}
         self.wake = asyncio.Event()
         self.primed = False  # the initial list of every watched kind has landed
+        self.pods_version = ""  # the initial pod list's resourceVersion (the pod watch's start)
         self.last_pass = 0.0  # when the reconcile loop last finished a pass (liveness)
         self.write_budget = PASS_WRITE_BUDGET  # node labels and pod writes left this pass
         self.deferred_writes = 0  # writes pushed to the next pass (logged)
@@ -142,11 +148,13 @@ class State:
 
     def snapshot(self, clock: float, with_members: bool = False) -> Snapshot:
         """What the decisions read (decide.Snapshot): views of these caches, not copies.
-        WITH_MEMBERS: each group's nodes (a scan of every node; the group pass needs it)."""
+        WITH_MEMBERS: each group's nodes and overlaps (a scan of every node; the group pass
+        needs it)."""
+        members, overlaps = self.membership() if with_members else ({}, {})
         return Snapshot(
             clock=clock, nodes=self.nodes, groups=self.groups,
             group_objects=self.group_objects, fleets=self.fleets,
-            members=self.members_by_group() if with_members else {},
+            members=members, overlaps=overlaps,
             jobs=self.ordered_jobs(), job_pods=self.job_pods,
             endpoints=list(self.endpoints.values()), endpoint_pods=self.endpoint_pods,
             seen_unhealthy=self.seen_unhealthy, healthy_since=self.healthy_since,
@@ -241,12 +249,24 @@ class State:
 
     def members_by_group(self) -> dict[str, dict[str, Obj]]:
         """Every group's nodes by name, in one scan of the nodes (not one per group)."""
+        return self.membership()[0]
+
+    def membership(self) -> tuple[dict[str, dict[str, Obj]], dict[str, dict[str, list[str]]]]:
+        """Every group's nodes by name, and the overlaps: for each group, the nodes its
+        selector matches that an older group keeps (by that group), in one scan."""
         found: dict[str, dict[str, Obj]] = {group: {} for group in self.groups}
+        overlaps: dict[str, dict[str, list[str]]] = {}
+        oldest_first = sorted(self.groups, key=lambda g: (
+            self.group_objects[g]["metadata"].get("creationTimestamp", ""), g))
         for name, node in self.nodes.items():
-            group = self.group_of(node["metadata"].get("labels") or {})
-            if group is not None:
-                found[group][name] = node
-        return found
+            labels = node["metadata"].get("labels") or {}
+            selecting = [g for g in oldest_first if matches(self.groups[g].node_selector, labels)]
+            if not selecting:
+                continue
+            found[selecting[0]][name] = node
+            for later in selecting[1:]:
+                overlaps.setdefault(later, {}).setdefault(selecting[0], []).append(name)
+        return found, overlaps
 
     def _rebuild_fleets(self) -> None:
         pods = [with_reservation(p) for p in self.pods.values()]
@@ -315,8 +335,12 @@ class State:
                         "whole number of devices", key)
 
     def remove_pod(self, body: Obj) -> None:
+        """A pod is gone. The watch is cluster-wide: a pod the operator never held (no
+        devices, not ours) changes nothing and wakes nothing."""
         key = pod_key(body)
-        self.pods.pop(key, None)
+        if self.pods.pop(key, None) is None and not any(key in fleet.pods
+                                                         for fleet in self.fleets.values()):
+            return
         self.release_reservation(key)
         labels = body["metadata"].get("labels") or {}
         for label, index in ((names.JOB_LABEL, self.job_pods),

@@ -91,11 +91,14 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
 
     status = dict(body.get("status") or {})
     generation = body["metadata"].get("generation")
+    overlap = overlap_message(snapshot.overlaps.get(name, {}))
     desired = group_status(spec, fleet, status.get("conditions") or [], verdict.storm,
-                           generation, stamp(now), schedule_error)
+                           generation, stamp(now), schedule_error, overlap)
     events = []
     if verdict.storm and not is_true(status.get("conditions") or [], "StormGuard"):
         events.append(Event("Warning", "StormGuard", verdict.storm))
+    if overlap and not is_true(status.get("conditions") or [], "Overlapping"):
+        events.append(Event("Warning", "Overlapping", overlap))
     write, wake = _due(status, desired, now - snapshot.group_written.get(name, 0.0))
     wakes.append(None if wake is None else now + wake)
     return GroupDecision(
@@ -176,6 +179,21 @@ def _shape(status: Obj) -> tuple[object, ...]:
             repr(domains), repr(status.get("conditions")))
 
 
+def overlap_message(overlaps: Mapping[str, list[str]]) -> str:
+    """What the Overlapping condition says: which older groups keep which of the nodes this
+    group's selector matches (a node belongs to one group: the oldest selecting it)."""
+    parts = []
+    for group, nodes in sorted(overlaps.items()):
+        listed = ", ".join(sorted(nodes)[:10]) + (f" and {len(nodes) - 10} more"
+                                                 if len(nodes) > 10 else "")
+        parts.append(f"{len(nodes)} node(s) also selected by the older group '{group}', "
+                     f"which keeps them: {listed}")
+    if not parts:
+        return ""
+    return ("; ".join(parts) + "; this group places nothing on them until the selectors no "
+            "longer overlap")
+
+
 def domain_health(domain: Domain, nodes_per_domain: int) -> str:
     healthy = sum(1 for n in domain.nodes if n.healthy)
     if healthy == 0:
@@ -187,7 +205,7 @@ def domain_health(domain: Domain, nodes_per_domain: int) -> str:
 
 def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj],
                  storm: str | None, generation: int | None, at: str,
-                 schedule_error: str | None = None) -> Obj:
+                 schedule_error: str | None = None, overlap: str = "") -> Obj:
     """The group's status from its fleet model: per domain, totals, health, conditions."""
     domains: list[Obj] = []
     totals: Counter[str] = Counter()
@@ -230,6 +248,9 @@ def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj]
     conditions = set_condition(conditions, "MisShaped", bool(misshaped),
                                "ShapeMismatch" if misshaped else "AsDeclared",
                                "; ".join(misshaped[:20]), generation, at)
+    conditions = set_condition(conditions, "Overlapping", bool(overlap),
+                               "SelectorsOverlap" if overlap else "Disjoint", overlap,
+                               generation, at)
     conditions = set_condition(
         conditions, "ProbesScheduled", bool(spec.probes.schedule) and not schedule_error,
         "InvalidSchedule" if schedule_error else "Scheduled" if spec.probes.schedule

@@ -39,6 +39,8 @@ class Snapshot:
     group_objects: Mapping[str, Obj] = field(default_factory=dict)
     fleets: Mapping[str, Fleet] = field(default_factory=dict)
     members: Mapping[str, Mapping[str, Obj]] = field(default_factory=dict)  # group -> nodes
+    # group -> {the older group that keeps them: nodes both select}
+    overlaps: Mapping[str, Mapping[str, list[str]]] = field(default_factory=dict)
     jobs: Sequence[Obj] = ()  # in the order they are decided: priority, then arrival
     job_pods: Mapping[Key, Mapping[str, Obj]] = field(default_factory=dict)
     endpoints: Sequence[Obj] = ()

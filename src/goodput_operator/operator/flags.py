@@ -30,9 +30,9 @@ class Flag:
 
 FLAGS: tuple[Flag, ...] = (
     Flag("--namespace", "GOODPUT_NAMESPACES", "", "list",
-         "act only on TrainingJobs, InferenceEndpoints and pods in this namespace "
-         "(repeatable; the variable is comma-separated); nodes and UltraServerGroups are "
-         "cluster-wide", shown="every namespace", short="-n"),
+         "act only on TrainingJobs and InferenceEndpoints in this namespace (repeatable; "
+         "the variable is comma-separated); nodes, UltraServerGroups and the pods that hold "
+         "devices are watched cluster-wide", shown="every namespace", short="-n"),
     Flag("--health-port", "GOODPUT_HEALTH_PORT", "8080", "int",
          "port of /healthz (liveness) and /readyz (readiness); 0: off"),
     Flag("--metrics-port", "GOODPUT_METRICS_PORT", "9090", "int",

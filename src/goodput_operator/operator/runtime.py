@@ -25,10 +25,11 @@ from pydantic import ValidationError
 from goodput_operator import names
 from goodput_operator.api.base import GROUP, VERSION, describe_errors
 from goodput_operator.controllers.kube import Kube, Obj
-from goodput_operator.controllers.state import State
+from goodput_operator.controllers.state import State, slim_pod
 
 log = logging.getLogger("goodput.runtime")
 PAGE = 500  # objects per list request: bounded memory per response on large fleets
+PODS = "/api/v1/pods"
 
 
 def _libc_trim() -> Callable[[int], object] | None:
@@ -69,14 +70,17 @@ def accept_group(state: State, body: Obj) -> None:
                   describe_errors(err))
 
 
-def pages(kube: Kube, path: str) -> Iterator[list[Obj]]:
+def pages(kube: Kube, path: str, listed: Obj | None = None) -> Iterator[list[Obj]]:
     """The objects at the API PATH (a list URL), one page at a time, as plain JSON dicts:
-    a caller that keeps only what it needs never holds the whole list at once."""
+    a caller that keeps only what it needs never holds the whole list at once. LISTED, when
+    given, gets the list's resourceVersion (one consistent snapshot across the pages)."""
     token = ""
     while True:
         query: list[tuple[str, Any]] = [("limit", PAGE)] + ([("continue", token)] if token
                                                             else [])
         page = kube.get_json(path, query)
+        if listed is not None and "resourceVersion" not in listed:
+            listed["resourceVersion"] = (page.get("metadata") or {}).get("resourceVersion", "")
         kind = page.get("kind", "List").removesuffix("List")
         items = page.get("items") or []
         for item in items:
@@ -87,11 +91,20 @@ def pages(kube: Kube, path: str) -> Iterator[list[Obj]]:
             return
 
 
-def _paths(plural: str, namespaces: list[str] | None, core: bool = False) -> list[str]:
-    base = "/api/v1" if core else f"/apis/{GROUP}/{VERSION}"
+def _paths(plural: str, namespaces: list[str] | None) -> list[str]:
+    base = f"/apis/{GROUP}/{VERSION}"
     if not namespaces:
         return [f"{base}/{plural}"]
     return [f"{base}/namespaces/{ns}/{plural}" for ns in namespaces]
+
+
+def tracked_pods(kube: Kube) -> tuple[list[Obj], str]:
+    """Every tracked pod of the cluster, slim, and the list's resourceVersion (the pod
+    watch lists again with this when its place expired)."""
+    listed: Obj = {}
+    found = [slim_pod(pod) for page in pages(kube, PODS, listed) for pod in page
+             if tracked_pod(pod)]
+    return found, listed.get("resourceVersion", "")
 
 
 async def prime(state: State, kube: Kube, namespaces: list[str] | None = None) -> None:
@@ -99,8 +112,8 @@ async def prime(state: State, kube: Kube, namespaces: list[str] | None = None) -
     watches, so that its first pass sees the whole cluster."""
     started = time.perf_counter()
 
-    async def each(path: str) -> AsyncIterator[Obj]:
-        listing = pages(kube, path)
+    async def each(path: str, listed: Obj | None = None) -> AsyncIterator[Obj]:
+        listing = pages(kube, path, listed)
         while (page := await asyncio.to_thread(next, listing, None)) is not None:
             for item in page:
                 yield item
@@ -110,11 +123,11 @@ async def prime(state: State, kube: Kube, namespaces: list[str] | None = None) -
     async for node in each("/api/v1/nodes"):
         state.upsert_node(node)
     counts = {"pods": 0, "trainingjobs": 0, "inferenceendpoints": 0}
-    for path in _paths("pods", namespaces, core=True):
-        async for pod in each(path):
-            if tracked_pod(pod):
-                state.upsert_pod(pod)
-                counts["pods"] += 1
+    listed: Obj = {}
+    async for pod in each(PODS, listed):  # every namespace: usage is cluster-wide
+        if tracked_pod(pod):
+            state.upsert_pod(pod)
+            counts["pods"] += 1
     for plural, upsert in (("trainingjobs", state.upsert_job),
                            ("inferenceendpoints", state.upsert_endpoint)):
         for path in _paths(plural, namespaces):
@@ -122,6 +135,7 @@ async def prime(state: State, kube: Kube, namespaces: list[str] | None = None) -
                 upsert(obj)
                 counts[plural] += 1
     state.primed = True
+    state.pods_version = listed.get("resourceVersion", "")
     log.info("initial sync: %d groups, %d nodes, %d pods, %d jobs, %d endpoints in %.1fs",
              len(state.groups), len(state.nodes), counts["pods"], counts["trainingjobs"],
              counts["inferenceendpoints"], time.perf_counter() - started)

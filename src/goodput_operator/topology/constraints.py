@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from goodput_operator import names
+from goodput_operator.api.base import HOSTNAME_LABEL
 from goodput_operator.topology.model import QuantityError, parse_quantity
 
 Obj = Mapping[str, Any]
@@ -43,6 +44,32 @@ def pod_requests(pod_spec: Obj) -> dict[str, Fraction]:
         for key, value in of(container).items():
             total[key] = max(total.get(key, Fraction(0)), value)
     return total
+
+
+def _term_node(term: Obj) -> str | None:
+    """The one node a node selector term names, by metadata.name (matchFields, as the
+    DaemonSet controller writes it) or by hostname In [one value]; else None."""
+    named = [e for e in [*(term.get("matchFields") or []), *(term.get("matchExpressions")
+                                                                or [])]
+             if e.get("key") in ("metadata.name", HOSTNAME_LABEL) and e.get("operator") == "In"
+             and len(e.get("values") or []) == 1]
+    nodes = {e["values"][0] for e in named}
+    return nodes.pop() if len(nodes) == 1 else None
+
+
+def pinned_node(pod_spec: Obj) -> str | None:
+    """The one node a pod that has not bound can only go to (a foreign pod pinned there
+    holds that node's devices as surely as a bound one): spec.nodeSelector's hostname, or a
+    required node affinity whose every term names the same single node. The hostname label
+    is taken to be the node's name, as the kubelet sets it."""
+    by_selector = (pod_spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL)
+    if by_selector:
+        return str(by_selector)
+    terms = ((((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+              .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+             .get("nodeSelectorTerms") or [])
+    nodes = {_term_node(term) for term in terms}
+    return nodes.pop() if len(nodes) == 1 and None not in nodes else None
 
 
 def _matches(expression: Obj, labels: Mapping[str, str]) -> bool:

@@ -187,6 +187,12 @@ def endpoint_owner(namespace: str, name: str) -> str:
     return f"ie/{namespace}/{name}"
 
 
+def is_foreign(owner: str) -> bool:
+    """Usage the operator did not place: a pod of a user's own (plain, a Job's, a
+    DaemonSet's), not a TrainingJob's or InferenceEndpoint's (nor a scratch trial's)."""
+    return not owner.startswith(("tj/", "ie/", "scratch/"))
+
+
 def pod_owner(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata", {})
     labels = meta.get("labels") or {}

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from goodput_operator.topology.model import Domain, Fleet, Node, natural_key
+from goodput_operator.topology.model import Domain, Fleet, Node, is_foreign, natural_key
 
 Unit = Literal["node", "domain", "block"]
 Policy = Literal["required", "preferred"]
@@ -337,6 +337,10 @@ def explain_shortage(fleet: Fleet, request: Request, min_domains: int) -> str:
     if partial:
         parts.append(f"{sum(partial.values())} partially used by {_owners(partial)} "
                      f"(room for {partial_room} there)")
+    foreign = foreign_usage(fleet)
+    if foreign:
+        parts.append(f"pods outside the operator hold devices ({'; '.join(foreign[:3])}"
+                     f"{f'; and {len(foreign) - 3} more' if len(foreign) > 3 else ''})")
     limits = ""
     if request.eligible is not None:
         limits = (f"; the pod fits only {len(request.eligible)} of the group's "
@@ -344,6 +348,14 @@ def explain_shortage(fleet: Fleet, request: Request, min_domains: int) -> str:
                                                  if request.ineligible else ""))
     return (f"{need}; of {total_domains} {noun}s: {', '.join(parts)}; room for "
             f"{free_workers} such workers in all{limits}")
+
+
+def foreign_usage(fleet: Fleet) -> list[str]:
+    """'node X: 8 of 16 held by pod ns/p' for each pod the operator did not place (a
+    user's plain pod, a Job's, a DaemonSet's) that holds devices on the group's nodes."""
+    return [f"node {node.name}: {use.accelerators} of {node.capacity} held by pod {key}"
+            for node in sorted(fleet.nodes.values(), key=lambda n: n.name)
+            for key, use in sorted(node.pods.items()) if is_foreign(use.owner)]
 
 
 def _owners(counts: Counter[str]) -> str:

@@ -1,0 +1,91 @@
+"""The operator's own pod watch against a real API server: cluster-wide, tracked pods only,
+deletions seen, and an expired place listed again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+from goodput_operator.controllers.kube import Kube
+from goodput_operator.controllers.state import State
+from goodput_operator.operator.podwatch import PodWatch
+from goodput_operator.operator.runtime import prime
+from tests.conftest import Cluster
+
+
+def device_pod(name: str, devices: int = 0) -> dict[str, Any]:
+    resources = {"requests": {"example.com/device": str(devices)},
+                 "limits": {"example.com/device": str(devices)}} if devices else {}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": "no-such-node", "containers": [
+                {"name": "c", "image": "registry.invalid/none", "resources": resources}]}}
+
+
+async def until(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def kube_for(cluster: Cluster) -> Kube:
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    assert isinstance(api, client.ApiClient)
+    return Kube(api)
+
+
+def test_pods_of_every_namespace_are_followed_from_the_initial_list(
+        crds: Cluster, namespace: str) -> None:
+    """Managed namespaces or not: a device pod anywhere counts; a pod without devices is
+    not kept; a deletion is seen."""
+    async def scenario() -> None:
+        state, kube = State(), kube_for(crds)
+        await prime(state, kube, namespaces=["some-other-namespace"])
+        watch = PodWatch(state, kube, asyncio.get_running_loop())
+        watch.start(state.pods_version)
+        try:
+            for pod in (device_pod("holds-two", 2), device_pod("holds-none")):
+                crds.kubectl("apply", "-n", namespace, "-f", "-", input_text=json.dumps(pod))
+            await until(lambda: f"{namespace}/holds-two" in state.pods, "the device pod")
+            assert f"{namespace}/holds-none" not in state.pods
+            crds.kubectl("delete", "pod", "holds-two", "-n", namespace, "--wait=false",
+                            "--grace-period=0", "--force")
+            await until(lambda: f"{namespace}/holds-two" not in state.pods, "its deletion")
+        finally:
+            watch.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_relist_drops_what_is_gone_and_keeps_the_rest(
+        crds: Cluster, namespace: str) -> None:
+    """What an expired place (410 Gone) leads to: every pod listed again; a pod the state
+    held that is gone leaves, the others stay, and the watch goes on from the new list."""
+    async def scenario() -> None:
+        crds.kubectl("apply", "-n", namespace, "-f", "-",
+                     input_text=json.dumps(device_pod("still-here", 1)))
+        state, kube = State(), kube_for(crds)
+        await prime(state, kube)
+        assert f"{namespace}/still-here" in state.pods
+        phantom = {**device_pod("phantom", 1), "metadata": {
+            "name": "phantom", "namespace": namespace, "resourceVersion": "1"}}
+        state.upsert_pod(phantom)
+        watch = PodWatch(state, kube, asyncio.get_running_loop())
+        await asyncio.to_thread(watch.relist)
+        assert f"{namespace}/phantom" not in state.pods
+        assert f"{namespace}/still-here" in state.pods
+        assert int(watch.resource_version) >= int(state.pods_version)
+        watch.start(watch.resource_version)
+        try:  # and it follows from there
+            crds.kubectl("apply", "-n", namespace, "-f", "-",
+                         input_text=json.dumps(device_pod("after", 1)))
+            await until(lambda: f"{namespace}/after" in state.pods, "a pod after the relist")
+        finally:
+            watch.stop()
+
+    asyncio.run(scenario())

@@ -1,0 +1,187 @@
+"""One truth for accelerator capacity: every pod holding devices on a group's node counts,
+in any namespace, whoever made it; a node belongs to one group; and one pass's decisions in
+every group never book the same accelerators twice."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from goodput_operator.controllers.state import State
+from goodput_operator.decide import Failure, decide_jobs, trial
+from goodput_operator.decide.group import decide_group
+from goodput_operator.health.quarantine import iso
+from goodput_operator.topology.constraints import pinned_node
+from goodput_operator.topology.placement import Request, explain_shortage
+from tests.unit.fleets import node, trn2
+from tests.unit.world import NEURON, NOW, group_spec, job
+
+pytestmark = pytest.mark.unit
+Obj = dict[str, Any]
+HOST = "kubernetes.io/hostname"
+
+
+def affinity(*terms: Obj) -> Obj:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": list(terms)}}}
+
+
+@pytest.mark.parametrize(("case", "spec", "node_name"), [
+    ("bound pods are not 'pinned'", {}, None),
+    ("a hostname node selector", {"nodeSelector": {HOST: "n1"}}, "n1"),
+    ("a DaemonSet pod's matchFields", {"affinity": affinity(
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]})}, "n2"),
+    ("hostname In [one]", {"affinity": affinity({"matchExpressions": [
+        {"key": HOST, "operator": "In", "values": ["n3"]}]})}, "n3"),
+    ("every term names the same node", {"affinity": affinity(
+        {"matchExpressions": [{"key": HOST, "operator": "In", "values": ["n3"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n3"]}]})}, "n3"),
+    ("terms naming two nodes pin nothing", {"affinity": affinity(
+        {"matchExpressions": [{"key": HOST, "operator": "In", "values": ["n3"]}]},
+        {"matchExpressions": [{"key": HOST, "operator": "In", "values": ["n4"]}]})}, None),
+    ("a term without a node pins nothing", {"affinity": affinity(
+        {"matchExpressions": [{"key": HOST, "operator": "In", "values": ["n3"]}]},
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]})}, None),
+    ("two hostnames pin nothing", {"affinity": affinity({"matchExpressions": [
+        {"key": HOST, "operator": "In", "values": ["n3", "n4"]}]})}, None),
+    ("NotIn pins nothing", {"affinity": affinity({"matchExpressions": [
+        {"key": HOST, "operator": "NotIn", "values": ["n3"]}]})}, None),
+])
+def test_a_pod_not_yet_bound_is_pinned_to_the_one_node_it_names(case: str, spec: Obj,
+                                                                node_name: str | None) -> None:
+    assert pinned_node(spec) == node_name, case
+
+
+def foreign_pod(name: str, namespace: str, devices: int, node_name: str | None = None,
+                pinned: str | None = None) -> Obj:
+    spec: Obj = {"containers": [{"name": "c", "resources": {"limits": {NEURON: str(devices)}}}]}
+    if node_name:
+        spec["nodeName"] = node_name
+    if pinned:
+        spec["nodeSelector"] = {HOST: pinned}
+    return {"metadata": {"name": name, "namespace": namespace, "resourceVersion": "1"},
+            "spec": spec, "status": {"phase": "Pending" if pinned else "Running"}}
+
+
+def group_body(name: str, selector: dict[str, str], created: float) -> Obj:
+    spec = group_spec(nodeSelector=selector)
+    return {"metadata": {"name": name, "generation": 1, "creationTimestamp": iso(created)},
+            "spec": spec.model_dump(by_alias=True)}
+
+
+def test_a_foreign_pod_bound_or_pinned_in_any_namespace_counts_and_is_named() -> None:
+    fleet = trn2(1)
+    fleet.observe_pod(foreign_pod("hog", "team-b", 8, node_name="us0-n1"))
+    fleet.observe_pod(foreign_pod("daemon", "kube-system", 16, node_name="us0-n2"))
+    assert [n.used for n in fleet.domains["us-0"].nodes] == [0, 8, 16, 0]
+    why = explain_shortage(fleet, Request(4, 16), 1)
+    assert "node us0-n1: 8 of 16 held by pod team-b/hog" in why
+    assert "node us0-n2: 16 of 16 held by pod kube-system/daemon" in why
+
+
+def test_overlapping_groups_the_older_keeps_the_nodes_and_the_later_says_so() -> None:
+    state = State()
+    state.upsert_group(group_body("older", {"pool": "trn2"}, NOW - 100))
+    state.upsert_group(group_body("later", {"rack": "r0"}, NOW - 50))
+    for d in range(2):
+        for s in range(4):
+            labels = {"pool": "trn2", **({"rack": "r0"} if d == 0 else {})}
+            state.upsert_node(node(f"us{d}-n{s}", f"us-{d}", labels=labels))
+    assert sorted(state.fleets["older"].nodes) == [f"us{d}-n{s}" for d in range(2)
+                                                   for s in range(4)]
+    assert not state.fleets["later"].nodes
+    later = decide_group(state.snapshot(NOW, with_members=True), "later")
+    overlapping = next(c for c in later.desired["conditions"] if c["type"] == "Overlapping")
+    assert (overlapping["status"], overlapping["reason"]) == ("True", "SelectorsOverlap")
+    assert "4 node(s) also selected by the older group 'older'" in overlapping["message"]
+    assert "us0-n0, us0-n1, us0-n2, us0-n3" in overlapping["message"]
+    assert [e.reason for e in later.events] == ["Overlapping"]
+    older = decide_group(state.snapshot(NOW, with_members=True), "older")
+    assert next(c for c in older.desired["conditions"]
+                if c["type"] == "Overlapping")["status"] == "False"
+
+
+# ---- the property: no accelerator is ever booked twice -----------------------------------
+
+SELECTORS = [{"pool": "a"}, {"pool": "b"}, {"zone": "z0"}, {"zone": "z1"}, {"fabric": "trn2"}]
+
+
+@st.composite
+def layouts(draw: st.DrawFn) -> tuple[list[Obj], list[Obj], list[Obj], list[Obj]]:
+    """Nodes in 4 UltraServers (each in a pool and a zone), 1-3 groups whose selectors may
+    overlap, foreign pods bound or pinned in any namespace, and jobs in any group."""
+    nodes = []
+    for d in range(4):
+        labels = {"pool": draw(st.sampled_from("ab")), "zone": draw(st.sampled_from(
+            ["z0", "z1"])), "fabric": "trn2"}
+        nodes += [node(f"us{d}-n{s}", f"us-{d}", labels=labels) for s in range(4)]
+    count = draw(st.integers(1, 3))
+    selectors = draw(st.lists(st.sampled_from(SELECTORS), min_size=count, max_size=count))
+    groups = [group_body(f"g{i}", selector, NOW - 1000 + draw(st.integers(0, 100)))
+              for i, selector in enumerate(selectors)]
+    free = {n["metadata"]["name"]: 16 for n in nodes}
+    pods = []
+    for i in range(draw(st.integers(0, 8))):
+        where = draw(st.sampled_from(sorted(free)))
+        if free[where] == 0:
+            continue
+        devices = draw(st.integers(1, free[where]))
+        free[where] -= devices
+        bound = draw(st.booleans())
+        pods.append(foreign_pod(f"p{i}", draw(st.sampled_from(["team-a", "team-b", "ops"])),
+                                devices, node_name=where if bound else None,
+                                pinned=None if bound else where))
+    jobs = []
+    for i in range(draw(st.integers(1, 5))):
+        body = job(f"j{i}", ultraServerGroup=f"g{draw(st.integers(0, count - 1))}",
+                   workers=draw(st.integers(1, 4)),
+                   acceleratorsPerWorker=draw(st.sampled_from([4, 8, 16])),
+                   topology={"unit": draw(st.sampled_from(["node", "domain"])),
+                             "policy": "preferred"})
+        body["metadata"]["namespace"] = draw(st.sampled_from(["team-a", "team-b"]))
+        body["metadata"]["creationTimestamp"] = iso(NOW - 30 + i)
+        jobs.append(body)
+    return nodes, groups, pods, jobs
+
+
+@settings(max_examples=150, deadline=None)
+@given(layouts())
+def test_no_accelerator_is_ever_booked_twice(layout: tuple[list[Obj], list[Obj], list[Obj],
+                                                           list[Obj]]) -> None:
+    nodes, groups, pods, jobs = layout
+    state = State()
+    for body in groups:
+        state.upsert_group(body)
+    for body in nodes:
+        state.upsert_node(body)
+    for body in pods:
+        state.upsert_pod(body)
+    for body in jobs:
+        state.upsert_job(body)
+    for _ in range(2):  # a second pass sees the first one's reservations
+        snapshot = state.snapshot(NOW)
+        failures: list[Failure] = []
+        with trial(snapshot):
+            decisions = decide_jobs(snapshot, failures)
+        assert not failures
+        for decision in decisions:
+            state.reserve(decision.reservations)
+    held: Counter[str] = Counter()
+    homes: Counter[str] = Counter()
+    for fleet in state.fleets.values():
+        for name, fleet_node in fleet.nodes.items():
+            homes[name] += 1
+            held[name] += fleet_node.used
+            assert fleet_node.used == sum(u.accelerators for u in fleet_node.pods.values())
+    assert all(count == 1 for count in homes.values()), "a node in two groups"
+    assert all(used <= 16 for used in held.values()), held
+    for pod in pods:  # every foreign pod counts on its node, whichever group has it
+        name = pod["spec"].get("nodeName") or pod["spec"]["nodeSelector"][HOST]
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+        if homes[name]:
+            assert any(key in fleet.nodes[name].pods for fleet in state.fleets.values()
+                       if name in fleet.nodes)

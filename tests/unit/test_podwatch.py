@@ -1,0 +1,57 @@
+"""The pod watch's handling of one event: its place moves on, tracked pods reach the state,
+and an expired place (410) asks for a new list."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from goodput_operator.controllers.state import State
+from goodput_operator.operator.podwatch import Expired, PodWatch
+
+pytestmark = pytest.mark.unit
+
+
+def pod(name: str, version: str, devices: int = 0) -> dict[str, Any]:
+    quantity = {"example.com/device": str(devices)}
+    resources = {"requests": quantity, "limits": quantity} if devices else {}
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": version},
+            "spec": {"containers": [{"name": "c", "resources": resources}]}}
+
+
+def watched() -> tuple[PodWatch, State, asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    state = State()
+    return PodWatch(state, None, loop), state, loop  # type: ignore[arg-type]
+
+
+def test_tracked_pods_reach_the_state_and_untracked_ones_do_not() -> None:
+    watch, state, loop = watched()
+    try:
+        watch.apply({"type": "ADDED", "object": pod("gpu", "10", devices=1)})
+        watch.apply({"type": "ADDED", "object": pod("web", "11")})
+        watch.apply({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "12"}}})
+        loop.run_until_complete(asyncio.sleep(0))  # the handed-over changes run
+        assert list(state.pods) == ["ns/gpu"]
+        assert watch.resource_version == "12"
+        watch.apply({"type": "DELETED", "object": pod("gpu", "13", devices=1)})
+        loop.run_until_complete(asyncio.sleep(0))
+        assert not state.pods and watch.resource_version == "13"
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize(("event", "error"), [
+    ({"type": "ERROR", "object": {"code": 410, "message": "too old resource version"}},
+     Expired),
+    ({"type": "ERROR", "object": {"code": 500, "message": "internal"}}, RuntimeError),
+])
+def test_an_error_event_ends_the_request(event: dict[str, Any], error: type) -> None:
+    watch, _, loop = watched()
+    try:
+        with pytest.raises(error):
+            watch.apply(event)
+    finally:
+        loop.close()
