@@ -52,7 +52,7 @@ until kubectl get tj -n demo $JOB -o jsonpath='{.status.checkpoint.latest.step}'
   sleep 1
 done
 kubectl get tj -n demo $JOB -o wide
-victim=$(kubectl get tj -n demo $JOB -o jsonpath='{.status.placement.ranks[2].node}')
+victim=$($BIN/goodput placement -n demo $JOB --rank 2)
 step=$(kubectl get tj -n demo $JOB -o jsonpath='{.status.checkpoint.latest.step}')
 echo
 echo "== Checkpoint $step committed; $victim (rank 2) loses its kubelet: waiting for NotReady (~50 s)"

@@ -48,7 +48,7 @@ kubectl get tj -n demo -o wide
 echo
 
 JOB=llama-8b-pretrain
-victim=$(kubectl get tj -n demo $JOB -o jsonpath='{.status.placement.ranks[1].node}')
+victim=$($BIN/goodput placement -n demo $JOB --rank 1)
 echo "== A node fails: $victim (rank 1 of $JOB) — quarantine, spare, restart"
 $BIN/goodput sandbox fail-node --name "$NAME" "$victim" --reason NeuronDeviceError >/dev/null
 kubectl wait -n demo tj/$JOB --for=jsonpath='{.status.restarts}'=1 --timeout=60s >/dev/null

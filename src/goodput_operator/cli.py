@@ -125,7 +125,48 @@ def parser() -> argparse.ArgumentParser:
                        help="where the probe reports (the operator's --report-url)")
     for action in (hold, free, probe):
         action.add_argument("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config")
+    placement = sub.add_parser(
+        "placement", help="a TrainingJob's ranks, one line each: rank, node, domain",
+        description="Reads status.placement (slices of consecutive ranks per domain, nodes as "
+                    "hostlists) and prints it one rank per line.")
+    placement.add_argument("job")
+    placement.add_argument("--namespace", "-n", default="default")
+    placement.add_argument("--rank", type=int, help="print only this rank's node")
+    placement.add_argument("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config")
     return root
+
+
+def placement_lines(placement: dict[str, Any] | None, rank: int | None = None) -> list[str]:
+    """The placement record one rank per line (`rank node domain`), or RANK's node alone."""
+    from goodput_operator.topology.record import ranks_of
+
+    ranks = ranks_of(placement)
+    if rank is not None:
+        return [r["node"] for r in ranks if r["rank"] == rank]
+    return [f"{r['rank']} {r['node']} {r.get('domain') or '-'}" for r in ranks]
+
+
+def _run_placement(args: argparse.Namespace) -> int:
+    from kubernetes import config
+    from kubernetes.client.exceptions import ApiException
+
+    from goodput_operator.controllers.kube import Kube
+
+    kube = Kube(config.new_client_from_config(config_file=args.kubeconfig))  # type: ignore[no-untyped-call]
+    try:
+        job = kube.get_json(f"/apis/goodput.dev/v1alpha1/namespaces/{args.namespace}/"
+                            f"trainingjobs/{args.job}")
+    except ApiException as err:
+        print(f"error: trainingjob {args.namespace}/{args.job}: "
+              f"{'not found' if err.status == 404 else err.reason}", file=sys.stderr)
+        return 1
+    lines = placement_lines((job.get("status") or {}).get("placement"), args.rank)
+    if not lines:
+        print(f"error: trainingjob {args.namespace}/{args.job} has no placement"
+              + (f" for rank {args.rank}" if args.rank is not None else ""), file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    return 0
 
 
 def _start_probe(kube: Any, node: dict[str, Any], args: argparse.Namespace) -> int:
@@ -337,6 +378,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_topology(args)
         if args.command == "node":
             return _run_node(args)
+        if args.command == "placement":
+            return _run_placement(args)
     except (cluster.SandboxError, fleet.FleetError, build.BuildError, realnode.RealNodeError,
             images.ImageError, hostnet.HostError, procs.ProcessError) as err:
         # one line that says why, no trace

@@ -102,3 +102,13 @@ def test_the_largest_gang_s_record_is_small(nodes_per_domain: int, name: str,
     assert size * times_smaller < per_rank
     assert size < 200_000
     assert ranks_of(record) == ranks
+
+
+def test_the_cli_prints_one_rank_per_line_or_one_rank_s_node() -> None:
+    from goodput_operator.cli import placement_lines
+
+    record = {"slices": [{"firstRank": 0, "domain": "us-a", "nodes": "trn2-00-[0-1]"},
+                         {"firstRank": 2, "nodes": "spare-7"}]}
+    assert placement_lines(record) == ["0 trn2-00-0 us-a", "1 trn2-00-1 us-a", "2 spare-7 -"]
+    assert placement_lines(record, rank=1) == ["trn2-00-1"]
+    assert placement_lines(None) == [] and placement_lines(record, rank=9) == []
