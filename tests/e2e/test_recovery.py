@@ -151,7 +151,8 @@ def test_two_failures_move_the_gang_and_a_job_with_no_placement_left_waits_for_a
         e2e: Operator, crds: Cluster, namespace: str, make_group: Any, faults: Faults) -> None:
     group = make_group(spares={"perDomain": 1},
                        quarantine={"maxUnavailable": "50%", "releaseAfterHealthySeconds": 1})
-    apply(crds, training_job("llama", group, 3), namespace)
+    # maxRestarts 1: three node failures are the platform's, paid by the other budget
+    apply(crds, training_job("llama", group, 3, failurePolicy={"maxRestarts": 1}), namespace)
     job = wait_phase(crds, namespace, "llama", "Running")
     first = job["status"]["placement"]["domains"][0]
 
@@ -184,6 +185,7 @@ def test_two_failures_move_the_gang_and_a_job_with_no_placement_left_waits_for_a
     assert quarantined(crds, last) is None
     assert job["status"]["incidents"][-1]["action"] == "wait"
     assert len(job["status"]["placement"]["domains"]) == 1
+    assert job["status"]["restartsByBudget"] == {"infrastructure": 3}
 
 
 def test_an_application_error_restarts_without_quarantine_until_the_budget_is_spent(
@@ -201,11 +203,13 @@ def test_an_application_error_restarts_without_quarantine_until_the_budget_is_sp
     assert incident["action"] == "restart" and "restartAt" in incident
     assert quarantined(crds, victim["spec"]["nodeName"]) is None
     assert ranks(job)[1] == victim["spec"]["nodeName"]   # same nodes again
+    assert job["status"]["restartsByBudget"] == {"application": 1}
 
     again = job_pods(crds, namespace, "flaky")[0]["metadata"]["name"]
     sandbox_cli(crds, "fail-pod", again, "--exit-code", "1", "-n", namespace)
     job = wait_phase(crds, namespace, "flaky", "Failed")
-    assert "restart budget of 1 used up" in job["status"]["message"]
+    assert "the application restart budget of 1 is used up (ApplicationError)" in \
+        job["status"]["message"]
     failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "RestartBudgetExhausted"
 

@@ -176,10 +176,36 @@ def test_a_job_asks_for_at_most_three_node_probes_then_restarts_in_place() -> No
     assert "asked for its 3 node probes already" in result.status["incidents"][-1]["message"]
 
 
-def test_the_restart_budget_ends_in_failure() -> None:
-    pods = [pod(0, restart=2, phase="Failed", gated=False, code=1), pod(1, restart=2)]
-    result = plan(job({**PLACED, "restarts": 2}, failurePolicy={"maxRestarts": 2}), pods, NEURON)
-    assert result.phase == "Failed" and "restart budget of 2 used up" in result.message
+NODE_LOST = {"n0": Lost("NotReady", 0.0, "NodeNotReady")}
+POLICY = {"maxRestarts": 2, "maxInfrastructureRestarts": 3}
+
+
+@pytest.mark.parametrize(("case", "used", "lost", "failed", "budgets"), [
+    ("an application error pays from maxRestarts", {"application": 1}, {}, None,
+     {"application": 2}),
+    ("the application budget used up fails the job, naming the cause", {"application": 2},
+     {}, "the application restart budget of 2 is used up (ApplicationError)", None),
+    ("a node failure leaves the application budget alone", {"application": 2}, NODE_LOST,
+     None, {"application": 2, "infrastructure": 1}),
+    ("the infrastructure budget used up fails the job", {"infrastructure": 3}, NODE_LOST,
+     "the infrastructure restart budget of 3 is used up (NodeFailure)", None),
+])
+def test_each_cause_pays_from_its_own_restart_budget(
+        case: str, used: dict[str, int], lost: dict[str, Lost], failed: str | None,
+        budgets: dict[str, int] | None) -> None:
+    """Platform faults do not use up the user's maxRestarts (JobSet and HyperPod separate
+    them too); each budget fails the job only when it is its own that runs out."""
+    restarts = sum(used.values())
+    pods = [pod(0, restart=restarts, phase="Running" if lost else "Failed", gated=False,
+                ready=bool(lost), code=None if lost else 1),
+            pod(1, restart=restarts, phase="Running", gated=False, ready=True)]
+    status = {**PLACED, "restarts": restarts, "restartsByBudget": used}
+    result = plan(job(status, failurePolicy=POLICY), pods, NEURON, lost=lost)
+    if failed:
+        assert (result.phase, failed in result.message) == ("Failed", True), case
+    else:
+        assert result.phase == "Recovering", case
+        assert result.status["restartsByBudget"] == budgets, case
 
 
 def test_the_new_attempt_resumes_from_the_checkpoint_and_waits_for_the_old_pods() -> None:

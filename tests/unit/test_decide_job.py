@@ -186,7 +186,8 @@ CASES = [
          pods=[worker(DEVICE_CODES, 0, node_name="us0-n0", phase="Failed", code=74),
                worker(DEVICE_CODES, 1, node_name="us0-n1", phase="Running", ready=True)]),
     Case("a worker failure with the restart budget used up fails the job",
-         job(status={**RUNNING_2, "restarts": 2}, failurePolicy={"maxRestarts": 2}),
+         job(status={**RUNNING_2, "restarts": 2, "restartsByBudget": {"application": 2}},
+             failurePolicy={"maxRestarts": 2}),
          {"phase": "Failed", "events": ["Failed"],
           "conditions": {"Failed": ("True", "RestartBudgetExhausted"),
                          "Running": ("False", "RestartBudgetExhausted")}},
@@ -349,3 +350,20 @@ def test_a_pinned_worker_the_scheduler_keeps_refusing_is_placed_again_elsewhere(
     incident = decision.desired["incidents"][-1]
     assert incident["cause"] == "Unschedulable" and incident["nodes"] == ["us0-n1"]
     assert "Insufficient cpu" in incident["message"]
+
+
+def test_a_running_job_s_goodput_is_refreshed_and_a_pass_is_asked_for_the_next_refresh(
+        ) -> None:
+    """Running for 600 s since its goodput was last written: the status says 600 productive
+    seconds now, and the pass asks to be woken when the figures are 30 s old again."""
+    snapshot = world(None, [RUNNING], running_pods(RUNNING, "Running", "Running"))
+    [decision] = decide(snapshot).jobs
+    goodput = decision.desired["goodput"]
+    assert (goodput["productiveSeconds"], goodput["ratio"], goodput["asOf"]) == (
+        600, 1.0, iso(NOW))
+    assert decision.wake_at == NOW + 30
+    fresh = job(status={**RUNNING_2, "goodput": goodput})
+    [again] = decide(world(None, [fresh], running_pods(fresh, "Running", "Running"),
+                           clock=NOW + 10)).jobs
+    assert "goodput" not in again.desired, "no write before the refresh is due"
+    assert again.wake_at == NOW + 30

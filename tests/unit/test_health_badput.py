@@ -48,3 +48,28 @@ def test_incidents_are_bounded() -> None:
 @pytest.mark.parametrize(("streak", "delay"), [(0, 0), (1, 10), (2, 20), (3, 40), (8, 600)])
 def test_backoff_doubles_and_is_capped(streak: int, delay: float) -> None:
     assert badput.backoff_seconds(10, 600, streak) == delay
+
+
+def test_a_scripted_timeline_adds_up_to_wall_time_and_the_status_is_current() -> None:
+    """Running from T; refreshed while running; a node fails at T+100 (checkpoint at
+    T+70), detected at +105, replaced at +107, running again at +110; refreshed after.
+    At every refresh productive + lost is the wall time since T, and productiveSeconds
+    counts the running stretch (it used to read 0 until the next failure)."""
+    status = badput.running_again({"goodput": {}}, T)
+    status["goodput"] = badput.refreshed(status["goodput"], T + 40)
+    assert (status["goodput"]["productiveSeconds"], status["goodput"]["ratio"]) == (40, 1.0)
+    assert badput.refresh_due(status["goodput"], T + 40) == T + 40 + badput.REFRESH_SECONDS
+    status["checkpoint"] = {"latest": {"step": 70, "path": "/c/70", "time": iso(T + 70)}}
+    status = badput.open_incident(status, 1, "NodeFailure", "n1 lost", ["n1"], T + 100, T + 105)
+    assert status["goodput"]["productiveSeconds"] == 70  # the refresh is not counted twice
+    assert badput.refresh_due(status["goodput"], T + 105) is None  # nothing runs
+    status = badput.running_again(badput.replaced(status, T + 107, "replace"), T + 110)
+    goodput = badput.refreshed(status["goodput"], T + 150)
+    lost = sum(goodput["lostSeconds"].values())
+    assert goodput["lostSeconds"] == {"detection": 5, "replacement": 2, "restart": 3,
+                                      "lostWork": 30}
+    assert goodput["productiveSeconds"] == 70 + 40
+    assert goodput["productiveSeconds"] + lost == pytest.approx(150)
+    assert goodput["ratio"] == pytest.approx(110 / 150, abs=1e-4)
+    stopped = badput.stopped({"goodput": goodput}, T + 160)["goodput"]
+    assert stopped["productiveSeconds"] == 120 and stopped["since"] is None

@@ -106,7 +106,14 @@ class FailurePolicy(ApiModel):
     """Restart budget, backoff, node replacement and exit-code rules."""
 
     max_restarts: int = Field(default=10, ge=0, le=10_000)
-    """Gang restarts allowed across all causes before the job fails."""
+    """Restarts for the application's own failures (a worker exits non-zero: exit codes
+    not classified as the platform's) before the job fails. Node failures, quarantines,
+    unschedulable nodes, corruption and hangs on a bad node use maxInfrastructureRestarts
+    instead: the platform's faults do not use up the user's budget."""
+    max_infrastructure_restarts: int = Field(default=50, ge=0, le=10_000)
+    """Restarts for the platform's faults (NodeFailure, Unschedulable,
+    SilentDataCorruption, InfrastructureError) before the job fails: a job that cannot
+    stay up on this fleet stops holding it."""
     backoff: Backoff = nested(Backoff)
     """Delay between restarts."""
     node_replacement: Literal["any", "spare", "wait"] = "any"
@@ -359,13 +366,16 @@ class Goodput(ApiModel):
     ratio: float | None = Field(default=None, ge=0, le=1)
     """productiveSeconds / (productiveSeconds + lost)."""
     productive_seconds: float = Field(default=0, ge=0)
-    """Seconds all workers ran useful steps."""
+    """Seconds all workers ran useful steps, the running stretch counted up to asOf."""
     lost_seconds: LostSeconds = nested(LostSeconds)
     """Seconds lost, by recovery phase."""
     lost_by_cause: dict[str, float] = Field(default_factory=dict)
     """Seconds lost (all phases), by incident cause."""
     since: datetime | None = None
     """Start of the current productive stretch (all workers running); unset while not."""
+    as_of: datetime | None = None
+    """When productiveSeconds and ratio were computed: while the job runs, at most 30 s
+    ago (the operator refreshes them), so the ratio a user reads is current."""
 
 
 class WorkerCounts(ApiModel):
@@ -379,6 +389,15 @@ class WorkerCounts(ApiModel):
     """Workers that exited 0."""
     failed: int = Field(default=0, ge=0)
     """Workers that failed in the current attempt."""
+
+
+class RestartsByBudget(ApiModel):
+    """Restarts so far, by whose fault they were."""
+
+    application: int = Field(default=0, ge=0)
+    """The application's own failures (against failurePolicy.maxRestarts)."""
+    infrastructure: int = Field(default=0, ge=0)
+    """The platform's faults (against failurePolicy.maxInfrastructureRestarts)."""
 
 
 class TrainingJobStatus(ApiModel):
@@ -400,6 +419,9 @@ class TrainingJobStatus(ApiModel):
     """Domains and nodes in rank order."""
     restarts: int = Field(default=0, ge=0)
     """Gang restarts so far (all causes)."""
+    restarts_by_budget: RestartsByBudget | None = None
+    """The restarts each budget has paid for (failurePolicy.maxRestarts,
+    maxInfrastructureRestarts)."""
     checkpoint: CheckpointStatus = nested(CheckpointStatus)
     """Latest and latest verified checkpoints (written from workers' reports)."""
     progress: Progress | None = None

@@ -78,7 +78,8 @@ class Attempt:
 def books_of(status: Obj) -> Obj:
     """The part of the status the badput accounting reads and writes."""
     return {"incidents": status.get("incidents") or [], "goodput": status.get("goodput") or {},
-            "checkpoint": status.get("checkpoint") or {}, "sdc": status.get("sdc") or {}}
+            "checkpoint": status.get("checkpoint") or {}, "sdc": status.get("sdc") or {},
+            "restartsByBudget": status.get("restartsByBudget") or {}}
 
 
 def attempt(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | None = None,
@@ -238,16 +239,30 @@ def _detect(result: Attempt, spec: TrainingJobSpec, books: Obj, ranks: dict[int,
     if not (down or infra or application):
         return None
     cause, message = _cause(books, spec, down, lost, infra, application)
-    if restart >= spec.failure_policy.max_restarts:
-        _finish(result, "Failed", f"{message}; restart budget of "
-                f"{spec.failure_policy.max_restarts} used up", "RestartBudgetExhausted", [])
+    budget, limit = budget_of(cause, spec)
+    used = dict(books["restartsByBudget"])
+    if used.get(budget, 0) >= limit:
+        _finish(result, "Failed", f"{message}; the {budget} restart budget of {limit} is used "
+                f"up ({cause})", "RestartBudgetExhausted", [])
         return None
+    used[budget] = used.get(budget, 0) + 1
+    books = {**books, "restartsByBudget": used}
     restart_at = _backoff_until(books, spec, now) if cause == "ApplicationError" else None
     if badput.current_incident(books) is not None:  # hit again while recovering
         books = badput.running_again(books, min(times or [now]))
     result.events.append(Event("Warning", "Interrupted", message))
     return badput.open_incident(books, restart + 1, cause, message, sorted({*down, *blamed}),
                                 min(times or [now]), now, restart_at, strict_checkpoints(spec))
+
+
+def budget_of(cause: str, spec: TrainingJobSpec) -> tuple[str, int]:
+    """Which restart budget an incident of CAUSE pays from, and its size: the
+    application's own failures from maxRestarts; the platform's faults (nodes lost,
+    quarantined or refusing the workers, corruption, infrastructure exit codes) from
+    maxInfrastructureRestarts."""
+    if cause == "ApplicationError":
+        return "application", spec.failure_policy.max_restarts
+    return "infrastructure", spec.failure_policy.max_infrastructure_restarts
 
 
 def _cause(books: Obj, spec: TrainingJobSpec, down: list[str], lost: Mapping[str, Lost],
@@ -337,7 +352,8 @@ def _recovered(incident: Obj) -> str:
 
 
 def _incidents_only(books: Obj) -> Obj:
-    return {"incidents": books["incidents"], "goodput": books["goodput"]}
+    return {"incidents": books["incidents"], "goodput": books["goodput"],
+            "restartsByBudget": books.get("restartsByBudget") or None}
 
 
 MAX_SUSPECTS = 3  # nodes a job's exit codes may have probed (then: application errors)

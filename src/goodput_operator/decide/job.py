@@ -170,6 +170,10 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
     result.placement = placement
     result.desired = _complete(desired, status, decided, spec, placement, conditions,
                                generation, clock)
+    if result.desired["phase"] == "Running":  # the next goodput refresh
+        due = badput.refresh_due(result.desired.get("goodput") or status.get("goodput")
+                                 or {}, clock)
+        result.wake_at = min((w for w in (result.wake_at, due) if w is not None), default=None)
     if desired["phase"] != status.get("phase") and desired["phase"] in (
             "Running", "Succeeded", "Failed", "Suspended"):
         result.events.append(Event("Warning" if desired["phase"] == "Failed" else "Normal",
@@ -206,7 +210,11 @@ def _complete(desired: Obj, status: Obj, decided: Attempt, spec: TrainingJobSpec
     """The rest of the status: placement, conditions, counts, times."""
     desired["placement"] = placement
     desired["conditions"] = conditions
-    if "goodput" in desired:
+    goodput = desired.get("goodput") or status.get("goodput") or {}
+    due = badput.refresh_due(goodput, clock)
+    if desired["phase"] == "Running" and due is not None and due <= clock:
+        desired["goodput"] = badput.refreshed(goodput, clock)  # current, not as started
+    elif "goodput" in desired:
         desired["goodput"] = {**desired["goodput"],
                               "ratio": badput.ratio(desired["goodput"], clock)}
     desired["workers"] = {"desired": decided.workers, "ready": decided.ready,

@@ -1,10 +1,12 @@
 """Goodput accounting: each incident's cost by phase, totals by cause, and the ratio.
 
 Pure, on the job status as plain dicts (camelCase, RFC 3339 times). A productive stretch
-starts when every worker runs (`goodput.since`) and ends at a failure; the work since the
-checkpoint the restart resumes from is not productive, it is lost and redone. An incident
-costs detection (failure -> the operator acts), replacement (-> new placement, including
-backoff and waiting for capacity), restart (-> every worker running) and that lost work.
+starts when every worker runs (`goodput.since`) and ends at a failure; while it runs,
+`productiveSeconds` counts it up to `goodput.asOf`, refreshed every REFRESH_SECONDS. The
+work since the checkpoint the restart resumes from is not productive, it is lost and redone.
+An incident costs detection (failure -> the operator acts), replacement (-> new placement,
+including backoff and waiting for capacity), restart (-> every worker running) and that
+lost work.
 """
 
 from __future__ import annotations
@@ -17,6 +19,41 @@ from goodput_operator.health.quarantine import iso, parse_time
 Obj = dict[str, Any]
 MAX_INCIDENTS = 32
 PHASES = ("detection", "replacement", "restart")
+REFRESH_SECONDS = 30.0  # a running job's productiveSeconds and ratio are at most this old
+
+
+def settled(goodput: Obj) -> float:
+    """The productive seconds of the stretches already closed: productiveSeconds counts
+    the open stretch too, up to asOf (the last refresh), which is taken back out."""
+    productive = float(goodput.get("productiveSeconds", 0))
+    since, as_of = parse_time(goodput.get("since")), parse_time(goodput.get("asOf"))
+    if since is not None and as_of is not None:
+        productive -= max(0.0, as_of - since)
+    return max(0.0, productive)
+
+
+def refreshed(goodput: Obj, now: float) -> Obj:
+    """GOODPUT as of NOW: productiveSeconds with the open stretch counted, the ratio, and
+    asOf = NOW, so that a user reading the status sees the job's goodput, not the value
+    from when it last started."""
+    fresh = {**goodput, "productiveSeconds": round(settled(goodput) + _open(goodput, now), 3),
+             "asOf": iso(now)}
+    fresh["ratio"] = ratio(fresh, now)
+    return fresh
+
+
+def refresh_due(goodput: Obj, now: float) -> float | None:
+    """When a running job's goodput is next refreshed (None: nothing runs); a time not
+    after NOW means now."""
+    if not goodput.get("since"):
+        return None
+    as_of = parse_time(goodput.get("asOf"))
+    return now if as_of is None else as_of + REFRESH_SECONDS
+
+
+def _open(goodput: Obj, now: float) -> float:
+    since = parse_time(goodput.get("since"))
+    return 0.0 if since is None else max(0.0, now - since)
 
 
 def resume_point(checkpoint: Obj, strict: bool) -> Obj | None:
@@ -42,8 +79,8 @@ def open_incident(status: Obj, restart: int, cause: str, message: str, nodes: li
         start = since if saved is None else min(max(saved, since), failed_at)
         lost_work = max(0.0, failed_at - start)
         goodput["productiveSeconds"] = round(
-            goodput.get("productiveSeconds", 0) + max(0.0, failed_at - since - lost_work), 3)
-        goodput["since"] = None
+            settled(goodput) + max(0.0, failed_at - since - lost_work), 3)
+        goodput["since"] = goodput["asOf"] = None
     incident: Obj = {"restart": restart, "cause": cause, "message": message[:1024],
                      "nodes": nodes, "failedAt": iso(failed_at), "detectedAt": iso(detected_at),
                      "detectionSeconds": round(max(0.0, detected_at - failed_at), 3),
@@ -88,7 +125,8 @@ def running_again(status: Obj, at: float) -> Obj:
     incident = current_incident(status)
     status = copy.deepcopy(status)
     goodput = status.setdefault("goodput", {})
-    goodput["since"] = iso(at)
+    goodput["productiveSeconds"] = round(settled(goodput), 3)
+    goodput["since"] = goodput["asOf"] = iso(at)
     if incident is None:
         return status
     replaced_at = parse_time(incident.get("replacedAt")) or at
@@ -111,20 +149,15 @@ def stopped(status: Obj, at: float) -> Obj:
     """The productive stretch ends without loss (the job finished or was suspended)."""
     status = copy.deepcopy(status)
     goodput = status.setdefault("goodput", {})
-    since = parse_time(goodput.get("since"))
-    if since is not None:
-        goodput["productiveSeconds"] = round(goodput.get("productiveSeconds", 0)
-                                             + max(0.0, at - since), 3)
-        goodput["since"] = None
+    if goodput.get("since"):
+        goodput["productiveSeconds"] = round(settled(goodput) + _open(goodput, at), 3)
+        goodput["since"] = goodput["asOf"] = None
     return status
 
 
 def ratio(goodput: Obj, now: float) -> float | None:
     """productive / (productive + lost), counting the running stretch up to NOW."""
-    productive = float(goodput.get("productiveSeconds", 0))
-    since = parse_time(goodput.get("since"))
-    if since is not None:
-        productive += max(0.0, now - since)
+    productive = settled(goodput) + _open(goodput, now)
     lost = sum(float(v) for v in (goodput.get("lostSeconds") or {}).values())
     total = productive + lost
     return round(productive / total, 4) if total > 0 else None
