@@ -216,6 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real-nodes", action="store_true",
                         help="also fail real nodes under the example PyTorch trainer "
                              "(bench/recovery_real.py; needs root), beside the KWOK figure")
+    parser.add_argument("--hang", type=int, default=0, metavar="N",
+                        help="with --real-nodes: also N hang trials (rank 1 of the trainer "
+                             "stops before a collective; failurePolicy.hang.minSeconds 20); "
+                             "the baseline, the operator before hang detection: never")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     trials = 3 if args.quick else args.trials
@@ -238,12 +242,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.real_nodes:
         from bench import recovery_real
 
-        real = recovery_real.run(trials, log)
+        real, hangs = recovery_real.run(trials, log, args.hang)
         real_summary = summarize(real)
         real_ratio = print_table(f"{len(real)} trials, real nodes: the example PyTorch "
                                  "trainer, 4 workers; a kubelet stopped", real_summary)
         output["real_nodes"] = {"trials": real, "summary": real_summary,
                                 "ratio_baseline_over_ours": round(real_ratio, 1)}
+        if hangs:
+            hang_summary = {phase: {"median": round(statistics.median(r[phase] for r in hangs),
+                                                    2),
+                                    "p90": round(percentile([r[phase] for r in hangs], 0.9), 2)}
+                            for phase in hangs[0]}
+            print(f"{len(hangs)} hang trials, real nodes (window {recovery_real.HANG_WINDOW} s):"
+                  " median (p90) s; without hang detection the job never recovers")
+            for phase, values in hang_summary.items():
+                print(f"  {phase:<16} {values['median']:>8.2f} ({values['p90']:.2f})")
+            output["real_nodes"]["hangs"] = {"trials": hangs, "summary": hang_summary,
+                                             "baseline": "never (the job stays Running, hung)"}
     if args.json:
         print(json.dumps(output, indent=1))
     return 0

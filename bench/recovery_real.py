@@ -90,9 +90,57 @@ class RealBench(Bench):
                 "k8s_taint": marks.get("k8s_noexecute", math.nan) - t0}
 
 
-def run(trials: int, log: Any) -> list[dict[str, float]]:
-    """TRIALS real-node failures; one row per trial (seconds per phase)."""
+HANG_WINDOW = 20  # failurePolicy.hang.minSeconds of the hang trials (steps are 0.5 s)
+
+
+def hang_job(trial: int) -> dict[str, Any]:
+    """The trainer, rank 1 stopping before step 25's collective in the first attempt."""
+    job = trainer_job()
+    job["metadata"]["name"] = f"bench-hang-{trial}"
+    job["spec"]["checkpoint"]["dir"] = f"/shared/checkpoints/bench-hang-{trial}"
+    job["spec"]["failurePolicy"]["hang"] = {"stepTimeMultiple": 10, "minSeconds": HANG_WINDOW}
+    job["spec"]["template"]["spec"]["containers"][0]["args"] = [
+        "--steps", "1000000", "--checkpoint-every", "10", "--step-seconds", "0.5",
+        "--hang-at-step", "25"]
+    return job
+
+
+def hang_trial(bench: Bench, trial: int) -> dict[str, float]:
+    """One hang, from the incident's own times: detection (the last step -> the verdict,
+    the window included), restart (-> every worker running again), checkpoint load (-> the
+    new attempt's first step) and in all (the last step -> training again)."""
+    job = hang_job(trial)
+    watched = Bench(bench.box, job["metadata"]["name"], workers=4)
+    bench.box.kubectl("apply", "--server-side", "-f", "-", input_text=yaml.safe_dump(job))
+
+    def trained_again() -> dict[str, Any] | None:
+        status = watched.job().get("status") or {}
+        incident = (status.get("incidents") or [{}])[-1]
+        running = parse_time(incident.get("runningAt"))
+        stepped = parse_time((status.get("progress") or {}).get("time"))
+        return status if incident.get("cause") == "Hang" and running is not None and \
+            stepped is not None and stepped > running else None
+
+    deadline = time.monotonic() + 300
+    while (status := trained_again()) is None:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"hang trial {trial}: no restart and training in 300 s")
+        time.sleep(POLL)
+    incident = status["incidents"][-1]
+    failed_at, detected_at, running_at = (parse_time(incident[k]) or 0.0 for k in (
+        "failedAt", "detectedAt", "runningAt"))
+    stepped_at = parse_time(status["progress"]["time"]) or 0.0
+    bench.box.kubectl("delete", "tj", watched.name, "-n", NAMESPACE, "--wait=true")
+    return {"detection": detected_at - failed_at, "restart": running_at - detected_at,
+            "checkpoint_load": stepped_at - running_at, "total": stepped_at - failed_at}
+
+
+def run(trials: int, log: Any, hang_trials: int = 0
+        ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """TRIALS real-node failures and HANG_TRIALS hangs; one row per trial (seconds per
+    phase) for each."""
     results: list[dict[str, float]] = []
+    hangs: list[dict[str, float]] = []
     with operator_sandbox(NAME, "trn2", group(), namespaces=[NAMESPACE],
                           wait_seconds=300, real_nodes=REAL_NODES) as box:
         bench = RealBench(box)
@@ -104,4 +152,9 @@ def run(trials: int, log: Any) -> list[dict[str, float]]:
             row = bench.trial(trial)
             results.append(row)
             log(f"# real trial {trial}: " + ", ".join(f"{k} {v:.2f}s" for k, v in row.items()))
-    return results
+        box.kubectl("delete", "tj", "--all", "-n", NAMESPACE, "--wait=true")
+        for trial in range(1, hang_trials + 1):
+            row = hang_trial(bench, trial)
+            hangs.append(row)
+            log(f"# hang trial {trial}: " + ", ".join(f"{k} {v:.2f}s" for k, v in row.items()))
+    return results, hangs

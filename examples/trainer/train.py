@@ -52,6 +52,10 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--corrupt-at-step", type=int, default=None)
     parser.add_argument("--corrupt-node", default=None,
                         help="only the replica running on this node corrupts (NODE_NAME)")
+    parser.add_argument("--hang-at-step", type=int, default=None,
+                        help="in the first attempt, rank 1 stops before this step's "
+                             "collective and never returns (a stuck device): the others "
+                             "wait in it, every process alive, no step reported")
     return parser.parse_args()
 
 
@@ -139,6 +143,11 @@ def main() -> int:
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
+        if step == args.hang_at_step and rank == 1 and \
+                os.environ.get("GOODPUT_RESTART", "0") == "0":
+            log(f"hanging before the collective of step {step} (--hang-at-step)")
+            while True:
+                time.sleep(3600)
         average_gradients(model, world)
         optimizer.step()
         if step == args.corrupt_at_step and args.corrupt_node in (None, node):

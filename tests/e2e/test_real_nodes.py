@@ -186,6 +186,35 @@ def test_a_real_node_failure_resumes_from_the_last_committed_checkpoint_on_the_s
     assert done["status"]["incidents"][-1].get("detectionSeconds") is not None
 
 
+def test_a_real_hang_restarts_the_gang_and_training_resumes_from_the_last_checkpoint(
+        real: Real, reference: dict[str, Any], ns: str) -> None:
+    """Rank 1 stops before step 25's collective (a stuck device): every process stays
+    alive and Running, the others wait in the all-reduce, no step is reported. The
+    operator declares a hang after the window (20 s here), restarts the gang, and the
+    run resumes from step 20's checkpoint and ends equal to the uninterrupted run."""
+    name = f"hang-{uuid.uuid4().hex[:6]}"
+    job = trainer_job(real, name, "--step-seconds", "0.5", "--hang-at-step", "25")
+    job["spec"]["failurePolicy"]["hang"] = {"stepTimeMultiple": 10, "minSeconds": 20}
+    apply(real.cluster, job, ns)
+    wait_for(lambda: next((c for c in (get_job(real.cluster, ns, name).get("status") or {})
+                           .get("conditions") or [] if c["type"] == "HangDetection"
+                           and c["status"] == "True"), None), timeout=180,
+             what="hang detection in force (steps reported)")
+    running = wait_for(lambda: _running_at(real, ns, name, 1), timeout=240,
+                       what="the gang running again after the hang")
+    incident = running["status"]["incidents"][-1]
+    assert incident["cause"] == "Hang" and incident["nodes"] == []
+    assert incident["detectionSeconds"] >= 20, incident  # the last step -> the verdict
+    assert "after step 24" in incident["message"], incident
+    assert running["status"]["restartsByBudget"] == {"application": 1}
+    done = succeeded(real, ns, name)
+    assert done["status"]["incidents"][-1]["resumeFrom"]["step"] == 20
+    final = results(name)
+    assert {r["resumedFrom"] for r in final.values()} == {20}
+    assert {r["fingerprint"] for r in final.values()} == \
+        {reference["results"][0]["fingerprint"]}, "equal to the uninterrupted run, bit for bit"
+
+
 def test_a_node_made_real_later_runs_containers_and_a_crash_kills_them(
         real: Real, ns: str) -> None:
     """`add-real-node` turns the next simulated node real; `fail-node --crash` kills every

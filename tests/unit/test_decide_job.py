@@ -12,6 +12,7 @@ from goodput_operator import names
 from goodput_operator.api.trainingjob import TrainingJobStatus
 from goodput_operator.decide import JobDecision, Snapshot, decide, decide_jobs, trial
 from goodput_operator.decide.types import Refusal
+from goodput_operator.health.hang import StepClock
 from goodput_operator.health.quarantine import iso
 from goodput_operator.topology.record import nodes_of
 from tests.unit.fleets import US
@@ -135,9 +136,10 @@ CASES = [
     Case("a missing worker of a placed attempt is created (pinned when applied)",
          PLACED_JOB, {"create": ["j-r0-w1"], "pin": [("j-r0-w0", "us0-n0")]},
          pods=[worker(PLACED_JOB, 0)]),
-    Case("every worker ready: Running, once",
+    Case("every worker ready: Running, once; hangs are not judged before a step report",
          PLACED_JOB, {"phase": "Running", "events": ["Running"],
-                      "conditions": {"Running": ("True", "AllWorkersRunning")}},
+                      "conditions": {"Running": ("True", "AllWorkersRunning"),
+                                     "HangDetection": ("False", "NoStepReports")}},
          pods=running_pods(PLACED_JOB, "Running", "Running")),
     Case("a running job that stays running says nothing new",
          RUNNING, {"phase": "Running", "events": []},
@@ -367,3 +369,34 @@ def test_a_running_job_s_goodput_is_refreshed_and_a_pass_is_asked_for_the_next_r
                            clock=NOW + 10)).jobs
     assert "goodput" not in again.desired, "no write before the refresh is due"
     assert again.wake_at == NOW + 30
+
+
+def test_a_job_whose_steps_stopped_past_the_window_restarts_with_cause_hang() -> None:
+    """Every worker Running, the newest step 700 s old (floor 600 s, steps 1 s apart):
+    the attempt is hung: an incident (cause Hang, failed at the last step, detected now,
+    paid from the application's budget) and the gang restarts."""
+    steps = StepClock(0)
+    for step in range(1, 11):
+        steps.advance(step, NOW - 710 + step)
+    snapshot = world(None, [RUNNING], running_pods(RUNNING, "Running", "Running"),
+                     steps={("ns", "j"): steps})
+    [decision] = decide(snapshot).jobs
+    incident = decision.desired["incidents"][-1]
+    assert (incident["cause"], incident["detectionSeconds"]) == ("Hang", 700)
+    assert "no step for 700s after step 10" in incident["message"]
+    assert decision.desired["restartsByBudget"] == {"application": 1}
+    assert decision.desired["phase"] == "Recovering" and decision.desired["restarts"] == 1
+    TrainingJobStatus.model_validate(decision.desired)
+
+
+def test_a_job_stepping_is_in_force_and_asks_for_a_pass_at_its_window_s_end() -> None:
+    steps = StepClock(0)
+    for step in range(1, 11):
+        steps.advance(step, NOW - 20 + step)
+    snapshot = world(None, [RUNNING], running_pods(RUNNING, "Running", "Running"),
+                     steps={("ns", "j"): steps})
+    [decision] = decide(snapshot).jobs
+    assert decision.desired["phase"] == "Running"
+    assert conditions(decision.desired)["HangDetection"] == ("True", "InForce")
+    assert decision.attempt is not None
+    assert decision.attempt.wake_at == NOW - 10 + 600  # the last step's time + the floor

@@ -102,6 +102,20 @@ class ExitCodeRule(ApiModel):
     fail: fail the job; ignore: leave the job running."""
 
 
+class HangDetection(ApiModel):
+    """When a job that reports steps is hung: no new step for max(stepTimeMultiple x its
+    recent median time per step, minSeconds). In force from the attempt's first step
+    report (goodput_operator.sdk.report_step); a job that never reports is not judged."""
+
+    enabled: bool = True
+    """false: a job whose steps stop stays Running, as one that reports none."""
+    step_time_multiple: int = Field(default=10, ge=2, le=10_000)
+    """k: how many median step times without a new step make a hang."""
+    min_seconds: int = Field(default=600, ge=10, le=86_400)
+    """The shortest window: longer than a checkpoint save or a compilation that stops
+    the steps (Neuron compiles can take minutes: raise it for them)."""
+
+
 class FailurePolicy(ApiModel):
     """Restart budget, backoff, node replacement and exit-code rules."""
 
@@ -124,6 +138,9 @@ class FailurePolicy(ApiModel):
     fits (spares counting)."""
     exit_codes: list[ExitCodeRule] = Field(default_factory=list, max_length=32)
     """Rules by exit code, first match wins; unmatched non-zero codes restart."""
+    hang: HangDetection = nested(HangDetection)
+    """Hang detection from step reports: a hung attempt restarts the gang from the last
+    checkpoint (incident cause Hang, paid from maxRestarts: no node is to blame)."""
 
 
 class Sdc(ApiModel):
@@ -304,7 +321,7 @@ class SdcStatus(ApiModel):
 
 
 IncidentCause = Literal["NodeFailure", "InfrastructureError", "ApplicationError",
-                        "SilentDataCorruption", "Unschedulable"]
+                        "SilentDataCorruption", "Unschedulable", "Hang"]
 
 
 class Incident(ApiModel):
@@ -315,8 +332,9 @@ class Incident(ApiModel):
     cause: IncidentCause
     """NodeFailure (a node of the gang failed), InfrastructureError (a worker's exit code
     made its node suspect), ApplicationError (a worker failed on a healthy node),
-    SilentDataCorruption, or Unschedulable (kube-scheduler refused a pinned worker on its
-    node for 30 s: the ranks there are placed again elsewhere)."""
+    SilentDataCorruption, Unschedulable (kube-scheduler refused a pinned worker on its
+    node for 30 s: the ranks there are placed again elsewhere), or Hang (every worker
+    running, but no new step for failurePolicy.hang's window)."""
     message: str = ""
     """What happened, with the evidence."""
     nodes: list[str] = Field(default_factory=list)

@@ -17,6 +17,7 @@ from goodput_operator import metrics, names
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.types import Refusal, Reservation
+from goodput_operator.health.hang import StepClock
 from goodput_operator.health.quarantine import Finding
 from goodput_operator.health.sdc import Ledger
 from goodput_operator.topology.constraints import pinned_node
@@ -123,6 +124,7 @@ class State:
         self.healthy_since: dict[str, float] = {}
         self.blamed: dict[str, Finding] = {}  # nodes reports blamed (SDC votes, bad probes)
         self.progress: dict[tuple[str, str], Obj] = {}  # latest step report per job
+        self.steps: dict[tuple[str, str], StepClock] = {}  # newest step per job (hangs)
         self.refused: dict[tuple[str, str], Refusal] = {}  # workloads whose creates fail
         self.report_url = ""  # where workers send reports (given to their pods)
         self.report_ca = ""  # the PEM bundle workers check an https report_url against
@@ -160,7 +162,8 @@ class State:
             seen_unhealthy=self.seen_unhealthy, healthy_since=self.healthy_since,
             blamed=self.blamed, clean_probes=self.clean_probes, probe_runs=self.probe_runs,
             probed_at=self.probed_at, last_sweep=self.last_sweep,
-            group_written=self.group_written, progress=self.progress, scaled=self.scaled,
+            group_written=self.group_written, progress=self.progress, steps=self.steps,
+            scaled=self.scaled,
             refused=self.refused, memo=self.fits,
             report_url=self.report_url, write_budget=self.write_budget)
 
@@ -361,6 +364,7 @@ class State:
     def remove_job(self, namespace: str, name: str) -> None:
         self.jobs.pop((namespace, name), None)
         self.progress.pop((namespace, name), None)
+        self.steps.pop((namespace, name), None)
         self.refused.pop((namespace, name), None)
         self.ledgers.pop((namespace, name), None)
         self._locks.pop((namespace, name), None)

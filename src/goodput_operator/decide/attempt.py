@@ -25,6 +25,7 @@ from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.decide.types import ConditionUpdate, Event, Refusal
 from goodput_operator.health import badput
 from goodput_operator.health.failures import Classified, classify
+from goodput_operator.health.hang import StepClock, deadline, hung
 from goodput_operator.health.quarantine import parse_time
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.pods import (
@@ -84,12 +85,13 @@ def books_of(status: Obj) -> Obj:
 
 def attempt(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | None = None,
             now: float = 0.0, report_url: str = "", suspects: Collection[str] = (),
-            probed: Mapping[str, float] | None = None, spec: TrainingJobSpec | None = None
-            ) -> Attempt:
+            probed: Mapping[str, float] | None = None, spec: TrainingJobSpec | None = None,
+            steps: StepClock | None = None) -> Attempt:
     """SUSPECTS: nodes that are failing but not yet judged (NotReady within the grace
     period): a gang is not restarted onto them, the verdict is only seconds away.
     PROBED: when each node last passed the SDC probe (for sdc.probeOnStart). SPEC: the
-    job's spec already parsed, when the caller has it (one parse per job per pass)."""
+    job's spec already parsed, when the caller has it (one parse per job per pass).
+    STEPS: the newest step the job's workers reported, and when (hang detection)."""
     spec = spec or TrainingJobSpec.model_validate(job["spec"])
     status = job.get("status") or {}
     lost = lost or {}
@@ -121,8 +123,9 @@ def attempt(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] |
     result.failed = len(failed)
 
     incident = badput.current_incident(books)
+    hang = _hang(result, spec, steps, restart, now)
     if incident is None or incident["restart"] != restart + 1:
-        opened = _detect(result, spec, books, ranks, failed, lost, restart, now)
+        opened = _detect(result, spec, books, ranks, failed, lost, restart, now, hang)
         if result.phase == "Failed":
             result.delete = [p["metadata"]["name"] for p in pods if is_active(p)]
             result.status = _goodput_only(badput.stopped(books, now))
@@ -203,10 +206,40 @@ def _unprobed(spec: TrainingJobSpec, placement: Obj, ranks: dict[int, Obj],
     return sorted(n for n in nodes if probed.get(n, -1.0) < since)
 
 
+def _hang(result: Attempt, spec: TrainingJobSpec, steps: StepClock | None, restart: int,
+          now: float) -> tuple[str, float] | None:
+    """Whether the attempt, every worker running, is hung (why, and its last step's
+    time); else when it would be (a wake), and the HangDetection condition."""
+    policy = spec.failure_policy.hang
+    if result.ready != result.workers or result.workers == 0:
+        return None  # judged (and said) only while every worker runs
+    if not policy.enabled:
+        result.conditions.append(ConditionUpdate("HangDetection", False, "Disabled",
+                                                 "failurePolicy.hang.enabled is false"))
+        return None
+    reported = steps is not None and steps.attempt == restart and steps.step >= 0
+    result.conditions.append(ConditionUpdate(
+        "HangDetection", reported, "InForce" if reported else "NoStepReports",
+        f"no new step for max({policy.step_time_multiple} x the median step time, "
+        f"{policy.min_seconds}s) restarts the gang" if reported else
+        "no step reported in this attempt: hangs are not detected (workers report steps "
+        "with goodput_operator.sdk.report_step)"))
+    if not reported:
+        return None
+    why = hung(steps, restart, policy.step_time_multiple, policy.min_seconds, now)
+    if why is None:
+        result.wake_at = deadline(steps, restart, policy.step_time_multiple,
+                                  policy.min_seconds)
+        return None
+    assert steps is not None
+    return why, steps.at
+
+
 def _detect(result: Attempt, spec: TrainingJobSpec, books: Obj, ranks: dict[int, Obj],
             failed: list[tuple[int, Obj]], lost: Mapping[str, Lost], restart: int,
-            now: float) -> Obj | None:
-    """Open an incident when the current attempt was hit; None when it was not."""
+            now: float, hang: tuple[str, float] | None = None) -> Obj | None:
+    """Open an incident when the current attempt was hit (a node, a worker, a hang);
+    None when it was not."""
     down = sorted({r["node"] for r in ranks.values() if r["node"] in lost})
     infra: list[str] = []
     application: list[str] = []
@@ -236,9 +269,12 @@ def _detect(result: Attempt, spec: TrainingJobSpec, books: Obj, ranks: dict[int,
             infra.append(verdict.detail)
             if verdict.blame_node and node:
                 blamed[node] = verdict.detail
-    if not (down or infra or application):
+    if not (down or infra or application or hang):
         return None
     cause, message = _cause(books, spec, down, lost, infra, application)
+    if hang is not None and not (down or infra or application):
+        cause, message = "Hang", hang[0]
+        times.append(hang[1])  # failed at its last step; detected now
     budget, limit = budget_of(cause, spec)
     used = dict(books["restartsByBudget"])
     if used.get(budget, 0) >= limit:
@@ -260,7 +296,7 @@ def budget_of(cause: str, spec: TrainingJobSpec) -> tuple[str, int]:
     application's own failures from maxRestarts; the platform's faults (nodes lost,
     quarantined or refusing the workers, corruption, infrastructure exit codes) from
     maxInfrastructureRestarts."""
-    if cause == "ApplicationError":
+    if cause in ("ApplicationError", "Hang"):  # a hang blames no node: the job's own
         return "application", spec.failure_policy.max_restarts
     return "infrastructure", spec.failure_policy.max_infrastructure_restarts
 

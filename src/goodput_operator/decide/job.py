@@ -115,7 +115,7 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
     decided = attempt(job, pods, fleet.shape.accelerator_resource,
                       lost_nodes(snapshot, fleet, job, pods), clock, snapshot.report_url,
                       suspects=snapshot.seen_unhealthy.keys(), probed=snapshot.probed_at,
-                      spec=spec)
+                      spec=spec, steps=snapshot.steps.get((namespace, name)))
     _creation(snapshot.refused.get((namespace, name)), decided, pods, status, clock)
     wakes = [w for w in (decided.wake_at, _unschedulable_wake(pods, restart_of(job), clock))
              if w is not None]

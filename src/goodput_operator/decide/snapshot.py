@@ -14,6 +14,7 @@ from typing import Any
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.autoscaling.algorithm import Decision as ScalingDecision
 from goodput_operator.decide.types import Refusal
+from goodput_operator.health.hang import StepClock
 from goodput_operator.health.quarantine import Finding
 from goodput_operator.topology.model import Fleet
 
@@ -55,6 +56,7 @@ class Snapshot:
     last_sweep: Mapping[str, float] = field(default_factory=dict)  # group -> scheduled sweep
     group_written: Mapping[str, float] = field(default_factory=dict)  # group -> status write
     progress: Mapping[Key, Obj] = field(default_factory=dict)  # latest step report per job
+    steps: Mapping[Key, StepClock] = field(default_factory=dict)  # newest step, for hangs
     refused: Mapping[Key, Refusal] = field(default_factory=dict)  # children not created
     scaled: Mapping[Key, Scaled] = field(default_factory=dict)  # not yet written
     report_url: str = ""  # where workers report (given to their pods)

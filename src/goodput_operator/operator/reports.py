@@ -39,6 +39,7 @@ from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import State
 from goodput_operator.decide.attempt import strict_checkpoints
 from goodput_operator.health import badput, sdc
+from goodput_operator.health.hang import StepClock
 from goodput_operator.health.quarantine import Finding, iso
 from goodput_operator.operator.tokens import POD_NAME, POD_UID, Refused, TokenGate
 from goodput_operator.resources.pods import attempt_of, index_of, owned
@@ -216,7 +217,13 @@ class ReportServer:
         key = (meta["namespace"], meta["name"])
         spec = TrainingJobSpec.model_validate(job["spec"])
         rank = index_of(pod)
-        self.state.progress[key] = progress_of(report, rank, time.time())
+        now = time.time()
+        self.state.progress[key] = progress_of(report, rank, now)
+        attempt = int((job.get("status") or {}).get("restarts", 0))
+        clock = self.state.steps.get(key)
+        if clock is None or clock.attempt != attempt:
+            clock = self.state.steps[key] = StepClock(attempt)
+        clock.advance(report.step, now)
         self.state.wake.set()
         if report.fingerprint is None and not report.metrics:
             return {"accepted": True}

@@ -1,0 +1,67 @@
+"""Hang detection from the step reports workers already send: a collective that hangs
+leaves every pod Running and would count as goodput for ever.
+
+A job's attempt is hung when its newest step is older than max(k x its recent median time
+per step, a floor): k absorbs ordinary jitter, the floor checkpoint saves and compilation.
+Only an attempt that has reported a step is judged, so jobs that never report keep the
+behaviour they had. Pure: the operator keeps one StepClock per job, fed by the reports.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+HISTORY = 32  # recent advances the median is taken over
+
+
+@dataclass
+class StepClock:
+    """The newest step an attempt has reported, when, and the time per step of its recent
+    advances (a report of an older or equal step changes nothing)."""
+
+    attempt: int
+    step: int = -1
+    at: float = 0.0
+    per_step: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
+
+    def advance(self, step: int, at: float) -> None:
+        if step <= self.step:
+            return
+        if self.step >= 0 and at > self.at:
+            self.per_step.append((at - self.at) / (step - self.step))
+        self.step, self.at = step, at
+
+    def median(self) -> float | None:
+        return statistics.median(self.per_step) if self.per_step else None
+
+
+def window(clock: StepClock, multiple: int, floor: float) -> float:
+    """Seconds without a new step after which the attempt is hung."""
+    median = clock.median()
+    return max(floor, multiple * median) if median is not None else floor
+
+
+def hung(clock: StepClock | None, attempt: int, multiple: int, floor: float, now: float
+         ) -> str | None:
+    """Why ATTEMPT is hung at NOW, or None (no step reported in it yet, or one recently)."""
+    if clock is None or clock.attempt != attempt or clock.step < 0:
+        return None
+    limit = window(clock, multiple, floor)
+    if now - clock.at < limit:
+        return None
+    median = clock.median()
+    basis = (f"{multiple} x the median step time {median:.2f}s" if median is not None
+             else "no step time measured yet")
+    return (f"no step for {now - clock.at:.0f}s after step {clock.step} (hang window "
+            f"{limit:.0f}s: {basis}, at least {floor:.0f}s)")
+
+
+def deadline(clock: StepClock | None, attempt: int, multiple: int, floor: float
+             ) -> float | None:
+    """When ATTEMPT will be hung unless a new step arrives (a pass must look then: a hung
+    job sends nothing that would wake one)."""
+    if clock is None or clock.attempt != attempt or clock.step < 0:
+        return None
+    return clock.at + window(clock, multiple, floor)
