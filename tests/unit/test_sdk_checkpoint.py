@@ -118,3 +118,51 @@ def test_no_checkpoint_directory_is_a_clear_error(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("GOODPUT_CHECKPOINT_DIR", raising=False)
     with pytest.raises(CheckpointError, match=r"spec\.checkpoint\.dir"):
         checkpoint.step_dir(1)
+
+
+def test_a_sharded_step_is_committed_once_every_rank_has_finished_its_part(
+        tmp_path: Path, operator_url: str) -> None:
+    """Three ranks write their parts at their own pace; rank 0 commits the whole step,
+    after the slowest, with the digest of all of it."""
+    import threading
+    import time
+
+    reporter = Reporter(url=operator_url, token="t")
+    answers: dict[int, tuple[Path, str | None]] = {}
+
+    def rank(index: int, delay: float) -> None:
+        def write(folder: Path) -> None:
+            time.sleep(delay)
+            (folder / f"rank-{index}.pt").write_bytes(f"part {index}".encode())
+        answers[index] = checkpoint.save_sharded(40, write, index, 3, root=tmp_path,
+                                                 reporter=reporter, poll=0.01)
+
+    threads = [threading.Thread(target=rank, args=(i, d)) for i, d in
+               ((0, 0.0), (1, 0.2), (2, 0.1))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    folder, digest = answers[0]
+    assert folder == tmp_path / "step-00000040"
+    assert sorted(p.name for p in folder.glob("rank-*.pt")) == [
+        "rank-0.pt", "rank-1.pt", "rank-2.pt"]
+    assert digest == checkpoint.digest(folder) and answers[1] == (folder, None)
+    assert [(p, b["step"], b["digest"]) for p, b in Recorder.bodies] == [
+        ("/v1/reports/checkpoint", 40, digest)]
+
+
+def test_a_sharded_step_a_rank_died_writing_is_never_committed(
+        tmp_path: Path, operator_url: str) -> None:
+    """Rank 1 wrote half its part and died (no done-marker): rank 0 gives up after the
+    timeout; the step is not in place and the operator never hears of it, so the
+    previous checkpoint stays the resume point."""
+    reporter = Reporter(url=operator_url, token="t")
+    staging = tmp_path / ".step-00000050.staging-a0"
+    staging.mkdir(parents=True)
+    (staging / "rank-1.pt").write_bytes(b"half")  # and then the process died
+    with pytest.raises(CheckpointError, match=r"rank\(s\) \[1\] of 2 did not finish"):
+        checkpoint.save_sharded(50, lambda f: (f / "rank-0.pt").write_bytes(b"part 0"), 0, 2,
+                                root=tmp_path, reporter=reporter, timeout=0.3, poll=0.01)
+    assert not checkpoint.step_dir(50, tmp_path).exists()
+    assert Recorder.bodies == []

@@ -6,12 +6,16 @@
         state = torch.load(checkpoint.verified(point) / "model.pt")
     ...
     checkpoint.save(step, lambda folder: torch.save(state, folder / "model.pt"))
+    # or, every rank writing its own part (a sharded model, or Distributed Checkpoint):
+    checkpoint.save_sharded(step, lambda folder: dcp.save(state, checkpoint_id=folder),
+                            rank, world)
 
 The operator decides where a restarted job resumes (the newest committed checkpoint, or
 after suspected corruption the newest one the replicas' votes verified) and gives every
 worker its step, path and digest (GOODPUT_RESUME_STEP/_FROM/_DIGEST). `save` writes into a
 scratch folder, makes it durable, renames it into place and only then commits it: a
-checkpoint the operator knows of is always complete. `verified` recomputes the digest of
+checkpoint the operator knows of is always complete. `save_sharded` commits a step only once
+every rank has finished its part. `verified` recomputes the digest of
 what is about to be loaded and refuses a folder that changed since it was committed.
 Standard library only.
 """
@@ -22,6 +26,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +139,67 @@ def save(step: int, write: Callable[[Path], Any], root: str | Path | None = None
     if final.exists():  # a step written again after a rollback replaces the old one
         shutil.rmtree(final)
     scratch.rename(final)
+    if commit:
+        from goodput_operator.sdk import commit_checkpoint
+
+        if reporter is not None:
+            reporter.commit_checkpoint(step, str(final), digest=found)
+        else:
+            commit_checkpoint(step, str(final), digest=found)
+    return final, found
+
+
+DONE = ".goodput-shard-{rank:05d}-done"  # a rank's part of a sharded step is complete
+
+
+def save_sharded(step: int, write: Callable[[Path], Any], rank: int, shards: int,
+                 root: str | Path | None = None, commit: bool = True,
+                 reporter: Reporter | None = None, timeout: float = 600.0,
+                 poll: float = 0.2) -> tuple[Path, str | None]:
+    """Write this RANK's part of checkpoint STEP, written by SHARDS ranks together; the
+    step is committed only once every part is complete, so a step a rank died writing is
+    never a resume point. Every writing rank calls it, with the same STEP and SHARDS.
+
+    WRITE(folder) gets the step's staging folder, shared by all ranks (one file per rank,
+    as `torch.save(state, folder / f"rank-{rank}.pt")`, or PyTorch Distributed
+    Checkpoint's `dcp.save(state_dict, checkpoint_id=folder)`, which also writes the
+    metadata from its coordinator). Each rank's files are flushed, then its done-marker is
+    written. Rank 0 waits (up to TIMEOUT seconds) for all SHARDS markers, renames the
+    folder into place and commits it with its digest: (folder, digest). The other ranks
+    return (the final folder, None) once their part is down. CheckpointError on rank 0 when
+    a part never completes: nothing is committed, the previous checkpoint stays the resume
+    point."""
+    if not 0 <= rank < shards:
+        raise CheckpointError(f"rank {rank} is not one of {shards} shards")
+    final = step_dir(step, root)
+    attempt = os.environ.get(names.ENV_RESTART, "0")
+    staging = final.with_name(f".{final.name}.staging-a{attempt}")
+    staging.mkdir(parents=True, exist_ok=True)
+    before = {p for p in staging.rglob("*") if p.is_file()}
+    write(staging)
+    for file in staging.rglob("*"):
+        if file.is_file() and file not in before:
+            with file.open("rb") as handle:
+                os.fsync(handle.fileno())
+    marker = staging / DONE.format(rank=rank)
+    with marker.open("w") as handle:
+        handle.write(f"{step} {shards}\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    if rank != 0:
+        return final, None
+    deadline = time.monotonic() + timeout
+    missing = [r for r in range(shards) if not (staging / DONE.format(rank=r)).exists()]
+    while missing:
+        if time.monotonic() > deadline:
+            raise CheckpointError(f"checkpoint step {step}: rank(s) {missing[:8]} of {shards} "
+                                  f"did not finish their part in {timeout:.0f}s: not committed")
+        time.sleep(poll)
+        missing = [r for r in missing if not (staging / DONE.format(rank=r)).exists()]
+    found = digest(staging)
+    if final.exists():
+        shutil.rmtree(final)
+    staging.rename(final)
     if commit:
         from goodput_operator.sdk import commit_checkpoint
 
