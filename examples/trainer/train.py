@@ -52,6 +52,12 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--corrupt-at-step", type=int, default=None)
     parser.add_argument("--corrupt-node", default=None,
                         help="only the replica running on this node corrupts (NODE_NAME)")
+    parser.add_argument("--sharded", action="store_true",
+                        help="every rank saves its own part of each checkpoint "
+                             "(checkpoint.save_sharded), as a sharded model would")
+    parser.add_argument("--die-writing-at-step", type=int, default=None,
+                        help="with --sharded, in the first attempt: rank 2 writes half its "
+                             "part of this step's checkpoint and dies")
     parser.add_argument("--hang-at-step", type=int, default=None,
                         help="in the first attempt, rank 1 stops before this step's "
                              "collective and never returns (a stuck device): the others "
@@ -102,6 +108,28 @@ def average_gradients(model: torch.nn.Module, world: int) -> None:
         offset += grad.numel()
 
 
+def save(args: argparse.Namespace, step: int, rank: int, world: int, state: dict) -> None:
+    """Rank 0's whole state, or with --sharded every rank's part (committed once all are
+    down); --die-writing-at-step: rank 2 dies halfway through its part."""
+    def write(folder: Path) -> None:
+        if step == args.die_writing_at_step and rank == 2 and \
+                os.environ.get("GOODPUT_RESTART", "0") == "0":
+            (folder / f"rank-{rank}.pt").write_bytes(b"half a checkpoint")
+            log(f"dying while writing my part of step {step} (--die-writing-at-step)")
+            os._exit(1)
+        torch.save(state, folder / (f"rank-{rank}.pt" if args.sharded else "state.pt"))
+
+    try:
+        if args.sharded:
+            folder, digest = checkpoint.save_sharded(step, write, rank, world)
+        else:
+            folder, digest = checkpoint.save(step, write)
+        if digest:
+            log(f"checkpoint step {step} committed: {folder} {digest}")
+    except ReportError as err:  # written, but the operator does not know of it
+        log(f"checkpoint step {step} not committed: {err}")
+
+
 def main() -> int:
     args = parse()
     torch.set_num_threads(1)  # deterministic reductions, and kind to a 2-core sandbox
@@ -131,7 +159,10 @@ def main() -> int:
     start = 0
     point = checkpoint.resume_point()
     if point is not None:
-        state = torch.load(checkpoint.verified(point) / "state.pt", map_location=device)
+        folder = checkpoint.verified(point)
+        part = folder / f"rank-{rank}.pt"  # a sharded checkpoint: this rank's own part
+        state = torch.load(part if part.exists() else folder / "state.pt",
+                           map_location=device)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start = int(state["step"])
@@ -159,15 +190,9 @@ def main() -> int:
                         fingerprint=fingerprint(list(model.parameters())))
         except ReportError as err:  # reports are advisory: training goes on without them
             log(f"report of step {step} failed: {err}")
-        if rank == 0 and step % args.checkpoint_every == 0:
-            state = {"step": step, "model": model.state_dict(),
-                     "optimizer": optimizer.state_dict()}
-            try:
-                folder, digest = checkpoint.save(
-                    step, lambda f, state=state: torch.save(state, f / "state.pt"))
-                log(f"checkpoint step {step} committed: {folder} {digest}")
-            except ReportError as err:  # written, but the operator does not know of it
-                log(f"checkpoint step {step} not committed: {err}")
+        if step % args.checkpoint_every == 0 and (args.sharded or rank == 0):
+            save(args, step, rank, world, {"step": step, "model": model.state_dict(),
+                                           "optimizer": optimizer.state_dict()})
         if step % 10 == 0:
             log(f"step {step} loss {float(loss):.6f}")
         time.sleep(max(0.0, args.step_seconds - (time.monotonic() - began)))

@@ -215,6 +215,29 @@ def test_a_real_hang_restarts_the_gang_and_training_resumes_from_the_last_checkp
         {reference["results"][0]["fingerprint"]}, "equal to the uninterrupted run, bit for bit"
 
 
+def test_a_sharded_step_a_rank_died_writing_is_never_a_resume_point(
+        real: Real, reference: dict[str, Any], ns: str) -> None:
+    """Every rank saves its own part of each checkpoint; at step 30 rank 2 writes half its
+    part and dies. Step 30 is never committed: the restart resumes from step 20, whose
+    parts were all down, and the run ends equal to the uninterrupted one."""
+    name = f"shard-{uuid.uuid4().hex[:6]}"
+    apply(real.cluster, trainer_job(real, name, "--step-seconds", "0.5", "--sharded",
+                                    "--die-writing-at-step", "30"), ns)
+    done = succeeded(real, ns, name)
+    incident = done["status"]["incidents"][0]
+    assert incident["cause"] == "ApplicationError", incident
+    assert incident["resumeFrom"]["step"] == 20, incident
+    staged = realnode.SHARED_DIR / "checkpoints" / name / ".step-00000030.staging-a0"
+    assert (staged / "rank-2.pt").read_bytes() == b"half a checkpoint"
+    assert not (staged / ".goodput-shard-00002-done").exists()
+    assert (realnode.SHARED_DIR / "checkpoints" / name / "step-00000020" /
+            ".goodput-shard-00003-done").exists(), "step 20: every part down"
+    final = results(name)
+    assert {r["resumedFrom"] for r in final.values()} == {20}
+    assert {r["fingerprint"] for r in final.values()} == \
+        {reference["results"][0]["fingerprint"]}, "equal to the uninterrupted run, bit for bit"
+
+
 def test_a_node_made_real_later_runs_containers_and_a_crash_kills_them(
         real: Real, ns: str) -> None:
     """`add-real-node` turns the next simulated node real; `fail-node --crash` kills every

@@ -166,3 +166,33 @@ def test_every_quarantine_raises_the_lemon_score() -> None:
     body["metadata"]["annotations"][names.LEMON_ANNOTATION] = "4"
     again = q.quarantine_patch(body, q.Finding("NodeNotReady", "e", NOW), NOW)
     assert again["metadata"]["annotations"][names.LEMON_ANNOTATION] == "5"
+
+
+def test_a_kubelet_silent_past_lease_silence_seconds_fails_its_node_at_once() -> None:
+    """Leases are renewed every 10 s: 25 s of silence (leaseSilenceSeconds 20) fails the node
+    while it still reads Ready (the node controller would take 40-50 s); 5 s is nothing, and
+    the pass is asked for when that silence would reach 20 s."""
+    nodes = {"silent": node("silent"), "fine": node("fine"),
+             **{f"x{i}": node(f"x{i}") for i in range(8)}}
+    renewing = {"silent": NOW - 25, "fine": NOW - 5}
+    decision = q.decide(nodes, POLICY, NOW, {}, {}, {}, renewing=renewing)
+    [(name, found)] = decision.quarantine
+    assert (name, found.reason, found.since) == ("silent", "NodeLeaseExpired", NOW - 5)
+    assert "has not renewed the node's Lease for 25s" in found.evidence
+    assert decision.wake_at == pytest.approx(NOW + 15.1)
+    off = q.decide(nodes, Quarantine(leaseSilenceSeconds=0), NOW, {}, {}, {}, renewing=renewing)
+    assert off.quarantine == [] and off.wake_at is None
+
+
+def test_a_lease_counts_only_once_it_has_been_seen_renewed() -> None:
+    """A Lease nobody renews (a simulated node's, one a deleted node left) says nothing."""
+    from goodput_operator.controllers.state import State
+
+    state = State()
+    state.renew_lease("n", NOW - 100)
+    state.renew_lease("n", NOW - 100)
+    assert state.renewing == {}
+    state.renew_lease("n", NOW - 90)
+    assert state.renewing == {"n": NOW - 90}
+    state.forget_lease("n")
+    assert state.leases == {} and state.renewing == {}

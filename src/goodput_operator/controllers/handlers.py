@@ -1,6 +1,6 @@
 """The kopf registrations: watch events feed `State`; a startup handler primes it and starts
-the loops and the operator's own pod watch (operator.podwatch: cluster-wide and slim,
-where kopf would watch only the managed namespaces and keep full bodies).
+the loops and the operator's own watches (operator.watches): pods cluster-wide and slim,
+where kopf would watch only the managed namespaces and keep full bodies, and node Leases.
 
 Every handler is async so that all state changes happen on the event loop thread. No
 handler here is a change-detection handler, so kopf never adds finalizers or annotations
@@ -28,9 +28,9 @@ from goodput_operator.controllers.kube import API_CONNECTIONS, Kube
 from goodput_operator.controllers.state import State
 from goodput_operator.operator import loop
 from goodput_operator.operator.leader import LeaderElection
-from goodput_operator.operator.podwatch import PodWatch
 from goodput_operator.operator.reports import ReportServer
 from goodput_operator.operator.runtime import Health, accept_group, prime
+from goodput_operator.operator.watches import LeaseWatch, PodWatch, Watch
 from goodput_operator.resources.probe import report_ca_config_map
 
 log = logging.getLogger("goodput.operator")
@@ -60,7 +60,7 @@ _tasks: list[asyncio.Task[None]] = []
 _shutdown: list[asyncio.Task[None]] = []  # the signal's shutdown, once
 _servers: list[ReportServer | Health] = []
 _election: list[LeaderElection] = []
-_watches: list[PodWatch] = []
+_watches: list[Watch] = []
 
 
 def _plain(body: Any) -> dict[str, Any]:
@@ -102,9 +102,11 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     await _label_own_pod(kube, False)
     if not STATE.primed:
         await prime(STATE, kube, OPTIONS.namespaces)
-    if not _watches:  # pods cluster-wide, from where the initial list left off
-        _watches.append(PodWatch(STATE, kube, asyncio.get_running_loop()))
+    if not _watches:  # pods cluster-wide, from where the initial list left off; Leases
+        events = asyncio.get_running_loop()
+        _watches.extend([PodWatch(STATE, kube, events), LeaseWatch(STATE, kube, events)])
         _watches[0].start(STATE.pods_version)
+        _watches[1].start()
     if OPTIONS.report_port and not any(isinstance(s, ReportServer) for s in _servers):
         await _serve(ReportServer(STATE, kube, leading), OPTIONS.report_port,
                      OPTIONS.report_tls)

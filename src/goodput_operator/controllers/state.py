@@ -125,6 +125,8 @@ class State:
         self.blamed: dict[str, Finding] = {}  # nodes reports blamed (SDC votes, bad probes)
         self.progress: dict[tuple[str, str], Obj] = {}  # latest step report per job
         self.steps: dict[tuple[str, str], StepClock] = {}  # newest step per job (hangs)
+        self.leases: dict[str, float] = {}  # node -> its kubelet's last Lease renewal
+        self.renewing: dict[str, float] = {}  # the same, for Leases seen being renewed
         self.refused: dict[tuple[str, str], Refusal] = {}  # workloads whose creates fail
         self.report_url = ""  # where workers send reports (given to their pods)
         self.report_ca = ""  # the PEM bundle workers check an https report_url against
@@ -163,6 +165,7 @@ class State:
             blamed=self.blamed, clean_probes=self.clean_probes, probe_runs=self.probe_runs,
             probed_at=self.probed_at, last_sweep=self.last_sweep,
             group_written=self.group_written, progress=self.progress, steps=self.steps,
+            renewing=self.renewing,
             scaled=self.scaled,
             refused=self.refused, memo=self.fits,
             report_url=self.report_url, write_budget=self.write_budget)
@@ -307,6 +310,21 @@ class State:
         for fleet in self.fleets.values():
             fleet.remove_node(name)
         self.wake.set()
+
+    # ---- node leases -----------------------------------------------------------
+    def renew_lease(self, node: str, renewed: float) -> None:
+        """A kubelet renewed its node's Lease. A node is judged by its Lease only once a
+        renewal has been seen happen: a Lease nobody renews (a simulated node's, one left
+        from a node long gone) says nothing. No pass is woken: the group pass looks when
+        the next renewal is due (health.quarantine)."""
+        last = self.leases.get(node)
+        self.leases[node] = renewed
+        if node in self.renewing or (last is not None and renewed > last):
+            self.renewing[node] = renewed
+
+    def forget_lease(self, node: str) -> None:
+        self.leases.pop(node, None)
+        self.renewing.pop(node, None)
 
     # ---- pods ----------------------------------------------------------------
     def upsert_pod(self, body: Obj) -> None:

@@ -57,6 +57,7 @@ class Snapshot:
     group_written: Mapping[str, float] = field(default_factory=dict)  # group -> status write
     progress: Mapping[Key, Obj] = field(default_factory=dict)  # latest step report per job
     steps: Mapping[Key, StepClock] = field(default_factory=dict)  # newest step, for hangs
+    renewing: Mapping[str, float] = field(default_factory=dict)  # node -> Lease renewed
     refused: Mapping[Key, Refusal] = field(default_factory=dict)  # children not created
     scaled: Mapping[Key, Scaled] = field(default_factory=dict)  # not yet written
     report_url: str = ""  # where workers report (given to their pods)

@@ -72,9 +72,11 @@ def iso(stamp: float) -> str:
     return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def finding(node: Obj, policy: Quarantine, seen_since: float | None, now: float) -> Finding | None:
+def finding(node: Obj, policy: Quarantine, seen_since: float | None, now: float,
+            renewed: float | None = None) -> Finding | None:
     """What is wrong with NODE now, if anything. SEEN_SINCE is when the operator first saw
-    it unhealthy (some agents, and KWOK, leave stale transition times: the later wins)."""
+    it unhealthy (some agents, and KWOK, leave stale transition times: the later wins).
+    RENEWED: when its kubelet last renewed its Lease (None: not known to renew it)."""
     taints = (node.get("spec") or {}).get("taints") or []
     for taint in taints:
         if taint.get("key") in policy.health_taints:
@@ -89,6 +91,11 @@ def finding(node: Obj, policy: Quarantine, seen_since: float | None, now: float)
             return Finding("NodeCondition", f"condition {condition['type']}=True "
                            f"({condition.get('reason', '')}: {condition.get('message', '')})",
                            since)
+    silence = policy.lease_silence_seconds
+    if renewed is not None and silence and now - renewed > silence:
+        return Finding("NodeLeaseExpired", f"the kubelet has not renewed the node's Lease for "
+                       f"{now - renewed:.0f}s (last renewal {iso(renewed)}; "
+                       f"quarantine.leaseSilenceSeconds={silence})", renewed + silence)
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
     if ready is None or ready.get("status") != "True":
         status = "missing" if ready is None else ready.get("status")
@@ -129,14 +136,16 @@ def record_of(node: Obj) -> Record | None:
 
 def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
            seen_unhealthy: Mapping[str, float], healthy_since: Mapping[str, float],
-           reported: Mapping[str, Finding], clean_probes: Mapping[str, int] | None = None
-           ) -> Decision:
+           reported: Mapping[str, Finding], clean_probes: Mapping[str, int] | None = None,
+           renewing: Mapping[str, float] | None = None) -> Decision:
     """Quarantine what is due, release what has been healthy long enough, hold the rest.
 
     SEEN_UNHEALTHY: when the operator first saw each node unhealthy; HEALTHY_SINCE: when it
     last saw each node turn healthy; REPORTED: findings from workers (pod failures, SDC);
     CLEAN_PROBES: clean SDC probe runs in a row per node (what releases a corruption
-    suspect).
+    suspect); RENEWING: when each node's kubelet last renewed its Lease (nodes seen
+    renewing): a silence longer than leaseSilenceSeconds is a failure, and a pass is asked
+    for when the earliest silence would become one.
     """
     decision = Decision()
     out, out_blamed = 0, 0  # quarantined for health, and for corruption (reports, probes)
@@ -145,7 +154,10 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
     failing: list[str] = []
     for name, node in nodes.items():
         record = record_of(node)
-        health = finding(node, policy, seen_unhealthy.get(name), now)
+        renewed = (renewing or {}).get(name)
+        health = finding(node, policy, seen_unhealthy.get(name), now, renewed)
+        if renewed is not None and policy.lease_silence_seconds and health is None:
+            _wake(decision, max(now + 1, renewed + policy.lease_silence_seconds + 0.1))
         found = health or reported.get(name)
         if record is not None:
             if record.reason == SDC:

@@ -1,5 +1,5 @@
-"""The pod watch's handling of one event: its place moves on, tracked pods reach the state,
-and an expired place (410) asks for a new list."""
+"""The watches' handling of one event: its place moves on, tracked pods and Lease renewals
+reach the state, and an expired place (410) asks for a new list."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from goodput_operator.controllers.state import State
-from goodput_operator.operator.podwatch import Expired, PodWatch
+from goodput_operator.operator.watches import Expired, PodWatch
 
 pytestmark = pytest.mark.unit
 
@@ -53,5 +53,26 @@ def test_an_error_event_ends_the_request(event: dict[str, Any], error: type) -> 
     try:
         with pytest.raises(error):
             watch.apply(event)
+    finally:
+        loop.close()
+
+
+def test_a_lease_event_hands_over_the_node_s_last_renewal() -> None:
+    from goodput_operator.operator.watches import LeaseWatch
+
+    loop = asyncio.new_event_loop()
+    state = State()
+    watch = LeaseWatch(state, None, loop)  # type: ignore[arg-type]
+    try:
+        for renewed in ("2027-01-15T08:00:00.000000Z", "2027-01-15T08:00:10.000000Z"):
+            watch.apply({"type": "MODIFIED", "object": {
+                "metadata": {"name": "n1", "resourceVersion": "5"},
+                "spec": {"holderIdentity": "n1", "renewTime": renewed}}})
+        watch.apply({"type": "ADDED", "object": {"metadata": {"name": "n2"}, "spec": {}}})
+        loop.run_until_complete(asyncio.sleep(0))
+        assert state.renewing == {"n1": 1_800_000_010.0} and "n2" not in state.leases
+        watch.apply({"type": "DELETED", "object": {"metadata": {"name": "n1"}}})
+        loop.run_until_complete(asyncio.sleep(0))
+        assert state.leases == {} and state.renewing == {}
     finally:
         loop.close()

@@ -10,8 +10,8 @@ from typing import Any
 
 from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import State
-from goodput_operator.operator.podwatch import PodWatch
 from goodput_operator.operator.runtime import prime
+from goodput_operator.operator.watches import PodWatch
 from tests.conftest import Cluster
 
 

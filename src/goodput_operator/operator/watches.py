@@ -1,0 +1,198 @@
+"""The operator's own watches: pods cluster-wide, and the kubelets' node Leases.
+
+Capacity is only right if every pod that holds accelerators on a group's nodes counts, in any
+namespace, whoever made it (a namespaced operator, a user's plain pod, a Job, a DaemonSet).
+So pods are watched cluster-wide, always, by a watch of the operator's own rather than
+kopf's: it starts from the resourceVersion of the initial list (runtime.prime), so a start
+does not list every pod a second time; each event is slimmed on arrival (only pods the
+operator tracks are kept: its own, and any requesting a device).
+
+A kubelet renews its node's Lease (kube-node-lease) every 10 s; a node whose renewals stop
+is dead or cut off well before the node lifecycle controller says so (40-50 s by default),
+so the Leases are followed too, keeping only each one's last renewal.
+
+Both: bookmarks keep the watch's place; an expired place (410 Gone) lists again and
+replaces what the state holds. Events are handed to the event loop, where all state
+changes happen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from goodput_operator import metrics
+from goodput_operator.controllers.kube import Kube, Obj
+from goodput_operator.controllers.state import State, pod_key, slim_pod
+from goodput_operator.health.quarantine import parse_time
+from goodput_operator.operator.runtime import PODS, pages, tracked_pod, tracked_pods
+
+log = logging.getLogger("goodput.watch")
+NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+WATCH_SECONDS = 240  # one watch request's length; the next continues from its place
+BACKOFF = (0.5, 10.0)  # seconds after a failed request, doubling up to the second
+
+
+class Expired(Exception):
+    """The watch's place is older than the API server keeps (410 Gone): list again."""
+
+
+class Watch:
+    """A thread that follows PATH from a resourceVersion onward and hands each change to
+    the state on LOOP (subclasses say which objects, and how)."""
+
+    path = ""
+    kind = ""
+
+    def __init__(self, state: State, kube: Kube, loop: asyncio.AbstractEventLoop) -> None:
+        self.state, self.kube, self.loop = state, kube, loop
+        self.resource_version = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ---- what a subclass says ------------------------------------------------------
+    def changed(self, body: Obj) -> None:
+        """An object was added or modified (called on the watch's thread)."""
+        raise NotImplementedError
+
+    def deleted(self, body: Obj) -> None:
+        raise NotImplementedError
+
+    def listed(self) -> tuple[list[Obj], str]:
+        """Every object the state keeps, and the list's resourceVersion."""
+        raise NotImplementedError
+
+    async def replace(self, items: list[Obj]) -> None:
+        """Make the state hold exactly ITEMS (on the loop)."""
+        raise NotImplementedError
+
+    # ---- the machinery -------------------------------------------------------------
+    def start(self, resource_version: str = "") -> None:
+        self.resource_version = resource_version
+        self._thread = threading.Thread(target=self._run, name=f"{self.kind}-watch",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop after the current request (a daemon thread: it never holds up an exit)."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        delay = BACKOFF[0]
+        while not self._stop.is_set():
+            try:
+                if not self.resource_version:
+                    self.relist()
+                self.follow()
+                delay = BACKOFF[0]
+            except Expired:
+                log.info("%s watch expired at resourceVersion %s: listing again", self.kind,
+                         self.resource_version)
+                self.resource_version = ""
+            except Exception as err:  # the API server restarts, a network blip: go on
+                log.warning("%s watch: %s; again in %.1fs", self.kind, err, delay)
+                metrics.WATCH_RESTARTS.labels(self.kind).inc()
+                self._stop.wait(delay)
+                delay = min(delay * 2, BACKOFF[1])
+
+    def follow(self) -> None:
+        """One watch request from the current place, each event handed to the state."""
+        query: list[tuple[str, Any]] = [("resourceVersion", self.resource_version),
+                                        ("allowWatchBookmarks", "true")]
+        try:
+            for event in self.kube.watch(self.path, query, WATCH_SECONDS):
+                if self._stop.is_set():
+                    return
+                self.apply(event)
+        except ApiException as err:
+            if err.status == 410:
+                raise Expired() from err
+            raise
+
+    def apply(self, event: Obj) -> None:
+        """One watch event: the place moves on; the object's change goes to the state."""
+        kind, body = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if body.get("code") == 410:
+                raise Expired()
+            raise RuntimeError(f"watch error: {body.get('message', body)}")
+        version = (body.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self.resource_version = version
+        if kind == "DELETED":
+            self.deleted(body)
+        elif kind in ("ADDED", "MODIFIED"):
+            self.changed(body)
+
+    def relist(self) -> None:
+        """List again and make the state hold exactly what is there: objects deleted while
+        the watch was away are removed."""
+        started = time.perf_counter()
+        items, version = self.listed()
+        asyncio.run_coroutine_threadsafe(self.replace(items), self.loop).result()
+        self.resource_version = version
+        log.info("%s watch: listed %d again in %.1fs", self.kind, len(items),
+                 time.perf_counter() - started)
+
+
+class PodWatch(Watch):
+    """Pods, cluster-wide: the tracked ones (the operator's, and any requesting a device)."""
+
+    path, kind = PODS, "pods"
+
+    def changed(self, body: Obj) -> None:
+        if tracked_pod(body):
+            self.loop.call_soon_threadsafe(self.state.upsert_pod, slim_pod(body))
+
+    def deleted(self, body: Obj) -> None:
+        self.loop.call_soon_threadsafe(self.state.remove_pod, slim_pod(body))
+
+    def listed(self) -> tuple[list[Obj], str]:
+        return tracked_pods(self.kube)
+
+    async def replace(self, items: list[Obj]) -> None:
+        listed = {pod_key(pod) for pod in items}
+        for key in [k for k in self.state.pods if k not in listed]:
+            self.state.remove_pod(self.state.pods[key])
+        for pod in items:
+            self.state.upsert_pod(pod)
+
+
+def renewal(lease: Obj) -> tuple[str, float] | None:
+    """(node, when its kubelet last renewed its Lease), or None for a Lease without one."""
+    renewed = parse_time((lease.get("spec") or {}).get("renewTime"))
+    name = (lease.get("metadata") or {}).get("name")
+    return (name, renewed) if name and renewed is not None else None
+
+
+class LeaseWatch(Watch):
+    """The kubelets' node Leases: each node's last renewal (State.renew_lease)."""
+
+    path, kind = NODE_LEASES, "leases"
+
+    def changed(self, body: Obj) -> None:
+        found = renewal(body)
+        if found is not None:
+            self.loop.call_soon_threadsafe(self.state.renew_lease, *found)
+
+    def deleted(self, body: Obj) -> None:
+        name = (body.get("metadata") or {}).get("name")
+        if name:
+            self.loop.call_soon_threadsafe(self.state.forget_lease, name)
+
+    def listed(self) -> tuple[list[Obj], str]:
+        listed: Obj = {}
+        items = [lease for page in pages(self.kube, self.path, listed) for lease in page]
+        return items, listed.get("resourceVersion", "")
+
+    async def replace(self, items: list[Obj]) -> None:
+        found = dict(r for lease in items if (r := renewal(lease)) is not None)
+        for name in [n for n in self.state.leases if n not in found]:
+            self.state.forget_lease(name)
+        for name, renewed in found.items():
+            self.state.renew_lease(name, renewed)
