@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -106,6 +107,24 @@ CHART_RELEASE = "goodput-e2e"  # installed once per session; its namespace holds
 CHART_NAMESPACE = "goodput-e2e"
 CHART_VALUES = {"replicaCount": 0, "probeNamespace": "goodput-probes",
                 "dashboards": {"enabled": False}}
+
+
+@contextlib.contextmanager
+def scoped_operator(e2e: Operator, crds: Cluster, namespace: str, kubeconfig: Path,
+                    log: Path) -> Iterator[tuple[Operator, str]]:
+    """The session's operator stopped and one acting only in NAMESPACE in its place, with
+    another namespace beside it (deleted afterwards); the session's comes back after.
+    The scoped one is started by the caller, once the scene is set."""
+    elsewhere = f"{namespace[:50]}-other"
+    crds.kubectl("create", "namespace", elsewhere)
+    scoped = Operator(crds, log, kubeconfig, ("--namespace", namespace))
+    e2e.stop()
+    try:
+        yield scoped, elsewhere
+    finally:
+        scoped.stop()
+        crds.kubectl("delete", "namespace", elsewhere, "--wait=false", check=False)
+        e2e.start()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -16,6 +16,7 @@ from tests.e2e.conftest import (
     get_job,
     get_object,
     job_pods,
+    scoped_operator,
     training_job,
     trn2_pool,
     wait_phase,
@@ -74,21 +75,13 @@ def test_a_namespaced_operator_counts_another_namespace_s_pods(
     """An operator acting only in one namespace still sees the devices a pod in another
     namespace holds on the first UltraServer: it places its job on the second."""
     pool = trn2_pool(crds)
-    elsewhere = f"{namespace[:50]}-b"
-    crds.kubectl("create", "namespace", elsewhere)
-    scoped = Operator(crds, tmp_path / "scoped.log", chart_kubeconfig,
-                      ("--namespace", namespace))
-    e2e.stop()
-    try:
+    with scoped_operator(e2e, crds, namespace, chart_kubeconfig,
+                         tmp_path / "scoped.log") as (scoped, elsewhere):
         apply(crds, hog("hog", pool[1]), elsewhere)  # one node of the first UltraServer
         scoped.start()
         apply(crds, training_job("mine", trn2_group, 4), namespace)
         wait_phase(crds, namespace, "mine", "Running")
         assert nodes_of(crds, namespace, "mine") == set(pool[4:])
-    finally:
-        scoped.stop()
-        crds.kubectl("delete", "namespace", elsewhere, "--wait=false", check=False)
-        e2e.start()
 
 
 def test_a_plain_pod_is_counted_and_a_gang_needing_its_devices_waits_naming_it(

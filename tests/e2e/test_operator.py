@@ -12,6 +12,7 @@ from tests.e2e.conftest import (
     apply,
     get_job,
     get_object,
+    scoped_operator,
     training_job,
     wait_phase,
 )
@@ -60,12 +61,8 @@ def test_two_replicas_one_leads_and_a_clean_shutdown_hands_over_at_once(
 def test_a_namespaced_operator_acts_only_in_its_namespaces(
         e2e: Operator, crds: Cluster, namespace: str, trn2_group: str,
         chart_kubeconfig: Path, tmp_path: Path) -> None:
-    elsewhere = f"{namespace[:50]}-other"
-    crds.kubectl("create", "namespace", elsewhere)
-    scoped = Operator(crds, tmp_path / "scoped.log", chart_kubeconfig,
-                      ("--namespace", namespace))
-    e2e.stop()
-    try:
+    with scoped_operator(e2e, crds, namespace, chart_kubeconfig,
+                         tmp_path / "scoped.log") as (scoped, elsewhere):
         scoped.start()
         apply(crds, training_job("mine", trn2_group, 4), namespace)
         apply(crds, training_job("theirs", trn2_group, 4), elsewhere)
@@ -73,8 +70,4 @@ def test_a_namespaced_operator_acts_only_in_its_namespaces(
         theirs = get_job(crds, elsewhere, "theirs")
         assert "status" not in theirs, "a job outside --namespace is left alone"
         assert not crds.kubectl("get", "pods", "-n", elsewhere, "-o", "name").stdout.strip()
-    finally:
-        scoped.stop()
         crds.kubectl("delete", "tj", "theirs", "-n", elsewhere, "--wait=true", check=False)
-        crds.kubectl("delete", "namespace", elsewhere, "--wait=false", check=False)
-        e2e.start()

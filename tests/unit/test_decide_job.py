@@ -371,16 +371,23 @@ def test_a_running_job_s_goodput_is_refreshed_and_a_pass_is_asked_for_the_next_r
     assert again.wake_at == NOW + 30
 
 
+def stepped_until(last: float) -> JobDecision:
+    """The pass of a running job whose workers reported steps 1..10, a second apart, the
+    last at LAST."""
+    steps = StepClock(0)
+    for step in range(1, 11):
+        steps.advance(step, last - 10 + step)
+    snapshot = world(None, [RUNNING], running_pods(RUNNING, "Running", "Running"),
+                     steps={("ns", "j"): steps})
+    [decision] = decide(snapshot).jobs
+    return decision
+
+
 def test_a_job_whose_steps_stopped_past_the_window_restarts_with_cause_hang() -> None:
     """Every worker Running, the newest step 700 s old (floor 600 s, steps 1 s apart):
     the attempt is hung: an incident (cause Hang, failed at the last step, detected now,
     paid from the application's budget) and the gang restarts."""
-    steps = StepClock(0)
-    for step in range(1, 11):
-        steps.advance(step, NOW - 710 + step)
-    snapshot = world(None, [RUNNING], running_pods(RUNNING, "Running", "Running"),
-                     steps={("ns", "j"): steps})
-    [decision] = decide(snapshot).jobs
+    decision = stepped_until(NOW - 700)
     incident = decision.desired["incidents"][-1]
     assert (incident["cause"], incident["detectionSeconds"]) == ("Hang", 700)
     assert "no step for 700s after step 10" in incident["message"]
@@ -390,12 +397,7 @@ def test_a_job_whose_steps_stopped_past_the_window_restarts_with_cause_hang() ->
 
 
 def test_a_job_stepping_is_in_force_and_asks_for_a_pass_at_its_window_s_end() -> None:
-    steps = StepClock(0)
-    for step in range(1, 11):
-        steps.advance(step, NOW - 20 + step)
-    snapshot = world(None, [RUNNING], running_pods(RUNNING, "Running", "Running"),
-                     steps={("ns", "j"): steps})
-    [decision] = decide(snapshot).jobs
+    decision = stepped_until(NOW - 10)
     assert decision.desired["phase"] == "Running"
     assert conditions(decision.desired)["HangDetection"] == ("True", "InForce")
     assert decision.attempt is not None

@@ -135,10 +135,17 @@ def save(step: int, write: Callable[[Path], Any], root: str | Path | None = None
         if file.is_file():
             with file.open("rb") as handle:
                 os.fsync(handle.fileno())
-    found = digest(scratch)
+    return _publish(step, scratch, final, commit, reporter)
+
+
+def _publish(step: int, written: Path, final: Path, commit: bool, reporter: Reporter | None
+             ) -> tuple[Path, str]:
+    """Rename the complete folder WRITTEN into place as FINAL and commit it, with the
+    digest of what it holds."""
+    found = digest(written)
     if final.exists():  # a step written again after a rollback replaces the old one
         shutil.rmtree(final)
-    scratch.rename(final)
+    written.rename(final)
     if commit:
         from goodput_operator.sdk import commit_checkpoint
 
@@ -196,15 +203,4 @@ def save_sharded(step: int, write: Callable[[Path], Any], rank: int, shards: int
                                   f"did not finish their part in {timeout:.0f}s: not committed")
         time.sleep(poll)
         missing = [r for r in missing if not (staging / DONE.format(rank=r)).exists()]
-    found = digest(staging)
-    if final.exists():
-        shutil.rmtree(final)
-    staging.rename(final)
-    if commit:
-        from goodput_operator.sdk import commit_checkpoint
-
-        if reporter is not None:
-            reporter.commit_checkpoint(step, str(final), digest=found)
-        else:
-            commit_checkpoint(step, str(final), digest=found)
-    return final, found
+    return _publish(step, staging, final, commit, reporter)
