@@ -402,3 +402,17 @@ def test_a_job_stepping_is_in_force_and_asks_for_a_pass_at_its_window_s_end() ->
     assert conditions(decision.desired)["HangDetection"] == ("True", "InForce")
     assert decision.attempt is not None
     assert decision.attempt.wake_at == NOW - 10 + 600  # the last step's time + the floor
+
+
+def test_after_an_operator_restart_a_hung_job_is_judged_from_its_recorded_progress() -> None:
+    """No step report reached this leader; the status says the previous one saw step 40
+    of this attempt 700 s ago: the floor (600 s) has passed, the job is hung. Progress that
+    does not say its attempt (written before it did) says nothing."""
+    progress = {"step": 40, "rank": 0, "restart": 0, "time": iso(NOW - 700)}
+    hung_job = job(status={**RUNNING_2, "progress": progress})
+    [decision] = decide(world(None, [hung_job], running_pods(hung_job, "Running",
+                                                             "Running"))).jobs
+    assert decision.desired["incidents"][-1]["cause"] == "Hang"
+    older = job(status={**RUNNING_2, "progress": {**progress, "restart": None}})
+    [decision] = decide(world(None, [older], running_pods(older, "Running", "Running"))).jobs
+    assert decision.desired["phase"] == "Running"

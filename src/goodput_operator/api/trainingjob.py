@@ -268,6 +268,9 @@ class Progress(ApiModel):
     """Training step."""
     rank: int | None = None
     """The reporting worker's rank."""
+    restart: int | None = Field(default=None, ge=0)
+    """The attempt (status.restarts) it came from: hang detection carries on from it
+    after an operator restart."""
     time: datetime | None = None
     """When it was reported."""
     metrics: dict[str, float] = Field(default_factory=dict)

@@ -40,6 +40,7 @@ from goodput_operator.decide.types import (
     apply_conditions,
 )
 from goodput_operator.health import badput
+from goodput_operator.health.hang import from_progress
 from goodput_operator.health.quarantine import iso, parse_time, record_of
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.pods import attempt_of, index_of, is_gated, owned
@@ -115,7 +116,8 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
     decided = attempt(job, pods, fleet.shape.accelerator_resource,
                       lost_nodes(snapshot, fleet, job, pods), clock, snapshot.report_url,
                       suspects=snapshot.seen_unhealthy.keys(), probed=snapshot.probed_at,
-                      spec=spec, steps=snapshot.steps.get((namespace, name)))
+                      spec=spec, steps=snapshot.steps.get((namespace, name))
+                      or from_progress(status.get("progress")))
     _creation(snapshot.refused.get((namespace, name)), decided, pods, status, clock)
     wakes = [w for w in (decided.wake_at, _unschedulable_wake(pods, restart_of(job), clock))
              if w is not None]

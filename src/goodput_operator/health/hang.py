@@ -13,6 +13,8 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
+from goodput_operator.health.quarantine import parse_time
+
 HISTORY = 32  # recent advances the median is taken over
 
 
@@ -35,6 +37,19 @@ class StepClock:
 
     def median(self) -> float | None:
         return statistics.median(self.per_step) if self.per_step else None
+
+
+def from_progress(progress: dict[str, object] | None) -> StepClock | None:
+    """A clock from status.progress (the newest step the previous leader recorded, and its
+    attempt): after an operator restart a job already hung is still judged, by the floor
+    until its steps are timed again."""
+    if not progress or not isinstance(progress.get("restart"), int):
+        return None
+    at = parse_time(str(progress.get("time") or ""))
+    step = progress.get("step")
+    if at is None or not isinstance(step, int):
+        return None
+    return StepClock(int(str(progress["restart"])), step, at)
 
 
 def window(clock: StepClock, multiple: int, floor: float) -> float:

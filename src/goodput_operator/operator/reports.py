@@ -49,14 +49,15 @@ log = logging.getLogger("goodput.reports")
 MAX_BODY = 64 * 1024
 
 
-def progress_of(report: StepReport, rank: int, now: float) -> Obj:
+def progress_of(report: StepReport, rank: int, now: float, restart: int = 0) -> Obj:
     """status.progress for a step report. NaN and infinities (what a diverging step sends)
     are kept by name under nonFinite: JSON has no such numbers, and a status patch that
     carried one would be refused whole, on every pass, phase and restarts with it."""
     finite = {k: v for k, v in report.metrics.items() if math.isfinite(v)}
     odd = {k: "NaN" if math.isnan(v) else "+Inf" if v > 0 else "-Inf"
            for k, v in report.metrics.items() if not math.isfinite(v)}
-    return {"step": report.step, "rank": rank, "time": iso(now), "metrics": finite,
+    return {"step": report.step, "rank": rank, "restart": restart, "time": iso(now),
+            "metrics": finite,
             **({"nonFinite": odd} if odd else {})}
 
 
@@ -218,8 +219,8 @@ class ReportServer:
         spec = TrainingJobSpec.model_validate(job["spec"])
         rank = index_of(pod)
         now = time.time()
-        self.state.progress[key] = progress_of(report, rank, now)
         attempt = int((job.get("status") or {}).get("restarts", 0))
+        self.state.progress[key] = progress_of(report, rank, now, attempt)
         clock = self.state.steps.get(key)
         if clock is None or clock.attempt != attempt:
             clock = self.state.steps[key] = StepClock(attempt)
