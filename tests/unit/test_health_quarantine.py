@@ -196,3 +196,15 @@ def test_a_lease_counts_only_once_it_has_been_seen_renewed() -> None:
     assert state.renewing == {"n": NOW - 90}
     state.forget_lease("n")
     assert state.leases == {} and state.renewing == {}
+
+
+def test_a_kubelet_back_from_a_silence_is_alive_by_its_ready_heartbeat() -> None:
+    """Healed and released by hand, a node must not be failed again on its old Lease before
+    the watch brings the next renewal: the Ready heartbeat it posted on return counts."""
+    body = node("back")
+    body["status"]["conditions"][0]["lastHeartbeatTime"] = q.iso(NOW - 2)
+    assert q.finding(body, POLICY, None, NOW, renewed=NOW - 40) is None
+    stale = node("dead")
+    stale["status"]["conditions"][0]["lastHeartbeatTime"] = q.iso(NOW - 300)
+    found = q.finding(stale, POLICY, None, NOW, renewed=NOW - 40)
+    assert found is not None and found.reason == "NodeLeaseExpired"

@@ -91,12 +91,16 @@ def finding(node: Obj, policy: Quarantine, seen_since: float | None, now: float,
             return Finding("NodeCondition", f"condition {condition['type']}=True "
                            f"({condition.get('reason', '')}: {condition.get('message', '')})",
                            since)
-    silence = policy.lease_silence_seconds
-    if renewed is not None and silence and now - renewed > silence:
-        return Finding("NodeLeaseExpired", f"the kubelet has not renewed the node's Lease for "
-                       f"{now - renewed:.0f}s (last renewal {iso(renewed)}; "
-                       f"quarantine.leaseSilenceSeconds={silence})", renewed + silence)
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    silence = policy.lease_silence_seconds
+    if renewed is not None and silence:
+        # a kubelet back from a silence posts Ready before its next renewal is seen
+        if ready is not None and ready.get("status") == "True":
+            renewed = max(renewed, parse_time(ready.get("lastHeartbeatTime")) or 0.0)
+        if now - renewed > silence:
+            return Finding("NodeLeaseExpired", f"the kubelet has not renewed the node's Lease "
+                           f"for {now - renewed:.0f}s (last renewal {iso(renewed)}; "
+                           f"quarantine.leaseSilenceSeconds={silence})", renewed + silence)
     if ready is None or ready.get("status") != "True":
         status = "missing" if ready is None else ready.get("status")
         since = _later(parse_time((ready or {}).get("lastTransitionTime")), seen_since, now)
