@@ -169,12 +169,12 @@ def test_every_quarantine_raises_the_lemon_score() -> None:
 
 
 def test_a_kubelet_silent_past_lease_silence_seconds_fails_its_node_at_once() -> None:
-    """Leases are renewed every 10 s: 25 s of silence (leaseSilenceSeconds 20) fails the node
-    while it still reads Ready (the node controller would take 40-50 s); 5 s is nothing, and
-    the pass is asked for when that silence would reach 20 s."""
+    """A kubelet renewing every 10 s: 25 s of silence (leaseSilenceSeconds 20) fails the
+    node while it still reads Ready (the node controller would take 40-50 s); 5 s is
+    nothing, and the pass is asked for when that silence would reach 20 s."""
     nodes = {"silent": node("silent"), "fine": node("fine"),
              **{f"x{i}": node(f"x{i}") for i in range(8)}}
-    renewing = {"silent": NOW - 25, "fine": NOW - 5}
+    renewing = {"silent": q.Renewal(NOW - 25, 10), "fine": q.Renewal(NOW - 5, 10)}
     decision = q.decide(nodes, POLICY, NOW, {}, {}, {}, renewing=renewing)
     [(name, found)] = decision.quarantine
     assert (name, found.reason, found.since) == ("silent", "NodeLeaseExpired", NOW - 5)
@@ -184,7 +184,16 @@ def test_a_kubelet_silent_past_lease_silence_seconds_fails_its_node_at_once() ->
     assert off.quarantine == [] and off.wake_at is None
 
 
-def test_a_lease_counts_only_once_it_has_been_seen_renewed() -> None:
+def test_a_lease_renewed_slowly_is_judged_by_its_own_pace() -> None:
+    """A simulated node's Lease (KWOK renews every 40-50 s under load) or a kubelet set to
+    renew less often: the limit is two of its own intervals, never a false failure."""
+    slow = q.Renewal(NOW - 60, 45)
+    assert q.finding(node("kwok"), POLICY, None, NOW, slow) is None
+    found = q.finding(node("kwok"), POLICY, None, NOW + 31, slow)
+    assert found is not None and "the limit is 90s" in found.evidence
+
+
+def test_a_lease_counts_once_it_has_been_seen_renewed_and_its_pace_is_remembered() -> None:
     """A Lease nobody renews (a simulated node's, one a deleted node left) says nothing."""
     from goodput_operator.controllers.state import State
 
@@ -193,7 +202,9 @@ def test_a_lease_counts_only_once_it_has_been_seen_renewed() -> None:
     state.renew_lease("n", NOW - 100)
     assert state.renewing == {}
     state.renew_lease("n", NOW - 90)
-    assert state.renewing == {"n": NOW - 90}
+    state.renew_lease("n", NOW - 60)
+    state.renew_lease("n", NOW - 50)
+    assert state.renewing == {"n": q.Renewal(NOW - 50, 30)}  # the longest recent interval
     state.forget_lease("n")
     assert state.leases == {} and state.renewing == {}
 
@@ -203,8 +214,8 @@ def test_a_kubelet_back_from_a_silence_is_alive_by_its_ready_heartbeat() -> None
     the watch brings the next renewal: the Ready heartbeat it posted on return counts."""
     body = node("back")
     body["status"]["conditions"][0]["lastHeartbeatTime"] = q.iso(NOW - 2)
-    assert q.finding(body, POLICY, None, NOW, renewed=NOW - 40) is None
+    assert q.finding(body, POLICY, None, NOW, q.Renewal(NOW - 40, 10)) is None
     stale = node("dead")
     stale["status"]["conditions"][0]["lastHeartbeatTime"] = q.iso(NOW - 300)
-    found = q.finding(stale, POLICY, None, NOW, renewed=NOW - 40)
+    found = q.finding(stale, POLICY, None, NOW, q.Renewal(NOW - 40, 10))
     assert found is not None and found.reason == "NodeLeaseExpired"

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from goodput_operator.controllers.state import State
+from goodput_operator.health.quarantine import Renewal
 from goodput_operator.operator.watches import Expired, PodWatch
 
 pytestmark = pytest.mark.unit
@@ -70,7 +71,8 @@ def test_a_lease_event_hands_over_the_node_s_last_renewal() -> None:
                 "spec": {"holderIdentity": "n1", "renewTime": renewed}}})
         watch.apply({"type": "ADDED", "object": {"metadata": {"name": "n2"}, "spec": {}}})
         loop.run_until_complete(asyncio.sleep(0))
-        assert state.renewing == {"n1": 1_800_000_010.0} and "n2" not in state.leases
+        assert state.renewing == {"n1": Renewal(1_800_000_010.0, 10.0)}
+        assert "n2" not in state.leases
         watch.apply({"type": "DELETED", "object": {"metadata": {"name": "n1"}}})
         loop.run_until_complete(asyncio.sleep(0))
         assert state.leases == {} and state.renewing == {}

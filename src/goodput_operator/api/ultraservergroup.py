@@ -80,8 +80,9 @@ class Quarantine(ApiModel):
 
     lease_silence_seconds: int = Field(default=20, ge=0, le=3600)
     """A node whose kubelet has not renewed its Lease (kube-node-lease; renewed every 10 s)
-    for this long is failed at once: sooner than the node lifecycle controller marks it
-    NotReady (40-50 s by default). Judged only for nodes seen renewing. 0: off."""
+    for this long, or for two of its own renewal intervals if that is longer, is failed at
+    once: sooner than the node lifecycle controller marks it NotReady (40-50 s by default).
+    Judged only for nodes seen renewing. 0: off."""
     not_ready_grace_seconds: int = Field(default=5, ge=0, le=3600)
     """Seconds a node may be NotReady or Unknown before it is quarantined (the kubelet's
     default eviction waits 300 s; training cannot)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,7 +18,7 @@ from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.types import Refusal, Reservation
 from goodput_operator.health.hang import StepClock
-from goodput_operator.health.quarantine import Finding
+from goodput_operator.health.quarantine import Finding, Renewal
 from goodput_operator.health.sdc import Ledger
 from goodput_operator.topology.constraints import pinned_node
 from goodput_operator.topology.model import (
@@ -126,7 +126,8 @@ class State:
         self.progress: dict[tuple[str, str], Obj] = {}  # latest step report per job
         self.steps: dict[tuple[str, str], StepClock] = {}  # newest step per job (hangs)
         self.leases: dict[str, float] = {}  # node -> its kubelet's last Lease renewal
-        self.renewing: dict[str, float] = {}  # the same, for Leases seen being renewed
+        self.renewing: dict[str, Renewal] = {}  # nodes whose Leases were seen renewed
+        self._intervals: dict[str, deque[float]] = {}  # node -> its recent renewal intervals
         self.refused: dict[tuple[str, str], Refusal] = {}  # workloads whose creates fail
         self.report_url = ""  # where workers send reports (given to their pods)
         self.report_ca = ""  # the PEM bundle workers check an https report_url against
@@ -319,12 +320,15 @@ class State:
         the next renewal is due (health.quarantine)."""
         last = self.leases.get(node)
         self.leases[node] = renewed
-        if node in self.renewing or (last is not None and renewed > last):
-            self.renewing[node] = renewed
+        if last is not None and renewed > last:
+            recent = self._intervals.setdefault(node, deque(maxlen=5))
+            recent.append(renewed - last)
+            self.renewing[node] = Renewal(renewed, max(recent))
 
     def forget_lease(self, node: str) -> None:
         self.leases.pop(node, None)
         self.renewing.pop(node, None)
+        self._intervals.pop(node, None)
 
     # ---- pods ----------------------------------------------------------------
     def upsert_pod(self, body: Obj) -> None:

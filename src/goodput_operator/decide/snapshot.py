@@ -15,7 +15,7 @@ from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.autoscaling.algorithm import Decision as ScalingDecision
 from goodput_operator.decide.types import Refusal
 from goodput_operator.health.hang import StepClock
-from goodput_operator.health.quarantine import Finding
+from goodput_operator.health.quarantine import Finding, Renewal
 from goodput_operator.topology.model import Fleet
 
 Obj = dict[str, Any]
@@ -57,7 +57,7 @@ class Snapshot:
     group_written: Mapping[str, float] = field(default_factory=dict)  # group -> status write
     progress: Mapping[Key, Obj] = field(default_factory=dict)  # latest step report per job
     steps: Mapping[Key, StepClock] = field(default_factory=dict)  # newest step, for hangs
-    renewing: Mapping[str, float] = field(default_factory=dict)  # node -> Lease renewed
+    renewing: Mapping[str, Renewal] = field(default_factory=dict)  # node -> Lease renewals
     refused: Mapping[Key, Refusal] = field(default_factory=dict)  # children not created
     scaled: Mapping[Key, Scaled] = field(default_factory=dict)  # not yet written
     report_url: str = ""  # where workers report (given to their pods)

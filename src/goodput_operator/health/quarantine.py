@@ -72,11 +72,28 @@ def iso(stamp: float) -> str:
     return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+SILENCE_INTERVALS = 2  # a Lease silent for this many of its own renewal intervals, at least
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """A node's Lease as the operator has seen it renewed: the last renewal, and the
+    longest of its recent intervals (a kubelet renews every 10 s; a simulated node, or a
+    kubelet configured otherwise, may take much longer: each is judged by its own pace)."""
+
+    at: float
+    every: float
+
+    def limit(self, policy: Quarantine) -> float:
+        """The silence that fails the node."""
+        return max(float(policy.lease_silence_seconds), SILENCE_INTERVALS * self.every)
+
+
 def finding(node: Obj, policy: Quarantine, seen_since: float | None, now: float,
-            renewed: float | None = None) -> Finding | None:
+            renewal: Renewal | None = None) -> Finding | None:
     """What is wrong with NODE now, if anything. SEEN_SINCE is when the operator first saw
     it unhealthy (some agents, and KWOK, leave stale transition times: the later wins).
-    RENEWED: when its kubelet last renewed its Lease (None: not known to renew it)."""
+    RENEWAL: its kubelet's Lease renewals (None: not known to renew it)."""
     taints = (node.get("spec") or {}).get("taints") or []
     for taint in taints:
         if taint.get("key") in policy.health_taints:
@@ -93,14 +110,17 @@ def finding(node: Obj, policy: Quarantine, seen_since: float | None, now: float,
                            since)
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
     silence = policy.lease_silence_seconds
-    if renewed is not None and silence:
+    if renewal is not None and silence:
+        renewed, limit = renewal.at, renewal.limit(policy)
         # a kubelet back from a silence posts Ready before its next renewal is seen
         if ready is not None and ready.get("status") == "True":
             renewed = max(renewed, parse_time(ready.get("lastHeartbeatTime")) or 0.0)
-        if now - renewed > silence:
+        if now - renewed > limit:
             return Finding("NodeLeaseExpired", f"the kubelet has not renewed the node's Lease "
-                           f"for {now - renewed:.0f}s (last renewal {iso(renewed)}; "
-                           f"quarantine.leaseSilenceSeconds={silence})", renewed + silence)
+                           f"for {now - renewed:.0f}s (last renewal {iso(renewed)}; it renews "
+                           f"every {renewal.every:.0f}s; the limit is {limit:.0f}s: "
+                           f"leaseSilenceSeconds {silence} or {SILENCE_INTERVALS} of its "
+                           "renewal intervals, the longer)", renewed + limit)
     if ready is None or ready.get("status") != "True":
         status = "missing" if ready is None else ready.get("status")
         since = _later(parse_time((ready or {}).get("lastTransitionTime")), seen_since, now)
@@ -141,15 +161,15 @@ def record_of(node: Obj) -> Record | None:
 def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
            seen_unhealthy: Mapping[str, float], healthy_since: Mapping[str, float],
            reported: Mapping[str, Finding], clean_probes: Mapping[str, int] | None = None,
-           renewing: Mapping[str, float] | None = None) -> Decision:
+           renewing: Mapping[str, Renewal] | None = None) -> Decision:
     """Quarantine what is due, release what has been healthy long enough, hold the rest.
 
     SEEN_UNHEALTHY: when the operator first saw each node unhealthy; HEALTHY_SINCE: when it
     last saw each node turn healthy; REPORTED: findings from workers (pod failures, SDC);
     CLEAN_PROBES: clean SDC probe runs in a row per node (what releases a corruption
-    suspect); RENEWING: when each node's kubelet last renewed its Lease (nodes seen
-    renewing): a silence longer than leaseSilenceSeconds is a failure, and a pass is asked
-    for when the earliest silence would become one.
+    suspect); RENEWING: each node's Lease renewals (nodes seen renewing): a silence
+    longer than Renewal.limit is a failure, and a pass is asked for when the earliest
+    silence would become one.
     """
     decision = Decision()
     out, out_blamed = 0, 0  # quarantined for health, and for corruption (reports, probes)
@@ -158,10 +178,10 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
     failing: list[str] = []
     for name, node in nodes.items():
         record = record_of(node)
-        renewed = (renewing or {}).get(name)
-        health = finding(node, policy, seen_unhealthy.get(name), now, renewed)
-        if renewed is not None and policy.lease_silence_seconds and health is None:
-            _wake(decision, max(now + 1, renewed + policy.lease_silence_seconds + 0.1))
+        renewal = (renewing or {}).get(name)
+        health = finding(node, policy, seen_unhealthy.get(name), now, renewal)
+        if renewal is not None and policy.lease_silence_seconds and health is None:
+            _wake(decision, max(now + 1, renewal.at + renewal.limit(policy) + 0.1))
         found = health or reported.get(name)
         if record is not None:
             if record.reason == SDC:
