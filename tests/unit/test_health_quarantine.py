@@ -174,12 +174,12 @@ def test_a_kubelet_silent_past_lease_silence_seconds_fails_its_node_at_once() ->
     nothing, and the pass is asked for when that silence would reach 20 s."""
     nodes = {"silent": node("silent"), "fine": node("fine"),
              **{f"x{i}": node(f"x{i}") for i in range(8)}}
-    renewing = {"silent": q.Renewal(NOW - 25, 10), "fine": q.Renewal(NOW - 5, 10)}
+    renewing = {"silent": q.Renewal(NOW - 25, 10), "fine": q.Renewal(NOW - 4, 10)}
     decision = q.decide(nodes, POLICY, NOW, {}, {}, {}, renewing=renewing)
     [(name, found)] = decision.quarantine
     assert (name, found.reason, found.since) == ("silent", "NodeLeaseExpired", NOW - 5)
     assert "has not renewed the node's Lease for 25s" in found.evidence
-    assert decision.wake_at == pytest.approx(NOW + 15.1)
+    assert decision.wake_at == pytest.approx(NOW + 16.1)
     off = q.decide(nodes, Quarantine(leaseSilenceSeconds=0), NOW, {}, {}, {}, renewing=renewing)
     assert off.quarantine == [] and off.wake_at is None
 
@@ -188,8 +188,8 @@ def test_a_lease_renewed_slowly_is_judged_by_its_own_pace() -> None:
     """A simulated node's Lease (KWOK renews every 40-50 s under load) or a kubelet set to
     renew less often: the limit is two of its own intervals, never a false failure."""
     slow = q.Renewal(NOW - 60, 45)
-    assert q.finding(node("kwok"), POLICY, None, NOW, slow) is None
-    found = q.finding(node("kwok"), POLICY, None, NOW + 31, slow)
+    assert q.finding(node("kwok"), POLICY, None, NOW, slow, heard=NOW) is None
+    found = q.finding(node("kwok"), POLICY, None, NOW + 31, slow, heard=NOW + 31)
     assert found is not None and "the limit is 90s" in found.evidence
 
 
@@ -214,8 +214,18 @@ def test_a_kubelet_back_from_a_silence_is_alive_by_its_ready_heartbeat() -> None
     the watch brings the next renewal: the Ready heartbeat it posted on return counts."""
     body = node("back")
     body["status"]["conditions"][0]["lastHeartbeatTime"] = q.iso(NOW - 2)
-    assert q.finding(body, POLICY, None, NOW, q.Renewal(NOW - 40, 10)) is None
+    assert q.finding(body, POLICY, None, NOW, q.Renewal(NOW - 40, 10), heard=NOW) is None
     stale = node("dead")
     stale["status"]["conditions"][0]["lastHeartbeatTime"] = q.iso(NOW - 300)
-    found = q.finding(stale, POLICY, None, NOW, q.Renewal(NOW - 40, 10))
+    found = q.finding(stale, POLICY, None, NOW, q.Renewal(NOW - 40, 10), heard=NOW)
     assert found is not None and found.reason == "NodeLeaseExpired"
+
+
+def test_when_every_lease_falls_silent_together_no_node_is_failed_for_it() -> None:
+    """The control plane, the operator's watch or the simulator stalled, not the nodes:
+    a silence counts only once another node has been heard after it ran out."""
+    nodes = {f"x{i}": node(f"x{i}") for i in range(10)}
+    stalled = {name: q.Renewal(NOW - 48, 10) for name in nodes}
+    decision = q.decide(nodes, POLICY, NOW, {}, {}, {}, renewing=stalled)
+    assert decision.quarantine == [] and decision.storm is None
+    assert decision.wake_at == NOW + 1  # and looks again soon

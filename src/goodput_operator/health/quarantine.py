@@ -90,10 +90,13 @@ class Renewal:
 
 
 def finding(node: Obj, policy: Quarantine, seen_since: float | None, now: float,
-            renewal: Renewal | None = None) -> Finding | None:
+            renewal: Renewal | None = None, heard: float | None = None) -> Finding | None:
     """What is wrong with NODE now, if anything. SEEN_SINCE is when the operator first saw
     it unhealthy (some agents, and KWOK, leave stale transition times: the later wins).
-    RENEWAL: its kubelet's Lease renewals (None: not known to renew it)."""
+    RENEWAL: its kubelet's Lease renewals (None: not known to renew it); HEARD: the newest
+    renewal of any node. A silence counts only once other nodes have renewed after it ran
+    out: when every Lease falls silent together, the control plane, the operator's watch
+    or the sandbox's simulator has stalled, not the nodes."""
     taints = (node.get("spec") or {}).get("taints") or []
     for taint in taints:
         if taint.get("key") in policy.health_taints:
@@ -115,7 +118,7 @@ def finding(node: Obj, policy: Quarantine, seen_since: float | None, now: float,
         # a kubelet back from a silence posts Ready before its next renewal is seen
         if ready is not None and ready.get("status") == "True":
             renewed = max(renewed, parse_time(ready.get("lastHeartbeatTime")) or 0.0)
-        if now - renewed > limit:
+        if now - renewed > limit and heard is not None and heard > renewed + limit:
             return Finding("NodeLeaseExpired", f"the kubelet has not renewed the node's Lease "
                            f"for {now - renewed:.0f}s (last renewal {iso(renewed)}; it renews "
                            f"every {renewal.every:.0f}s; the limit is {limit:.0f}s: "
@@ -172,6 +175,7 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
     silence would become one.
     """
     decision = Decision()
+    heard = max((r.at for r in (renewing or {}).values()), default=None)
     out, out_blamed = 0, 0  # quarantined for health, and for corruption (reports, probes)
     due: list[tuple[str, Finding]] = []
     blamed: list[tuple[str, Finding]] = []
@@ -179,8 +183,9 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
     for name, node in nodes.items():
         record = record_of(node)
         renewal = (renewing or {}).get(name)
-        health = finding(node, policy, seen_unhealthy.get(name), now, renewal)
+        health = finding(node, policy, seen_unhealthy.get(name), now, renewal, heard)
         if renewal is not None and policy.lease_silence_seconds and health is None:
+            # when its silence runs out; past that, until the others are heard after it
             _wake(decision, max(now + 1, renewal.at + renewal.limit(policy) + 0.1))
         found = health or reported.get(name)
         if record is not None:
