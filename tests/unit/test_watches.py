@@ -78,3 +78,22 @@ def test_a_lease_event_hands_over_the_node_s_last_renewal() -> None:
         assert state.leases == {} and state.renewing == {}
     finally:
         loop.close()
+
+
+def test_an_object_gone_since_the_pass_read_it_is_forgotten_and_the_others_go_on() -> None:
+    """A deletion the watch never delivered (between the initial list and the watch's
+    start) shows as a 404 on the status write: the state forgets the object instead of
+    failing on it, and holding its nodes, every pass for ever."""
+    from goodput_operator.controllers.kube import Gone, apply_each
+
+    forgotten: list[str] = []
+    applied: list[str] = []
+
+    async def apply(name: str) -> None:
+        if name == "deleted":
+            raise Gone(f"ultraservergroups /{name}")
+        applied.append(name)
+
+    asyncio.run(apply_each("UltraServerGroup", ["deleted", "live"], apply,
+                           lambda name: {"metadata": {"name": name}}, forgotten.append))
+    assert (forgotten, applied) == (["deleted"], ["live"])

@@ -1,6 +1,7 @@
 """The kopf registrations: watch events feed `State`; a startup handler primes it and starts
 the loops and the operator's own watches (operator.watches): pods cluster-wide and slim,
-where kopf would watch only the managed namespaces and keep full bodies, and node Leases.
+where kopf would watch only the managed namespaces and keep full bodies; the groups, from
+where the initial list left off; and node Leases.
 
 Every handler is async so that all state changes happen on the event loop thread. No
 handler here is a change-detection handler, so kopf never adds finalizers or annotations
@@ -29,8 +30,8 @@ from goodput_operator.controllers.state import State
 from goodput_operator.operator import loop
 from goodput_operator.operator.leader import LeaderElection
 from goodput_operator.operator.reports import ReportServer
-from goodput_operator.operator.runtime import Health, accept_group, prime
-from goodput_operator.operator.watches import LeaseWatch, PodWatch, Watch
+from goodput_operator.operator.runtime import Health, prime
+from goodput_operator.operator.watches import GroupWatch, LeaseWatch, PodWatch, Watch
 from goodput_operator.resources.probe import report_ca_config_map
 
 log = logging.getLogger("goodput.operator")
@@ -104,9 +105,11 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         await prime(STATE, kube, OPTIONS.namespaces)
     if not _watches:  # pods cluster-wide, from where the initial list left off; Leases
         events = asyncio.get_running_loop()
-        _watches.extend([PodWatch(STATE, kube, events), LeaseWatch(STATE, kube, events)])
+        _watches.extend([PodWatch(STATE, kube, events), GroupWatch(STATE, kube, events),
+                         LeaseWatch(STATE, kube, events)])
         _watches[0].start(STATE.pods_version)
-        _watches[1].start()
+        _watches[1].start(STATE.groups_version)
+        _watches[2].start()
     if OPTIONS.report_port and not any(isinstance(s, ReportServer) for s in _servers):
         await _serve(ReportServer(STATE, kube, leading), OPTIONS.report_port,
                      OPTIONS.report_tls)
@@ -196,14 +199,6 @@ async def shutdown() -> None:
     for watch in _watches:
         watch.stop()
     _watches.clear()
-
-
-@kopf.on.event(GROUP, VERSION, "ultraservergroups")
-async def group_event(type: str, body: kopf.Body, name: str, **_: Any) -> None:
-    if type == "DELETED":
-        STATE.remove_group(name)
-        return
-    accept_group(STATE, _plain(body))
 
 
 @kopf.on.event("", "v1", "nodes")

@@ -119,7 +119,8 @@ async def reconcile_endpoints(state: State, kube: Kube, clock: float) -> None:
     log_failures(failures)
     await apply_each("InferenceEndpoint", decisions,
                      lambda decided: apply_endpoint(state, kube, decided),
-                     lambda decided: decided.ie)
+                     lambda decided: decided.ie,
+                     lambda decided: state.remove_endpoint(*decided.key))
 
 
 # ---- the autoscaler ---------------------------------------------------------------------

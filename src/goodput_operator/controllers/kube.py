@@ -273,11 +273,29 @@ def log_failures(failures: Iterable[Failure]) -> None:
         _failed(failure.kind, failure.obj, failure.error)
 
 
+class Gone(Exception):
+    """The object was deleted since the pass read it (its status write found nothing)."""
+
+
+async def patch_status(kube: Kube, plural: str, namespace: str | None, name: str,
+                       body: Obj) -> None:
+    """Kube.patch_status in a thread; Gone when the object no longer exists: a deletion
+    its watch never delivered (one between the initial list and the watch's start) must
+    not leave it in the state, failing every pass and holding its nodes, for ever."""
+    try:
+        await asyncio.to_thread(kube.patch_status, plural, namespace, name, body)
+    except ApiException as err:
+        if err.status == 404:
+            raise Gone(f"{plural} {namespace or ''}/{name}".replace(" /", " ")) from err
+        raise
+
+
 async def apply_each(kind: str, decisions: Iterable[D], apply: Callable[[D], Awaitable[None]],
-                     object_of: Callable[[D], Obj]) -> None:
+                     object_of: Callable[[D], Obj],
+                     forget: Callable[[D], None] | None = None) -> None:
     """Apply the decisions of a pass APPLY_CONCURRENCY at a time: a pass costs the slowest
     objects' round trips, not the sum of all. One object's failure is logged and counted;
-    the others go on."""
+    the others go on. An object found Gone is FORGOTTEN."""
     limit = asyncio.Semaphore(APPLY_CONCURRENCY)
 
     async def one(decision: D) -> None:
@@ -287,6 +305,10 @@ async def apply_each(kind: str, decisions: Iterable[D], apply: Callable[[D], Awa
                 await apply(decision)
             except asyncio.CancelledError:
                 raise
+            except Gone as gone:
+                log.info("%s is gone: forgotten", gone)
+                if forget is not None:
+                    forget(decision)
             except Exception:
                 _failed(kind, object_of(decision))
             finally:
@@ -303,8 +325,7 @@ async def write_status(kube: Kube, plural: str, obj: Obj, current: Obj, desired:
     report handlers) may have changed other keys meanwhile; None removes a key."""
     if any(current.get(key) != value for key, value in desired.items()):
         meta = obj["metadata"]
-        await asyncio.to_thread(kube.patch_status, plural, meta.get("namespace"), meta["name"],
-                                desired)
+        await patch_status(kube, plural, meta.get("namespace"), meta["name"], desired)
         merged = {**(obj.get("status") or {}), **desired}
         obj["status"] = {k: v for k, v in merged.items() if v is not None}
     for type_, reason, message in events:

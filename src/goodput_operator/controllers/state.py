@@ -115,6 +115,7 @@ class State:
         self.wake = asyncio.Event()
         self.primed = False  # the initial list of every watched kind has landed
         self.pods_version = ""  # the initial pod list's resourceVersion (the pod watch's start)
+        self.groups_version = ""  # the same for UltraServerGroups
         self.last_pass = 0.0  # when the reconcile loop last finished a pass (liveness)
         self.write_budget = PASS_WRITE_BUDGET  # node labels and pod writes left this pass
         self.deferred_writes = 0  # writes pushed to the next pass (logged)

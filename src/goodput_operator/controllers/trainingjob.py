@@ -71,7 +71,7 @@ async def reconcile_jobs(state: State, kube: Kube, clock: float) -> int:
         record(state, decision)
     log_failures(failures)
     await apply_each("TrainingJob", decisions, lambda d: apply_job(state, kube, d, clock),
-                     lambda d: d.job)
+                     lambda d: d.job, lambda d: state.remove_job(*d.key))
     return len(snapshot.jobs)
 
 

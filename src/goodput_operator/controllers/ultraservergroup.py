@@ -16,7 +16,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from goodput_operator import metrics
-from goodput_operator.controllers.kube import Kube, log_failures
+from goodput_operator.controllers.kube import Gone, Kube, log_failures, patch_status
 from goodput_operator.controllers.state import State
 from goodput_operator.decide import Event, Failure, GroupDecision, ProbeStart, decide_groups
 from goodput_operator.health import quarantine as q
@@ -48,6 +48,9 @@ async def reconcile_groups(state: State, kube: Kube, now: float) -> None:
             await apply_group(state, kube, decision, now)
         except asyncio.CancelledError:
             raise
+        except Gone as gone:
+            log.info("%s is gone: forgotten", gone)
+            state.remove_group(decision.name)
         except Exception:  # one bad group must not stop the others or the jobs
             metrics.RECONCILE_ERRORS.labels("UltraServerGroup").inc()
             log.exception("reconcile of UltraServerGroup %s failed", decision.name)
@@ -92,7 +95,7 @@ async def apply_group(state: State, kube: Kube, decision: GroupDecision, now: fl
     metrics.QUARANTINED.labels(name).set(decision.desired["totals"]["quarantined"])
     metrics.STORM_GUARD.labels(name).set(1 if decision.storm else 0)
     if decision.write:
-        await asyncio.to_thread(kube.patch_status, PLURAL, None, name, decision.desired)
+        await patch_status(kube, PLURAL, None, name, decision.desired)
         body["status"] = {**(body.get("status") or {}), **decision.desired}
         state.group_written[name] = now
     for type_, reason, message in events:

@@ -30,6 +30,7 @@ from goodput_operator.controllers.state import State, slim_pod
 log = logging.getLogger("goodput.runtime")
 PAGE = 500  # objects per list request: bounded memory per response on large fleets
 PODS = "/api/v1/pods"
+GROUPS = f"/apis/{GROUP}/{VERSION}/ultraservergroups"
 
 
 def _libc_trim() -> Callable[[int], object] | None:
@@ -118,8 +119,10 @@ async def prime(state: State, kube: Kube, namespaces: list[str] | None = None) -
             for item in page:
                 yield item
 
-    async for group in each(f"/apis/{GROUP}/{VERSION}/ultraservergroups"):
+    groups: Obj = {}
+    async for group in each(GROUPS, groups):
         accept_group(state, group)
+    state.groups_version = groups.get("resourceVersion", "")
     async for node in each("/api/v1/nodes"):
         state.upsert_node(node)
     counts = {"pods": 0, "trainingjobs": 0, "inferenceendpoints": 0}

@@ -1,4 +1,5 @@
-"""The operator's own watches: pods cluster-wide, and the kubelets' node Leases.
+"""The operator's own watches: pods cluster-wide, UltraServerGroups, and the kubelets'
+node Leases.
 
 Capacity is only right if every pod that holds accelerators on a group's nodes counts, in any
 namespace, whoever made it (a namespaced operator, a user's plain pod, a Job, a DaemonSet).
@@ -30,7 +31,14 @@ from goodput_operator import metrics
 from goodput_operator.controllers.kube import Kube, Obj
 from goodput_operator.controllers.state import State, pod_key, slim_pod
 from goodput_operator.health.quarantine import parse_time
-from goodput_operator.operator.runtime import PODS, pages, tracked_pod, tracked_pods
+from goodput_operator.operator.runtime import (
+    GROUPS,
+    PODS,
+    accept_group,
+    pages,
+    tracked_pod,
+    tracked_pods,
+)
 
 log = logging.getLogger("goodput.watch")
 NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
@@ -161,6 +169,32 @@ class PodWatch(Watch):
             self.state.remove_pod(self.state.pods[key])
         for pod in items:
             self.state.upsert_pod(pod)
+
+
+class GroupWatch(Watch):
+    """UltraServerGroups, from where the initial list left off: a group deleted between
+    that list and a watch's start would otherwise stay in the state for ever, keeping
+    its nodes from every later group."""
+
+    path, kind = GROUPS, "ultraservergroups"
+
+    def changed(self, body: Obj) -> None:
+        self.loop.call_soon_threadsafe(accept_group, self.state, body)
+
+    def deleted(self, body: Obj) -> None:
+        self.loop.call_soon_threadsafe(self.state.remove_group, body["metadata"]["name"])
+
+    def listed(self) -> tuple[list[Obj], str]:
+        listed: Obj = {}
+        items = [group for page in pages(self.kube, self.path, listed) for group in page]
+        return items, listed.get("resourceVersion", "")
+
+    async def replace(self, items: list[Obj]) -> None:
+        names = {group["metadata"]["name"] for group in items}
+        for name in [n for n in self.state.groups if n not in names]:
+            self.state.remove_group(name)
+        for group in items:
+            accept_group(self.state, group)
 
 
 def renewal(lease: Obj) -> tuple[str, float] | None:
