@@ -103,13 +103,13 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     await _label_own_pod(kube, False)
     if not STATE.primed:
         await prime(STATE, kube, OPTIONS.namespaces)
-    if not _watches:  # pods cluster-wide, from where the initial list left off; Leases
+    if not _watches:  # from where the initial list left off (Leases: a list of their own)
         events = asyncio.get_running_loop()
-        _watches.extend([PodWatch(STATE, kube, events), GroupWatch(STATE, kube, events),
-                         LeaseWatch(STATE, kube, events)])
-        _watches[0].start(STATE.pods_version)
-        _watches[1].start(STATE.groups_version)
-        _watches[2].start()
+        for watch, version in ((PodWatch(STATE, kube, events), STATE.pods_version),
+                               (GroupWatch(STATE, kube, events), STATE.groups_version),
+                               (LeaseWatch(STATE, kube, events), "")):
+            watch.start(version)
+            _watches.append(watch)
     if OPTIONS.report_port and not any(isinstance(s, ReportServer) for s in _servers):
         await _serve(ReportServer(STATE, kube, leading), OPTIONS.report_port,
                      OPTIONS.report_tls)

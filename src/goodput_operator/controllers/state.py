@@ -248,12 +248,18 @@ class State:
         self._rebuild_fleets()
         self.wake.set()
 
+    def _selecting(self, labels: dict[str, str]) -> list[str]:
+        """The groups whose selector matches LABELS, oldest first (then by name): a node
+        belongs to the first, so that overlapping selectors never count it twice."""
+        return sorted((g for g, spec in self.groups.items() if matches(spec.node_selector,
+                                                                     labels)),
+                      key=lambda g: (self.group_objects[g]["metadata"].get(
+                          "creationTimestamp", ""), g))
+
     def group_of(self, labels: dict[str, str]) -> str | None:
-        """The group a node belongs to: of the groups selecting it, the oldest (then by
-        name), so that overlapping selectors never count one node twice."""
-        owners = [(self.group_objects[g]["metadata"].get("creationTimestamp", ""), g)
-                  for g, spec in self.groups.items() if matches(spec.node_selector, labels)]
-        return min(owners)[1] if owners else None
+        """The group a node belongs to (State._selecting)."""
+        selecting = self._selecting(labels)
+        return selecting[0] if selecting else None
 
     def members_by_group(self) -> dict[str, dict[str, Obj]]:
         """Every group's nodes by name, in one scan of the nodes (not one per group)."""
@@ -264,11 +270,8 @@ class State:
         selector matches that an older group keeps (by that group), in one scan."""
         found: dict[str, dict[str, Obj]] = {group: {} for group in self.groups}
         overlaps: dict[str, dict[str, list[str]]] = {}
-        oldest_first = sorted(self.groups, key=lambda g: (
-            self.group_objects[g]["metadata"].get("creationTimestamp", ""), g))
         for name, node in self.nodes.items():
-            labels = node["metadata"].get("labels") or {}
-            selecting = [g for g in oldest_first if matches(self.groups[g].node_selector, labels)]
+            selecting = self._selecting(node["metadata"].get("labels") or {})
             if not selecting:
                 continue
             found[selecting[0]][name] = node

@@ -25,7 +25,7 @@ from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.decide.types import ConditionUpdate, Event, Refusal
 from goodput_operator.health import badput
 from goodput_operator.health.failures import Classified, classify
-from goodput_operator.health.hang import StepClock, deadline, hung
+from goodput_operator.health.hang import StepClock, deadline, hung, judged
 from goodput_operator.health.quarantine import parse_time
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.pods import (
@@ -217,7 +217,7 @@ def _hang(result: Attempt, spec: TrainingJobSpec, steps: StepClock | None, resta
         result.conditions.append(ConditionUpdate("HangDetection", False, "Disabled",
                                                  "failurePolicy.hang.enabled is false"))
         return None
-    reported = steps is not None and steps.attempt == restart and steps.step >= 0
+    reported = judged(steps, restart)
     result.conditions.append(ConditionUpdate(
         "HangDetection", reported, "InForce" if reported else "NoStepReports",
         f"no new step for max({policy.step_time_multiple} x the median step time, "

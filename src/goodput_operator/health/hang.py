@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from goodput_operator.health.quarantine import parse_time
 
@@ -39,17 +41,20 @@ class StepClock:
         return statistics.median(self.per_step) if self.per_step else None
 
 
-def from_progress(progress: dict[str, object] | None) -> StepClock | None:
+def from_progress(progress: Mapping[str, Any] | None) -> StepClock | None:
     """A clock from status.progress (the newest step the previous leader recorded, and its
     attempt): after an operator restart a job already hung is still judged, by the floor
     until its steps are timed again."""
-    if not progress or not isinstance(progress.get("restart"), int):
+    restart, step = (progress or {}).get("restart"), (progress or {}).get("step")
+    at = parse_time((progress or {}).get("time"))
+    if not isinstance(restart, int) or not isinstance(step, int) or at is None:
         return None
-    at = parse_time(str(progress.get("time") or ""))
-    step = progress.get("step")
-    if at is None or not isinstance(step, int):
-        return None
-    return StepClock(int(str(progress["restart"])), step, at)
+    return StepClock(restart, step, at)
+
+
+def judged(clock: StepClock | None, attempt: int) -> bool:
+    """Whether ATTEMPT has reported a step, so that its steps stopping is a hang."""
+    return clock is not None and clock.attempt == attempt and clock.step >= 0
 
 
 def window(clock: StepClock, multiple: int, floor: float) -> float:
@@ -61,7 +66,7 @@ def window(clock: StepClock, multiple: int, floor: float) -> float:
 def hung(clock: StepClock | None, attempt: int, multiple: int, floor: float, now: float
          ) -> str | None:
     """Why ATTEMPT is hung at NOW, or None (no step reported in it yet, or one recently)."""
-    if clock is None or clock.attempt != attempt or clock.step < 0:
+    if clock is None or not judged(clock, attempt):
         return None
     limit = window(clock, multiple, floor)
     if now - clock.at < limit:
@@ -77,6 +82,6 @@ def deadline(clock: StepClock | None, attempt: int, multiple: int, floor: float
              ) -> float | None:
     """When ATTEMPT will be hung unless a new step arrives (a pass must look then: a hung
     job sends nothing that would wake one)."""
-    if clock is None or clock.attempt != attempt or clock.step < 0:
+    if clock is None or not judged(clock, attempt):
         return None
     return clock.at + window(clock, multiple, floor)

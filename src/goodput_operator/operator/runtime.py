@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from goodput_operator import names
 from goodput_operator.api.base import GROUP, VERSION, describe_errors
 from goodput_operator.controllers.kube import Kube, Obj
-from goodput_operator.controllers.state import State, slim_pod
+from goodput_operator.controllers.state import State
 
 log = logging.getLogger("goodput.runtime")
 PAGE = 500  # objects per list request: bounded memory per response on large fleets
@@ -97,15 +97,6 @@ def _paths(plural: str, namespaces: list[str] | None) -> list[str]:
     if not namespaces:
         return [f"{base}/{plural}"]
     return [f"{base}/namespaces/{ns}/{plural}" for ns in namespaces]
-
-
-def tracked_pods(kube: Kube) -> tuple[list[Obj], str]:
-    """Every tracked pod of the cluster, slim, and the list's resourceVersion (the pod
-    watch lists again with this when its place expired)."""
-    listed: Obj = {}
-    found = [slim_pod(pod) for page in pages(kube, PODS, listed) for pod in page
-             if tracked_pod(pod)]
-    return found, listed.get("resourceVersion", "")
 
 
 async def prime(state: State, kube: Kube, namespaces: list[str] | None = None) -> None:

@@ -12,7 +12,10 @@ A kubelet renews its node's Lease (kube-node-lease) every 10 s; a node whose ren
 is dead or cut off well before the node lifecycle controller says so (40-50 s by default),
 so the Leases are followed too, keeping only each one's last renewal.
 
-Both: bookmarks keep the watch's place; an expired place (410 Gone) lists again and
+Groups are followed from the initial list too: a group deleted between that list and a
+watch's start must not stay in the state.
+
+Each: bookmarks keep the watch's place; an expired place (410 Gone) lists again and
 replaces what the state holds. Events are handed to the event loop, where all state
 changes happen.
 """
@@ -37,7 +40,6 @@ from goodput_operator.operator.runtime import (
     accept_group,
     pages,
     tracked_pod,
-    tracked_pods,
 )
 
 log = logging.getLogger("goodput.watch")
@@ -72,8 +74,10 @@ class Watch:
         raise NotImplementedError
 
     def listed(self) -> tuple[list[Obj], str]:
-        """Every object the state keeps, and the list's resourceVersion."""
-        raise NotImplementedError
+        """Every object at PATH, and the list's resourceVersion."""
+        version: Obj = {}
+        items = [item for page in pages(self.kube, self.path, version) for item in page]
+        return items, version.get("resourceVersion", "")
 
     async def replace(self, items: list[Obj]) -> None:
         """Make the state hold exactly ITEMS (on the loop)."""
@@ -161,7 +165,8 @@ class PodWatch(Watch):
         self.loop.call_soon_threadsafe(self.state.remove_pod, slim_pod(body))
 
     def listed(self) -> tuple[list[Obj], str]:
-        return tracked_pods(self.kube)
+        pods, version = super().listed()
+        return [slim_pod(pod) for pod in pods if tracked_pod(pod)], version
 
     async def replace(self, items: list[Obj]) -> None:
         listed = {pod_key(pod) for pod in items}
@@ -183,11 +188,6 @@ class GroupWatch(Watch):
 
     def deleted(self, body: Obj) -> None:
         self.loop.call_soon_threadsafe(self.state.remove_group, body["metadata"]["name"])
-
-    def listed(self) -> tuple[list[Obj], str]:
-        listed: Obj = {}
-        items = [group for page in pages(self.kube, self.path, listed) for group in page]
-        return items, listed.get("resourceVersion", "")
 
     async def replace(self, items: list[Obj]) -> None:
         names = {group["metadata"]["name"] for group in items}
@@ -218,11 +218,6 @@ class LeaseWatch(Watch):
         name = (body.get("metadata") or {}).get("name")
         if name:
             self.loop.call_soon_threadsafe(self.state.forget_lease, name)
-
-    def listed(self) -> tuple[list[Obj], str]:
-        listed: Obj = {}
-        items = [lease for page in pages(self.kube, self.path, listed) for lease in page]
-        return items, listed.get("resourceVersion", "")
 
     async def replace(self, items: list[Obj]) -> None:
         found = dict(r for lease in items if (r := renewal(lease)) is not None)

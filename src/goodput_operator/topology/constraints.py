@@ -65,10 +65,7 @@ def pinned_node(pod_spec: Obj) -> str | None:
     by_selector = (pod_spec.get("nodeSelector") or {}).get(HOSTNAME_LABEL)
     if by_selector:
         return str(by_selector)
-    terms = ((((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
-              .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-             .get("nodeSelectorTerms") or [])
-    nodes = {_term_node(term) for term in terms}
+    nodes = {_term_node(term) for term in _required_terms(pod_spec.get("affinity") or {})}
     return nodes.pop() if len(nodes) == 1 and None not in nodes else None
 
 
@@ -93,10 +90,15 @@ def _matches(expression: Obj, labels: Mapping[str, str]) -> bool:
     return False
 
 
-def _affinity_allows(affinity: Obj, labels: Mapping[str, str]) -> bool:
+def _required_terms(affinity: Obj) -> list[Obj]:
+    """The node selector terms of a required node affinity (ORed; none: no constraint)."""
     required = ((affinity.get("nodeAffinity") or {})
                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = required.get("nodeSelectorTerms") or []
+    return list(required.get("nodeSelectorTerms") or [])
+
+
+def _affinity_allows(affinity: Obj, labels: Mapping[str, str]) -> bool:
+    terms = _required_terms(affinity)
     if not terms:
         return True
     return any(all(_matches(e, labels) for e in term.get("matchExpressions") or [])
