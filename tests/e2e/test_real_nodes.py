@@ -15,7 +15,7 @@ import pytest
 
 from goodput_operator import __version__, names
 from goodput_operator.sandbox import faults, images, operator_image, realnode
-from goodput_operator.topology.record import ranks_of
+from goodput_operator.topology.record import nodes_of, ranks_of
 from tests import helm
 from tests.conftest import wait_for
 from tests.e2e import incluster
@@ -236,6 +236,57 @@ def test_a_sharded_step_a_rank_died_writing_is_never_a_resume_point(
     assert {r["resumedFrom"] for r in final.values()} == {20}
     assert {r["fingerprint"] for r in final.values()} == \
         {reference["results"][0]["fingerprint"]}, "equal to the uninterrupted run, bit for bit"
+
+
+def test_an_elastic_job_shrinks_to_a_consistent_world_and_grows_back_when_healed(
+        real: Real, ns: str) -> None:
+    """4 workers in one UltraServer (required), elastic down to 2 in steps of 2, no spare
+    it could use: rank 3's node fails, the gang restarts as 2 workers that all see a world
+    of 2; once the node is healed and the job has run growAfterSeconds at 2, it restarts
+    as 4 again and trains on from the last checkpoint with a world of 4."""
+    name = f"elastic-{uuid.uuid4().hex[:6]}"
+    job = trainer_job(real, name, "--steps", "400", "--step-seconds", "0.5",
+                      elastic={"minWorkers": 2, "step": 2, "growAfterSeconds": 10},
+                      topology={"unit": "domain", "policy": "required"})
+    apply(real.cluster, job, ns)
+    wait_for(lambda: (get_job(real.cluster, ns, name).get("status") or {})
+             .get("checkpoint", {}).get("latest"), timeout=180, what="a first checkpoint")
+    ranks = {r["rank"]: r["node"] for r in
+             ranks_of(get_job(real.cluster, ns, name)["status"]["placement"])}
+    victim = ranks[3]
+    sandbox(real, "fail-node", victim)
+    try:
+        small = wait_for(lambda: _running_at(real, ns, name, 1), timeout=240,
+                         what="the gang running again, shrunk")
+        assert small["status"]["incidents"][-1]["action"] == "shrink"
+        assert small["status"]["workers"]["desired"] == 2
+        worlds(real, ns, name, 1, expect=2)
+    finally:
+        heal(real, victim)
+    big = wait_for(lambda: _running_at(real, ns, name, 2), timeout=240,
+                   what="the gang grown back to 4 workers")
+    incident = big["status"]["incidents"][-1]
+    assert (incident["cause"], incident["action"]) == ("Resize", "grow"), incident
+    assert sorted(nodes_of(big["status"]["placement"])) == sorted(ranks.values())
+    assert big["status"].get("restartsByBudget") == {"infrastructure": 1}
+    resumed = incident["resumeFrom"]["step"]
+    wait_for(lambda: ((p := get_job(real.cluster, ns, name)["status"].get("progress") or {})
+                      .get("restart") == 2 and p.get("step", 0) > resumed), timeout=120,
+             what="steps of the grown gang past the checkpoint it resumed from")
+    worlds(real, ns, name, 2, expect=4)
+
+
+def worlds(real: Real, namespace: str, name: str, attempt: int, expect: int) -> None:
+    """Every worker of ATTEMPT was told a world of EXPECT and its trainer runs in one."""
+    pods = [p for p in job_pods(real.cluster, namespace, name)
+            if p["metadata"]["labels"][names.RESTART_LABEL] == str(attempt)]
+    assert len(pods) == expect
+    for pod in pods:
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert (env["WORLD_SIZE"], env["NNODES"]) == (str(expect), str(expect))
+        wait_for(lambda pod=pod: f"world {expect}," in logs(real, namespace,
+                                                             pod["metadata"]["name"]),
+                 timeout=60, what=f"{pod['metadata']['name']}'s trainer in a world of {expect}")
 
 
 def test_a_node_made_real_later_runs_containers_and_a_crash_kills_them(

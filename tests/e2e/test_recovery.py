@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from goodput_operator import names
+from goodput_operator.health.quarantine import parse_time
 from goodput_operator.sdk import Reporter, ReportError
 from goodput_operator.topology.record import ranks_of
 from tests.conftest import Cluster, wait_for
@@ -105,10 +106,17 @@ def test_a_failed_node_is_quarantined_and_the_spare_of_its_ultraserver_takes_its
 
     rank0 = job_pods(crds, namespace, "llama")[0]["metadata"]["name"]
     reporter = Reporter(e2e.report_url, worker_token(crds, namespace, rank0))
-    reporter.commit_checkpoint(1200, "/fsx/llama/step-1200", "sha256:0123")
+    reporter.commit_checkpoint(1200, "/fsx/llama/step-1200", "sha256:0123", save_seconds=1.5)
     wait_for(lambda: ((get_job(crds, namespace, "llama")["status"].get("checkpoint") or {})
                       .get("latest") or {}).get("step") == 1200, timeout=10,
              what="checkpoint in status")
+    status = get_job(crds, namespace, "llama")["status"]
+    committed = parse_time(status["checkpoint"]["latest"]["time"]) or 0.0
+    ran = committed - (parse_time(status["goodput"]["since"]) or 0.0)
+    stall = round(min(1.5, ran), 3)                 # never more than the gang has run
+    wait_for(lambda: (get_job(crds, namespace, "llama")["status"]["goodput"]
+                      .get("lostSeconds") or {}).get("checkpoint") == stall, timeout=10,
+             what="the save's stall taken from the productive time")
 
     victim = before[1]
     faults.fail(victim)
@@ -133,7 +141,9 @@ def test_a_failed_node_is_quarantined_and_the_spare_of_its_ultraserver_takes_its
     for phase in ("detection", "replacement", "restart", "lostWork"):
         assert incident[f"{phase}Seconds"] >= 0
     assert incident["detectionSeconds"] >= 5         # the policy's NotReady grace period
-    assert job["status"]["goodput"]["lostByCause"]["NodeFailure"] > 0
+    goodput = job["status"]["goodput"]
+    assert goodput["lostByCause"]["NodeFailure"] > 0
+    assert goodput["lostSeconds"]["launch"] > 0 and "queueing" in goodput["idleSeconds"]
     for pod in job_pods(crds, namespace, "llama"):
         env = env_of(pod)
         assert env["GOODPUT_RESTART"] == "1"

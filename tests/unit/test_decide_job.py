@@ -89,6 +89,19 @@ RUNNING = job(status=RUNNING_2)
 BRITTLE = job(status=RUNNING_2, failurePolicy={"backoff": {"initialSeconds": 30}})
 DEVICE_CODES = job(status=RUNNING_2,
                    failurePolicy={"exitCodes": [{"codes": [74], "action": "probe"}]})
+ELASTIC = {"minWorkers": 2, "step": 2}
+SHRUNK = job(status={**RUNNING_2, "goodput": {**RUNNING_2["goodput"], "asOf": iso(NOW)}},
+             workers=4, elastic=ELASTIC)                   # 2 of 4 running for 600 s
+
+
+def shrunk(after: int, committed: float | None = None) -> Obj:
+    """SHRUNK with elastic.growAfterSeconds AFTER and a checkpoint committed then."""
+    status = {**SHRUNK["status"]}
+    if committed is not None:
+        status["checkpoint"] = {"latest": {"step": 9, "path": "/c/9", "time": iso(committed)}}
+    return job(status=status, workers=4, elastic={**ELASTIC, "growAfterSeconds": after})
+
+
 N0_OUT = nodes(us0_n0=quarantined(nodes()["us0-n0"], "NodeNotReady", NOW - 20))
 
 CASES = [
@@ -243,6 +256,33 @@ CASES = [
 ]
 
 
+CASES += [
+    Case("a shrunk elastic job grows back to its size once it has run growAfterSeconds",
+         SHRUNK, {"phase": "Recovering", "restarts": 1, "events": ["Resizing"],
+                  "delete": ["j-r0-w0", "j-r0-w1"], "create": [],
+                  "ranks": ["us0-n0", "us0-n1", "us0-n2", "us0-n3"],
+                  "reserve": [(f"ns/j-r1-w{i}", f"us0-n{i}") for i in range(4)],
+                  "conditions": {"Running": ("False", "Resizing"),
+                                 "HangDetection": ("False", "NoStepReports")}},
+         pods=running_pods(SHRUNK, "Running", "Running")),
+    Case("it does not grow before (the hysteresis), and asks for a pass when it may",
+         shrunk(610), {"phase": "Running", "restarts": None, "reserve": [], "delete": [],
+                       "wake_at": NOW + 10},
+         pods=running_pods(SHRUNK, "Running", "Running")),
+    Case("when due it waits for the next checkpoint, growAfterSeconds at most",
+         shrunk(500, committed=NOW - 200), {"phase": "Running", "restarts": None,
+                                             "reserve": [], "wake_at": NOW + 30},
+         pods=running_pods(SHRUNK, "Running", "Running")),
+    Case("and grows as soon as a checkpoint is committed after it was due",
+         shrunk(500, committed=NOW - 50), {"phase": "Recovering", "restarts": 1},
+         pods=running_pods(SHRUNK, "Running", "Running")),
+    Case("without room for a larger gang it goes on at its size",
+         SHRUNK, {"phase": "Running", "restarts": None, "reserve": [], "events": []},
+         pods=running_pods(SHRUNK, "Running", "Running"),
+         nodes=nodes(1, us0_n2=not_ready(NOW - 900))),
+]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_a_job_pass(case: Case) -> None:
     snapshot = world(case.nodes, [case.job], case.pods, **case.snapshot)
@@ -267,6 +307,54 @@ def test_jobs_are_placed_in_the_snapshots_order_and_see_each_others_reservations
     assert [outcome(d)["phase"] for d in plan.jobs] == ["Placing", "Pending"]
     assert "fully used by tj/ns/first" in plan.jobs[1].events[0].message
     assert len(plan.jobs[0].reservations) == 8
+
+
+def test_a_grow_waits_while_another_gang_of_the_group_waits_for_its_placement() -> None:
+    """Capacity that comes back goes to gangs still waiting first: a 12-worker job waits
+    (8 nodes, 2 held by the shrunk job), and the shrunk job does not grow past it."""
+    waiting = job("big", workers=12)
+    pods = running_pods(SHRUNK, "Running", "Running")
+    [grower, pending] = decide(world(None, [SHRUNK, waiting], pods)).jobs
+    assert outcome(pending)["phase"] == "Pending"
+    assert outcome(grower)["phase"] == "Running" and grower.reservations == []
+    [alone] = decide(world(None, [SHRUNK], pods)).jobs
+    assert outcome(alone)["phase"] == "Recovering"
+
+
+def test_a_grow_is_a_planned_restart_at_the_new_size_paid_from_no_budget() -> None:
+    """The incident says Resize with no detection time and no node blamed, no budget is
+    charged, and the next attempt's workers all learn the new world size."""
+    pods = running_pods(SHRUNK, "Running", "Running")
+    [decision] = decide(world(None, [SHRUNK], pods)).jobs
+    incident = decision.desired["incidents"][-1]
+    assert (incident["cause"], incident["action"], incident["nodes"],
+            incident["detectionSeconds"]) == ("Resize", "grow", [], 0)
+    assert "restartsByBudget" not in decision.desired
+    grown = job(status={**SHRUNK["status"], **decision.desired}, workers=4, elastic=ELASTIC)
+    [after] = decide(world(None, [grown], [])).jobs
+    assert after.attempt is not None
+    env = [{e["name"]: e["value"] for e in p["spec"]["containers"][0]["env"]}
+           for p in after.attempt.create]
+    assert [(e["GOODPUT_RANK"], e["GOODPUT_WORKERS"], e["NNODES"]) for e in env] == [
+        (str(i), "4", "4") for i in range(4)]
+
+
+def test_the_time_before_the_gang_runs_is_queueing_then_launch() -> None:
+    """Created 30 s ago and placed in its first pass: 30 s queued, the launch stage opens
+    now; once every worker runs, the launch closes into lostSeconds and the stage is
+    removed (None: the status's merge patch deletes it)."""
+    [first] = decide(world(None, [NEW])).jobs
+    goodput = first.desired["goodput"]
+    assert goodput["idleSeconds"] == {"queueing": 30}
+    assert goodput["stage"] == {"name": "launch", "since": iso(NOW)}
+    placed_job = job(status={**first.desired, "goodput": goodput})
+    pods = [worker(placed_job, r, node_name=n, phase="Running", ready=True)
+            for r, n in enumerate(nodes_of(first.placement))]
+    [running] = decide(world(None, [placed_job], pods, clock=NOW + 7)).jobs
+    assert running.desired["phase"] == "Running"
+    goodput = running.desired["goodput"]
+    assert goodput["lostSeconds"] == {"launch": 7} and goodput["stage"] is None
+    assert goodput["since"] == iso(NOW + 7)
 
 
 def test_a_decision_leaves_the_fleet_as_it_found_it() -> None:

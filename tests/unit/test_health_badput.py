@@ -73,3 +73,59 @@ def test_a_scripted_timeline_adds_up_to_wall_time_and_the_status_is_current() ->
     assert goodput["ratio"] == pytest.approx(110 / 150, abs=1e-4)
     stopped = badput.stopped({"goodput": goodput}, T + 160)["goodput"]
     assert stopped["productiveSeconds"] == 120 and stopped["since"] is None
+
+
+def test_every_second_of_a_job_s_life_is_attributed_and_the_total_is_its_wall_time(
+        ) -> None:
+    """Created at T; queued 10 s; launched in 5; trains, saving checkpoints that stall
+    it 2 s (T+40, verified) and 3 s (T+70, not verified); a node fails at T+100 and the
+    restart rolls back to T+40 (the 3 s stall is redone work, counted once); suspended
+    from T+150 to T+250; queued and placed again, a worker fails during the launch at
+    T+261, and the job runs from T+270 to its end at T+300. At every step the buckets sum
+    to the wall time, and at the end each holds what the script says."""
+    status: dict = {"goodput": {}, "incidents": [], "checkpoint": {}}
+
+    def at(now: float, stage: str | None = None, **changes: dict) -> None:
+        status.update(changes)
+        status["goodput"] = badput.staged(status, stage, now, created=T)
+        spent = badput.attributed(status, now)
+        assert sum(spent.values()) == pytest.approx(now - T), (now - T, spent)
+
+    def committed(now: float, step: int, stall: float, verified: bool) -> None:
+        ref = {"step": step, "path": f"/c/{step}", "time": iso(now), "saveSeconds": stall}
+        checkpoint = status["checkpoint"]
+        checkpoint["history"] = [*checkpoint.get("history", []), ref]
+        checkpoint["latest"] = ref
+        if verified:
+            checkpoint["latestVerified"] = ref
+        at(now, goodput=badput.with_stalls(status["goodput"], checkpoint, now))  # the pass
+
+    at(T + 2, "queueing")                                   # the first pass
+    at(T + 10, "launch")                                    # placed
+    at(T + 15, None, **badput.running_again(status, T + 15))
+    committed(T + 40, 40, 2, verified=True)
+    committed(T + 70, 70, 3, verified=False)
+    at(T + 105, **badput.open_incident(status, 1, "NodeFailure", "n1", ["n1"], T + 100,
+                                       T + 105, strict=True))  # failed at T+100
+    at(T + 107, **badput.replaced(status, T + 107, "replace"))
+    at(T + 110, **badput.running_again(status, T + 110))
+    at(T + 150, "suspended", **badput.stopped(status, T + 150))
+    at(T + 250, "queueing")                                 # resumed
+    at(T + 260, "launch")
+    at(T + 262, None, **badput.open_incident(status, 2, "ApplicationError", "exit 1", [],
+                                             T + 261, T + 262))
+    at(T + 265, **badput.replaced(status, T + 265, "restart"))
+    at(T + 270, **badput.running_again(status, T + 270))
+    at(T + 300, None, **badput.stopped(status, T + 300))
+
+    goodput = status["goodput"]
+    assert goodput["idleSeconds"] == {"queueing": 20, "suspended": 100}
+    assert goodput["lostSeconds"] == {"launch": 6, "checkpoint": 2, "detection": 6,
+                                      "replacement": 5, "restart": 8, "lostWork": 60}
+    assert goodput["productiveSeconds"] == (100 - 15 - 60 - 2) + (150 - 110) + (300 - 270)
+    assert goodput.get("stage") is None
+    assert goodput["stallsCountedTo"] == iso(T + 70)
+    assert badput.attributed(status, T + 300) == pytest.approx({
+        "productive": 93, "queueing": 20, "suspended": 100, "launch": 6, "checkpoint": 2,
+        "detection": 6, "replacement": 5, "restart": 8, "lostWork": 60})
+    assert badput.ratio(goodput, T + 300) == pytest.approx(93 / (93 + 87), abs=1e-4)

@@ -11,6 +11,7 @@ from goodput_operator.topology.replacement import (
     Elastic,
     ReplicaGroup,
     choose_scale_down,
+    grow,
     replace,
 )
 from tests.unit.fleets import node, trn2
@@ -112,6 +113,34 @@ def test_elastic_jobs_shrink_in_steps_instead_of_waiting() -> None:
                      elastic=Elastic(min_workers=2, step=2))
     assert result.action == "shrink"
     assert [r.node for r in result.ranks] == ["us0-n0", "us0-n1"]
+
+
+@pytest.mark.parametrize(("healthy", "grown"), [
+    (4, ["us0-n0", "us0-n1", "us0-n2", "us0-n3"]),   # all back: the full size
+    (3, None),                                          # 3 is not 2 + a step of 2
+])
+def test_a_shrunk_elastic_gang_grows_back_in_steps_when_a_larger_gang_fits(
+        healthy: int, grown: list[str] | None) -> None:
+    """A gang of 4 (min 2, step 2) shrunk to 2 in one UltraServer: it grows back to 4 on
+    its own nodes and the healed ones, never to a size between steps."""
+    fleet = trn2(1)
+    running(fleet, Request(2, 16))
+    for name in ("us0-n2", "us0-n3")[:4 - healthy]:
+        fail(fleet, name)
+    result = grow(fleet, 2, Request(4, 16), "job", Elastic(min_workers=2, step=2))
+    assert (sorted(r.node for r in result.ranks) if result else None) == grown
+    if result is not None:
+        assert result.action == "grow" and "growing from 2 to 4 workers" in result.reason
+
+
+def test_growing_back_leaves_the_spares_to_recovery() -> None:
+    """The only free node is the UltraServer's spare: no grow (a gang that grew onto it
+    would shrink at the next failure, and the spare would not be there for it)."""
+    fleet = trn2(1, spares=1)
+    running(fleet, Request(2, 16))
+    fail(fleet, "us0-n2")
+    assert grow(fleet, 2, Request(4, 16), "job", Elastic(min_workers=2, step=1)) is None
+    assert grow(fleet, 2, Request(3, 16), "job", Elastic(min_workers=2, step=1)) is None
 
 
 def test_a_waiting_job_resumes_on_the_node_once_it_heals() -> None:

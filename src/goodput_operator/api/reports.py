@@ -24,6 +24,9 @@ class CheckpointReport(Report):
     """Where it was written."""
     digest: str | None = Field(default=None, max_length=256)
     """A digest of its contents, e.g. sha256:..."""
+    save_seconds: float | None = Field(default=None, ge=0, le=86_400, alias="saveSeconds")
+    """How long the save stalled training (write, flush, and for a sharded save the wait
+    for every part): the job's goodput counts it as lost (lostSeconds.checkpoint)."""
     corrupt: str | None = Field(default=None, max_length=1024)
     """Set when a worker about to load this committed checkpoint found it is not what was
     committed (sdk.checkpoint.verified): why. The job never resumes from it again."""

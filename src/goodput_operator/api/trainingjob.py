@@ -56,12 +56,20 @@ class Topology(ApiModel):
 
 class Elastic(ApiModel):
     """How far the job may shrink when nodes are lost and no replacement keeps its size:
-    down to minWorkers, in steps (it runs with spec.workers otherwise)."""
+    down to minWorkers, in steps; and when it grows back toward spec.workers, its most.
+    Every resize restarts the whole gang at the new size from the last checkpoint, so
+    every worker sees the same WORLD_SIZE, NNODES and hostfile."""
 
     min_workers: int = Field(ge=1, le=MAX_WORKERS)
     """Fewest workers the job may run with."""
     step: int = Field(default=1, ge=1, le=100_000)
-    """Worker counts change in multiples of this (e.g. nodes per domain)."""
+    """Worker counts change in multiples of this, down from spec.workers (e.g. nodes per
+    domain, so that the gang shrinks and grows by whole domains)."""
+    grow_after_seconds: int = Field(default=300, ge=0, le=86_400)
+    """A shrunk job grows back (to the largest size in steps that fits, up to
+    spec.workers) once it has run this long at its current size and the larger gang fits:
+    the hysteresis that keeps a flapping node from resizing the gang at every beat. Each
+    grow is a restart (incident cause Resize, paid from no budget)."""
 
 
 class Checkpoint(ApiModel):
@@ -259,6 +267,8 @@ class CheckpointRef(ApiModel):
     """The worker's digest of its contents (e.g. sha256:...), to verify it on resume."""
     time: datetime | None = None
     """When it was committed."""
+    save_seconds: float | None = Field(default=None, ge=0)
+    """How long its save stalled training, as the worker timed it (the SDK does)."""
 
 
 class Progress(ApiModel):
@@ -324,7 +334,7 @@ class SdcStatus(ApiModel):
 
 
 IncidentCause = Literal["NodeFailure", "InfrastructureError", "ApplicationError",
-                        "SilentDataCorruption", "Unschedulable", "Hang"]
+                        "SilentDataCorruption", "Unschedulable", "Hang", "Resize"]
 
 
 class Incident(ApiModel):
@@ -336,8 +346,9 @@ class Incident(ApiModel):
     """NodeFailure (a node of the gang failed), InfrastructureError (a worker's exit code
     made its node suspect), ApplicationError (a worker failed on a healthy node),
     SilentDataCorruption, Unschedulable (kube-scheduler refused a pinned worker on its
-    node for 30 s: the ranks there are placed again elsewhere), or Hang (every worker
-    running, but no new step for failurePolicy.hang's window)."""
+    node for 30 s: the ranks there are placed again elsewhere), Hang (every worker
+    running, but no new step for failurePolicy.hang's window), or Resize (an elastic job
+    grown back toward spec.workers: planned, paid from no budget)."""
     message: str = ""
     """What happened, with the evidence."""
     nodes: list[str] = Field(default_factory=list)
@@ -352,10 +363,10 @@ class Incident(ApiModel):
     """When the new placement (spares, moved gang) was written."""
     running_at: datetime | None = None
     """When every worker of the restart ran again; unset while recovering."""
-    action: Literal["replace", "move", "shrink", "wait", "restart"] | None = None
+    action: Literal["replace", "move", "shrink", "grow", "wait", "restart"] | None = None
     """replace: failed ranks moved to spares/free nodes keeping the topology; move: the
-    whole gang moved; shrink: fewer workers (elastic); wait: no capacity yet; restart: same
-    nodes."""
+    whole gang moved; shrink: fewer workers (elastic); grow: more workers again (elastic);
+    wait: no capacity yet; restart: same nodes."""
     resume_from: CheckpointRef | None = None
     """The checkpoint the restart resumes from."""
     detection_seconds: float | None = Field(default=None, ge=0)
@@ -369,7 +380,7 @@ class Incident(ApiModel):
 
 
 class LostSeconds(ApiModel):
-    """Badput by cause, in seconds."""
+    """Badput by where it went, in seconds: time the job held accelerators to no use."""
 
     detection: float = Field(default=0, ge=0)
     """From failure to its detection."""
@@ -378,20 +389,51 @@ class LostSeconds(ApiModel):
     restart: float = Field(default=0, ge=0)
     """From placement to all workers running again."""
     lost_work: float = Field(default=0, ge=0)
-    """Work redone since the checkpoint resumed from."""
+    """Work redone since the checkpoint resumed from (the rollback)."""
+    launch: float = Field(default=0, ge=0)
+    """From a placement made while no incident was open (the first, or after a
+    suspension) to every worker running: images, probes, rendezvous."""
+    checkpoint: float = Field(default=0, ge=0)
+    """Training stalled saving checkpoints (the SDK's timing of each committed save)."""
+
+
+class IdleSeconds(ApiModel):
+    """Time the job held no accelerators, in seconds: not in the ratio."""
+
+    queueing: float = Field(default=0, ge=0)
+    """Waiting for a placement: after creation, and after a suspension ends."""
+    suspended: float = Field(default=0, ge=0)
+    """Suspended (spec.suspend), when no incident was open."""
+
+
+class Stage(ApiModel):
+    """The stage a job that is neither running nor recovering waits in, and since when."""
+
+    name: Literal["queueing", "launch", "suspended"]
+    """queueing (Pending), launch (Placing) or suspended."""
+    since: datetime
+    """When it began."""
 
 
 class Goodput(ApiModel):
     """Goodput accounting: productive seconds against seconds lost."""
 
     ratio: float | None = Field(default=None, ge=0, le=1)
-    """productiveSeconds / (productiveSeconds + lost)."""
+    """productiveSeconds / (productiveSeconds + lost): useful accelerator time per
+    accelerator time held (queueing and suspension hold none)."""
     productive_seconds: float = Field(default=0, ge=0)
     """Seconds all workers ran useful steps, the running stretch counted up to asOf."""
     lost_seconds: LostSeconds = nested(LostSeconds)
-    """Seconds lost, by recovery phase."""
+    """Seconds lost, by recovery phase, launch and checkpoint stalls."""
     lost_by_cause: dict[str, float] = Field(default_factory=dict)
-    """Seconds lost (all phases), by incident cause."""
+    """Seconds lost to incidents (all phases), by incident cause."""
+    idle_seconds: IdleSeconds = nested(IdleSeconds)
+    """Seconds holding no accelerators. productive + lost + idle (and the open stage's
+    and incident's time) is the job's wall time: every second is accounted for."""
+    stage: Stage | None = None
+    """The stage the job waits in now, if any (closed into its bucket when it ends)."""
+    stalls_counted_to: datetime | None = None
+    """The newest checkpoint commit whose save stall lostSeconds.checkpoint counts."""
     since: datetime | None = None
     """Start of the current productive stretch (all workers running); unset while not."""
     as_of: datetime | None = None

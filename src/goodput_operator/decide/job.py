@@ -28,6 +28,7 @@ from goodput_operator.decide.attempt import (
     attempt,
     books_of,
     refuse,
+    strict_checkpoints,
 )
 from goodput_operator.decide.fit import pod_fit
 from goodput_operator.decide.snapshot import Snapshot
@@ -53,7 +54,7 @@ from goodput_operator.topology.placement import (
     place,
 )
 from goodput_operator.topology.record import nodes_of, ranks_of, to_slices
-from goodput_operator.topology.replacement import Elastic, replace
+from goodput_operator.topology.replacement import Elastic, grow, replace
 
 Obj = dict[str, Any]
 
@@ -124,10 +125,14 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
     result = JobDecision(job, status, {}, list(decided.events), decided, spec=spec,
                          observed={p["metadata"]["name"]: p for p in pods},
                          wake_at=min(wakes, default=None))
+    placement = status.get("placement")
+    grown = _grow(snapshot, fleet, spec, job, decided, result) \
+        if decided.phase == "Running" and spec.elastic is not None else None
     desired: Obj = {"phase": decided.phase, "message": decided.message, **decided.status}
+    if grown is not None:
+        placement, desired["restarts"] = grown, restart_of(job) + 1
     if (namespace, name) in snapshot.progress:
         desired["progress"] = snapshot.progress[(namespace, name)]
-    placement = status.get("placement")
     conditions = apply_conditions(conditions, decided.conditions, generation, at)
 
     if decided.needs_placement:
@@ -167,6 +172,7 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
                                    why))
     if decided.phase == "Suspended":
         placement = None
+    _stage(status, desired, parse_time(meta.get("creationTimestamp")), clock)
     result.probes = [ProbeStart(group, node, "start", snapshot.probe_runs.get(node, 0))
                      for node in decided.probe]
     result.placement = placement
@@ -196,6 +202,18 @@ def _creation(refusal: Refusal | None, decided: Attempt, pods: list[Obj], status
         decided.conditions.append(ConditionUpdate("WorkersCreated", True, "Created", ""))
 
 
+def _stage(status: Obj, desired: Obj, created: float | None, clock: float) -> None:
+    """Move the goodput's waiting stage to the one the decided phase is in (queueing,
+    launch, suspended or none), so that the time spent in each is accounted for."""
+    books = {**books_of(status), **{k: desired[k] for k in ("goodput", "incidents")
+                                    if desired.get(k) is not None}}
+    recovering = badput.current_incident(books) is not None
+    goodput = badput.staged(books, badput.stage_of(desired["phase"], recovering), clock,
+                            created)
+    if goodput != books["goodput"]:
+        desired["goodput"] = goodput
+
+
 def _probe_first(placement: Obj, suspects: list[str]) -> str:
     """Mark the nodes of SUSPECTS the restart keeps (an exit code made them suspect) to be
     probed before the gang starts on them; what to add to the message."""
@@ -213,6 +231,9 @@ def _complete(desired: Obj, status: Obj, decided: Attempt, spec: TrainingJobSpec
     desired["placement"] = placement
     desired["conditions"] = conditions
     goodput = desired.get("goodput") or status.get("goodput") or {}
+    counted = badput.with_stalls(goodput, status.get("checkpoint") or {}, clock)
+    if counted is not goodput:
+        desired["goodput"] = goodput = counted
     due = badput.refresh_due(goodput, clock)
     if desired["phase"] == "Running" and due is not None and due <= clock:
         desired["goodput"] = badput.refreshed(goodput, clock)  # current, not as started
@@ -363,6 +384,69 @@ def _replacement(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: O
     _reserve(fleet, result, spec, restart_of(job) + 1, list(ranks_now))
     return (_placement_record(Placement(True, replaced.reason, ranks_now), snapshot.clock),
             replaced.action, replaced.reason)
+
+
+def _grow(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
+          decided: Attempt, result: JobDecision) -> Obj | None:
+    """An elastic job running below spec.workers grows back: once it has run
+    elastic.growAfterSeconds at its size (the hysteresis), while no other gang of its group
+    waits for a placement (returning capacity goes to waiting gangs first), and when a
+    larger gang fits. The grow is a planned restart of the whole gang at the new size from
+    the last checkpoint (incident cause Resize, paid from no budget). Returns the new
+    placement and turns DECIDED into that restart; None leaves it as it was."""
+    assert spec.elastic is not None
+    status = job.get("status") or {}
+    running = len(ranks_of(status.get("placement")))
+    since = parse_time((status.get("goodput") or {}).get("since"))
+    if not running or running >= spec.workers or since is None:
+        return None
+    due = _grow_due(status, since, spec.elastic.grow_after_seconds, snapshot.clock)
+    if snapshot.clock < due:
+        result.wake_at = min(w for w in (result.wake_at, due) if w is not None)
+        return None
+    if _gangs_waiting(snapshot, spec.ultra_server_group, job):
+        return None
+    meta = job["metadata"]
+    request = request_for(snapshot, fleet, spec, job, spec.workers)
+    grown = grow(fleet, running, request, trainingjob_owner(meta["namespace"], meta["name"]),
+                 Elastic(spec.elastic.min_workers, spec.elastic.step))
+    if grown is None:
+        return None
+    ranks = in_rank_order(grown.ranks, spec.topology.rank_order)
+    restart = restart_of(job)
+    _reserve(fleet, result, spec, restart + 1, list(ranks))
+    clock = snapshot.clock
+    books = badput.open_incident(books_of(status), restart + 1, "Resize", grown.reason, [],
+                                 clock, clock, strict=strict_checkpoints(spec))
+    books = badput.replaced(books, clock, "grow")
+    decided.phase, decided.restart = "Recovering", False
+    decided.message = f"elastic: {grown.reason} (restart {restart + 1})"
+    decided.status = {"incidents": books["incidents"], "goodput": books["goodput"]}
+    decided.create, decided.pin = [], []
+    decided.delete = [p["metadata"]["name"] for p in result.observed.values()]
+    decided.conditions = [c for c in decided.conditions if c.type != "Running"]
+    decided.conditions.append(ConditionUpdate("Running", False, "Resizing", decided.message))
+    result.events.append(Event("Normal", "Resizing", decided.message))
+    return _placement_record(Placement(True, grown.reason, ranks), clock)
+
+
+def _grow_due(status: Obj, since: float, after: float, now: float) -> float:
+    """When a grow may happen: AFTER seconds into the stretch at this size, at the first
+    checkpoint committed from then on (a restart there redoes no work), or AFTER seconds
+    later still when the job commits none in that time."""
+    due = since + after
+    committed = parse_time(((status.get("checkpoint") or {}).get("latest") or {}).get("time"))
+    if committed is None or committed >= due or now >= due + after:
+        return due
+    return due + after
+
+
+def _gangs_waiting(snapshot: Snapshot, group: str, job: Obj) -> bool:
+    """Whether another job of GROUP waits for its first placement."""
+    return any(other is not job and other["spec"].get("ultraServerGroup") == group
+               and not (other.get("status") or {}).get("placement")
+               and (other.get("status") or {}).get("phase") in (None, "Pending")
+               and not other["spec"].get("suspend") for other in snapshot.jobs)
 
 
 def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,

@@ -1,12 +1,20 @@
-"""Goodput accounting: each incident's cost by phase, totals by cause, and the ratio.
+"""Goodput accounting: where every second of a job's life went, each incident's cost by
+phase, totals by cause, and the ratio.
 
-Pure, on the job status as plain dicts (camelCase, RFC 3339 times). A productive stretch
-starts when every worker runs (`goodput.since`) and ends at a failure; while it runs,
-`productiveSeconds` counts it up to `goodput.asOf`, refreshed every REFRESH_SECONDS. The
-work since the checkpoint the restart resumes from is not productive, it is lost and redone.
-An incident costs detection (failure -> the operator acts), replacement (-> new placement,
-including backoff and waiting for capacity), restart (-> every worker running) and that
-lost work.
+Pure, on the job status as plain dicts (camelCase, RFC 3339 times). A job's wall time
+(creation to now, or to its end) is the sum of:
+- idle, holding no accelerators: `queueing` (waiting for a placement: after creation and
+  after a suspension ends) and `suspended`;
+- productive: every worker running useful steps (a stretch starts when every worker runs,
+  `goodput.since`, and ends at a failure; while it runs, `productiveSeconds` counts it up
+  to `goodput.asOf`, refreshed every REFRESH_SECONDS);
+- lost, holding accelerators to no use: `launch` (placed, until every worker runs),
+  `checkpoint` (the save stalls the SDK reports), and per incident its `detection`
+  (failure -> the operator acts; a hang's window), `replacement` (-> new placement,
+  including backoff and waiting for capacity), `restart` (-> every worker running) and
+  `lostWork` (the steps since the checkpoint it resumes from: redone, the rollback).
+The ratio is productive / (productive + lost). The stage a job waits in (queueing, launch,
+suspended) is `goodput.stage`, closed when its phase moves on.
 """
 
 from __future__ import annotations
@@ -19,17 +27,20 @@ from goodput_operator.health.quarantine import iso, parse_time
 Obj = dict[str, Any]
 MAX_INCIDENTS = 32
 PHASES = ("detection", "replacement", "restart")
+IDLE = ("queueing", "suspended")  # no accelerators held: not in the ratio
+STAGE_LOST = {"launch"}  # stages that hold accelerators
 REFRESH_SECONDS = 30.0  # a running job's productiveSeconds and ratio are at most this old
 
 
 def settled(goodput: Obj) -> float:
     """The productive seconds of the stretches already closed: productiveSeconds counts
-    the open stretch too, up to asOf (the last refresh), which is taken back out."""
+    the open stretch too, up to asOf (the last refresh), which is taken back out. Below
+    zero while the open stretch's checkpoint stalls outweigh the closed stretches."""
     productive = float(goodput.get("productiveSeconds", 0))
     since, as_of = parse_time(goodput.get("since")), parse_time(goodput.get("asOf"))
     if since is not None and as_of is not None:
         productive -= max(0.0, as_of - since)
-    return max(0.0, productive)
+    return productive
 
 
 def refreshed(goodput: Obj, now: float) -> Obj:
@@ -56,6 +67,105 @@ def _open(goodput: Obj, now: float) -> float:
     return 0.0 if since is None else max(0.0, now - since)
 
 
+def stage_of(phase: str, recovering: bool) -> str | None:
+    """The waiting stage a job in PHASE is in: none while running (productive), while an
+    incident is open (its phases count) or once finished."""
+    if recovering:
+        return None
+    return {"Pending": "queueing", "Placing": "launch", "Suspended": "suspended"}.get(phase)
+
+
+def staged(status: Obj, stage: str | None, now: float, created: float | None = None) -> Obj:
+    """STATUS's goodput with its stage moved to STAGE at NOW: the stage it was in closes
+    (at the open incident's failure, when one opened while it ran) and its seconds go to
+    their bucket. A job's first stage starts at its creation (CREATED)."""
+    goodput = dict(status.get("goodput") or {})
+    current = goodput.get("stage") or {}
+    if not goodput and created is not None:  # the first pass: queued since creation
+        current = {"name": "queueing", "since": iso(min(now, created))}
+    if current.get("name") == stage:
+        return {**goodput, "stage": current} if stage and not goodput else goodput
+    began = parse_time(current.get("since"))
+    if began is not None:
+        end = now
+        incident = current_incident(status)
+        failed = parse_time((incident or {}).get("failedAt"))
+        if stage is None and failed is not None:
+            end = min(now, max(began, failed))
+        _add(goodput, current["name"], max(0.0, end - began))
+    if stage is None:
+        goodput["stage"] = None  # None: removed by the status's merge patch
+        return goodput
+    goodput["stage"] = {"name": stage, "since": iso(now)}
+    return goodput
+
+
+def _add(goodput: Obj, bucket: str, seconds: float) -> None:
+    key = "idleSeconds" if bucket in IDLE else "lostSeconds"
+    spent = dict(goodput.get(key) or {})
+    spent[bucket] = round(spent.get(bucket, 0) + seconds, 3)
+    goodput[key] = spent
+
+
+def stalled(goodput: Obj, seconds: float, now: float) -> Obj:
+    """GOODPUT at NOW after a checkpoint save that stalled training SECONDS (the SDK's
+    timing of the save): taken from the productive time, so only while a stretch runs."""
+    if not goodput.get("since") or seconds <= 0:
+        return goodput
+    goodput = refreshed(goodput, now)
+    seconds = min(seconds, float(goodput["productiveSeconds"]))
+    goodput["productiveSeconds"] = round(goodput["productiveSeconds"] - seconds, 3)
+    _add(goodput, "checkpoint", seconds)
+    goodput["ratio"] = ratio(goodput, now)
+    return goodput
+
+
+def with_stalls(goodput: Obj, checkpoint: Obj, now: float) -> Obj:
+    """GOODPUT with the save stalls of the checkpoints committed in the running stretch
+    and not yet counted (checkpoint.history's saveSeconds): the operator's pass counts
+    them, so that one writer keeps the books (the report channel records only the
+    checkpoint). `stallsCountedTo` is the newest commit counted."""
+    since = parse_time(goodput.get("since"))
+    if since is None:
+        return goodput
+    counted = max(since, parse_time(goodput.get("stallsCountedTo")) or since)
+    fresh = sorted((at, float(h["saveSeconds"])) for h in checkpoint.get("history") or []
+                   if h.get("saveSeconds") and (at := parse_time(h.get("time"))) is not None
+                   and counted < at <= now)
+    if not fresh:
+        return goodput
+    for at, seconds in fresh:  # a save lies inside the stretch, after the one before it
+        goodput = stalled(goodput, min(seconds, at - counted), now)
+        counted = at
+    return {**goodput, "stallsCountedTo": iso(counted)}
+
+
+def attributed(status: Obj, now: float) -> dict[str, float]:
+    """Every second of the job's life up to NOW, by where it went: productive, the idle
+    and lost buckets, the open stage and the open incident's phases counted up to NOW.
+    Their sum is the job's wall time (tests/unit/test_health_badput.py proves it)."""
+    goodput = status.get("goodput") or {}
+    spent: dict[str, float] = {"productive": settled(goodput) + _open(goodput, now)}
+    for key in ("idleSeconds", "lostSeconds"):
+        for bucket, seconds in (goodput.get(key) or {}).items():
+            spent[bucket] = spent.get(bucket, 0.0) + float(seconds)
+    stage = goodput.get("stage") or {}
+    began = parse_time(stage.get("since"))
+    if began is not None:
+        spent[stage["name"]] = spent.get(stage["name"], 0.0) + max(0.0, now - began)
+    incident = current_incident(status)
+    if incident is not None:
+        detected = parse_time(incident.get("detectedAt")) or now
+        replaced_at = parse_time(incident.get("replacedAt"))
+        opened = {"detection": float(incident.get("detectionSeconds") or 0),
+                  "lostWork": float(incident.get("lostWorkSeconds") or 0),
+                  "replacement": max(0.0, (replaced_at or now) - detected),
+                  "restart": max(0.0, now - replaced_at) if replaced_at else 0.0}
+        for bucket, seconds in opened.items():
+            spent[bucket] = spent.get(bucket, 0.0) + seconds
+    return spent
+
+
 def resume_point(checkpoint: Obj, strict: bool) -> Obj | None:
     """The checkpoint a restart resumes from: the newest verified one; when the job does
     not verify (STRICT false), the newest committed one if none is verified."""
@@ -78,8 +188,16 @@ def open_incident(status: Obj, restart: int, cause: str, message: str, nodes: li
         saved = parse_time((resume or {}).get("time"))
         start = since if saved is None else min(max(saved, since), failed_at)
         lost_work = max(0.0, failed_at - start)
-        goodput["productiveSeconds"] = round(
-            settled(goodput) + max(0.0, failed_at - since - lost_work), 3)
+        # saves stalled in the redone stretch are in lostWork: not counted twice
+        counted = parse_time(goodput.get("stallsCountedTo")) or 0.0
+        redone = sum(float(h.get("saveSeconds") or 0)
+                     for h in (status.get("checkpoint") or {}).get("history") or []
+                     if start < (parse_time(h.get("time")) or 0.0) <= min(failed_at, counted))
+        redone = min(redone, float((goodput.get("lostSeconds") or {}).get("checkpoint", 0)))
+        if redone:
+            _add(goodput, "checkpoint", -redone)
+        goodput["productiveSeconds"] = round(max(
+            0.0, settled(goodput) + redone + max(0.0, failed_at - since - lost_work)), 3)
         goodput["since"] = goodput["asOf"] = None
     incident: Obj = {"restart": restart, "cause": cause, "message": message[:1024],
                      "nodes": nodes, "failedAt": iso(failed_at), "detectedAt": iso(detected_at),
@@ -156,9 +274,14 @@ def stopped(status: Obj, at: float) -> Obj:
 
 
 def ratio(goodput: Obj, now: float) -> float | None:
-    """productive / (productive + lost), counting the running stretch up to NOW."""
+    """productive / (productive + lost), counting the running stretch and a launch under
+    way up to NOW."""
     productive = settled(goodput) + _open(goodput, now)
     lost = sum(float(v) for v in (goodput.get("lostSeconds") or {}).values())
+    stage = goodput.get("stage") or {}
+    began = parse_time(stage.get("since"))
+    if stage.get("name") in STAGE_LOST and began is not None:
+        lost += max(0.0, now - began)
     total = productive + lost
     return round(productive / total, 4) if total > 0 else None
 

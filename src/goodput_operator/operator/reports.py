@@ -182,6 +182,7 @@ class ReportServer:
                                "workers resume only from the job's own checkpoints")
         status = job.setdefault("status", {})
         current = dict(status.get("checkpoint") or {})
+        now = time.time()
         if report.corrupt:
             marked = sdc.corrupt(current, report.step, report.path, report.corrupt)
             if marked is None:
@@ -189,9 +190,11 @@ class ReportServer:
                                    f"{report.path!r} to mark corrupt")
             current = marked
         else:
-            ref = {"step": report.step, "path": report.path, "time": iso(time.time())}
+            ref = {"step": report.step, "path": report.path, "time": iso(now)}
             if report.digest:
                 ref["digest"] = report.digest
+            if report.save_seconds:
+                ref["saveSeconds"] = round(report.save_seconds, 3)
             history = [h for h in current.get("history") or [] if h["step"] != report.step]
             current["history"] = [*history, {**ref, "verified": False}][-16:]
             current["latest"] = ref
@@ -199,6 +202,8 @@ class ReportServer:
         checkpoint = sdc.settle(current, status.get("sdc") or {}, ledger.unanimous,
                                 strict_checkpoints(spec))
         await self._write(job, {"checkpoint": checkpoint})
+        if report.save_seconds:
+            self.state.wake.set()  # the pass counts its stall into the goodput
         if report.corrupt:
             resume = badput.resume_point(dict(checkpoint), strict_checkpoints(spec))
             message = (f"checkpoint step {report.step} at {report.path} is corrupt "

@@ -103,10 +103,15 @@ class Reporter:
         except OSError as err:
             raise ReportError(None, f"cannot reach the operator at {self.url}: {err}") from None
 
-    def commit_checkpoint(self, step: int, path: str, digest: str | None = None) -> dict[str, Any]:
-        """Record a completed checkpoint: the job resumes from it after a failure."""
-        return self.send("checkpoint", {"step": step, "path": path, "digest": digest,
-                                        "rank": self.rank, "job": self.job})
+    def commit_checkpoint(self, step: int, path: str, digest: str | None = None,
+                          save_seconds: float | None = None) -> dict[str, Any]:
+        """Record a completed checkpoint: the job resumes from it after a failure.
+        SAVE_SECONDS: how long saving it stalled training (the job's goodput counts it)."""
+        body: dict[str, Any] = {"step": step, "path": path, "digest": digest,
+                                "rank": self.rank, "job": self.job}
+        if save_seconds is not None:
+            body["saveSeconds"] = round(max(0.0, save_seconds), 3)
+        return self.send("checkpoint", body)
 
     def report_corrupt(self, step: int, path: str, why: str) -> dict[str, Any]:
         """Say that committed checkpoint STEP at PATH is not what was committed (its digest
@@ -135,9 +140,10 @@ def _reporter() -> Reporter:
     return _default
 
 
-def commit_checkpoint(step: int, path: str, digest: str | None = None) -> dict[str, Any]:
+def commit_checkpoint(step: int, path: str, digest: str | None = None,
+                      save_seconds: float | None = None) -> dict[str, Any]:
     """Record a completed checkpoint with the operator (see Reporter.commit_checkpoint)."""
-    return _reporter().commit_checkpoint(step, path, digest)
+    return _reporter().commit_checkpoint(step, path, digest, save_seconds)
 
 
 def report_step(step: int, metrics: Mapping[str, float] | None = None,

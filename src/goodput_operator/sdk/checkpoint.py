@@ -125,7 +125,11 @@ def save(step: int, write: Callable[[Path], Any], root: str | Path | None = None
 
     WRITE fills a scratch folder; the files are flushed to disk and the folder is renamed to
     its final name, so a reader never sees half a checkpoint. Returns (folder, digest).
-    Call it on the rank that holds the state (rank 0 for data parallel training)."""
+    Call it on the rank that holds the state (rank 0 for data parallel training). The
+    commit carries how long the save took (the job's goodput counts it as a stall; an
+    asynchronous save that does not stall training should commit with
+    `sdk.commit_checkpoint` itself, saying so)."""
+    began = time.monotonic()
     final = step_dir(step, root)
     scratch = final.with_name(f".{final.name}.partial-{os.getpid()}")
     shutil.rmtree(scratch, ignore_errors=True)
@@ -135,24 +139,22 @@ def save(step: int, write: Callable[[Path], Any], root: str | Path | None = None
         if file.is_file():
             with file.open("rb") as handle:
                 os.fsync(handle.fileno())
-    return _publish(step, scratch, final, commit, reporter)
+    return _publish(step, scratch, final, commit, reporter, began)
 
 
-def _publish(step: int, written: Path, final: Path, commit: bool, reporter: Reporter | None
-             ) -> tuple[Path, str]:
+def _publish(step: int, written: Path, final: Path, commit: bool, reporter: Reporter | None,
+             began: float) -> tuple[Path, str]:
     """Rename the complete folder WRITTEN into place as FINAL and commit it, with the
-    digest of what it holds."""
+    digest of what it holds and the seconds since the save BEGAN (time.monotonic)."""
     found = digest(written)
     if final.exists():  # a step written again after a rollback replaces the old one
         shutil.rmtree(final)
     written.rename(final)
     if commit:
-        from goodput_operator.sdk import commit_checkpoint
+        from goodput_operator.sdk import _reporter
 
-        if reporter is not None:
-            reporter.commit_checkpoint(step, str(final), digest=found)
-        else:
-            commit_checkpoint(step, str(final), digest=found)
+        (reporter or _reporter()).commit_checkpoint(step, str(final), digest=found,
+                                                    save_seconds=time.monotonic() - began)
     return final, found
 
 
@@ -176,6 +178,7 @@ def save_sharded(step: int, write: Callable[[Path], Any], rank: int, shards: int
     return (the final folder, None) once their part is down. CheckpointError on rank 0 when
     a part never completes: nothing is committed, the previous checkpoint stays the resume
     point."""
+    began = time.monotonic()
     if not 0 <= rank < shards:
         raise CheckpointError(f"rank {rank} is not one of {shards} shards")
     final = step_dir(step, root)
@@ -203,4 +206,4 @@ def save_sharded(step: int, write: Callable[[Path], Any], rank: int, shards: int
                                   f"did not finish their part in {timeout:.0f}s: not committed")
         time.sleep(poll)
         missing = [r for r in missing if not (staging / DONE.format(rank=r)).exists()]
-    return _publish(step, staging, final, commit, reporter)
+    return _publish(step, staging, final, commit, reporter, began)

@@ -6,20 +6,22 @@ in order of preference, a spare in the same domain, a free node in the same doma
 anywhere. When the topology cannot be kept, the whole gang moves to domains that hold it (spares
 count there: recovery is what they are held for);
 failing that it shrinks within its elastic bounds, or waits — and the result says why.
+An elastic gang running below its size grows back (`grow`) once a larger gang fits again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from goodput_operator.topology.model import Fleet, Node
 from goodput_operator.topology.placement import Placement, RankSlot, Request, place
 
-Action = Literal["replace", "move", "shrink", "wait"]
+Action = Literal["replace", "move", "shrink", "grow", "wait"]
 
 
 @dataclass(frozen=True)
@@ -104,14 +106,39 @@ def _candidate(fleet: Fleet, rank: RankSlot, request: Request, taken: Counter[st
 
 def _move_or_shrink(fleet: Fleet, request: Request, owner: str, lost: Sequence[RankSlot],
                     elastic: Elastic | None) -> Replacement:
+    with _released(fleet, owner), fleet.spares_released():  # what spares are held for
+        return _relocate(fleet, request, lost, elastic)
+
+
+@contextlib.contextmanager
+def _released(fleet: Fleet, owner: str) -> Iterator[None]:
+    """The fleet without OWNER's own usage: the gang's nodes count as free where it
+    is placed anew (its pods are all replaced by the next attempt's)."""
     saved = {k: fleet.pods[k] for k in fleet.by_owner.get(owner, ())}
     fleet.release_owner(owner)
     try:
-        with fleet.spares_released():  # recovering is what spares are held for
-            return _relocate(fleet, request, lost, elastic)
+        yield
     finally:
         for key, use in saved.items():
             fleet.bind(key, use.node, use.accelerators, use.owner)
+
+
+def grow(fleet: Fleet, running: int, request: Request, owner: str, elastic: Elastic
+         ) -> Replacement | None:
+    """A larger placement for an elastic gang of RUNNING workers below its size
+    (REQUEST.workers): the largest size, in ELASTIC.step units above RUNNING, that fits
+    now on its own nodes and free ones; None when none does. Spares are left alone: they
+    are held for recovery, and a gang that grew onto them would shrink again at the next
+    failure."""
+    with _released(fleet, owner):
+        size = request.workers
+        while size > running:
+            larger = place(fleet, dataclasses.replace(request, workers=size))
+            if larger.ok:
+                return Replacement("grow", f"growing from {running} to {size} workers: "
+                                           f"{larger.reason}", larger.ranks)
+            size -= elastic.step
+    return None
 
 
 def _relocate(fleet: Fleet, request: Request, lost: Sequence[RankSlot],
