@@ -44,6 +44,9 @@ REPORTS = Counter("goodput_reports_total", "Worker reports by kind and HTTP stat
 TOKEN_REVIEWS = Counter("goodput_token_reviews_total",
                         "TokenReviews the report channel asked the API server for, by outcome "
                         "(authenticated, rejected, error)", ["outcome"])
+STRAGGLERS = Counter("goodput_stragglers_total",
+                     "Ranks found persistently slower than their peers (health.straggler)",
+                     ["namespace", "trainingjob"])
 SDC_SUSPICIONS = Counter("goodput_sdc_suspicions_total",
                          "Ranks whose fingerprint disagreed with their replicas' majority",
                          ["namespace", "trainingjob"])

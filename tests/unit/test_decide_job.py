@@ -14,6 +14,7 @@ from goodput_operator.decide import JobDecision, Snapshot, decide, decide_jobs, 
 from goodput_operator.decide.types import Refusal
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.quarantine import iso
+from goodput_operator.health.straggler import Pace, stragglers
 from goodput_operator.topology.record import nodes_of
 from tests.unit.fleets import US
 from tests.unit.world import (
@@ -149,10 +150,12 @@ CASES = [
     Case("a missing worker of a placed attempt is created (pinned when applied)",
          PLACED_JOB, {"create": ["j-r0-w1"], "pin": [("j-r0-w0", "us0-n0")]},
          pods=[worker(PLACED_JOB, 0)]),
-    Case("every worker ready: Running, once; hangs are not judged before a step report",
+    Case("every worker ready: Running, once; hangs and stragglers are not judged before "
+         "step reports",
          PLACED_JOB, {"phase": "Running", "events": ["Running"],
                       "conditions": {"Running": ("True", "AllWorkersRunning"),
-                                     "HangDetection": ("False", "NoStepReports")}},
+                                     "HangDetection": ("False", "NoStepReports"),
+                                     "Straggler": ("False", "NoStepReports")}},
          pods=running_pods(PLACED_JOB, "Running", "Running")),
     Case("a running job that stays running says nothing new",
          RUNNING, {"phase": "Running", "events": []},
@@ -355,6 +358,38 @@ def test_the_time_before_the_gang_runs_is_queueing_then_launch() -> None:
     goodput = running.desired["goodput"]
     assert goodput["lostSeconds"] == {"launch": 7} and goodput["stage"] is None
     assert goodput["since"] == iso(NOW + 7)
+
+
+def paces(slow: bool) -> Pace:
+    """Ranks 0 and 1 of RUNNING reporting computeSeconds for 20 steps, rank 1 at 3x."""
+    pace = Pace(0)
+    for step in range(20):
+        for rank in (0, 1):
+            pace.record(rank, f"us0-n{rank}", step, float(step),
+                        3.0 if slow and rank == 1 else 1.0)
+    return pace
+
+
+@pytest.mark.parametrize(("pace", "found", "policy", "expect"), [
+    (None, [], {}, ("False", "NoStepReports", "fewer than 2 ranks reported steps")),
+    (paces(False), [], {}, ("False", "NoneFound", "ranks compared by computeSeconds: none "
+                                                  "over 1.5 x its peers' median over 16+")),
+    (paces(True), stragglers(paces(True), 1.5, 16), {"action": "quarantine"},
+     ("True", "SlowRank", "rank 1 on us0-n1: 3.000s per step against its peers' 1.000s (3.0x, "
+                          "computeSeconds) (its node is quarantined for a probe)")),
+    (paces(True), [], {"enabled": False}, ("False", "Disabled", "enabled is false")),
+], ids=["no reports", "none found", "found", "disabled"])
+def test_the_straggler_condition_says_which_signal_is_in_force_and_what_it_found(
+        pace: Pace | None, found: list[Any], policy: Obj, expect: tuple[str, str, str]
+        ) -> None:
+    running = job(status=RUNNING_2, failurePolicy={"straggler": policy})
+    snapshot = world(None, [running], running_pods(running, "Running", "Running"),
+                     paces={("ns", "j"): pace} if pace else {},
+                     stragglers={("ns", "j"): found})
+    [decision] = decide(snapshot).jobs
+    condition = next(c for c in decision.desired["conditions"] if c["type"] == "Straggler")
+    assert (condition["status"], condition["reason"]) == expect[:2]
+    assert expect[2] in condition["message"]
 
 
 def test_a_decision_leaves_the_fleet_as_it_found_it() -> None:

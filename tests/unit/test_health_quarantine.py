@@ -100,6 +100,7 @@ def test_the_storm_guard_holds_every_quarantine_beyond_max_unavailable(
         ("NodeNotReady", q.BY_OPERATOR, 599, False),
         ("NodeNotReady", q.BY_HAND, 6000, False),            # by hand: released by hand
         ("SilentDataCorruption", q.BY_OPERATOR, 6000, False),  # by clean probes only
+        ("Straggler", q.BY_OPERATOR, 6000, False),             # the same
     ],
 )
 def test_release_after_being_healthy_for_the_policy_period(
@@ -150,11 +151,11 @@ def test_failures_arriving_together_are_judged_together() -> None:
     assert decision.storm is not None and "3 node(s) failing" in decision.storm
 
 
+@pytest.mark.parametrize("reason", ["SilentDataCorruption", "Straggler"])
 @pytest.mark.parametrize(("clean", "released"), [(0, False), (2, False), (3, True)])
-def test_a_corruption_suspect_is_released_after_enough_clean_probes_not_after_time(
-        clean: int, released: bool) -> None:
-    body = node("a", record=q.Finding("SilentDataCorruption", "rank 2 diverged", NOW - 9000),
-                at=NOW - 9000)
+def test_a_corruption_or_straggler_suspect_is_released_after_enough_clean_probes(
+        reason: str, clean: int, released: bool) -> None:
+    body = node("a", record=q.Finding(reason, "rank 2 diverged", NOW - 9000), at=NOW - 9000)
     decision = q.decide({"a": body}, POLICY, NOW, {}, {"a": NOW - 9000}, {}, {"a": clean})
     assert bool(decision.release) is released            # releaseAfterCleanProbes: 3
 

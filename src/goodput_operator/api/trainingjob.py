@@ -124,6 +124,26 @@ class HangDetection(ApiModel):
     the steps (Neuron compiles can take minutes: raise it for them)."""
 
 
+class StragglerDetection(ApiModel):
+    """Straggler detection from step reports: one rank persistently slower than its peers
+    (a throttled device, a bad link) sets the pace of a synchronous gang."""
+
+    enabled: bool = True
+    """Compare the ranks' paces (the Straggler condition says what was compared); false:
+    off. Jobs whose workers report no steps are not judged."""
+    factor: float = Field(default=1.5, ge=1.1, le=100)
+    """A rank whose median seconds per step exceed this multiple of its peers' median is a
+    straggler."""
+    min_steps: int = Field(default=16, ge=3, le=32)
+    """Steps of each rank the medians need before anything is judged (a few slow steps
+    are not a straggler)."""
+    action: Literal["report", "quarantine"] = "report"
+    """report: a Straggler condition and event name the rank and its node; quarantine:
+    also quarantine the node (reason Straggler, within the group's quarantine budget) so
+    that the rank moves to a spare, and probe it: clean SDC probe runs release it, as for
+    corruption."""
+
+
 class FailurePolicy(ApiModel):
     """Restart budget, backoff, node replacement and exit-code rules."""
 
@@ -149,6 +169,10 @@ class FailurePolicy(ApiModel):
     hang: HangDetection = nested(HangDetection)
     """Hang detection from step reports: a hung attempt restarts the gang from the last
     checkpoint (incident cause Hang, paid from maxRestarts: no node is to blame)."""
+    straggler: StragglerDetection = nested(StragglerDetection)
+    """Straggler detection from step reports (workers that report `computeSeconds`, their
+    own time per step without collectives, are compared by it; else by the time between
+    their reports)."""
 
 
 class Sdc(ApiModel):

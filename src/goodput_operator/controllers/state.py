@@ -20,6 +20,7 @@ from goodput_operator.decide.types import Refusal, Reservation
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.quarantine import Finding, Renewal
 from goodput_operator.health.sdc import Ledger
+from goodput_operator.health.straggler import Pace, Straggler
 from goodput_operator.topology.constraints import pinned_node
 from goodput_operator.topology.model import (
     Fleet,
@@ -126,6 +127,9 @@ class State:
         self.blamed: dict[str, Finding] = {}  # nodes reports blamed (SDC votes, bad probes)
         self.progress: dict[tuple[str, str], Obj] = {}  # latest step report per job
         self.steps: dict[tuple[str, str], StepClock] = {}  # newest step per job (hangs)
+        self.paces: dict[tuple[str, str], Pace] = {}  # each rank's pace per job (stragglers)
+        self.stragglers: dict[tuple[str, str], list[Straggler]] = {}  # the latest verdict
+        self.paces_judged: dict[tuple[str, str], float] = {}  # when, per job
         self.leases: dict[str, float] = {}  # node -> its kubelet's last Lease renewal
         self.renewing: dict[str, Renewal] = {}  # nodes whose Leases were seen renewed
         self._intervals: dict[str, deque[float]] = {}  # node -> its recent renewal intervals
@@ -167,6 +171,7 @@ class State:
             blamed=self.blamed, clean_probes=self.clean_probes, probe_runs=self.probe_runs,
             probed_at=self.probed_at, last_sweep=self.last_sweep,
             group_written=self.group_written, progress=self.progress, steps=self.steps,
+            paces=self.paces, stragglers=self.stragglers,
             renewing=self.renewing,
             scaled=self.scaled,
             refused=self.refused, memo=self.fits,
@@ -391,6 +396,8 @@ class State:
         self.jobs.pop((namespace, name), None)
         self.progress.pop((namespace, name), None)
         self.steps.pop((namespace, name), None)
+        for table in (self.paces, self.stragglers, self.paces_judged):
+            table.pop((namespace, name), None)
         self.refused.pop((namespace, name), None)
         self.ledgers.pop((namespace, name), None)
         self._locks.pop((namespace, name), None)

@@ -81,7 +81,7 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
     release = [Release(node, record, q.release_patch(members[node]),
                        f"released {node} from quarantine ({record.reason}): " + (
                            f"{snapshot.clean_probes.get(node, 0)} clean probe runs in a row"
-                           if record.reason == q.SDC else
+                           if record.reason in q.PROBED else
                            f"healthy for {policy.release_after_healthy_seconds}s"))
                for node, record in verdict.release]
     probes = _suspects(snapshot, name, spec, members) if spec.probes.on_suspicion else []
@@ -109,12 +109,13 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
 
 def _suspects(snapshot: Snapshot, group: str, spec: UltraServerGroupSpec,
               members: Mapping[str, Obj]) -> list[ProbeStart]:
-    """Keep one probe Job running on each node quarantined for corruption until it has
+    """Keep one probe Job running on each node quarantined for corruption (or as a
+    straggler's) until it has
     enough clean runs; each result lets the next run start (Job names count the runs)."""
     starts = []
     for node_name, node in members.items():
         record = q.record_of(node)
-        if record is None or record.reason != q.SDC:
+        if record is None or record.reason not in q.PROBED:
             continue
         if snapshot.clean_probes.get(node_name, 0) >= spec.quarantine.release_after_clean_probes:
             continue

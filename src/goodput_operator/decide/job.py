@@ -40,7 +40,7 @@ from goodput_operator.decide.types import (
     Reservation,
     apply_conditions,
 )
-from goodput_operator.health import badput
+from goodput_operator.health import badput, straggler
 from goodput_operator.health.hang import from_progress
 from goodput_operator.health.quarantine import iso, parse_time, record_of
 from goodput_operator.resources import trainingjob as build
@@ -126,8 +126,8 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
                          observed={p["metadata"]["name"]: p for p in pods},
                          wake_at=min(wakes, default=None))
     placement = status.get("placement")
-    grown = _grow(snapshot, fleet, spec, job, decided, result) \
-        if decided.phase == "Running" and spec.elastic is not None else None
+    grown = _running(snapshot, fleet, spec, job, decided, result) \
+        if decided.phase == "Running" else None
     desired: Obj = {"phase": decided.phase, "message": decided.message, **decided.status}
     if grown is not None:
         placement, desired["restarts"] = grown, restart_of(job) + 1
@@ -178,15 +178,52 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
     result.placement = placement
     result.desired = _complete(desired, status, decided, spec, placement, conditions,
                                generation, clock)
-    if result.desired["phase"] == "Running":  # the next goodput refresh
-        due = badput.refresh_due(result.desired.get("goodput") or status.get("goodput")
-                                 or {}, clock)
-        result.wake_at = min((w for w in (result.wake_at, due) if w is not None), default=None)
+    due = badput.refresh_due(result.desired.get("goodput") or status.get("goodput") or {},
+                             clock) if result.desired["phase"] == "Running" else None
+    result.wake_at = min((w for w in (result.wake_at, due) if w is not None), default=None)
     if desired["phase"] != status.get("phase") and desired["phase"] in (
             "Running", "Succeeded", "Failed", "Suspended"):
         result.events.append(Event("Warning" if desired["phase"] == "Failed" else "Normal",
                                    desired["phase"], desired["message"]))
     return result
+
+
+def _running(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
+             decided: Attempt, result: JobDecision) -> Obj | None:
+    """What a running job's pass adds: an elastic job's grow (its new placement), or
+    else the Straggler condition."""
+    grown = _grow(snapshot, fleet, spec, job, decided, result) if spec.elastic else None
+    if grown is None:
+        meta = job["metadata"]
+        decided.conditions.append(_stragglers(snapshot, (meta["namespace"], meta["name"]),
+                                              spec, restart_of(job)))
+    return grown
+
+
+def _stragglers(snapshot: Snapshot, key: tuple[str, str], spec: TrainingJobSpec,
+                restart: int) -> ConditionUpdate:
+    """The Straggler condition: which signal is in force, and the slow ranks found."""
+    policy = spec.failure_policy.straggler
+    if not policy.enabled:
+        return ConditionUpdate("Straggler", False, "Disabled",
+                               "failurePolicy.straggler.enabled is false")
+    pace = snapshot.paces.get(key)
+    if pace is None or pace.attempt != restart or len(pace.ranks) < 2:
+        return ConditionUpdate("Straggler", False, "NoStepReports",
+                               "fewer than 2 ranks reported steps in this attempt: "
+                               "stragglers are not detected")
+    found = snapshot.stragglers.get(key) or []
+    if found:
+        more = f"; {len(found) - 3} more" if len(found) > 3 else ""
+        action = (" (its node is quarantined for a probe)" if policy.action == "quarantine"
+                  else "")
+        return ConditionUpdate("Straggler", True, "SlowRank", "; ".join(
+            s.evidence for s in found[:3]) + more + action)
+    basis = (straggler.METRIC if any(p.measured for p in pace.ranks.values())
+             else "the time between step reports")
+    return ConditionUpdate("Straggler", False, "NoneFound",
+                           f"ranks compared by {basis}: none over {policy.factor:g} x its "
+                           f"peers' median over {policy.min_steps}+ steps")
 
 
 def _creation(refusal: Refusal | None, decided: Attempt, pods: list[Obj], status: Obj,

@@ -16,6 +16,7 @@ from goodput_operator.autoscaling.algorithm import Decision as ScalingDecision
 from goodput_operator.decide.types import Refusal
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.quarantine import Finding, Renewal
+from goodput_operator.health.straggler import Pace, Straggler
 from goodput_operator.topology.model import Fleet
 
 Obj = dict[str, Any]
@@ -57,6 +58,8 @@ class Snapshot:
     group_written: Mapping[str, float] = field(default_factory=dict)  # group -> status write
     progress: Mapping[Key, Obj] = field(default_factory=dict)  # latest step report per job
     steps: Mapping[Key, StepClock] = field(default_factory=dict)  # newest step, for hangs
+    paces: Mapping[Key, Pace] = field(default_factory=dict)  # the ranks' paces (stragglers)
+    stragglers: Mapping[Key, list[Straggler]] = field(default_factory=dict)
     renewing: Mapping[str, Renewal] = field(default_factory=dict)  # node -> Lease renewals
     refused: Mapping[Key, Refusal] = field(default_factory=dict)  # children not created
     scaled: Mapping[Key, Scaled] = field(default_factory=dict)  # not yet written

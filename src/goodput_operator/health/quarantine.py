@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 BY_OPERATOR, BY_HAND = "operator", "manual"
-SDC = "SilentDataCorruption"  # released after clean probes, not after time
+SDC = "SilentDataCorruption"
+STRAGGLER = "Straggler"  # a rank persistently slower than its peers (health.straggler)
+PROBED = frozenset({SDC, STRAGGLER})  # released after clean probes, not after time
 BLAME_SECONDS = 900.0  # reports' blame not acted on by then is forgotten (the guard held it)
 
 
@@ -189,7 +191,7 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
             _wake(decision, max(now + 1, renewal.at + renewal.limit(policy) + 0.1))
         found = health or reported.get(name)
         if record is not None:
-            if record.reason == SDC:
+            if record.reason in PROBED:
                 out_blamed += 1
                 needed = policy.release_after_clean_probes
                 if found is None and needed and (clean_probes or {}).get(name, 0) >= needed:

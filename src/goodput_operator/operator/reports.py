@@ -38,15 +38,17 @@ from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import State
 from goodput_operator.decide.attempt import strict_checkpoints
-from goodput_operator.health import badput, sdc
+from goodput_operator.health import badput, sdc, straggler
 from goodput_operator.health.hang import StepClock
-from goodput_operator.health.quarantine import Finding, iso
+from goodput_operator.health.quarantine import STRAGGLER, Finding, iso
+from goodput_operator.health.straggler import Pace
 from goodput_operator.operator.tokens import POD_NAME, POD_UID, Refused, TokenGate
 from goodput_operator.resources.pods import attempt_of, index_of, owned
 
 Obj = dict[str, Any]
 log = logging.getLogger("goodput.reports")
 MAX_BODY = 64 * 1024
+JUDGE_SECONDS = 5.0  # how often a job's ranks' paces are compared (a gang has thousands)
 
 
 def progress_of(report: StepReport, rank: int, now: float, restart: int = 0) -> Obj:
@@ -231,6 +233,7 @@ class ReportServer:
             clock = self.state.steps[key] = StepClock(attempt)
         clock.advance(report.step, now)
         self.state.wake.set()
+        await self._pace(job, spec, pod, rank, report, attempt, now)
         if report.fingerprint is None and not report.metrics:
             return {"accepted": True}
         ledger = self._ledger(job, spec)
@@ -254,6 +257,38 @@ class ReportServer:
         for result in divergent:
             await self._suspect(job, result, ledger.newly_suspected(result.suspects))
         return {"accepted": True, "votes": [v.message for v in votes]}
+
+    async def _pace(self, job: Obj, spec: TrainingJobSpec, pod: Obj, rank: int,
+                    report: StepReport, attempt: int, now: float) -> None:
+        """Record the rank's pace and, at most every JUDGE_SECONDS, judge the ranks: a
+        straggler newly found is an event (and with action quarantine, its node blamed:
+        the group pass quarantines it and the rank moves); the verdict is kept for the
+        job's Straggler condition, replaced only when the set of slow nodes changes."""
+        meta = job["metadata"]
+        key = (meta["namespace"], meta["name"])
+        pace = self.state.paces.get(key)
+        if pace is None or pace.attempt != attempt:
+            pace = self.state.paces[key] = Pace(attempt)
+            self.state.stragglers.pop(key, None)
+        pace.record(rank, pod.get("spec", {}).get("nodeName") or "", report.step, now,
+                    report.metrics.get(straggler.METRIC))
+        policy = spec.failure_policy.straggler
+        if not policy.enabled or now < self.state.paces_judged.get(key, 0.0) + JUDGE_SECONDS:
+            return
+        self.state.paces_judged[key] = now
+        found = straggler.stragglers(pace, policy.factor, policy.min_steps)
+        before = {s.node for s in self.state.stragglers.get(key, [])}
+        if {s.node for s in found} == before:
+            return
+        self.state.stragglers[key] = found
+        self.state.wake.set()
+        for slow in (s for s in found if s.node not in before):
+            log.warning("%s/%s: straggler: %s", meta["namespace"], meta["name"], slow.evidence)
+            metrics.STRAGGLERS.labels(meta["namespace"], meta["name"]).inc()
+            if policy.action == "quarantine":
+                self.state.blamed[slow.node] = Finding(
+                    STRAGGLER, slow.evidence, now, f"{meta['namespace']}/{meta['name']}")
+            await asyncio.to_thread(self.kube.event, job, "Straggler", slow.evidence, "Warning")
 
     async def _suspect(self, job: Obj, result: sdc.Vote, ranks: list[int]) -> None:
         """Blame the nodes of RANKS, outside the majority and not blamed before in this
