@@ -13,7 +13,8 @@ resume (GOODPUT_RESUME_*), where to save (GOODPUT_CHECKPOINT_DIR) and the report
 - reports every step with a fingerprint of its parameters (the replicas vote on them: a
   replica that disagrees points at silent data corruption on its node),
 - saves a checkpoint every --checkpoint-every steps on rank 0, atomically, and commits it,
-- prints `FINAL step=N fingerprint=F` and exits 0.
+- prints `FINAL step=N fingerprint=F` and exits 0,
+- exits at once on SIGTERM, even while stuck in a collective (see exit_on_sigterm).
 
 The backend is gloo on CPU; the same script runs with NCCL (or Neuron's XLA backend)
 where those devices exist: pass --backend.
@@ -28,15 +29,36 @@ import argparse
 import datetime
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
 
-from goodput_operator.sdk import ReportError, checkpoint, fingerprint, report_step
+def exit_on_sigterm() -> None:
+    """Exit at once on SIGTERM. The operator restarts a gang by deleting its pods, and the
+    next attempt starts only once they are gone: a worker that ignores SIGTERM holds the
+    restart for the pod's whole grace period (30 s by default). A Python handler would not
+    do: it runs only between bytecodes, never while the main thread waits in a collective
+    that a lost peer hangs; and as its container's PID 1 the process would ignore SIGTERM
+    left at its default. So SIGTERM is blocked in every thread (torch's threads, started
+    later, inherit the mask) and one thread waits for it."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    def wait() -> None:
+        signal.sigwait({signal.SIGTERM})
+        os._exit(143)
+    threading.Thread(target=wait, name="sigterm", daemon=True).start()
+
+
+exit_on_sigterm()  # before torch starts its threads
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from goodput_operator.sdk import ReportError, checkpoint, fingerprint, report_step  # noqa: E402
 
 
 def parse() -> argparse.Namespace:
@@ -58,6 +80,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--die-writing-at-step", type=int, default=None,
                         help="with --sharded, in the first attempt: rank 2 writes half its "
                              "part of this step's checkpoint and dies")
+    parser.add_argument("--slow-rank", type=int, default=None,
+                        help="this rank works --slow-seconds longer each step (a straggler)")
+    parser.add_argument("--slow-seconds", type=float, default=0.5)
     parser.add_argument("--hang-at-step", type=int, default=None,
                         help="in the first attempt, rank 1 stops before this step's "
                              "collective and never returns (a stuck device): the others "
@@ -179,6 +204,9 @@ def main() -> int:
             log(f"hanging before the collective of step {step} (--hang-at-step)")
             while True:
                 time.sleep(3600)
+        if rank == args.slow_rank:  # a throttled device: this rank's work takes longer
+            time.sleep(args.slow_seconds)
+        compute = time.monotonic() - began  # this rank's own work, before the collective
         average_gradients(model, world)
         optimizer.step()
         if step == args.corrupt_at_step and args.corrupt_node in (None, node):
@@ -186,7 +214,7 @@ def main() -> int:
                 next(model.parameters()).add_(1e-3)
             log(f"corrupted my parameters at step {step} (--corrupt-at-step)")
         try:
-            report_step(step, {"loss": float(loss)},
+            report_step(step, {"loss": float(loss), "computeSeconds": compute},
                         fingerprint=fingerprint(list(model.parameters())))
         except ReportError as err:  # reports are advisory: training goes on without them
             log(f"report of step {step} failed: {err}")
