@@ -84,7 +84,8 @@ class RealBench(Bench):
             status = self.observe(victim, restart, marks, now)
             progress = status.get("progress") or {}
             reported = parse_time(progress.get("time")) or 0.0
-            if "running" in marks and status.get("restarts") == restart and \
+            if "training" not in marks and "running" in marks and \
+                    status.get("restarts") == restart and \
                     reported > wall0 + (marks["replaced"] - t0):
                 marks["training"] = now
             time.sleep(POLL)

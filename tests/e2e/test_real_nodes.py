@@ -276,6 +276,27 @@ def test_an_elastic_job_shrinks_to_a_consistent_world_and_grows_back_when_healed
     worlds(real, ns, name, 2, expect=4)
 
 
+def test_a_real_straggler_is_named_with_its_node(real: Real, ns: str) -> None:
+    """Rank 2 of the example trainer works 0.3 s longer each step (a throttled device):
+    every rank still steps together (the all-reduce waits for it), but its own time per
+    step, which the trainer reports as computeSeconds, gives it away."""
+    name = f"slow-{uuid.uuid4().hex[:6]}"
+    job = trainer_job(real, name, "--steps", "300", "--step-seconds", "0.3", "--slow-rank",
+                      "2", "--slow-seconds", "0.3")
+    job["spec"]["failurePolicy"]["straggler"] = {"minSteps": 8}
+    apply(real.cluster, job, ns)
+
+    def named() -> dict[str, Any] | None:
+        status = get_job(real.cluster, ns, name).get("status") or {}
+        return next((c for c in status.get("conditions") or [] if c["type"] == "Straggler"
+                     and c["status"] == "True"), None)
+    found = wait_for(named, timeout=180, what="the Straggler condition")
+    ranks = {r["rank"]: r["node"] for r in
+             ranks_of(get_job(real.cluster, ns, name)["status"]["placement"])}
+    assert found["message"].startswith(f"rank 2 on {ranks[2]}: "), found
+    assert "computeSeconds" in found["message"] and "rank 0" not in found["message"]
+
+
 def worlds(real: Real, namespace: str, name: str, attempt: int, expect: int) -> None:
     """Every worker of ATTEMPT was told a world of EXPECT and its trainer runs in one."""
     pods = [p for p in job_pods(real.cluster, namespace, name)

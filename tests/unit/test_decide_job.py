@@ -312,16 +312,18 @@ def test_jobs_are_placed_in_the_snapshots_order_and_see_each_others_reservations
     assert len(plan.jobs[0].reservations) == 8
 
 
-def test_a_grow_waits_while_another_gang_of_the_group_waits_for_its_placement() -> None:
-    """Capacity that comes back goes to gangs still waiting first: a 12-worker job waits
-    (8 nodes, 2 held by the shrunk job), and the shrunk job does not grow past it."""
-    waiting = job("big", workers=12)
+@pytest.mark.parametrize(("waiting", "grows"), [
+    (job("next", workers=4), False),                 # fits in us-1: it goes first
+    (job("low", workers=4, priority=-1), True),      # a lower priority waits its turn
+    (job("huge", workers=12), True),                 # fits nowhere even now: no hold
+])
+def test_a_grow_yields_to_a_gang_of_its_group_that_waits_and_fits(waiting: Obj,
+                                                                   grows: bool) -> None:
+    """Capacity that comes back goes to waiting gangs of at least the shrunk job's
+    priority first, when they fit in it."""
     pods = running_pods(SHRUNK, "Running", "Running")
-    [grower, pending] = decide(world(None, [SHRUNK, waiting], pods)).jobs
-    assert outcome(pending)["phase"] == "Pending"
-    assert outcome(grower)["phase"] == "Running" and grower.reservations == []
-    [alone] = decide(world(None, [SHRUNK], pods)).jobs
-    assert outcome(alone)["phase"] == "Recovering"
+    [grower, _] = decide(world(None, [SHRUNK, waiting], pods)).jobs
+    assert (outcome(grower)["phase"] == "Recovering") is grows
 
 
 def test_a_grow_is_a_planned_restart_at_the_new_size_paid_from_no_budget() -> None:

@@ -441,7 +441,7 @@ def _grow(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
     if snapshot.clock < due:
         result.wake_at = min(w for w in (result.wake_at, due) if w is not None)
         return None
-    if _gangs_waiting(snapshot, spec.ultra_server_group, job):
+    if _gangs_waiting(snapshot, fleet, spec, job):
         return None
     meta = job["metadata"]
     request = request_for(snapshot, fleet, spec, job, spec.workers)
@@ -478,12 +478,25 @@ def _grow_due(status: Obj, since: float, after: float, now: float) -> float:
     return due + after
 
 
-def _gangs_waiting(snapshot: Snapshot, group: str, job: Obj) -> bool:
-    """Whether another job of GROUP waits for its first placement."""
-    return any(other is not job and other["spec"].get("ultraServerGroup") == group
-               and not (other.get("status") or {}).get("placement")
-               and (other.get("status") or {}).get("phase") in (None, "Pending")
-               and not other["spec"].get("suspend") for other in snapshot.jobs)
+def _gangs_waiting(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj) -> bool:
+    """Whether a gang of the group, of at least this job's priority, waits for its first
+    placement and fits in what is free now: returning capacity goes to it before a grow
+    takes it. A waiting gang that does not fit even now does not hold growth back (it
+    would wait for ever, and the grow frees nothing it could use)."""
+    for other in snapshot.jobs:
+        status = other.get("status") or {}
+        if other is job or other["spec"].get("ultraServerGroup") != spec.ultra_server_group \
+                or status.get("placement") or status.get("phase") not in (None, "Pending") \
+                or other["spec"].get("suspend"):
+            continue
+        try:
+            waiting = TrainingJobSpec.model_validate(other["spec"])
+        except ValidationError:
+            continue
+        if waiting.priority >= spec.priority and place(
+                fleet, request_for(snapshot, fleet, waiting, other, waiting.workers)).ok:
+            return True
+    return False
 
 
 def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
