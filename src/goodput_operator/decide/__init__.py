@@ -2,7 +2,8 @@
 
     decide(snapshot) -> PassPlan
         groups     decide.group      quarantine, release, node labels, probes, status
-        jobs       decide.job        (decide.attempt) pods, placement, incidents, status
+        jobs       decide.job        (decide.attempt, decide.running, decide.gang) pods,
+                                     placement, incidents, status
         endpoints  decide.endpoint   (decide.replicas) replica groups, placement, status
 
 Nothing here does I/O, reads the clock or changes the operator's state: the controllers
@@ -22,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from goodput_operator.decide.endpoint import EndpointDecision, WriteBudget, decide_endpoint
+from goodput_operator.decide.gang import JobDecision
 from goodput_operator.decide.group import GroupDecision, decide_group
-from goodput_operator.decide.job import JobDecision, decide_job
+from goodput_operator.decide.job import decide_job
 from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.types import ConditionUpdate, Event, ProbeStart, Reservation
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -28,65 +27,38 @@ from goodput_operator.decide.attempt import (
     attempt,
     books_of,
     refuse,
-    strict_checkpoints,
 )
-from goodput_operator.decide.fit import pod_fit
+from goodput_operator.decide.gang import (
+    JobDecision,
+    placement_record,
+    request_for,
+    reserve,
+    restart_of,
+)
+from goodput_operator.decide.running import running_job
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.types import (
     ConditionUpdate,
     Event,
     ProbeStart,
     Refusal,
-    Reservation,
     apply_conditions,
 )
-from goodput_operator.health import badput, straggler
+from goodput_operator.health import badput
 from goodput_operator.health.hang import from_progress
 from goodput_operator.health.quarantine import iso, parse_time, record_of
-from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.pods import attempt_of, index_of, is_gated, owned
 from goodput_operator.topology.model import Fleet, trainingjob_owner
 from goodput_operator.topology.placement import (
     Placement,
     RankSlot,
-    Request,
     in_rank_order,
     place,
 )
-from goodput_operator.topology.record import nodes_of, ranks_of, to_slices
-from goodput_operator.topology.replacement import Elastic, grow, replace
+from goodput_operator.topology.record import nodes_of, ranks_of
+from goodput_operator.topology.replacement import Elastic, replace
 
 Obj = dict[str, Any]
-
-
-@dataclass
-class JobDecision:
-    """Everything one job's pass will do: the status to write, the children to change,
-    the reservations and probes for the controller to record, and the events."""
-
-    job: Obj
-    status: Obj  # the status as read
-    desired: Obj  # the keys to write (None removes one)
-    events: list[Event] = field(default_factory=list)
-    attempt: Attempt | None = None  # None: only the status changes (invalid spec, no group)
-    placement: Obj | None = None
-    fresh: bool = False  # a placement made in this pass: write it before pinning
-    spec: TrainingJobSpec | None = None
-    observed: dict[str, Obj] = field(default_factory=dict)  # the job's pods, by name
-    reservations: list[Reservation] = field(default_factory=list)
-    probes: list[ProbeStart] = field(default_factory=list)
-    wake_at: float | None = None  # a timer (backoff) runs out then
-    placement_seconds: float | None = None  # time spent placing (a metric)
-    pending_seconds: float | None = None  # created -> placed, when placed now (a metric)
-
-    @property
-    def key(self) -> tuple[str, str]:
-        meta = self.job["metadata"]
-        return meta["namespace"], meta["name"]
-
-
-def restart_of(job: Obj) -> int:
-    return int((job.get("status") or {}).get("restarts", 0))
 
 
 def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
@@ -126,7 +98,7 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
                          observed={p["metadata"]["name"]: p for p in pods},
                          wake_at=min(wakes, default=None))
     placement = status.get("placement")
-    grown = _running(snapshot, fleet, spec, job, decided, result) \
+    grown = running_job(snapshot, fleet, spec, job, decided, result) \
         if decided.phase == "Running" else None
     desired: Obj = {"phase": decided.phase, "message": decided.message, **decided.status}
     if grown is not None:
@@ -186,44 +158,6 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
         result.events.append(Event("Warning" if desired["phase"] == "Failed" else "Normal",
                                    desired["phase"], desired["message"]))
     return result
-
-
-def _running(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
-             decided: Attempt, result: JobDecision) -> Obj | None:
-    """What a running job's pass adds: an elastic job's grow (its new placement), or
-    else the Straggler condition."""
-    grown = _grow(snapshot, fleet, spec, job, decided, result) if spec.elastic else None
-    if grown is None:
-        meta = job["metadata"]
-        decided.conditions.append(_stragglers(snapshot, (meta["namespace"], meta["name"]),
-                                              spec, restart_of(job)))
-    return grown
-
-
-def _stragglers(snapshot: Snapshot, key: tuple[str, str], spec: TrainingJobSpec,
-                restart: int) -> ConditionUpdate:
-    """The Straggler condition: which signal is in force, and the slow ranks found."""
-    policy = spec.failure_policy.straggler
-    if not policy.enabled:
-        return ConditionUpdate("Straggler", False, "Disabled",
-                               "failurePolicy.straggler.enabled is false")
-    pace = snapshot.paces.get(key)
-    if pace is None or pace.attempt != restart or len(pace.ranks) < 2:
-        return ConditionUpdate("Straggler", False, "NoStepReports",
-                               "fewer than 2 ranks reported steps in this attempt: "
-                               "stragglers are not detected")
-    found = snapshot.stragglers.get(key) or []
-    if found:
-        more = f"; {len(found) - 3} more" if len(found) > 3 else ""
-        action = (" (its node is quarantined for a probe)" if policy.action == "quarantine"
-                  else "")
-        return ConditionUpdate("Straggler", True, "SlowRank", "; ".join(
-            s.evidence for s in found[:3]) + more + action)
-    basis = (straggler.METRIC if any(p.measured for p in pace.ranks.values())
-             else "the time between step reports")
-    return ConditionUpdate("Straggler", False, "NoneFound",
-                           f"ranks compared by {basis}: none over {policy.factor:g} x its "
-                           f"peers' median over {policy.min_steps}+ steps")
 
 
 def _creation(refusal: Refusal | None, decided: Attempt, pods: list[Obj], status: Obj,
@@ -351,42 +285,6 @@ def _unschedulable_wake(pods: list[Obj], restart: int, now: float) -> float | No
     return min((t for t in due if t > now), default=None)
 
 
-def _reserve(fleet: Fleet, result: JobDecision, spec: TrainingJobSpec, restart: int,
-             ranks: list[RankSlot]) -> None:
-    """Reserve the placed ranks in the trial (the jobs decided later in this pass must see
-    them) and hand them to the controller."""
-    job, group = result.job, spec.ultra_server_group or ""
-    meta = job["metadata"]
-    owner = trainingjob_owner(meta["namespace"], meta["name"])
-    for rank in ranks:
-        key = f"{meta['namespace']}/{build.pod_name(meta['name'], restart, rank.rank)}"
-        fleet.bind(key, rank.node, spec.accelerators_per_worker, owner)
-        result.reservations.append(Reservation(group, key, rank.node,
-                                               spec.accelerators_per_worker, owner))
-
-
-def request_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
-                workers: int) -> Request:
-    """WORKERS of the job's gang as placement takes them: limited to the nodes its worker
-    pod fits as kube-scheduler judges it (node selector, node affinity, taints,
-    requests), worked out once per pass for each group and pod spec."""
-    pod_spec = build.worker_pod(job, 0, 0, fleet.shape.accelerator_resource, spec=spec)["spec"]
-    eligible, why = pod_fit(snapshot.nodes, snapshot.memo, fleet, spec.ultra_server_group,
-                            pod_spec)
-    return Request(workers, spec.accelerators_per_worker, spec.topology.unit,
-                   spec.topology.policy, eligible, why)
-
-
-def _placement_record(placed: Placement, clock: float) -> Obj:
-    """The placement as the status records it (and the next attempt reads it back)."""
-    ranks = placed.ranks
-    domains = placed.domains or tuple(dict.fromkeys(r.domain for r in ranks))
-    return {"domains": list(domains), "reason": placed.reason,
-            "placedAt": iso(clock), "workers": len(ranks),
-            "slices": to_slices({"rank": r.rank, "node": r.node, "domain": r.domain}
-                                    for r in ranks)}
-
-
 def _replacement(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
                  placement: Obj | None, failed: list[str], result: JobDecision
                  ) -> tuple[Obj | None, str, str]:
@@ -418,85 +316,9 @@ def _replacement(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: O
     if replaced.action == "wait":
         return None, "wait", replaced.reason
     ranks_now = in_rank_order(replaced.ranks, spec.topology.rank_order)
-    _reserve(fleet, result, spec, restart_of(job) + 1, list(ranks_now))
-    return (_placement_record(Placement(True, replaced.reason, ranks_now), snapshot.clock),
+    reserve(fleet, result, spec, restart_of(job) + 1, list(ranks_now))
+    return (placement_record(Placement(True, replaced.reason, ranks_now), snapshot.clock),
             replaced.action, replaced.reason)
-
-
-def _grow(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
-          decided: Attempt, result: JobDecision) -> Obj | None:
-    """An elastic job running below spec.workers grows back: once it has run
-    elastic.growAfterSeconds at its size (the hysteresis), while no other gang of its group
-    waits for a placement (returning capacity goes to waiting gangs first), and when a
-    larger gang fits. The grow is a planned restart of the whole gang at the new size from
-    the last checkpoint (incident cause Resize, paid from no budget). Returns the new
-    placement and turns DECIDED into that restart; None leaves it as it was."""
-    assert spec.elastic is not None
-    status = job.get("status") or {}
-    running = len(ranks_of(status.get("placement")))
-    since = parse_time((status.get("goodput") or {}).get("since"))
-    if not running or running >= spec.workers or since is None:
-        return None
-    due = _grow_due(status, since, spec.elastic.grow_after_seconds, snapshot.clock)
-    if snapshot.clock < due:
-        result.wake_at = min(w for w in (result.wake_at, due) if w is not None)
-        return None
-    if _gangs_waiting(snapshot, fleet, spec, job):
-        return None
-    meta = job["metadata"]
-    request = request_for(snapshot, fleet, spec, job, spec.workers)
-    grown = grow(fleet, running, request, trainingjob_owner(meta["namespace"], meta["name"]),
-                 Elastic(spec.elastic.min_workers, spec.elastic.step))
-    if grown is None:
-        return None
-    ranks = in_rank_order(grown.ranks, spec.topology.rank_order)
-    restart = restart_of(job)
-    _reserve(fleet, result, spec, restart + 1, list(ranks))
-    clock = snapshot.clock
-    books = badput.open_incident(books_of(status), restart + 1, "Resize", grown.reason, [],
-                                 clock, clock, strict=strict_checkpoints(spec))
-    books = badput.replaced(books, clock, "grow")
-    decided.phase, decided.restart = "Recovering", False
-    decided.message = f"elastic: {grown.reason} (restart {restart + 1})"
-    decided.status = {"incidents": books["incidents"], "goodput": books["goodput"]}
-    decided.create, decided.pin = [], []
-    decided.delete = [p["metadata"]["name"] for p in result.observed.values()]
-    decided.conditions = [c for c in decided.conditions if c.type != "Running"]
-    decided.conditions.append(ConditionUpdate("Running", False, "Resizing", decided.message))
-    result.events.append(Event("Normal", "Resizing", decided.message))
-    return _placement_record(Placement(True, grown.reason, ranks), clock)
-
-
-def _grow_due(status: Obj, since: float, after: float, now: float) -> float:
-    """When a grow may happen: AFTER seconds into the stretch at this size, at the first
-    checkpoint committed from then on (a restart there redoes no work), or AFTER seconds
-    later still when the job commits none in that time."""
-    due = since + after
-    committed = parse_time(((status.get("checkpoint") or {}).get("latest") or {}).get("time"))
-    if committed is None or committed >= due or now >= due + after:
-        return due
-    return due + after
-
-
-def _gangs_waiting(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj) -> bool:
-    """Whether a gang of the group, of at least this job's priority, waits for its first
-    placement and fits in what is free now: returning capacity goes to it before a grow
-    takes it. A waiting gang that does not fit even now does not hold growth back (it
-    would wait for ever, and the grow frees nothing it could use)."""
-    for other in snapshot.jobs:
-        status = other.get("status") or {}
-        if other is job or other["spec"].get("ultraServerGroup") != spec.ultra_server_group \
-                or status.get("placement") or status.get("phase") not in (None, "Pending") \
-                or other["spec"].get("suspend"):
-            continue
-        try:
-            waiting = TrainingJobSpec.model_validate(other["spec"])
-        except ValidationError:
-            continue
-        if waiting.priority >= spec.priority and place(
-                fleet, request_for(snapshot, fleet, waiting, other, waiting.workers)).ok:
-            return True
-    return False
 
 
 def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
@@ -517,10 +339,10 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
         return None, ConditionUpdate("Placed", False, "WaitingForCapacity", placed.reason)
     placed = dataclasses.replace(placed, ranks=in_rank_order(placed.ranks,
                                                              spec.topology.rank_order))
-    _reserve(fleet, result, spec, restart_of(job), list(placed.ranks))
+    reserve(fleet, result, spec, restart_of(job), list(placed.ranks))
     created = parse_time(job["metadata"].get("creationTimestamp"))
     if created is not None:
         result.pending_seconds = max(0.0, snapshot.clock - created)
     result.events.append(Event("Normal", "Placed", placed.reason))
-    return (_placement_record(placed, snapshot.clock),
+    return (placement_record(placed, snapshot.clock),
             ConditionUpdate("Placed", True, "Placed", placed.reason))

@@ -1,0 +1,87 @@
+"""What placing a job's gang on the pass's trial fleet takes, shared by the decisions
+that place one (decide.job: a new gang, a replacement; decide.running: a grow): the
+request as placement takes it, the reservations, and the record the status keeps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from goodput_operator.api.trainingjob import TrainingJobSpec
+from goodput_operator.decide.attempt import Attempt
+from goodput_operator.decide.fit import pod_fit
+from goodput_operator.decide.snapshot import Snapshot
+from goodput_operator.decide.types import Event, ProbeStart, Reservation
+from goodput_operator.health.quarantine import iso
+from goodput_operator.resources import trainingjob as build
+from goodput_operator.topology.model import Fleet, trainingjob_owner
+from goodput_operator.topology.placement import Placement, RankSlot, Request
+from goodput_operator.topology.record import to_slices
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class JobDecision:
+    """Everything one job's pass will do: the status to write, the children to change,
+    the reservations and probes for the controller to record, and the events."""
+
+    job: Obj
+    status: Obj  # the status as read
+    desired: Obj  # the keys to write (None removes one)
+    events: list[Event] = field(default_factory=list)
+    attempt: Attempt | None = None  # None: only the status changes (invalid spec, no group)
+    placement: Obj | None = None
+    fresh: bool = False  # a placement made in this pass: write it before pinning
+    spec: TrainingJobSpec | None = None
+    observed: dict[str, Obj] = field(default_factory=dict)  # the job's pods, by name
+    reservations: list[Reservation] = field(default_factory=list)
+    probes: list[ProbeStart] = field(default_factory=list)
+    wake_at: float | None = None  # a timer (backoff) runs out then
+    placement_seconds: float | None = None  # time spent placing (a metric)
+    pending_seconds: float | None = None  # created -> placed, when placed now (a metric)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        meta = self.job["metadata"]
+        return meta["namespace"], meta["name"]
+
+
+def restart_of(job: Obj) -> int:
+    return int((job.get("status") or {}).get("restarts", 0))
+
+
+def reserve(fleet: Fleet, result: JobDecision, spec: TrainingJobSpec, restart: int,
+             ranks: list[RankSlot]) -> None:
+    """Reserve the placed ranks in the trial (the jobs decided later in this pass must see
+    them) and hand them to the controller."""
+    job, group = result.job, spec.ultra_server_group or ""
+    meta = job["metadata"]
+    owner = trainingjob_owner(meta["namespace"], meta["name"])
+    for rank in ranks:
+        key = f"{meta['namespace']}/{build.pod_name(meta['name'], restart, rank.rank)}"
+        fleet.bind(key, rank.node, spec.accelerators_per_worker, owner)
+        result.reservations.append(Reservation(group, key, rank.node,
+                                               spec.accelerators_per_worker, owner))
+
+
+def request_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
+                workers: int) -> Request:
+    """WORKERS of the job's gang as placement takes them: limited to the nodes its worker
+    pod fits as kube-scheduler judges it (node selector, node affinity, taints,
+    requests), worked out once per pass for each group and pod spec."""
+    pod_spec = build.worker_pod(job, 0, 0, fleet.shape.accelerator_resource, spec=spec)["spec"]
+    eligible, why = pod_fit(snapshot.nodes, snapshot.memo, fleet, spec.ultra_server_group,
+                            pod_spec)
+    return Request(workers, spec.accelerators_per_worker, spec.topology.unit,
+                   spec.topology.policy, eligible, why)
+
+
+def placement_record(placed: Placement, clock: float) -> Obj:
+    """The placement as the status records it (and the next attempt reads it back)."""
+    ranks = placed.ranks
+    domains = placed.domains or tuple(dict.fromkeys(r.domain for r in ranks))
+    return {"domains": list(domains), "reason": placed.reason,
+            "placedAt": iso(clock), "workers": len(ranks),
+            "slices": to_slices({"rank": r.rank, "node": r.node, "domain": r.domain}
+                                    for r in ranks)}

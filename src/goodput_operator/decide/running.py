@@ -1,0 +1,142 @@
+"""What a running TrainingJob's pass adds: an elastic job's grow back toward its size,
+and the Straggler condition (health.straggler's verdict, kept by the report channel)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from goodput_operator.api.trainingjob import TrainingJobSpec
+from goodput_operator.decide.attempt import Attempt, books_of, strict_checkpoints
+from goodput_operator.decide.gang import (
+    JobDecision,
+    placement_record,
+    request_for,
+    reserve,
+    restart_of,
+)
+from goodput_operator.decide.snapshot import Snapshot
+from goodput_operator.decide.types import ConditionUpdate, Event
+from goodput_operator.health import badput, straggler
+from goodput_operator.health.quarantine import parse_time
+from goodput_operator.topology.model import Fleet, trainingjob_owner
+from goodput_operator.topology.placement import Placement, in_rank_order, place
+from goodput_operator.topology.record import ranks_of
+from goodput_operator.topology.replacement import Elastic, grow
+
+Obj = dict[str, Any]
+
+
+def running_job(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
+             decided: Attempt, result: JobDecision) -> Obj | None:
+    """What a running job's pass adds: an elastic job's grow (its new placement), or
+    else the Straggler condition."""
+    grown = _grow(snapshot, fleet, spec, job, decided, result) if spec.elastic else None
+    if grown is None:
+        meta = job["metadata"]
+        decided.conditions.append(_stragglers(snapshot, (meta["namespace"], meta["name"]),
+                                              spec, restart_of(job)))
+    return grown
+
+
+def _stragglers(snapshot: Snapshot, key: tuple[str, str], spec: TrainingJobSpec,
+                restart: int) -> ConditionUpdate:
+    """The Straggler condition: which signal is in force, and the slow ranks found."""
+    policy = spec.failure_policy.straggler
+    if not policy.enabled:
+        return ConditionUpdate("Straggler", False, "Disabled",
+                               "failurePolicy.straggler.enabled is false")
+    pace = snapshot.paces.get(key)
+    if pace is None or pace.attempt != restart or len(pace.ranks) < 2:
+        return ConditionUpdate("Straggler", False, "NoStepReports",
+                               "fewer than 2 ranks reported steps in this attempt: "
+                               "stragglers are not detected")
+    found = snapshot.stragglers.get(key) or []
+    if found:
+        more = f"; {len(found) - 3} more" if len(found) > 3 else ""
+        action = (" (its node is quarantined for a probe)" if policy.action == "quarantine"
+                  else "")
+        return ConditionUpdate("Straggler", True, "SlowRank", "; ".join(
+            s.evidence for s in found[:3]) + more + action)
+    basis = (straggler.METRIC if any(p.measured for p in pace.ranks.values())
+             else "the time between step reports")
+    return ConditionUpdate("Straggler", False, "NoneFound",
+                           f"ranks compared by {basis}: none over {policy.factor:g} x its "
+                           f"peers' median over {policy.min_steps}+ steps")
+
+
+def _grow(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
+          decided: Attempt, result: JobDecision) -> Obj | None:
+    """An elastic job running below spec.workers grows back: once it has run
+    elastic.growAfterSeconds at its size (the hysteresis), at its next checkpoint, unless a
+    gang of its group waits that the capacity should go to first (_gangs_waiting), and when
+    a larger gang fits. The grow is a planned restart of the whole gang at the new size from
+    the last checkpoint (incident cause Resize, paid from no budget). Returns the new
+    placement and turns DECIDED into that restart; None leaves it as it was."""
+    assert spec.elastic is not None
+    status = job.get("status") or {}
+    running = len(ranks_of(status.get("placement")))
+    since = parse_time((status.get("goodput") or {}).get("since"))
+    if not running or running >= spec.workers or since is None:
+        return None
+    due = _grow_due(status, since, spec.elastic.grow_after_seconds, snapshot.clock)
+    if snapshot.clock < due:
+        result.wake_at = min(w for w in (result.wake_at, due) if w is not None)
+        return None
+    if _gangs_waiting(snapshot, fleet, spec, job):
+        return None
+    meta = job["metadata"]
+    request = request_for(snapshot, fleet, spec, job, spec.workers)
+    grown = grow(fleet, running, request, trainingjob_owner(meta["namespace"], meta["name"]),
+                 Elastic(spec.elastic.min_workers, spec.elastic.step))
+    if grown is None:
+        return None
+    ranks = in_rank_order(grown.ranks, spec.topology.rank_order)
+    restart = restart_of(job)
+    reserve(fleet, result, spec, restart + 1, list(ranks))
+    clock = snapshot.clock
+    books = badput.open_incident(books_of(status), restart + 1, "Resize", grown.reason, [],
+                                 clock, clock, strict=strict_checkpoints(spec))
+    books = badput.replaced(books, clock, "grow")
+    decided.phase, decided.restart = "Recovering", False
+    decided.message = f"elastic: {grown.reason} (restart {restart + 1})"
+    decided.status = {"incidents": books["incidents"], "goodput": books["goodput"]}
+    decided.create, decided.pin = [], []
+    decided.delete = [p["metadata"]["name"] for p in result.observed.values()]
+    decided.conditions = [c for c in decided.conditions if c.type != "Running"]
+    decided.conditions.append(ConditionUpdate("Running", False, "Resizing", decided.message))
+    result.events.append(Event("Normal", "Resizing", decided.message))
+    return placement_record(Placement(True, grown.reason, ranks), clock)
+
+
+def _grow_due(status: Obj, since: float, after: float, now: float) -> float:
+    """When a grow may happen: AFTER seconds into the stretch at this size, at the first
+    checkpoint committed from then on (a restart there redoes no work), or AFTER seconds
+    later still when the job commits none in that time."""
+    due = since + after
+    committed = parse_time(((status.get("checkpoint") or {}).get("latest") or {}).get("time"))
+    if committed is None or committed >= due or now >= due + after:
+        return due
+    return due + after
+
+
+def _gangs_waiting(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj) -> bool:
+    """Whether a gang of the group, of at least this job's priority, waits for its first
+    placement and fits in what is free now: returning capacity goes to it before a grow
+    takes it. A waiting gang that does not fit even now does not hold growth back (it
+    would wait for ever, and the grow frees nothing it could use)."""
+    for other in snapshot.jobs:
+        status = other.get("status") or {}
+        if other is job or other["spec"].get("ultraServerGroup") != spec.ultra_server_group \
+                or status.get("placement") or status.get("phase") not in (None, "Pending") \
+                or other["spec"].get("suspend"):
+            continue
+        try:
+            waiting = TrainingJobSpec.model_validate(other["spec"])
+        except ValidationError:
+            continue
+        if waiting.priority >= spec.priority and place(
+                fleet, request_for(snapshot, fleet, waiting, other, waiting.workers)).ok:
+            return True
+    return False
