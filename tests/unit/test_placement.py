@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from goodput_operator.topology.model import Fleet
@@ -176,3 +178,51 @@ def test_room_for_counts_gangs_and_leaves_the_fleet_as_it_was() -> None:
     assert room_for(fleet, Request(2, 16), limit=10) == 4      # two halves per UltraServer
     assert room_for(fleet, Request(4, 16), limit=1) == 1
     assert fleet.snapshot() == before
+
+
+def per_domain(placed_ranks: tuple) -> list[int]:
+    counts: dict[str, int] = {}
+    for rank in placed_ranks:
+        counts[rank.domain] = counts.get(rank.domain, 0) + 1
+    return list(counts.values())
+
+
+def used(fleet: Fleet, *nodes: str) -> Fleet:
+    """FLEET with another job holding NODES whole."""
+    for i, name in enumerate(nodes):
+        fleet.bind(f"other#{i}", name, fleet.nodes[name].free, "tj/ns/other")
+    return fleet
+
+
+@pytest.mark.parametrize(("case", "fleet", "request_", "split"), [
+    ("a gang over two domains of 8 splits 6+6, not 8+4",
+     lambda: trn2(2, nodes_per_domain=8), Request(12, 16, balance=True), [6, 6]),
+    ("an odd gang splits 7+6",
+     lambda: trn2(2, nodes_per_domain=8), Request(13, 16, balance=True), [7, 6]),
+    ("without balance: the roomiest filled first",
+     lambda: trn2(2, nodes_per_domain=8), Request(12, 16), [8, 4]),
+    ("a gang that fits one domain stays in it",
+     lambda: trn2(2, nodes_per_domain=8), Request(5, 16, balance=True), [5]),
+    ("around a fragment: the two domains that hold 6 each, not the fragment",
+     lambda: used(trn2(3, per_block=3, nodes_per_domain=8), *[f"us0-n{i}" for i in range(5)]),
+     Request(12, 16, balance=True), [6, 6]),
+    ("preferred: three domains 4+4+4 when no two hold an even split",
+     lambda: used(trn2(3, per_block=3, nodes_per_domain=8), *[f"us0-n{i}" for i in range(3)],
+                  *[f"us1-n{i}" for i in range(3)]),
+     Request(12, 16, policy="preferred", balance=True), [4, 4, 4]),
+])
+def test_balanced_placement(case: str, fleet: Callable[[], Fleet], request_: Request,
+                            split: list[int]) -> None:
+    placed = place(fleet(), request_)
+    assert placed.ok, placed.reason
+    assert sorted(per_domain(placed.ranks), reverse=True) == split, case
+
+
+def test_balanced_and_required_waits_when_the_fewest_domains_cannot_split_evenly() -> None:
+    """12 workers need 2 domains of 8; one has 5 free, so 2 domains give 8+4 but not 6+6:
+    a required gang waits, and says why."""
+    fleet = used(trn2(2, nodes_per_domain=8), *[f"us0-n{i}" for i in range(3)])
+    assert place(fleet, Request(12, 16)).ok
+    placed = place(fleet, Request(12, 16, balance=True))
+    assert not placed.ok
+    assert placed.reason.startswith("no 2 UltraServers hold an even split (topology.balance)")

@@ -9,7 +9,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from goodput_operator.topology.model import Fleet, GroupShape
-from goodput_operator.topology.placement import Request, commit, is_pristine, place
+from goodput_operator.topology.placement import (
+    Request,
+    commit,
+    domain_capacity,
+    fewest_even,
+    is_pristine,
+    place,
+)
 from goodput_operator.topology.replacement import replace
 from tests.unit.fleets import L1, L2, US, node
 
@@ -76,6 +83,50 @@ def test_capacity_atomicity_ranks_and_policies(data: st.DataObject) -> None:
             assert len({fleet.domains[d].path for d in placed.domains}) == 1
         commit(fleet, placed, request, f"job{i}")
         check_placement(fleet, request, placed.ranks)
+
+
+@given(st.data())
+@SETTINGS
+def test_a_balanced_gang_is_split_evenly_over_the_fewest_domains_that_allow_it(
+        data: st.DataObject) -> None:
+    """topology.balance: the per-domain counts differ by at most one; unit node or domain,
+    preferred: over exactly the fewest domains whose free capacity allows an even split
+    (found by brute force here); required domain: over the minimum or not at all."""
+    fleet = data.draw(fleets())
+    for i in range(data.draw(st.integers(0, 3))):  # some use first: fragments
+        earlier = data.draw(requests(fleet))
+        placed = place(fleet, earlier)
+        if placed.ok:
+            commit(fleet, placed, earlier, f"job{i}")
+    request = data.draw(requests(fleet))
+    request = Request(request.workers, request.accelerators,
+                      data.draw(st.sampled_from(["node", "domain"])), request.policy,
+                      balance=True)
+    caps = sorted((c for d in fleet.domains.values()
+                   if (c := domain_capacity(d, request.accelerators)) > 0), reverse=True)
+    placed = place(fleet, request)
+    if not placed.ok:
+        assert request.policy == "required" or fewest_even(caps, request.workers) > len(caps)
+        return
+    counts: dict[str, int] = {}
+    for rank in placed.ranks:
+        counts[rank.domain] = counts.get(rank.domain, 0) + 1
+    assert max(counts.values()) - min(counts.values()) <= 1, counts
+    even = next(k for k in range(1, len(caps) + 1)
+                if any(all(c >= request.workers // k + (j < request.workers % k)
+                           for j, c in enumerate(pick)) for pick in _subsets(caps, k)))
+    if request.policy == "preferred" or request.unit == "node":
+        assert len(counts) == even
+    else:
+        assert len(counts) <= placed.min_domains
+    commit(fleet, placed, request, "balanced")
+    check_placement(fleet, request, placed.ranks)
+
+
+def _subsets(descending: list[int], k: int) -> list[list[int]]:
+    """Every choice of K capacities, each in descending order (small fleets: brute force)."""
+    from itertools import combinations
+    return [list(pick) for pick in combinations(descending, k)][:2000]
 
 
 @given(st.data())

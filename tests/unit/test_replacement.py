@@ -198,3 +198,29 @@ def test_repeat_offenders_are_held_as_spares_and_replace_last() -> None:
     assert [n.name for n in fleet.nodes.values() if n.spare] == ["us0-n1"]
     placed = running(fleet, Request(3, 16))
     assert "us0-n1" not in placed.hosts
+
+
+@pytest.mark.parametrize(("free_in_home", "action"), [(True, "replace"), (False, "move")])
+def test_a_balanced_gang_replaces_a_rank_only_inside_its_domain(free_in_home: bool,
+                                                                 action: str) -> None:
+    """12 workers split 6+6 over two UltraServers of 8 (a third is free). A failed rank
+    takes a free node of its own UltraServer; when there is none it does not go to
+    another (that would make it 5+7): the gang is placed again, evenly."""
+    fleet = trn2(3, per_block=3, nodes_per_domain=8)
+    request = Request(12, 16, balance=True)
+    placed = running(fleet, request)
+    home = placed.ranks[0].domain
+    if not free_in_home:
+        idle = [n.name for n in fleet.domains[home].nodes if not n.pods]
+        for i, name in enumerate(idle):
+            fleet.bind(f"other#{i}", name, 16, "tj/ns/other")
+    fail(fleet, placed.ranks[0].node)
+    result = replace(fleet, placed, [placed.ranks[0].node], request, "job")
+    assert result.action == action, result.reason
+    counts: dict[str, int] = {}
+    for rank in result.ranks:
+        counts[rank.domain] = counts.get(rank.domain, 0) + 1
+    assert sorted(counts.values()) == [6, 6]
+    if action == "replace":
+        assert result.moved is not None
+        assert fleet.nodes[result.moved[0]].domain == home

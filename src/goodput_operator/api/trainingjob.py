@@ -48,6 +48,12 @@ class Topology(ApiModel):
     policy: Literal["required", "preferred"] = "required"
     """required: wait until the gang fits as asked; preferred: place anyway, spanning as
     few units and network levels as possible."""
+    balance: bool = False
+    """true: a gang that spans several domains is split evenly over them (counts differ
+    by at most one: 6+6, not 10+2), over the fewest domains that allow such a split, so
+    that collectives see symmetric domains; a failed rank is replaced only inside its own
+    domain (else the gang moves or shrinks, evenly). With policy required the gang waits
+    while the fewest domains it needs cannot take an even split."""
     rank_order: Literal["fabric", "index"] = "fabric"
     """fabric: ranks follow network level, domain, then slot, so consecutive ranks are
     physical neighbours; index: ranks follow the placed nodes' names (natural order, as

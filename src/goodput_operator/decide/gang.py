@@ -74,7 +74,7 @@ def request_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Ob
     eligible, why = pod_fit(snapshot.nodes, snapshot.memo, fleet, spec.ultra_server_group,
                             pod_spec)
     return Request(workers, spec.accelerators_per_worker, spec.topology.unit,
-                   spec.topology.policy, eligible, why)
+                   spec.topology.policy, eligible, why, spec.topology.balance)
 
 
 def placement_record(placed: Placement, clock: float) -> Obj:

@@ -10,6 +10,9 @@ The objective, compared in this order (smaller is better):
 5. fabric order (deterministic).
 `required` accepts only the minimum number of domains the gang could ever need (or one
 network block for unit=block); `preferred` takes the best placement available now.
+With `balance`, a gang that spans domains is split evenly over them (counts differ by at
+most one: 6+6, not 10+2), over the fewest domains that admit such a split, so that
+collectives see symmetric domains.
 Inside a domain whose size is a power of two (Trn2 UltraServers: 4 nodes), a gang takes an
 aligned buddy slice (1, 2 or 4 nodes at aligned slots) next to existing use, so small jobs
 do not split the NeuronLink ring needlessly; other domains (NVL72: 18 nodes) take the
@@ -40,6 +43,7 @@ class Request:
     policy: Policy = "required"
     eligible: frozenset[str] | None = None  # nodes the pod may run on; None: all
     ineligible: str = ""  # why the others may not (for the explanation)
+    balance: bool = False  # split evenly over the domains spanned (topology.balance)
 
 
 class RankSlot(NamedTuple):
@@ -141,23 +145,30 @@ def place(fleet: Fleet, request: Request) -> Placement:
 
     choice = _fewest_domains(fleet, caps, request, min_domains)
     if choice is None:
-        return Placement(False, explain_shortage(fleet, request, min_domains),
-                         min_domains=min_domains)
+        reason = explain_shortage(fleet, request, min_domains)
+        if request.balance:
+            reason = (f"no {min_domains} {shape.domain_noun}s hold an even split "
+                      f"(topology.balance) now; " + reason)
+        return Placement(False, reason, min_domains=min_domains)
     return _assign(fleet, request, choice, min_domains)
 
 
 def _fewest_domains(fleet: Fleet, caps: list[tuple[Domain, int]], request: Request,
                     min_domains: int) -> _Choice | None:
     levels = len(fleet.shape.network_levels)
+    balance = request.balance
     if request.unit == "block":
-        choice = _best_in_groups(caps, request.workers, depth=levels, k=None)
+        choice = _best_in_groups(caps, request.workers, depth=levels, k=None, balance=balance)
         if choice is not None or request.policy == "required":
             return choice
-    k_star = fewest(sorted((c for _, c in caps), reverse=True), request.workers)
-    if request.policy == "required" and request.unit == "domain" and k_star > min_domains:
+    descending = sorted((c for _, c in caps), reverse=True)
+    k_star = (fewest_even if balance else fewest)(descending, request.workers)
+    if k_star > len(descending) or (request.policy == "required" and request.unit == "domain"
+                                    and k_star > min_domains):
         return None
     for depth in range(levels, -1, -1):  # innermost network group first, then climb
-        choice = _best_in_groups(caps, request.workers, depth=depth, k=k_star)
+        choice = _best_in_groups(caps, request.workers, depth=depth, k=k_star,
+                                 balance=balance)
         if choice is not None:
             return choice
     return None  # unreachable: depth 0 is the whole fleet
@@ -174,8 +185,25 @@ def fewest(descending: Iterable[int], n: int) -> int:
     return k + 1
 
 
+def fewest_even(descending: Sequence[int], n: int) -> int:
+    """Fewest domains over which n splits evenly (each n // k or one more) within their
+    capacities, DESCENDING (one more than there are when no number does)."""
+    for k in range(fewest(descending, n), len(descending) + 1):
+        if _even_fits(descending, n, k):
+            return k
+    return len(descending) + 1
+
+
+def _even_fits(descending: Sequence[int], n: int, k: int) -> bool:
+    """Whether k of the domains (capacities DESCENDING) take n split evenly: n % k of them
+    need n // k + 1, the others n // k."""
+    share, extra = divmod(n, k)
+    return k <= len(descending) and share > 0 and descending[k - 1] >= share and \
+        (extra == 0 or descending[extra - 1] >= share + 1)
+
+
 def _best_in_groups(caps: list[tuple[Domain, int]], workers: int, depth: int,
-                    k: int | None) -> _Choice | None:
+                    k: int | None, balance: bool = False) -> _Choice | None:
     """Best selection inside any one network group (path prefix of length depth).
     With k set, only selections of exactly k domains count."""
     groups: dict[tuple[str, ...], list[tuple[Domain, int]]] = defaultdict(list)
@@ -183,7 +211,7 @@ def _best_in_groups(caps: list[tuple[Domain, int]], workers: int, depth: int,
         groups[domain.path[:depth]].append((domain, cap))
     best: _Choice | None = None
     for members in groups.values():
-        choice = _select(members, workers, k)
+        choice = (_select_even if balance else _select)(members, workers, k)
         if choice is not None and (best is None or choice.score < best.score):
             best = choice
     return best
@@ -204,6 +232,31 @@ def _select(members: list[tuple[Domain, int]], workers: int, k: int | None) -> _
     picks = [*chosen, (last[0], remainder)]
     stranded = last[1] - remainder  # the roomiest k-1 are filled completely
     broken = int(is_pristine(last[0]) and stranded > 0)
+    return _Choice(picks, (needed, broken, stranded, picks[0][0].order))
+
+
+def _select_even(members: list[tuple[Domain, int]], workers: int, k: int | None
+                 ) -> _Choice | None:
+    """The fewest domains (exactly k when set) that take WORKERS split evenly: the
+    n % k larger shares go to the tightest domains that hold them, the others to the
+    tightest of the rest, domains in use before pristine ones, so that little is stranded
+    and whole domains stay whole."""
+    descending = sorted((c for _, c in members), reverse=True)
+    needed = fewest_even(descending, workers) if k is None else k
+    if needed > len(descending) or not _even_fits(descending, workers, needed):
+        return None
+    share, extra = divmod(workers, needed)
+    tightest = sorted(members, key=lambda dc: (dc[1], is_pristine(dc[0]), dc[0].order))
+    picks: list[tuple[Domain, int]] = []
+    for size, count in ((share + 1, extra), (share, needed - extra)):
+        fitting = [dc for dc in tightest if dc[1] >= size and all(dc[0] is not p[0]
+                                                                  for p in picks)]
+        picks += [(domain, size) for domain, _ in fitting[:count]]
+    capacity = {domain.id: cap for domain, cap in members}
+    stranded = sum(capacity[domain.id] - count for domain, count in picks)
+    broken = sum(1 for domain, count in picks
+                 if is_pristine(domain) and capacity[domain.id] > count)
+    picks.sort(key=lambda dc: dc[0].order)
     return _Choice(picks, (needed, broken, stranded, picks[0][0].order))
 
 
