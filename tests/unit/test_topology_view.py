@@ -9,7 +9,13 @@ import pytest
 from goodput_operator import names
 from goodput_operator.topology.model import Fleet
 from goodput_operator.topology.placement import Request, commit, place
-from goodput_operator.topology.view import render_svg, render_text
+from goodput_operator.topology.view import (
+    STATE_COLORS,
+    job_colors,
+    render_svg,
+    render_text,
+    shorten,
+)
 from tests.unit.fleets import node, nvl72, trn2
 
 pytestmark = pytest.mark.unit
@@ -45,6 +51,40 @@ def test_svg_is_well_formed_and_names_every_node() -> None:
     svg = render_svg({"trn2-pool": fleet})
     root = ET.fromstring(svg)
     titles = [t.text for t in root.iter("{http://www.w3.org/2000/svg}title")]
-    assert len(titles) == 8
+    assert len([t for t in titles if t and ": " in t]) == 8
+    assert "us-0" in titles and "us-1" in titles              # the domains' full names
     assert "us0-n0: pretrain" in titles and "us1-n1: NotReady" in titles
     assert "pretrain" in svg and "legend" in svg
+
+
+@pytest.mark.parametrize(("text", "width", "short"), [
+    ("pretrain", 9, "pretrain"),
+    ("llama-70b-sft", 9, "llama-…"),               # after a whole word, never "llama-70b"
+    ("a-very-long-training-job", 10, "a-very-…"),
+    ("supercalifragilistic", 9, "supercal…"),       # one long word: cut, marked
+])
+def test_names_are_shortened_after_a_whole_word(text: str, width: int, short: str) -> None:
+    assert shorten(text, width) == short and len(short) <= width
+
+
+def test_a_box_stays_closed_whatever_its_title_and_long_names_are_given_in_full() -> None:
+    fleet = nvl72(1)
+    commit(fleet, place(fleet, Request(10, 4)), Request(10, 4), "tj/ns/a-very-long-job-name")
+    long = Fleet.from_objects(fleet.shape, [
+        node(f"n{i}", "a-very-long-nvlink-domain-identifier-0123456789abcdef-and-more", "b0", 4,
+             label="nvidia.com/gpu.clique") for i in range(2)])
+    for picture in (render_text(fleet, "gb"), render_text(long, "gb")):
+        box = [line for line in picture.splitlines() if line.lstrip()[:1] in "┌│└"]
+        assert len({len(line) for line in box}) == 1, box   # every line as wide as the top
+        assert box[0].rstrip().endswith("┐") and box[-1].rstrip().endswith("┘")
+    text = render_text(fleet, "gb")
+    assert "a-very-…" in text and "jobs in full: a-very-long-job-name" in text
+
+
+def test_job_colours_differ_from_each_other_and_from_every_state_colour() -> None:
+    colors = job_colors([f"job-{i}" for i in range(12)])
+    assert len(set(colors.values())) == 12
+    for color in colors.values():
+        hue = int(color[4:].split(",")[0])
+        assert 60 <= hue <= 240, color          # never red, orange, purple or magenta
+    assert not set(colors.values()) & set(STATE_COLORS.values())

@@ -5,7 +5,6 @@ for files. Pure: it draws a Fleet model.
 
 from __future__ import annotations
 
-import hashlib
 from html import escape
 from itertools import groupby
 
@@ -31,6 +30,15 @@ def label(node: Node) -> str:
     return "spare" if node.spare else "."
 
 
+def shorten(text: str, width: int) -> str:
+    """TEXT in at most WIDTH characters, cut after a whole word (at - _ . /) with an
+    ellipsis, never mid-word unless its first word alone is too long."""
+    if len(text) <= width:
+        return text
+    cut = max((i for i, ch in enumerate(text[:width - 1]) if ch in "-_./+"), default=-1)
+    return (text[:cut + 1] if cut > 0 else text[:width - 1]) + "…"
+
+
 def render_text(fleet: Fleet, group: str) -> str:
     domains = fleet.ordered_domains()
     used = sum(1 for n in fleet.nodes.values() if n.pods)
@@ -43,23 +51,31 @@ def render_text(fleet: Fleet, group: str) -> str:
         for domain in members:
             lines.extend(_box(domain, fleet.shape.domain_noun))
     lines.append("  legend: job name | . free | spare | NotReady | QUARANTINE | cordoned")
+    cut = sorted({name for n in fleet.nodes.values() if n.pods and n.state not in MARKS
+                  for name in [label(n)] if shorten(name, CELL - 4) != name})
+    if cut:
+        lines.append(f"  jobs in full: {', '.join(cut)}")
     return "\n".join(lines)
 
 
 def _box(domain: Domain, noun: str) -> list[str]:
-    cells = [f"{n.slot:>2} {label(n)}"[:CELL - 1].ljust(CELL - 1) for n in domain.nodes]
+    """A domain as a closed box, however long its title or its rows."""
+    cells = [f"{n.slot:>2} {shorten(label(n), CELL - 4)}".ljust(CELL - 1)
+             for n in domain.nodes]
     rows = [" ".join(cells[i:i + PER_ROW]) for i in range(0, len(cells), PER_ROW)] or [""]
-    width = max(len(r) for r in rows)
     title = f" {noun} {domain.id} "
-    top = "  ┌─" + title + "─" * max(0, width - len(title)) + "┐"
-    width = len(top) - 5
-    body = [f"  │ {row.ljust(width - 1)}│" for row in rows]
-    return [top, *body, "  └" + "─" * (width + 1) + "┘"]
+    inner = max(max(len(r) for r in rows) + 1, len(title) + 2)  # between the corners
+    top = "  ┌─" + title + "─" * (inner - 1 - len(title)) + "┐"
+    body = [f"  │ {row.ljust(inner - 1)}│" for row in rows]
+    return [top, *body, "  └" + "─" * inner + "┘"]
 
 
-def _color(name: str) -> str:
-    digest = hashlib.sha1(name.encode()).digest()
-    return f"hsl({digest[0] * 360 // 256}, 60%, {55 + digest[1] % 15}%)"
+def job_colors(jobs: list[str]) -> dict[str, str]:
+    """A colour per job, spread by the golden angle over the hues no node state uses
+    (yellow through green and cyan to blue: the states are red, orange, purple and grey),
+    so that jobs differ from each other and from every state."""
+    return {job: f"hsl({60 + (i * 137.5) % 180:.0f}, 65%, {58 + (i * 7) % 14}%)"
+            for i, job in enumerate(sorted(jobs))}
 
 
 STATE_COLORS = {"notready": "#d9534f", "quarantined": "#8e44ad", "cordoned": "#7f8c8d",
@@ -73,20 +89,23 @@ def render_svg(fleets: dict[str, Fleet]) -> str:
     jobs: set[str] = set()
     y = pad
     width = 0
+    colors = job_colors(sorted({name for fleet in fleets.values()
+                                for n in fleet.nodes.values()
+                                for name in occupant(n).split("+") if name}))
     for group, fleet in sorted(fleets.items()):
         rows.append(f'<text x="{pad}" y="{y + 14}" class="group">{escape(group)} '
                     f'({escape(fleet.shape.domain_noun)}s)</text>')
         y += 26
         for domain in fleet.ordered_domains():
             x = pad
-            rows.append(f'<text x="{x}" y="{y + 28}" class="domain">'
-                        f'{escape(domain.id[:22])}</text>')
+            rows.append(f'<g><title>{escape(domain.id)}</title><text x="{x}" y="{y + 28}" '
+                        f'class="domain">{escape(shorten(domain.id, 24))}</text></g>')
             x += 170
             for node in domain.nodes:
                 name = occupant(node)
                 jobs.update(name.split("+") if name else [])
-                fill = STATE_COLORS.get(node.state) or (_color(name) if name else
-                                                        "#ffffff" if not node.spare
+                fill = STATE_COLORS.get(node.state) or (colors[name.split("+")[0]] if name
+                                                        else "#ffffff" if not node.spare
                                                         else "#eaf2f8")
                 text = label(node)
                 rows.append(
@@ -95,23 +114,24 @@ def render_svg(fleets: dict[str, Fleet]) -> str:
                     f'fill="{fill}" stroke="#34495e"/>'
                     f'<text x="{x + size / 2}" y="{y + 17}" class="slot">{node.slot}</text>'
                     f'<text x="{x + size / 2}" y="{y + 34}" class="job">'
-                    f"{escape(text[:9])}</text></g>")
+                    f"{escape(shorten(text, 9))}</text></g>")
                 x += size + gap
             width = max(width, x)
             y += size + gap
         y += 14
     legend_y = y + 10
     legend = [f'<text x="{pad}" y="{legend_y}" class="group">legend</text>']
-    entries = [(j, _color(j)) for j in sorted(jobs)] + [
+    entries = [(j, colors[j]) for j in sorted(jobs)] + [
         ("free", "#ffffff"), ("spare", "#eaf2f8"), ("NotReady", STATE_COLORS["notready"]),
         ("quarantined", STATE_COLORS["quarantined"]), ("cordoned", STATE_COLORS["cordoned"])]
+    column = max(190, 30 + 7 * max(len(name) for name, _ in entries))  # full names
     for i, (name, fill) in enumerate(entries):
-        lx, ly = pad + (i % 4) * 190, legend_y + 14 + (i // 4) * 24
+        lx, ly = pad + (i % 4) * column, legend_y + 14 + (i // 4) * 24
         legend.append(f'<rect x="{lx}" y="{ly}" width="16" height="16" fill="{fill}" '
                       f'stroke="#34495e"/><text x="{lx + 22}" y="{ly + 13}" class="legend">'
                       f'{escape(name)}</text>')
     height = legend_y + 24 + (len(entries) + 3) // 4 * 24 + pad
-    width = max(width + pad, 4 * 190 + 2 * pad)
+    width = max(width + pad, 4 * column + 2 * pad)
     style = ("<style>text{font-family:sans-serif} .group{font-size:15px;font-weight:bold} "
              ".domain{font-size:12px;fill:#2c3e50} .slot{font-size:10px;text-anchor:middle;"
              "fill:#2c3e50} .job{font-size:10px;text-anchor:middle;fill:#111} "
