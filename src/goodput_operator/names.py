@@ -32,7 +32,8 @@ SLOT_LABEL = "goodput.dev/slot"  # its position in the domain, in fabric order
 QUARANTINE_LABEL = "goodput.dev/quarantined"  # who quarantined it: operator or manual
 QUARANTINE_TAINT = "goodput.dev/quarantine"  # NoSchedule while quarantined
 EVIDENCE_ANNOTATION = "goodput.dev/quarantine-evidence"  # JSON: reason, evidence, since
-LEMON_ANNOTATION = "goodput.dev/lemon-score"  # quarantines so far: repeat offenders
+LEMON_ANNOTATION = "goodput.dev/lemon-score"  # quarantines so far, decayed: repeat offenders
+LEMON_AT_ANNOTATION = "goodput.dev/lemon-at"  # when the lemon score was last raised
 
 # ---- the operator itself -------------------------------------------------------------
 LEADER_LABEL = "goodput.dev/leader"  # on the leading replica's pod: the report Service's

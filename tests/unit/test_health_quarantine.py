@@ -230,3 +230,21 @@ def test_when_every_lease_falls_silent_together_no_node_is_failed_for_it() -> No
     decision = q.decide(nodes, POLICY, NOW, {}, {}, {}, renewing=stalled)
     assert decision.quarantine == [] and decision.storm is None
     assert decision.wake_at == NOW + 1  # and looks again soon
+
+
+@pytest.mark.parametrize(("annotations", "score"), [
+    ({}, "1"),
+    ({names.LEMON_ANNOTATION: "4"}, "5"),                                   # before decay
+    ({names.LEMON_ANNOTATION: "2", names.LEMON_AT_ANNOTATION: q.iso(NOW - 14 * 86_400)},
+     "2"),                                                                   # 2 x 1/2 + 1
+    ({names.LEMON_ANNOTATION: "garbage"}, "1"),
+])
+def test_a_quarantine_raises_the_decayed_incident_score_and_stamps_it(
+        annotations: dict[str, str], score: str) -> None:
+    body = node("a")
+    body["metadata"]["annotations"] = annotations
+    patch = q.quarantine_patch(body, q.Finding("NodeNotReady", "e", NOW), NOW,
+                               half_life_days=14)
+    written = patch["metadata"]["annotations"]
+    assert written[names.LEMON_ANNOTATION] == score
+    assert written[names.LEMON_AT_ANNOTATION] == q.iso(NOW)

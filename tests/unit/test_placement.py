@@ -226,3 +226,58 @@ def test_balanced_and_required_waits_when_the_fewest_domains_cannot_split_evenly
     placed = place(fleet, Request(12, 16, balance=True))
     assert not placed.ok
     assert placed.reason.startswith("no 2 UltraServers hold an even split (topology.balance)")
+
+
+DAY = 86_400.0
+NOW = 1_800_000_000.0
+
+
+def with_history(fleet: Fleet, name: str, score: str, days_ago: float | None) -> Fleet:
+    """FLEET whose node NAME carries an incident score raised DAYS_AGO (None: a score
+    written before scores decayed)."""
+    from goodput_operator import names
+    from goodput_operator.health.quarantine import iso
+
+    node_ = fleet.nodes[name]
+    body = node(name, node_.domain, fleet.domains[node_.domain].path[1], node_.capacity)
+    body["metadata"]["annotations"] = {names.LEMON_ANNOTATION: score, **(
+        {names.LEMON_AT_ANNOTATION: iso(NOW - days_ago * DAY)} if days_ago is not None
+        else {})}
+    fleet.upsert_node(body)
+    return fleet
+
+
+@pytest.mark.parametrize(("case", "domains", "history", "request_", "hosts"), [
+    ("a gang takes the UltraServer with the clean history",
+     2, [("us0-n2", "1", 1)], Request(4, 16), [f"us1-n{i}" for i in range(4)]),
+    ("inside an UltraServer, the aligned half with the clean history",
+     1, [("us0-n0", "2", 1)], Request(2, 16), ["us0-n2", "us0-n3"]),
+    ("an old incident weighs less than a recent one (half-life 14 days)",
+     2, [("us0-n1", "3", 70), ("us1-n1", "1", 2)], Request(4, 16),
+     [f"us0-n{i}" for i in range(4)]),
+    ("history never outweighs topology: a used UltraServer's fragment first",
+     2, [("us0-n3", "5", 0)], Request(1, 16), ["us0-n3"]),
+])
+def test_at_equal_topology_cost_nodes_with_a_clean_recent_history_come_first(
+        case: str, domains: int, history: list[tuple[str, str, float]], request_: Request,
+        hosts: list[str]) -> None:
+    fleet = trn2(domains, per_block=2)
+    if case.startswith("history never"):
+        used(fleet, "us0-n0", "us0-n1", "us0-n2")
+    for name, score, days in history:
+        with_history(fleet, name, score, days)
+    fleet.set_clock(NOW)
+    placed = place(fleet, request_)
+    assert placed.ok and sorted(placed.hosts) == hosts, case
+
+
+def test_incident_scores_decay_with_the_fleet_s_clock() -> None:
+    fleet = with_history(trn2(1), "us0-n0", "4", 0)
+    fleet.set_clock(NOW)
+    assert fleet.nodes["us0-n0"].lemon == 4 and fleet.domains["us-0"].lemon == 4
+    fleet.set_clock(NOW + 28 * DAY)                      # two half-lives
+    assert fleet.nodes["us0-n0"].lemon == pytest.approx(1.0)
+    assert fleet.domains["us-0"].lemon == pytest.approx(1.0)
+    legacy = with_history(trn2(1), "us0-n0", "3", None)  # no time: taken as it is
+    legacy.set_clock(NOW + 300 * DAY)
+    assert legacy.nodes["us0-n0"].lemon == 3

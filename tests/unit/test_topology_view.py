@@ -88,3 +88,13 @@ def test_job_colours_differ_from_each_other_and_from_every_state_colour() -> Non
         hue = int(color[4:].split(",")[0])
         assert 60 <= hue <= 240, color          # never red, orange, purple or magenta
     assert not set(colors.values()) & set(STATE_COLORS.values())
+
+
+def test_a_node_quarantined_lately_is_marked_and_its_score_is_in_the_tooltip() -> None:
+    fleet = trn2(1)
+    body = node("us0-n2", "us-0", "b0")
+    body["metadata"]["annotations"] = {names.LEMON_ANNOTATION: "2"}
+    fleet.upsert_node(body)
+    box = next(line for line in render_text(fleet, "g").splitlines() if " 2!" in line)
+    assert " 1 ." in box and " 2!." in box
+    assert "us0-n2: . (incident score 2)" in render_svg({"g": fleet})

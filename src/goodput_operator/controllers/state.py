@@ -161,6 +161,8 @@ class State:
         WITH_MEMBERS: each group's nodes and overlaps (a scan of every node; the group pass
         needs it)."""
         members, overlaps = self.membership() if with_members else ({}, {})
+        for fleet in self.fleets.values():
+            fleet.set_clock(clock)  # incident scores decayed to the pass's clock
         return Snapshot(
             clock=clock, nodes=self.nodes, groups=self.groups,
             group_objects=self.group_objects, fleets=self.fleets,

@@ -75,7 +75,8 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
     verdict = q.decide(members, policy, now, snapshot.seen_unhealthy, snapshot.healthy_since,
                        reported, snapshot.clean_probes, snapshot.renewing)
     wakes = [verdict.wake_at]
-    quarantine = [Quarantine(node, found, q.quarantine_patch(members[node], found, now),
+    quarantine = [Quarantine(node, found, q.quarantine_patch(
+        members[node], found, now, half_life_days=spec.quarantine.lemon_half_life_days),
                              f"quarantined {node}: {found.reason}: {found.evidence}")
                   for node, found in verdict.quarantine]
     release = [Release(node, record, q.release_patch(members[node]),

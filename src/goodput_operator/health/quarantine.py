@@ -12,6 +12,7 @@ that many bad nodes, and quarantining them all would only take the rest of the w
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -247,7 +248,8 @@ def _wake(decision: Decision, at: float) -> None:
     decision.wake_at = at if decision.wake_at is None else min(decision.wake_at, at)
 
 
-def quarantine_patch(node: Obj, found: Finding, now: float, by: str = BY_OPERATOR) -> Obj:
+def quarantine_patch(node: Obj, found: Finding, now: float, by: str = BY_OPERATOR,
+                     half_life_days: float = 14) -> Obj:
     """Merge patch putting NODE in quarantine: taint, label, evidence annotation. Carries
     the node's resourceVersion, so a concurrent taint change makes it fail (409) instead of
     being overwritten; the next pass retries on the fresh node."""
@@ -257,18 +259,32 @@ def quarantine_patch(node: Obj, found: Finding, now: float, by: str = BY_OPERATO
                    "timeAdded": iso(now)})
     evidence = {"reason": found.reason, "evidence": found.evidence, "since": iso(found.since),
                 "at": iso(now), "by": by}
-    lemon = lemon_score(node) + 1
+    score, at = lemon_of((node.get("metadata") or {}).get("annotations") or {})
+    lemon = decayed(score, at, now, half_life_days) + 1
     return {"metadata": {"resourceVersion": node["metadata"].get("resourceVersion"),
                          "labels": {names.QUARANTINE_LABEL: found.reason},
                          "annotations": {names.EVIDENCE_ANNOTATION: json.dumps(evidence),
-                                         names.LEMON_ANNOTATION: str(lemon)}},
+                                         names.LEMON_ANNOTATION: f"{lemon:.3g}",
+                                         names.LEMON_AT_ANNOTATION: iso(now)}},
             "spec": {"taints": taints}}
 
 
-def lemon_score(node: Obj) -> int:
-    """How often NODE has been quarantined (the annotation survives releases)."""
-    raw = ((node.get("metadata") or {}).get("annotations") or {}).get(names.LEMON_ANNOTATION, "0")
-    return int(raw) if str(raw).isdigit() else 0
+def lemon_of(annotations: Mapping[str, str]) -> tuple[float, float | None]:
+    """A node's incident score as last raised, and when (None: written before scores
+    decayed, or by hand: taken as it is). The annotations survive releases."""
+    try:
+        score = max(0.0, float(annotations.get(names.LEMON_ANNOTATION, "0")))
+    except ValueError:
+        score = 0.0
+    return (score if math.isfinite(score) else 0.0), parse_time(
+        annotations.get(names.LEMON_AT_ANNOTATION))
+
+
+def decayed(score: float, at: float | None, now: float, half_life_days: float) -> float:
+    """SCORE raised at AT, as of NOW: it halves every HALF_LIFE_DAYS."""
+    if at is None or now <= at or score <= 0:
+        return score
+    return float(score * 0.5 ** ((now - at) / (half_life_days * 86_400)))
 
 
 def release_patch(node: Obj) -> Obj:

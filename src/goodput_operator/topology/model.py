@@ -17,6 +17,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
 from goodput_operator import names
+from goodput_operator.health.quarantine import decayed, lemon_of
 
 if TYPE_CHECKING:
     from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
@@ -38,6 +39,7 @@ class GroupShape:
     spares_per_domain: int = 0
     spares_per_group: int = 0  # held at the end of the fabric (Fleet._designate)
     domain_noun: str = "domain"  # "UltraServer", "NVLink domain": used in explanations
+    lemon_half_life_days: float = 14.0  # a node's incident score halves this often
 
     @classmethod
     def from_spec(cls, spec: UltraServerGroupSpec) -> GroupShape:
@@ -52,6 +54,7 @@ class GroupShape:
             slot_label=spec.slot_order.label if spec.slot_order.by == "label" else None,
             spares_per_domain=spec.spares.per_domain,
             spares_per_group=spec.spares.per_group, domain_noun=noun,
+            lemon_half_life_days=spec.quarantine.lemon_half_life_days,
         )
 
 
@@ -71,7 +74,8 @@ class Node:
     used: int = 0
     spare: bool = False
     slot: int = 0
-    lemon: int = 0  # times quarantined before: such nodes are held as spares first
+    lemon: float = 0.0  # incident score, decayed to the fleet's clock (Fleet.set_clock)
+    lemon_raised: tuple[float, float | None] = (0.0, None)  # the score as raised, and when
     sort_key: tuple[Any, ...] = ()
     pods: dict[str, PodUse] = field(default_factory=dict)
 
@@ -100,6 +104,7 @@ class Domain:
     capacity_cache: dict[int, int] = field(default_factory=dict)  # accelerators -> workers
     pristine_cache: bool | None = None
     unhealthy_cache: list[str] | None = None
+    lemon: float = 0.0  # its nodes' incident scores: placement prefers clean domains
 
     def changed(self) -> None:
         self.capacity_cache.clear()
@@ -220,7 +225,21 @@ class Fleet:
         self._journal: dict[str, PodUse | None] | None = None  # inside trial(): undo log
         self._tail: list[tuple[tuple[Any, ...], str]] = []  # the group's spares, by key
         self._designated: set[str] = set()  # their names
+        self.clock = 0.0  # what incident scores are decayed to (set_clock)
+        self._lemons: set[str] = set()  # nodes with an incident score
 
+    def set_clock(self, now: float) -> None:
+        """Decay the nodes' incident scores to NOW (an hour at a time: they halve in
+        days), so that placement, spares and replacement read them as of the pass."""
+        if now - self.clock < 3600:
+            return
+        self.clock = now
+        for name in self._lemons:
+            node = self.nodes.get(name)
+            if node is not None:
+                node.lemon = decayed(*node.lemon_raised, now, self.shape.lemon_half_life_days)
+        for domain in self.domains.values():
+            domain.lemon = sum(n.lemon for n in domain.nodes)
     @classmethod
     def from_objects(cls, shape: GroupShape, nodes: Iterable[Mapping[str, Any]],
                      pods: Iterable[Mapping[str, Any]] = ()) -> Fleet:
@@ -269,14 +288,18 @@ class Fleet:
         sort_key = (int(labels.get(self.shape.slot_label, 1 << 30)),) if self.shape.slot_label \
             else natural_key(name)
         moved = moved or (existing is not None and existing.sort_key != sort_key)
-        raw_lemon = str((meta.get("annotations") or {}).get(names.LEMON_ANNOTATION, "0"))
-        lemon = int(raw_lemon) if raw_lemon.isdigit() else 0
+        raised = lemon_of(meta.get("annotations") or {})
         if existing is None:
             existing = Node(name, domain_id, capacity, state, sort_key=sort_key)
             self.nodes[name] = existing
         else:
             existing.capacity, existing.state, existing.sort_key = capacity, state, sort_key
-        existing.lemon = lemon
+        existing.lemon_raised = raised
+        existing.lemon = decayed(*raised, self.clock, self.shape.lemon_half_life_days)
+        if raised[0] > 0:
+            self._lemons.add(name)
+        else:
+            self._lemons.discard(name)
         added = existing not in domain.nodes
         if added:
             domain.nodes.append(existing)
@@ -294,6 +317,7 @@ class Fleet:
             return
         for key in list(node.pods):
             self._forget(key)
+        self._lemons.discard(name)
         self._detach(node)
         if name in self._designated:
             self._designate()
@@ -346,6 +370,7 @@ class Fleet:
         """Slot order, then spares: the healthy, empty nodes most often quarantined before,
         then the highest slots of the domain."""
         domain.changed()
+        domain.lemon = sum(n.lemon for n in domain.nodes)
         domain.nodes.sort(key=lambda n: n.sort_key)
         for slot, node in enumerate(domain.nodes):
             node.slot = slot

@@ -7,7 +7,9 @@ The objective, compared in this order (smaller is better):
    still hold it in that many domains;
 3. whole domains broken: pristine domains left partially used by this gang;
 4. accelerators left stranded in the domains it touches (best fit);
-5. fabric order (deterministic).
+5. the incident history of the nodes it takes (their decayed lemon scores: at equal
+   topology cost, nodes with a clean recent history);
+6. fabric order (deterministic).
 `required` accepts only the minimum number of domains the gang could ever need (or one
 network block for unit=block); `preferred` takes the best placement available now.
 With `balance`, a gang that spans domains is split evenly over them (counts differ by at
@@ -88,8 +90,9 @@ class Placement:
 @dataclass
 class _Choice:
     domains: list[tuple[Domain, int]]  # (domain, workers placed there)
-    # (domains spanned, whole domains broken, worker slots stranded, fabric order)
-    score: tuple[int, int, int, tuple[object, ...]]
+    # (domains spanned, whole domains broken, worker slots stranded, incident history,
+    # fabric order)
+    score: tuple[int, int, int, float, tuple[object, ...]]
 
 
 def workers_on(node: Node, accelerators: int, eligible: frozenset[str] | None = None) -> int:
@@ -220,7 +223,7 @@ def _best_in_groups(caps: list[tuple[Domain, int]], workers: int, depth: int,
 def _select(members: list[tuple[Domain, int]], workers: int, k: int | None) -> _Choice | None:
     """The k-1 roomiest domains, then the tightest fit for the remainder, preferring a
     domain already in use so that whole domains stay whole."""
-    ranked = sorted(members, key=lambda dc: (-dc[1], dc[0].order))
+    ranked = sorted(members, key=lambda dc: (-dc[1], dc[0].lemon, dc[0].order))
     needed = fewest((c for _, c in ranked), workers)
     if needed > len(ranked) or (k is not None and needed != k):
         return None
@@ -228,11 +231,13 @@ def _select(members: list[tuple[Domain, int]], workers: int, k: int | None) -> _
     remainder = workers - sum(c for _, c in chosen)
     rest = ranked[needed - 1:]
     last = min((dc for dc in rest if dc[1] >= remainder),
-               key=lambda dc: (is_pristine(dc[0]), dc[1] - remainder, dc[0].order))
+               key=lambda dc: (is_pristine(dc[0]), dc[1] - remainder, dc[0].lemon,
+                               dc[0].order))
     picks = [*chosen, (last[0], remainder)]
     stranded = last[1] - remainder  # the roomiest k-1 are filled completely
     broken = int(is_pristine(last[0]) and stranded > 0)
-    return _Choice(picks, (needed, broken, stranded, picks[0][0].order))
+    return _Choice(picks, (needed, broken, stranded, sum(d.lemon for d, _ in picks),
+                           picks[0][0].order))
 
 
 def _select_even(members: list[tuple[Domain, int]], workers: int, k: int | None
@@ -246,7 +251,8 @@ def _select_even(members: list[tuple[Domain, int]], workers: int, k: int | None
     if needed > len(descending) or not _even_fits(descending, workers, needed):
         return None
     share, extra = divmod(workers, needed)
-    tightest = sorted(members, key=lambda dc: (dc[1], is_pristine(dc[0]), dc[0].order))
+    tightest = sorted(members, key=lambda dc: (dc[1], is_pristine(dc[0]), dc[0].lemon,
+                                               dc[0].order))
     picks: list[tuple[Domain, int]] = []
     for size, count in ((share + 1, extra), (share, needed - extra)):
         fitting = [dc for dc in tightest if dc[1] >= size and all(dc[0] is not p[0]
@@ -257,7 +263,8 @@ def _select_even(members: list[tuple[Domain, int]], workers: int, k: int | None
     broken = sum(1 for domain, count in picks
                  if is_pristine(domain) and capacity[domain.id] > count)
     picks.sort(key=lambda dc: dc[0].order)
-    return _Choice(picks, (needed, broken, stranded, picks[0][0].order))
+    return _Choice(picks, (needed, broken, stranded, sum(d.lemon for d, _ in picks),
+                           picks[0][0].order))
 
 
 def _assign(fleet: Fleet, request: Request, choice: _Choice, min_domains: int) -> Placement:
@@ -298,7 +305,7 @@ def _nodes_in_domain(fleet: Fleet, domain: Domain, count: int, accelerators: int
     free_nodes = [n.usable and n.used == 0 and workers_on(n, accelerators, eligible) > 0
                   for n in domain.nodes]
     needed = math.ceil(remaining / per_node)
-    start = slice_start(free_nodes, needed)
+    start = slice_start(free_nodes, needed, [n.lemon for n in domain.nodes])
     chosen = [domain.nodes[i] for i in range(start, len(domain.nodes)) if free_nodes[i]]
     if start < 0 or len(chosen) < needed:  # fragmented: any free nodes, lowest slots
         chosen = [n for n, free in zip(domain.nodes, free_nodes, strict=True) if free]
@@ -313,27 +320,31 @@ def _nodes_in_domain(fleet: Fleet, domain: Domain, count: int, accelerators: int
     return picked
 
 
-def slice_start(free: Sequence[bool], needed: int) -> int:
+def slice_start(free: Sequence[bool], needed: int, lemons: Sequence[float] = ()) -> int:
     """First slot of the slice a gang of `needed` nodes takes in one domain, or -1.
 
     Power-of-two domains: buddy allocation — the aligned block of the next power of two
     whose buddy is most used (fill fragments first, keep big blocks intact). Other sizes:
-    the tightest run of free slots that fits. Either way the leftmost among equals.
+    the tightest run of free slots that fits. Among equals, the slice whose nodes have the
+    cleanest incident history (LEMONS, per slot), then the leftmost.
     """
     size = len(free)
+
+    def history(start: int) -> float:
+        return sum(lemons[start:start + needed]) if lemons else 0.0
     if needed > size:
         return -1
     if size & (size - 1) == 0:
         block = 1 << (needed - 1).bit_length()
-        best: tuple[int, int] | None = None
+        best: tuple[int, float, int] | None = None
         for start in range(0, size, block):
             if all(free[start:start + needed]):
                 buddy = (start // (2 * block)) * (2 * block)
                 free_around = sum(free[buddy:buddy + 2 * block]) if 2 * block <= size else size
-                if best is None or (free_around, start) < best:
-                    best = (free_around, start)
+                if best is None or (free_around, history(start), start) < best:
+                    best = (free_around, history(start), start)
         if best is not None:
-            return best[1]
+            return best[2]
     runs: list[tuple[int, int]] = []  # (length, start)
     run_start: int | None = None
     for i, ok in enumerate([*free, False]):
@@ -342,8 +353,11 @@ def slice_start(free: Sequence[bool], needed: int) -> int:
         elif not ok and run_start is not None:
             runs.append((i - run_start, run_start))
             run_start = None
-    fitting = [run for run in runs if run[0] >= needed]
-    return min(fitting)[1] if fitting else -1
+    # in the tightest run that fits, the cleanest window of NEEDED slots
+    fitting = [(length, min(range(run, run + length - needed + 1),
+                            key=lambda s: (history(s), s))) for length, run in runs
+               if length >= needed]
+    return min(fitting, key=lambda lw: (lw[0], history(lw[1]), lw[1]))[1] if fitting else -1
 
 
 def explain_shortage(fleet: Fleet, request: Request, min_domains: int) -> str:

@@ -11,6 +11,7 @@ from itertools import groupby
 from goodput_operator.topology.model import Domain, Fleet, Node
 
 CELL = 14  # text width of one node cell
+LEMON_MARK = 0.5  # an incident score this high is marked (about one quarantine lately)
 PER_ROW = 6  # node cells per text row (NVL72's 18 nodes take three rows)
 MARKS = {"notready": "NotReady", "cordoned": "cordoned", "quarantined": "QUARANTINE",
          "misshaped": "mis-shaped"}
@@ -50,7 +51,9 @@ def render_text(fleet: Fleet, group: str) -> str:
         lines.append(f"  network {block}")
         for domain in members:
             lines.extend(_box(domain, fleet.shape.domain_noun))
-    lines.append("  legend: job name | . free | spare | NotReady | QUARANTINE | cordoned")
+    lines.append("  legend: job name | . free | spare | NotReady | QUARANTINE | cordoned | "
+                 "! quarantined lately (incident score >= 0.5, halving every "
+                 f"{fleet.shape.lemon_half_life_days:g} days)")
     cut = sorted({name for n in fleet.nodes.values() if n.pods and n.state not in MARKS
                   for name in [label(n)] if shorten(name, CELL - 4) != name})
     if cut:
@@ -60,8 +63,8 @@ def render_text(fleet: Fleet, group: str) -> str:
 
 def _box(domain: Domain, noun: str) -> list[str]:
     """A domain as a closed box, however long its title or its rows."""
-    cells = [f"{n.slot:>2} {shorten(label(n), CELL - 4)}".ljust(CELL - 1)
-             for n in domain.nodes]
+    cells = [f"{n.slot:>2}{'!' if n.lemon >= LEMON_MARK else ' '}"
+             f"{shorten(label(n), CELL - 4)}".ljust(CELL - 1) for n in domain.nodes]
     rows = [" ".join(cells[i:i + PER_ROW]) for i in range(0, len(cells), PER_ROW)] or [""]
     title = f" {noun} {domain.id} "
     inner = max(max(len(r) for r in rows) + 1, len(title) + 2)  # between the corners
@@ -108,8 +111,10 @@ def render_svg(fleets: dict[str, Fleet]) -> str:
                                                         else "#ffffff" if not node.spare
                                                         else "#eaf2f8")
                 text = label(node)
+                history = f" (incident score {node.lemon:.2g})" if node.lemon >= LEMON_MARK \
+                    else ""
                 rows.append(
-                    f'<g><title>{escape(node.name)}: {escape(text)}</title>'
+                    f'<g><title>{escape(node.name)}: {escape(text)}{history}</title>'
                     f'<rect x="{x}" y="{y}" width="{size}" height="{size}" rx="5" '
                     f'fill="{fill}" stroke="#34495e"/>'
                     f'<text x="{x + size / 2}" y="{y + 17}" class="slot">{node.slot}</text>'
