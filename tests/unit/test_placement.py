@@ -281,3 +281,50 @@ def test_incident_scores_decay_with_the_fleet_s_clock() -> None:
     legacy = with_history(trn2(1), "us0-n0", "3", None)  # no time: taken as it is
     legacy.set_clock(NOW + 300 * DAY)
     assert legacy.nodes["us0-n0"].lemon == 3
+
+
+def domains_of(placed_ranks: tuple, size: int) -> list[set[str]]:
+    """The domains of each slice of SIZE consecutive ranks."""
+    ranks = list(placed_ranks)
+    return [{r.domain for r in ranks[i:i + size]} for i in range(0, len(ranks), size)]
+
+
+@pytest.mark.parametrize(("case", "fleet", "request_", "split"), [
+    ("Trn2: 16 workers in slices of 4 take 4 whole UltraServers of one block",
+     lambda: used(trn2(6, per_block=6), "us0-n0"), Request(16, 16, unit="block", slice=4),
+     [4, 4, 4, 4]),
+    ("a slice never straddles two domains: 4 + 4, not 6 + 2",
+     lambda: fragmented(), Request(8, 16, policy="preferred", slice=4), [4, 4]),
+    ("NVL72: slices of 16 take 16 of each 18-node rack, not 18 + 14",
+     lambda: nvl72(3), Request(32, 4, slice=16), [16, 16]),
+    ("several slices share a domain that holds them",
+     lambda: trn2(2, nodes_per_domain=8), Request(8, 16, slice=4), [8]),
+])
+def test_sliced_placement(case: str, fleet: Callable[[], Fleet], request_: Request,
+                          split: list[int]) -> None:
+    placed = place(fleet(), request_)
+    assert placed.ok, placed.reason
+    assert sorted(per_domain(placed.ranks), reverse=True) == split, case
+    assert all(len(d) == 1 for d in domains_of(placed.ranks, request_.slice)), case
+
+
+def fragmented() -> Fleet:
+    """Three UltraServers of 8 with 6, 6 and 2 nodes free."""
+    return used(trn2(3, per_block=3, nodes_per_domain=8),
+                *[f"us0-n{i}" for i in range(2)], *[f"us1-n{i}" for i in range(2)],
+                *[f"us2-n{i}" for i in range(6)])
+
+
+def test_unsliced_the_same_gang_fills_the_fragment_and_straddles() -> None:
+    placed = place(fragmented(), Request(8, 16, policy="preferred"))
+    assert sorted(per_domain(placed.ranks), reverse=True) == [6, 2]
+    assert any(len(d) > 1 for d in domains_of(placed.ranks, 4))
+
+
+def test_a_gang_that_is_not_whole_slices_is_refused_with_the_reason() -> None:
+    placed = place(trn2(4), Request(10, 16, slice=4))
+    assert not placed.ok
+    assert placed.reason == ("10 workers do not make whole slices of 4, each inside one "
+                             "UltraServer of 4 workers")
+    too_big = place(trn2(4), Request(8, 16, slice=8))
+    assert not too_big.ok and "whole slices of 8" in too_big.reason

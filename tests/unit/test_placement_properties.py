@@ -123,6 +123,41 @@ def test_a_balanced_gang_is_split_evenly_over_the_fewest_domains_that_allow_it(
     check_placement(fleet, request, placed.ranks)
 
 
+@given(st.data())
+@SETTINGS
+def test_every_slice_of_a_sliced_gang_stays_in_one_domain(data: st.DataObject) -> None:
+    """topology.slice: each run of SIZE consecutive ranks lies in one domain, so every
+    domain holds whole slices; with balance too, the domains' slice counts differ by at
+    most one; nothing is overcommitted."""
+    fleet = data.draw(fleets())
+    for i in range(data.draw(st.integers(0, 3))):
+        earlier = data.draw(requests(fleet))
+        placed = place(fleet, earlier)
+        if placed.ok:
+            commit(fleet, placed, earlier, f"job{i}")
+    drawn = data.draw(requests(fleet))
+    size = data.draw(st.sampled_from([1, 2, 3, 4, 8]))
+    request = Request(size * data.draw(st.integers(1, 6)), drawn.accelerators, drawn.unit,
+                      drawn.policy, balance=data.draw(st.booleans()), slice=size)
+    placed = place(fleet, request)
+    if not placed.ok:
+        assert placed.reason and not placed.ranks
+        return
+    ranks = list(placed.ranks)
+    for start in range(0, len(ranks), size):
+        assert len({r.domain for r in ranks[start:start + size]}) == 1, ranks
+    counts: dict[str, int] = {}
+    for rank in ranks:
+        counts[rank.domain] = counts.get(rank.domain, 0) + 1
+    assert all(count % size == 0 for count in counts.values())
+    if request.balance:
+        assert max(counts.values()) - min(counts.values()) <= size
+    if request.unit == "block" and request.policy == "required":
+        assert len({fleet.domains[d].path for d in placed.domains}) == 1
+    commit(fleet, placed, request, "sliced")
+    check_placement(fleet, request, placed.ranks)
+
+
 def _subsets(descending: list[int], k: int) -> list[list[int]]:
     """Every choice of K capacities, each in descending order (small fleets: brute force)."""
     from itertools import combinations

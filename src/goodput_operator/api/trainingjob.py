@@ -39,6 +39,15 @@ class Launcher(ApiModel):
     """Processes per worker (NPROC_PER_NODE); defaults to acceleratorsPerWorker."""
 
 
+class Slice(ApiModel):
+    """Slices of the gang: runs of consecutive ranks, each inside one domain."""
+
+    unit: Literal["domain"] = "domain"
+    """Where each slice must stay: one domain (UltraServer / NVLink domain)."""
+    size: int = Field(ge=1, le=1024)
+    """Workers per slice; spec.workers must be a multiple of it."""
+
+
 class Topology(ApiModel):
     """Where the gang may go and in what order its ranks follow the fabric."""
 
@@ -48,6 +57,11 @@ class Topology(ApiModel):
     policy: Literal["required", "preferred"] = "required"
     """required: wait until the gang fits as asked; preferred: place anyway, spanning as
     few units and network levels as possible."""
+    slice: Slice | None = None
+    """Multi-layer placement: the gang in slices of `size` workers, each slice inside one
+    domain, while `unit` holds for the whole gang (unit block with slices of 4 on Trn2: 4
+    whole UltraServers in one network block; slices of 16 on NVL72: one per 18-node rack).
+    Domains are chosen, balanced and replaced in whole slices."""
     balance: bool = False
     """true: a gang that spans several domains is split evenly over them (counts differ
     by at most one: 6+6, not 10+2), over the fewest domains that allow such a split, so
@@ -205,6 +219,16 @@ class TrainingJobSpec(ApiModel):
     model_config = rules(
         cel("!has(self.elastic) || self.workers >= self.elastic.minWorkers",
             "workers must be at least elastic.minWorkers", ".workers"),
+        cel("!has(self.topology.slice) || self.workers % self.topology.slice.size == 0",
+            "workers must be a multiple of topology.slice.size", ".workers"),
+        cel("!has(self.topology.slice) || self.topology.rankOrder == 'fabric'",
+            "topology.slice needs rankOrder fabric: ranks in name order would mix the "
+            "slices' domains", ".topology.rankOrder"),
+        cel("!has(self.topology.slice) || !has(self.elastic) || "
+            "(self.elastic.step % self.topology.slice.size == 0 && "
+            "self.elastic.minWorkers % self.topology.slice.size == 0)",
+            "elastic.step and elastic.minWorkers must be multiples of topology.slice.size: "
+            "the gang shrinks and grows in whole slices", ".elastic"),
         cel("!self.checkpoint.verify || self.sdc.crossReplicaCheck",
             "checkpoint.verify needs sdc.crossReplicaCheck: only the replicas' votes verify "
             "a checkpoint", ".checkpoint.verify"),

@@ -74,7 +74,8 @@ def request_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Ob
     eligible, why = pod_fit(snapshot.nodes, snapshot.memo, fleet, spec.ultra_server_group,
                             pod_spec)
     return Request(workers, spec.accelerators_per_worker, spec.topology.unit,
-                   spec.topology.policy, eligible, why, spec.topology.balance)
+                   spec.topology.policy, eligible, why, spec.topology.balance,
+                   spec.topology.slice.size if spec.topology.slice else 1)
 
 
 def placement_record(placed: Placement, clock: float) -> Obj:

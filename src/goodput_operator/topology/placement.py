@@ -14,7 +14,10 @@ The objective, compared in this order (smaller is better):
 network block for unit=block); `preferred` takes the best placement available now.
 With `balance`, a gang that spans domains is split evenly over them (counts differ by at
 most one: 6+6, not 10+2), over the fewest domains that admit such a split, so that
-collectives see symmetric domains.
+collectives see symmetric domains. With `slice` (workers per slice), the gang is made of
+slices of consecutive ranks, each inside one domain: domains are chosen, balanced and
+counted in whole slices (16 nodes in slices of 4: four whole UltraServers; on NVL72,
+slices of 16 per 18-node rack), while the gang's unit still holds for the whole.
 Inside a domain whose size is a power of two (Trn2 UltraServers: 4 nodes), a gang takes an
 aligned buddy slice (1, 2 or 4 nodes at aligned slots) next to existing use, so small jobs
 do not split the NeuronLink ring needlessly; other domains (NVL72: 18 nodes) take the
@@ -23,6 +26,7 @@ tightest contiguous run of free slots.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -46,6 +50,7 @@ class Request:
     eligible: frozenset[str] | None = None  # nodes the pod may run on; None: all
     ineligible: str = ""  # why the others may not (for the explanation)
     balance: bool = False  # split evenly over the domains spanned (topology.balance)
+    slice: int = 1  # workers per slice, each slice inside one domain (topology.slice)
 
 
 class RankSlot(NamedTuple):
@@ -139,21 +144,33 @@ def place(fleet: Fleet, request: Request) -> Placement:
                                 f"{shape.accelerators_per_node}")
     # spares never take new placements, so a domain offers its other nodes
     per_domain = per_node * max(shape.nodes_per_domain - shape.spares_per_domain, 1)
-    min_domains = math.ceil(request.workers / per_domain)
-    caps = [(d, c) for d in fleet.ordered_domains()
-            if (c := domain_capacity(d, request.accelerators, request.eligible)) > 0]
-    if sum(c for _, c in caps) < request.workers:
-        return Placement(False, explain_shortage(fleet, request, min_domains),
+    size = max(1, request.slice)  # with slices, domains are chosen in whole slices
+    if request.workers % size or size > per_domain:
+        return Placement(False, f"{request.workers} workers do not make whole slices of "
+                                f"{size}, each inside one {shape.domain_noun} of "
+                                f"{per_domain} workers")
+    units = request.workers // size
+    min_domains = math.ceil(units / (per_domain // size))
+    caps = [(d, c // size) for d in fleet.ordered_domains()
+            if (c := domain_capacity(d, request.accelerators, request.eligible)) >= size]
+    if sum(c for _, c in caps) < units:
+        return Placement(False, _sliced(request, explain_shortage(fleet, request, min_domains)),
                          min_domains=min_domains)
 
-    choice = _fewest_domains(fleet, caps, request, min_domains)
+    choice = _fewest_domains(fleet, caps, dataclasses.replace(request, workers=units),
+                             min_domains)
     if choice is None:
         reason = explain_shortage(fleet, request, min_domains)
         if request.balance:
             reason = (f"no {min_domains} {shape.domain_noun}s hold an even split "
                       f"(topology.balance) now; " + reason)
-        return Placement(False, reason, min_domains=min_domains)
+        return Placement(False, _sliced(request, reason), min_domains=min_domains)
+    choice.domains = [(domain, count * size) for domain, count in choice.domains]
     return _assign(fleet, request, choice, min_domains)
+
+
+def _sliced(request: Request, reason: str) -> str:
+    return f"in slices of {request.slice}: {reason}" if request.slice > 1 else reason
 
 
 def _fewest_domains(fleet: Fleet, caps: list[tuple[Domain, int]], request: Request,

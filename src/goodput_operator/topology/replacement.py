@@ -52,8 +52,10 @@ def replace(fleet: Fleet, current: Placement, failed: Iterable[str], request: Re
     lost = [r for r in current.ranks if r.node in failed_set]
     if not lost:
         return Replacement("replace", "no rank is on a failed node", current.ranks, {})
-    # a balanced gang keeps its per-domain counts: a rank moves only inside its domain
-    keep_domains = request.balance or (request.unit == "domain" and request.policy == "required")
+    # a balanced or sliced gang keeps its per-domain counts: a rank moves only inside
+    # its domain (else the whole gang is placed again)
+    keep_domains = request.balance or request.slice > 1 or (
+        request.unit == "domain" and request.policy == "required")
     keep_block = request.unit == "block" and request.policy == "required"
     taken: Counter[str] = Counter()
     moved: dict[int, str] = {}
