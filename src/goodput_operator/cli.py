@@ -338,6 +338,8 @@ SANDBOX_VERBS: dict[str, Callable[[cluster.Sandbox, argparse.Namespace], int]] =
 
 
 def _run_topology(args: argparse.Namespace) -> int:
+    import time
+
     from kubernetes import client, config
 
     from goodput_operator.api.base import GROUP, VERSION
@@ -361,6 +363,9 @@ def _run_topology(args: argparse.Namespace) -> int:
         print("no UltraServerGroup found" + (f" named {', '.join(args.group)}"
                                              if args.group else ""), file=sys.stderr)
         return 1
+    now = time.time()
+    for group_fleet in state.fleets.values():
+        group_fleet.set_clock(now)  # incident scores as of now
     print("\n\n".join(render_text(fleet, name) for name, fleet in sorted(state.fleets.items())))
     if args.output:
         with open(args.output, "w") as out:
