@@ -13,6 +13,7 @@ from goodput_operator import names
 from goodput_operator.sdk import Reporter
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
+    Faults,
     Operator,
     apply,
     get_job,
@@ -51,7 +52,7 @@ def condition(crds: Cluster, namespace: str, name: str) -> dict[str, Any]:
 
 
 def test_a_straggler_is_named_with_its_node_and_left_in_place_by_default(
-        e2e: Operator, crds: Cluster, namespace: str, make_group: Any) -> None:
+        e2e: Operator, crds: Cluster, namespace: str, make_group: Any, faults: Faults) -> None:
     group = make_group()
     apply(crds, training_job("slow", group, 3,
                              failurePolicy={"straggler": {"minSteps": 8}}), namespace)
@@ -75,7 +76,8 @@ def test_a_straggler_is_named_with_its_node_and_left_in_place_by_default(
 
 
 def test_with_action_quarantine_the_straggler_s_node_is_quarantined_and_its_rank_moves(
-        e2e: Operator, crds: Cluster, namespace: str, make_group: Any) -> None:
+        e2e: Operator, crds: Cluster, namespace: str, make_group: Any, faults: Faults) -> None:
+    """(FAULTS: its teardown lifts the quarantine, for the tests after this one.)"""
     group = make_group(spares={"perDomain": 1})
     apply(crds, training_job("slowq", group, 3, failurePolicy={
         "straggler": {"minSteps": 8, "action": "quarantine"}}), namespace)
