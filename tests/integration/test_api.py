@@ -134,7 +134,8 @@ def test_server_side_defaults_appear_as_documented(crds: Cluster, namespace: str
     spec = json.loads(crds.kubectl("get", "tj", "defaults", "-n", namespace, "-o", "json")
                       .stdout)["spec"]
     assert spec["launcher"] == {"type": "torchrun", "port": 29500}
-    assert spec["topology"] == {"unit": "domain", "policy": "required", "rankOrder": "fabric"}
+    assert spec["topology"] == {"unit": "domain", "policy": "required", "rankOrder": "fabric",
+                                "balance": False}
     assert spec["checkpoint"] == {"verify": False}
     assert spec["failurePolicy"]["maxRestarts"] == 10
     assert spec["failurePolicy"]["nodeReplacement"] == "any"
