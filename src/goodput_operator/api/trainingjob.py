@@ -527,7 +527,9 @@ class TrainingJobStatus(ApiModel):
     message: str | None = None
     """Human-readable summary of the phase."""
     conditions: list[Condition] = conditions_field()
-    """Placed, WorkersCreated, Running, Recovering, Succeeded, Failed, Suspended."""
+    """Placed, WorkersCreated, Running (reason Resizing during an elastic grow),
+    HangDetection and Straggler (which signal is in force, and what it found), Succeeded,
+    Failed, Suspended."""
     workers: WorkerCounts = nested(WorkerCounts)
     """Workers by state."""
     accelerators: int = Field(default=0, ge=0)
