@@ -38,6 +38,8 @@ DEFAULT_HEALTH_TAINTS = [
 ]
 
 
+LEMON_HALF_LIFE_DAYS = 14  # quarantine.lemonHalfLifeDays' default
+
 class Accelerator(ApiModel):
     """Which extended resource counts as an accelerator, and how many each node has."""
 
@@ -105,7 +107,7 @@ class Quarantine(ApiModel):
     hand, `goodput node release`)."""
     release_after_clean_probes: int = Field(default=3, ge=0, le=100)
     """For SDC suspects: clean probe runs needed before release."""
-    lemon_half_life_days: int = Field(default=14, ge=1, le=3650)
+    lemon_half_life_days: int = Field(default=LEMON_HALF_LIFE_DAYS, ge=1, le=3650)
     """A node's incident score (the goodput.dev/lemon-score annotation: one per
     quarantine) halves every this many days: placement prefers nodes with a clean recent
     history at equal topology cost, spares are taken from the worst, and an old incident

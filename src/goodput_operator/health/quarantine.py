@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from goodput_operator import names
 from goodput_operator.api.base import resolve
+from goodput_operator.api.ultraservergroup import LEMON_HALF_LIFE_DAYS
 
 if TYPE_CHECKING:
     from goodput_operator.api.ultraservergroup import Quarantine
@@ -249,7 +250,7 @@ def _wake(decision: Decision, at: float) -> None:
 
 
 def quarantine_patch(node: Obj, found: Finding, now: float, by: str = BY_OPERATOR,
-                     half_life_days: float = 14) -> Obj:
+                     half_life_days: float = LEMON_HALF_LIFE_DAYS) -> Obj:
     """Merge patch putting NODE in quarantine: taint, label, evidence annotation. Carries
     the node's resourceVersion, so a concurrent taint change makes it fail (409) instead of
     being overwritten; the next pass retries on the fresh node."""

@@ -17,6 +17,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
 from goodput_operator import names
+from goodput_operator.api.ultraservergroup import LEMON_HALF_LIFE_DAYS
 from goodput_operator.health.quarantine import decayed, lemon_of
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ class GroupShape:
     spares_per_domain: int = 0
     spares_per_group: int = 0  # held at the end of the fabric (Fleet._designate)
     domain_noun: str = "domain"  # "UltraServer", "NVLink domain": used in explanations
-    lemon_half_life_days: float = 14.0  # a node's incident score halves this often
+    lemon_half_life_days: float = LEMON_HALF_LIFE_DAYS  # incident scores halve this often
 
     @classmethod
     def from_spec(cls, spec: UltraServerGroupSpec) -> GroupShape:
@@ -110,6 +111,9 @@ class Domain:
         self.capacity_cache.clear()
         self.pristine_cache = None
         self.unhealthy_cache = None
+
+    def sum_lemons(self) -> None:
+        self.lemon = sum(n.lemon for n in self.nodes)
 
     def owners(self) -> set[str]:
         return {pod.owner for node in self.nodes for pod in node.pods.values()}
@@ -234,12 +238,18 @@ class Fleet:
         if now - self.clock < 3600:
             return
         self.clock = now
-        for name in self._lemons:
+        touched = set()
+        for name in self._lemons:  # only nodes with a score change, and their domains
             node = self.nodes.get(name)
             if node is not None:
-                node.lemon = decayed(*node.lemon_raised, now, self.shape.lemon_half_life_days)
-        for domain in self.domains.values():
-            domain.lemon = sum(n.lemon for n in domain.nodes)
+                self._decay(node)
+                touched.add(node.domain)
+        for domain_id in touched:
+            self.domains[domain_id].sum_lemons()
+
+    def _decay(self, node: Node) -> None:
+        node.lemon = decayed(*node.lemon_raised, self.clock, self.shape.lemon_half_life_days)
+
     @classmethod
     def from_objects(cls, shape: GroupShape, nodes: Iterable[Mapping[str, Any]],
                      pods: Iterable[Mapping[str, Any]] = ()) -> Fleet:
@@ -295,7 +305,7 @@ class Fleet:
         else:
             existing.capacity, existing.state, existing.sort_key = capacity, state, sort_key
         existing.lemon_raised = raised
-        existing.lemon = decayed(*raised, self.clock, self.shape.lemon_half_life_days)
+        self._decay(existing)
         if raised[0] > 0:
             self._lemons.add(name)
         else:
@@ -370,7 +380,7 @@ class Fleet:
         """Slot order, then spares: the healthy, empty nodes most often quarantined before,
         then the highest slots of the domain."""
         domain.changed()
-        domain.lemon = sum(n.lemon for n in domain.nodes)
+        domain.sum_lemons()
         domain.nodes.sort(key=lambda n: n.sort_key)
         for slot, node in enumerate(domain.nodes):
             node.slot = slot

@@ -272,8 +272,8 @@ def _select_even(members: list[tuple[Domain, int]], workers: int, k: int | None
                                                dc[0].order))
     picks: list[tuple[Domain, int]] = []
     for size, count in ((share + 1, extra), (share, needed - extra)):
-        fitting = [dc for dc in tightest if dc[1] >= size and all(dc[0] is not p[0]
-                                                                  for p in picks)]
+        taken = {domain.id for domain, _ in picks}
+        fitting = [dc for dc in tightest if dc[1] >= size and dc[0].id not in taken]
         picks += [(domain, size) for domain, _ in fitting[:count]]
     capacity = {domain.id: cap for domain, cap in members}
     stranded = sum(capacity[domain.id] - count for domain, count in picks)
