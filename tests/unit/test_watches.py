@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from goodput_operator.controllers.kube import wrote
 from goodput_operator.controllers.state import State
 from goodput_operator.health.quarantine import Renewal
 from goodput_operator.operator.watches import Expired, PodWatch
@@ -97,3 +98,23 @@ def test_an_object_gone_since_the_pass_read_it_is_forgotten_and_the_others_go_on
     asyncio.run(apply_each("UltraServerGroup", ["deleted", "live"], apply,
                            lambda name: {"metadata": {"name": name}}, forgotten.append))
     assert (forgotten, applied) == (["deleted"], ["live"])
+
+
+def test_an_older_event_never_undoes_a_status_write_the_operator_made() -> None:
+    """The report handler commits a checkpoint and records the version its write made; an
+    event from before that write, still on its way, must not bring back the old status
+    (a corrupt report right after the commit found no checkpoint to mark: CI, stop 29)."""
+    state = State()
+    state.upsert_job({"metadata": {"name": "j", "namespace": "ns", "resourceVersion": "5"},
+                      "spec": {}, "status": {}})
+    held = state.jobs[("ns", "j")]
+    held["status"]["checkpoint"] = {"latest": {"step": 200}}
+    wrote(held, "9")
+    state.upsert_job({"metadata": {"name": "j", "namespace": "ns", "resourceVersion": "7"},
+                      "spec": {}, "status": {"phase": "Running"}})
+    assert state.jobs[("ns", "j")]["status"]["checkpoint"] == {"latest": {"step": 200}}
+    state.upsert_job({"metadata": {"name": "j", "namespace": "ns", "resourceVersion": "10"},
+                      "spec": {}, "status": {"phase": "Running", "checkpoint": {}}})
+    assert state.jobs[("ns", "j")]["status"] == {"phase": "Running", "checkpoint": {}}
+    wrote(held, "")  # a write whose answer carried no version changes nothing
+    assert held["metadata"]["resourceVersion"] == "9"

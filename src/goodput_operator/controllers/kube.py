@@ -185,14 +185,17 @@ class Kube:
                                        _content_type="application/merge-patch+json")
         return cast(Obj, self.api.sanitize_for_serialization(patched))  # type: ignore[no-untyped-call]
 
-    def patch_status(self, plural: str, namespace: str | None, name: str, status: Obj) -> None:
+    def patch_status(self, plural: str, namespace: str | None, name: str, status: Obj) -> str:
+        """Merge STATUS into the object's status; the resourceVersion the write made."""
         self._check_fence()
         body = {"status": status}
         if namespace is None:
-            self.custom.patch_cluster_custom_object_status(GROUP, VERSION, plural, name, body)
+            patched = self.custom.patch_cluster_custom_object_status(GROUP, VERSION, plural,
+                                                                     name, body)
         else:
-            self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, plural,
-                                                              name, body)
+            patched = self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, plural, name, body)
+        return str((cast(Obj, patched or {}).get("metadata") or {}).get("resourceVersion") or "")
 
     def delete_custom(self, plural: str, namespace: str, name: str) -> None:
         self._check_fence()
@@ -277,13 +280,21 @@ class Gone(Exception):
     """The object was deleted since the pass read it (its status write found nothing)."""
 
 
+def wrote(obj: Obj, version: str) -> None:
+    """OBJ as held in the state now carries VERSION, the resourceVersion our write made: a
+    watch event older than it (already on its way) is then ignored instead of undoing
+    the write in the cache until the write's own event arrives."""
+    if version:
+        obj.setdefault("metadata", {})["resourceVersion"] = version
+
+
 async def patch_status(kube: Kube, plural: str, namespace: str | None, name: str,
-                       body: Obj) -> None:
+                       body: Obj) -> str:
     """Kube.patch_status in a thread; Gone when the object no longer exists: a deletion
     its watch never delivered (one between the initial list and the watch's start) must
     not leave it in the state, failing every pass and holding its nodes, for ever."""
     try:
-        await asyncio.to_thread(kube.patch_status, plural, namespace, name, body)
+        return await asyncio.to_thread(kube.patch_status, plural, namespace, name, body)
     except ApiException as err:
         if err.status == 404:
             raise Gone(f"{plural} {namespace or ''}/{name}".replace(" /", " ")) from err
@@ -325,8 +336,9 @@ async def write_status(kube: Kube, plural: str, obj: Obj, current: Obj, desired:
     report handlers) may have changed other keys meanwhile; None removes a key."""
     if any(current.get(key) != value for key, value in desired.items()):
         meta = obj["metadata"]
-        await patch_status(kube, plural, meta.get("namespace"), meta["name"], desired)
+        written = await patch_status(kube, plural, meta.get("namespace"), meta["name"], desired)
         merged = {**(obj.get("status") or {}), **desired}
         obj["status"] = {k: v for k, v in merged.items() if v is not None}
+        wrote(obj, written)
     for type_, reason, message in events:
         await asyncio.to_thread(kube.event, obj, reason, message, type_)

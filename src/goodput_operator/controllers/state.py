@@ -57,7 +57,10 @@ def node_digest(node: Obj) -> tuple[object, ...]:
 
 
 def _older(incoming: Obj, held: Obj | None) -> bool:
-    """resourceVersions are opaque, but etcd's are increasing integers: use them if so."""
+    """Whether INCOMING is an older version of HELD: a watch event still on its way when
+    our own status write (held, with the version that write returned) landed must not
+    undo it in the cache. resourceVersions are comparable integers (KEP-5504, stable
+    since Kubernetes 1.35); anything else is taken as newer."""
     if held is None:
         return False
     try:
@@ -391,8 +394,10 @@ class State:
     # ---- jobs ----------------------------------------------------------------
     def upsert_job(self, body: Obj) -> None:
         meta = slim(body)["metadata"]
-        self.jobs[(meta["namespace"], meta["name"])] = body
-        self.wake.set()
+        key = (meta["namespace"], meta["name"])
+        if not _older(body, self.jobs.get(key)):
+            self.jobs[key] = body
+            self.wake.set()
 
     def remove_job(self, namespace: str, name: str) -> None:
         self.jobs.pop((namespace, name), None)
@@ -410,8 +415,10 @@ class State:
     # ---- inference endpoints ---------------------------------------------------
     def upsert_endpoint(self, body: Obj) -> None:
         meta = slim(body)["metadata"]
-        self.endpoints[(meta["namespace"], meta["name"])] = body
-        self.wake.set()
+        key = (meta["namespace"], meta["name"])
+        if not _older(body, self.endpoints.get(key)):
+            self.endpoints[key] = body
+            self.wake.set()
 
     def remove_endpoint(self, namespace: str, name: str) -> None:
         key = (namespace, name)

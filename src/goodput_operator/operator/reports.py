@@ -35,7 +35,7 @@ from goodput_operator.api.reports import (
     StepReport,
 )
 from goodput_operator.api.trainingjob import TrainingJobSpec
-from goodput_operator.controllers.kube import Kube
+from goodput_operator.controllers.kube import Kube, wrote
 from goodput_operator.controllers.state import State
 from goodput_operator.decide.attempt import strict_checkpoints
 from goodput_operator.health import badput, sdc, straggler
@@ -364,8 +364,9 @@ class ReportServer:
 
     async def _write(self, job: Obj, fields: Obj) -> None:
         meta = job["metadata"]
-        await asyncio.to_thread(self.kube.patch_status, "trainingjobs", meta["namespace"],
-                                meta["name"], fields)
+        written = await asyncio.to_thread(self.kube.patch_status, "trainingjobs",
+                                          meta["namespace"], meta["name"], fields)
+        wrote(job, written)
         status = job.setdefault("status", {})
         for key, value in fields.items():
             if value is None:
