@@ -149,16 +149,20 @@ def _not_ours(field: str) -> JsonDict:
                f"template.metadata.{field}: keys in goodput.dev/ are set by the operator only")
 
 
+MAX_TEMPLATE_KEYS = 128  # labels or annotations on a pod template: what keeps the CEL
+# rule that checks their keys within the API server's cost budget for 5 templates a job
+
+
 class ObjectMetaTemplate(ApiModel):
     """Labels and annotations copied onto each pod."""
 
     model_config = ConfigDict(extra="allow")
 
-    labels: dict[str, str] = Field(default_factory=dict,
+    labels: dict[str, str] = Field(default_factory=dict, max_length=MAX_TEMPLATE_KEYS,
                                    json_schema_extra=field_rules(_not_ours("labels")))
     """Labels added to every pod. Keys in goodput.dev/ (and its subdomains) are the
     operator's word about a pod (its job, rank, node) and are refused."""
-    annotations: dict[str, str] = Field(default_factory=dict,
+    annotations: dict[str, str] = Field(default_factory=dict, max_length=MAX_TEMPLATE_KEYS,
                                         json_schema_extra=field_rules(_not_ours("annotations")))
     """Annotations added to every pod; goodput.dev/ keys are refused, as for labels."""
 

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from goodput_operator.api.base import (
+    DNS_LABEL,
     DNS_SUBDOMAIN,
     ApiModel,
     Condition,
@@ -72,6 +73,32 @@ class Topology(ApiModel):
     """fabric: ranks follow network level, domain, then slot, so consecutive ranks are
     physical neighbours; index: ranks follow the placed nodes' names (natural order, as
     `kubectl get nodes` lists them), for launchers that expect that."""
+
+
+MAX_POD_SETS = 4  # companion pod sets per job (a launcher, a leader, parameter servers)
+
+
+class PodSet(ApiModel):
+    """Pods placed together with the workers, in the same decision (all or none): an MPI
+    launcher, a CPU-only driver or leader, parameter servers. They get the gang's
+    environment and hostfile but no rank, live and restart with the gang's attempts, and
+    stay `near` the workers."""
+
+    name: str = Field(max_length=24, pattern=DNS_LABEL)
+    """The set's name: its pods are <job>-r<restart>-<name>-<i>, host <name>-<i> of the
+    job's service, with GOODPUT_POD_SET=<name> and GOODPUT_POD_INDEX=<i>."""
+    replicas: int = Field(default=1, ge=1, le=16)
+    """Pods in the set."""
+    accelerators_per_pod: int = Field(default=0, ge=0, le=1024)
+    """Accelerators each pod requests; 0: none (a CPU-only pod)."""
+    near: Literal["domain", "block", "any"] = "domain"
+    """Where the set's pods must land: domain, one of the workers' domains (UltraServer /
+    NVLink domain); block, one of their network blocks; any, anywhere in the group."""
+    template: PodTemplate | None = None
+    """The set's pod; unset: the workers' template."""
+    node_selector: dict[str, str] | None = Field(default=None, max_length=32)
+    """Labels its nodes must carry besides the group's (placement honours it, as it honours
+    the template's node affinity, tolerations and requests)."""
 
 
 class Elastic(ApiModel):
@@ -262,6 +289,14 @@ class TrainingJobSpec(ApiModel):
     """Placement unit, policy and rank order."""
     elastic: Elastic | None = None
     """Optional bounds for shrinking instead of waiting when capacity is lost."""
+    pod_sets: list[PodSet] = Field(
+        default_factory=list, max_length=MAX_POD_SETS,
+        json_schema_extra={"x-kubernetes-list-type": "map",
+                           "x-kubernetes-list-map-keys": ["name"], "default": [],
+                           **field_rules(immutable("podSets"))})  # the default: old objects
+    # have the list too, so that the rule compares an added set with the empty one
+    """Pod sets placed together with the workers (a launcher or leader beside them), each
+    `near` them; at most 4, names unique."""
     checkpoint: Checkpoint = nested(Checkpoint)
     """Checkpoint location and verification."""
     failure_policy: FailurePolicy = nested(FailurePolicy)
@@ -290,6 +325,19 @@ class PlacementSlice(ApiModel):
     """The slice's domain."""
 
 
+class PodSetPlacement(ApiModel):
+    """Where one pod of a companion pod set (spec.podSets) runs."""
+
+    set: str
+    """The pod set's name."""
+    index: int = Field(ge=0, le=15)
+    """The pod's index in its set."""
+    node: str
+    """Its node."""
+    domain: str | None = None
+    """The node's domain."""
+
+
 class Placement(ApiModel):
     """The gang's placement, compact: the domains spanned and slices of consecutive ranks
     per domain (not one entry per rank, so that an 8192-worker record stays small)."""
@@ -301,6 +349,8 @@ class Placement(ApiModel):
     slices: list[PlacementSlice] = Field(default_factory=list, max_length=8192)
     """The ranks in rank order, a slice per run of consecutive ranks in one domain
     (`goodput_operator.topology.record.ranks_of` reads them back one entry per rank)."""
+    pod_sets: list[PodSetPlacement] = Field(default_factory=list, max_length=64)
+    """The companion pod sets' pods (spec.podSets), placed in the same decision."""
     reason: str | None = None
     """Why this placement (or why none was possible)."""
     placed_at: datetime | None = None

@@ -22,11 +22,11 @@ from goodput_operator.controllers.kube import (
 )
 from goodput_operator.controllers.state import State
 from goodput_operator.decide import Event, Failure, JobDecision, decide_jobs, trial
-from goodput_operator.decide.attempt import TERMINAL, Attempt
+from goodput_operator.decide.attempt import TERMINAL, Attempt, Spots
 from goodput_operator.health import badput
 from goodput_operator.health.quarantine import parse_time
 from goodput_operator.resources import trainingjob as build
-from goodput_operator.resources.pods import index_of, is_gated, pin, pinned
+from goodput_operator.resources.pods import is_gated, pin, pinned
 from goodput_operator.topology.model import trainingjob_owner
 from goodput_operator.topology.record import ranks_of
 
@@ -175,8 +175,10 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placem
         if ranks and not decided.hold:  # placed: create pinned, one write per pod, not two
             await create(kube.replace_config_map,
                          build.hostfile(job, len(ranks), state.report_ca))
-        bodies = [pinned(p, ranks[index_of(p)]["node"], ranks[index_of(p)].get("domain"))
-                  if index_of(p) in ranks and not decided.hold else p for p in decided.create]
+        spots = Spots(placement)
+        bodies = [pinned(p, spot["node"], spot.get("domain"))
+                  if (spot := spots.of(p)) is not None and not decided.hold else p
+                  for p in decided.create]
         for created in await asyncio.gather(*(create(kube.create, p) for p in bodies)):
             if created is not None:
                 state.upsert_pod(created)

@@ -31,12 +31,14 @@ from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.pods import (
     FINISHED,
     attempt_of,
+    companion_key,
     index_of,
     is_active,
     is_gated,
     is_ready,
+    pod_set_of,
 )
-from goodput_operator.topology.record import ranks_of
+from goodput_operator.topology.record import companions_of, ranks_of
 
 Obj = dict[str, Any]
 TERMINAL = FINISHED  # a job ends as its pods do
@@ -74,6 +76,7 @@ class Attempt:
     ready: int = 0
     succeeded: int = 0
     failed: int = 0
+    companions_ready: bool = True  # every companion pod (spec.podSets) runs
 
 
 def books_of(status: Obj) -> Obj:
@@ -110,7 +113,9 @@ def attempt(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] |
 
     placement = status.get("placement") or {}
     ranks = {r["rank"]: r for r in ranks_of(placement)}
-    current = {index_of(p): p for p in pods if attempt_of(p) == restart}
+    current = {index_of(p): p for p in pods if attempt_of(p) == restart and not pod_set_of(p)}
+    companions = {companion_key(p): p for p in pods if attempt_of(p) == restart and pod_set_of(p)}
+    placed_companions = companions_of(placement)
     stale = [p["metadata"]["name"] for p in pods if attempt_of(p) != restart]
     resumed = [ConditionUpdate("Suspended", False, "Resumed", "")] if phase == "Suspended" else []
     result = Attempt("Pending", "", delete=stale, hold=bool(stale),
@@ -120,12 +125,18 @@ def attempt(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] |
     result.ready = sum(1 for p in current.values() if is_ready(p))
     failed = [(i, p) for i, p in sorted(current.items())
               if p.get("status", {}).get("phase") == "Failed"]
+    failed += [(-1, p) for _, p in sorted(companions.items())
+               if p.get("status", {}).get("phase") == "Failed"]  # a companion fails the gang
     result.failed = len(failed)
+    result.companions_ready = all(is_ready(p) or p.get("status", {}).get("phase") == "Succeeded"
+                                  for p in companions.values()) and \
+        len(companions) == sum(s.replicas for s in spec.pod_sets)
 
     incident = badput.current_incident(books)
     hang = _hang(result, spec, steps, restart, now)
     if incident is None or incident["restart"] != restart + 1:
-        opened = _detect(result, spec, books, ranks, failed, lost, restart, now, hang)
+        opened = _detect(result, spec, books, _nodes(ranks, placed_companions), failed, lost,
+                         restart, now, hang)
         if result.phase == "Failed":
             result.delete = [p["metadata"]["name"] for p in pods if is_active(p)]
             result.status = _goodput_only(badput.stopped(books, now))
@@ -133,24 +144,23 @@ def attempt(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] |
         if opened is not None:
             books, incident = opened, badput.current_incident(opened)
     if incident is not None and incident["restart"] == restart + 1:
-        return _recover(result, spec, books, incident, pods, ranks, lost, suspects, restart,
-                        now)
+        return _recover(result, spec, books, incident, pods,
+                        _nodes(ranks, placed_companions), lost, suspects, restart, now)
 
     if current and result.succeeded == result.workers:
         result.status = _goodput_only(badput.stopped(books, now))
         return _finish(result, "Succeeded", f"all {result.workers} workers succeeded",
                        "AllWorkersSucceeded", [])
     resume = badput.resume_point(books["checkpoint"], strict_checkpoints(spec))
-    for index in range(result.workers):
-        if index not in current:
-            result.create.append(build.worker_pod(job, index, restart, resource, resume, spec,
-                                                  report_url, result.workers))
+    result.create = _missing(job, spec, current, companions, restart, resource, resume,
+                             report_url, result.workers)
     recovering = incident is not None and incident["restart"] == restart
     if not ranks:
         # Place as soon as no worker runs ungated, whether or not every pod exists yet:
         # a job's turn (priority, then arrival) must not depend on how fast its pods were
         # created. Missing pods are created gated and pinned from the recorded placement.
-        result.needs_placement = not stale and all(is_gated(p) for p in current.values())
+        result.needs_placement = not stale and all(
+            is_gated(p) for p in (*current.values(), *companions.values()))
         result.phase = "Recovering" if recovering else "Pending"
         result.message = "waiting for a placement"
         return result
@@ -162,18 +172,61 @@ def attempt(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] |
                           f"{', '.join(unprobed[:8])}")
         return result
     if not stale:
-        for index, pod in current.items():
-            if is_gated(pod) and index in ranks:
-                result.pin.append((pod["metadata"]["name"], ranks[index]["node"],
-                                   ranks[index].get("domain")))
+        result.pin = pins(placement, pods, restart)
     return _progress(result, books, recovering, restart, now)
+
+
+def _missing(job: Obj, spec: TrainingJobSpec, current: Mapping[int, Obj],
+             companions: Mapping[tuple[str, int], Obj], restart: int, resource: str,
+             resume: Obj | None, report_url: str, workers: int) -> list[Obj]:
+    """The pods of attempt RESTART still to create: workers, then companions."""
+    missing = [build.worker_pod(job, index, restart, resource, resume, spec, report_url,
+                                workers) for index in range(workers) if index not in current]
+    missing += [build.companion_pod(job, pod_set, index, restart, resource, resume, spec,
+                                    report_url, workers)
+                for pod_set in spec.pod_sets for index in range(pod_set.replicas)
+                if (pod_set.name, index) not in companions]
+    return missing
+
+
+def pins(placement: Obj, pods: list[Obj], restart: int) -> list[tuple[str, str, str | None]]:
+    """The gated pods of attempt RESTART with where PLACEMENT puts them: a worker on its
+    rank's node, a companion on its recorded node."""
+    spots = Spots(placement)
+    found = []
+    for pod in pods:
+        if attempt_of(pod) != restart or not is_gated(pod):
+            continue
+        spot = spots.of(pod)
+        if spot is not None:
+            found.append((pod["metadata"]["name"], spot["node"], spot.get("domain")))
+    return found
+
+
+class Spots:
+    """Where a recorded placement puts each pod of the gang: a worker on its rank's node,
+    a companion on its recorded node ({node, domain}; None: nowhere yet)."""
+
+    def __init__(self, placement: Obj | None) -> None:
+        self.ranks = {r["rank"]: r for r in ranks_of(placement)}
+        self.companions = companions_of(placement)
+
+    def of(self, pod: Obj) -> Obj | None:
+        if pod_set_of(pod):
+            return self.companions.get(companion_key(pod))
+        return self.ranks.get(index_of(pod))
+
+
+def _nodes(ranks: dict[int, Obj], companions: Mapping[Any, Obj]) -> list[str]:
+    """Every node the placed gang holds: its ranks' and its companions'."""
+    return [*(r["node"] for r in ranks.values()), *(c["node"] for c in companions.values())]
 
 
 def _progress(result: Attempt, books: Obj, recovering: bool, restart: int, now: float
               ) -> Attempt:
     """A placed attempt: Running once every worker is ready (closing the incident it
     recovers from), else Placing or Recovering with the count."""
-    if result.ready == result.workers:
+    if result.ready == result.workers and result.companions_ready:
         result.phase = "Running"
         result.message = f"all {result.workers} workers running"
         result.conditions.append(ConditionUpdate("Running", True, "AllWorkersRunning",
@@ -235,12 +288,12 @@ def _hang(result: Attempt, spec: TrainingJobSpec, steps: StepClock | None, resta
     return why, steps.at
 
 
-def _detect(result: Attempt, spec: TrainingJobSpec, books: Obj, ranks: dict[int, Obj],
+def _detect(result: Attempt, spec: TrainingJobSpec, books: Obj, held: list[str],
             failed: list[tuple[int, Obj]], lost: Mapping[str, Lost], restart: int,
             now: float, hang: tuple[str, float] | None = None) -> Obj | None:
     """Open an incident when the current attempt was hit (a node, a worker, a hang);
     None when it was not."""
-    down = sorted({r["node"] for r in ranks.values() if r["node"] in lost})
+    down = sorted({node for node in held if node in lost})
     infra: list[str] = []
     application: list[str] = []
     blamed: dict[str, str] = {}
@@ -347,7 +400,7 @@ def _rollback(books: Obj, spec: TrainingJobSpec) -> str:
 
 
 def _recover(result: Attempt, spec: TrainingJobSpec, books: Obj, incident: Obj,
-             pods: list[Obj], ranks: dict[int, Obj], lost: Mapping[str, Lost],
+             pods: list[Obj], held: list[str], lost: Mapping[str, Lost],
              suspects: Collection[str], restart: int, now: float) -> Attempt:
     """The incident is open for the next attempt: wait out backoff and quarantine, then
     restart the gang (the controller finds the replacement placement)."""
@@ -358,8 +411,7 @@ def _recover(result: Attempt, spec: TrainingJobSpec, books: Obj, incident: Obj,
     suspects_first = incident.get("cause") == "InfrastructureError"  # an exit code's
     unresolved = [n for n in incident.get("nodes") or [] if n not in lost] \
         if suspects_first else []
-    pending = sorted({r["node"] for r in ranks.values()
-                      if r["node"] in suspects and r["node"] not in lost})
+    pending = sorted({node for node in held if node in suspects and node not in lost})
     if restart_at is not None and now < restart_at:
         result.wake_at = restart_at
         result.message = (f"{incident['cause']}: restart {restart + 1} in "
@@ -370,7 +422,7 @@ def _recover(result: Attempt, spec: TrainingJobSpec, books: Obj, incident: Obj,
     else:
         result.restart = True
         result.status["sdc"] = None  # the next attempt's votes start afresh
-        result.failed_nodes = sorted({r["node"] for r in ranks.values() if r["node"] in lost})
+        result.failed_nodes = sorted({node for node in held if node in lost})
         result.probe_first = unresolved  # suspect, not lost: probed before the gang starts
         result.message = f"{incident['cause']}: restarting the gang (restart {restart + 1})"
         result.delete = [p["metadata"]["name"] for p in pods]

@@ -4,6 +4,7 @@ request as placement takes it, the reservations, and the record the status keeps
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,8 +16,9 @@ from goodput_operator.decide.types import Event, ProbeStart, Reservation
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.topology.model import Fleet, trainingjob_owner
-from goodput_operator.topology.placement import Placement, RankSlot, Request
-from goodput_operator.topology.record import to_slices
+from goodput_operator.topology.placement import CompanionSlot, Placement, RankSlot, Request
+from goodput_operator.topology.podsets import Companion
+from goodput_operator.topology.record import companions_of, to_slices
 
 Obj = dict[str, Any]
 
@@ -52,17 +54,21 @@ def restart_of(job: Obj) -> int:
 
 
 def reserve(fleet: Fleet, result: JobDecision, spec: TrainingJobSpec, restart: int,
-             ranks: list[RankSlot]) -> None:
-    """Reserve the placed ranks in the trial (the jobs decided later in this pass must see
-    them) and hand them to the controller."""
+            ranks: list[RankSlot], companions: Sequence[CompanionSlot] = ()) -> None:
+    """Reserve the placed ranks and companion pods in the trial (the jobs decided later in
+    this pass must see them) and hand them to the controller."""
     job, group = result.job, spec.ultra_server_group or ""
     meta = job["metadata"]
     owner = trainingjob_owner(meta["namespace"], meta["name"])
-    for rank in ranks:
-        key = f"{meta['namespace']}/{build.pod_name(meta['name'], restart, rank.rank)}"
-        fleet.bind(key, rank.node, spec.accelerators_per_worker, owner)
-        result.reservations.append(Reservation(group, key, rank.node,
-                                               spec.accelerators_per_worker, owner))
+    chips = {s.name: s.accelerators_per_pod for s in spec.pod_sets}
+    held = [(build.pod_name(meta["name"], restart, r.rank), r.node,
+             spec.accelerators_per_worker) for r in ranks]
+    held += [(build.companion_name(meta["name"], restart, c.name, c.ordinal), c.node,
+              chips.get(c.name, 0)) for c in companions if chips.get(c.name)]
+    for name, node, accelerators in held:
+        key = f"{meta['namespace']}/{name}"
+        fleet.bind(key, node, accelerators, owner)
+        result.reservations.append(Reservation(group, key, node, accelerators, owner))
 
 
 def request_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
@@ -78,11 +84,39 @@ def request_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Ob
                    spec.topology.slice.size if spec.topology.slice else 1)
 
 
-def placement_record(placed: Placement, clock: float) -> Obj:
-    """The placement as the status records it (and the next attempt reads it back)."""
+def companions_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj
+                   ) -> list[Companion]:
+    """The job's pod sets as placement takes them, each limited to the nodes its own pod
+    fits (its template, node selector and tolerations: per pod set node selection)."""
+    found = []
+    for pod_set in spec.pod_sets:
+        pod_spec = build.companion_pod(job, pod_set, 0, 0, fleet.shape.accelerator_resource,
+                                       spec=spec)["spec"]
+        eligible, why = pod_fit(snapshot.nodes, snapshot.memo, fleet, spec.ultra_server_group,
+                                pod_spec)
+        found.append(Companion(pod_set.name, pod_set.replicas, pod_set.accelerators_per_pod,
+                               pod_set.near, eligible, why))
+    return found
+
+
+def placement_record(placed: Placement, clock: float,
+                     companions: Sequence[CompanionSlot] | None = None) -> Obj:
+    """The placement as the status records it (and the next attempt reads it back).
+    COMPANIONS: the pod sets' pods, when not the placement's own."""
     ranks = placed.ranks
     domains = placed.domains or tuple(dict.fromkeys(r.domain for r in ranks))
-    return {"domains": list(domains), "reason": placed.reason,
-            "placedAt": iso(clock), "workers": len(ranks),
-            "slices": to_slices({"rank": r.rank, "node": r.node, "domain": r.domain}
-                                    for r in ranks)}
+    record: Obj = {"domains": list(domains), "reason": placed.reason,
+                   "placedAt": iso(clock), "workers": len(ranks),
+                   "slices": to_slices({"rank": r.rank, "node": r.node, "domain": r.domain}
+                                       for r in ranks)}
+    slots = placed.companions if companions is None else companions
+    if slots:
+        record["podSets"] = [{"set": c.name, "index": c.ordinal, "node": c.node,
+                              "domain": c.domain} for c in slots]
+    return record
+
+
+def recorded_companions(placement: Obj | None) -> list[CompanionSlot]:
+    """The companion pods a recorded placement holds, as placement gives them."""
+    return [CompanionSlot(name, index, c["node"], c.get("domain") or "")
+            for (name, index), c in companions_of(placement).items()]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -26,11 +27,14 @@ from goodput_operator.decide.attempt import (
     Lost,
     attempt,
     books_of,
+    pins,
     refuse,
 )
 from goodput_operator.decide.gang import (
     JobDecision,
+    companions_for,
     placement_record,
+    recorded_companions,
     request_for,
     reserve,
     restart_of,
@@ -47,15 +51,17 @@ from goodput_operator.decide.types import (
 from goodput_operator.health import badput
 from goodput_operator.health.hang import from_progress
 from goodput_operator.health.quarantine import iso, parse_time, record_of
-from goodput_operator.resources.pods import attempt_of, index_of, is_gated, owned
+from goodput_operator.resources.pods import attempt_of, is_gated, owned
 from goodput_operator.topology.model import Fleet, trainingjob_owner
 from goodput_operator.topology.placement import (
+    CompanionSlot,
     Placement,
     RankSlot,
+    Request,
     in_rank_order,
-    place,
 )
-from goodput_operator.topology.record import nodes_of, ranks_of
+from goodput_operator.topology.podsets import companions_near, place_together
+from goodput_operator.topology.record import companions_of, nodes_of, ranks_of
 from goodput_operator.topology.replacement import Elastic, replace
 
 Obj = dict[str, Any]
@@ -120,14 +126,10 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
             if incident is not None and not incident.get("replacedAt"):
                 desired["incidents"] = badput.replaced(books, clock, incident.get("action")
                                                        or "wait")["incidents"]
-            by_rank = {r["rank"]: r for r in ranks_of(placement)}
-            decided.pin = [(p["metadata"]["name"], by_rank[index_of(p)]["node"],
-                            by_rank[index_of(p)]["domain"]) for p in pods
-                           if index_of(p) in by_rank and attempt_of(p) == restart_of(job)
-                           and is_gated(p)]
+            decided.pin = pins(placement, pods, restart_of(job))
             if spec.sdc.probe_on_start:  # probes first: the workers stay gated
                 decided.hold, decided.pin = True, []
-                decided.probe = sorted({r["node"] for r in by_rank.values()})
+                decided.probe = sorted({r["node"] for r in ranks_of(placement)})
         else:
             desired["message"] = update.message
     if decided.restart:
@@ -214,7 +216,9 @@ def _complete(desired: Obj, status: Obj, decided: Attempt, spec: TrainingJobSpec
     desired["workers"] = {"desired": decided.workers, "ready": decided.ready,
                           "succeeded": decided.succeeded, "failed": decided.failed}
     live = placement is not None and desired["phase"] not in TERMINAL
-    desired["accelerators"] = decided.workers * spec.accelerators_per_worker if live else 0
+    companions = sum(s.replicas * s.accelerators_per_pod for s in spec.pod_sets)
+    desired["accelerators"] = decided.workers * spec.accelerators_per_worker + companions \
+        if live else 0
     if desired["phase"] == "Running" and not status.get("startTime"):
         desired["startTime"] = stamp(clock)
     if desired["phase"] in TERMINAL and not status.get("completionTime"):
@@ -228,6 +232,7 @@ def lost_nodes(snapshot: Snapshot, fleet: Fleet, job: Obj, pods: list[Obj]) -> d
     it may no longer use: quarantined, gone, or moved out of its group."""
     status = job.get("status") or {}
     names = set(nodes_of(status.get("placement")))
+    names.update(c["node"] for c in companions_of(status.get("placement")).values())
     for incident in (status.get("incidents") or [])[-1:]:
         names.update(incident.get("nodes") or [])
     names.update(p["spec"]["nodeName"] for p in pods if p.get("spec", {}).get("nodeName"))
@@ -316,21 +321,45 @@ def _replacement(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: O
     if replaced.action == "wait":
         return None, "wait", replaced.reason
     ranks_now = in_rank_order(replaced.ranks, spec.topology.rank_order)
-    reserve(fleet, result, spec, restart_of(job) + 1, list(ranks_now))
-    return (placement_record(Placement(True, replaced.reason, ranks_now), snapshot.clock),
-            replaced.action, replaced.reason)
+    companions = _companions_after(snapshot, fleet, spec, job, placement, failed, request,
+                                   ranks_now)
+    if isinstance(companions, str):
+        return None, "wait", f"{replaced.reason}, but {companions}"
+    reserve(fleet, result, spec, restart_of(job) + 1, list(ranks_now), companions)
+    return (placement_record(Placement(True, replaced.reason, ranks_now), snapshot.clock,
+                             companions), replaced.action, replaced.reason)
+
+
+def _companions_after(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
+                      placement: Obj, failed: list[str], request: Request,
+                      ranks: Sequence[RankSlot]) -> list[CompanionSlot] | str:
+    """The pod sets' places beside the replaced ranks: where they were while none of them
+    was lost and the workers kept their domains; else placed again near the workers
+    (never on a lost node), or why they cannot be."""
+    kept = recorded_companions(placement)
+    domains = tuple(dict.fromkeys(r.domain for r in ranks))
+    if not spec.pod_sets or (not any(c.node in failed for c in kept) and
+                             set(domains) == set(placement.get("domains") or ())):
+        return kept
+    lost = set(failed)
+    companions = [dataclasses.replace(c, eligible=(c.eligible if c.eligible is not None
+                                                   else frozenset(fleet.nodes)) - lost)
+                  for c in companions_for(snapshot, fleet, spec, job)]
+    return companions_near(fleet, Placement(True, "", tuple(ranks), domains), request,
+                           companions)
 
 
 def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
            conditions: list[Obj], result: JobDecision) -> tuple[Obj | None, ConditionUpdate]:
     """Place the whole gang, or say why it waits (an event when the reason changes)."""
     request = request_for(snapshot, fleet, spec, job, spec.workers)
+    companions = companions_for(snapshot, fleet, spec, job)
     started = time.perf_counter()
     if badput.current_incident(books_of(job.get("status") or {})) is not None:
         with fleet.spares_released():  # a recovering gang may take spares
-            placed = place(fleet, request)
+            placed = place_together(fleet, request, companions)
     else:
-        placed = place(fleet, request)
+        placed = place_together(fleet, request, companions)
     result.placement_seconds = time.perf_counter() - started
     if not placed.ok:
         previous = next((c for c in conditions if c["type"] == "Placed"), None)
@@ -339,7 +368,7 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
         return None, ConditionUpdate("Placed", False, "WaitingForCapacity", placed.reason)
     placed = dataclasses.replace(placed, ranks=in_rank_order(placed.ranks,
                                                              spec.topology.rank_order))
-    reserve(fleet, result, spec, restart_of(job), list(placed.ranks))
+    reserve(fleet, result, spec, restart_of(job), list(placed.ranks), placed.companions)
     created = parse_time(job["metadata"].get("creationTimestamp"))
     if created is not None:
         result.pending_seconds = max(0.0, snapshot.clock - created)

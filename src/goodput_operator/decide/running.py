@@ -12,6 +12,7 @@ from goodput_operator.decide.attempt import Attempt, books_of, strict_checkpoint
 from goodput_operator.decide.gang import (
     JobDecision,
     placement_record,
+    recorded_companions,
     request_for,
     reserve,
     restart_of,
@@ -94,7 +95,8 @@ def _grow(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
         return None
     ranks = in_rank_order(grown.ranks, spec.topology.rank_order)
     restart = restart_of(job)
-    reserve(fleet, result, spec, restart + 1, list(ranks))
+    companions = recorded_companions(status.get("placement"))  # the grow adds domains only
+    reserve(fleet, result, spec, restart + 1, list(ranks), companions)
     clock = snapshot.clock
     books = badput.open_incident(books_of(status), restart + 1, "Resize", grown.reason, [],
                                  clock, clock, strict=strict_checkpoints(spec))
@@ -107,7 +109,7 @@ def _grow(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
     decided.conditions = [c for c in decided.conditions if c.type != "Running"]
     decided.conditions.append(ConditionUpdate("Running", False, "Resizing", decided.message))
     result.events.append(Event("Normal", "Resizing", decided.message))
-    return placement_record(Placement(True, grown.reason, ranks), clock)
+    return placement_record(Placement(True, grown.reason, ranks), clock, companions)
 
 
 def _grow_due(status: Obj, since: float, after: float, now: float) -> float:

@@ -108,6 +108,16 @@ def index_of(pod: Obj) -> int:
     return _count_label(pod, names.RANK_LABEL)
 
 
+def pod_set_of(pod: Obj) -> str:
+    """The companion pod set (spec.podSets) a pod belongs to; "" for a worker."""
+    return str((pod["metadata"].get("labels") or {}).get(names.POD_SET_LABEL, ""))
+
+
+def companion_key(pod: Obj) -> tuple[str, int]:
+    """A companion pod's (set, index), as its placement is recorded."""
+    return pod_set_of(pod), _count_label(pod, names.POD_INDEX_LABEL)
+
+
 def _count_label(pod: Obj, label: str) -> int:
     """A label holding a count, -1 when absent or not a plain count ("abc", "1e3", "-2"):
     a label anybody may write must never make a decision raise."""

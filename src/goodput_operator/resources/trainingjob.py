@@ -15,7 +15,7 @@ from typing import Any
 
 from goodput_operator import names
 from goodput_operator.api.base import API_VERSION
-from goodput_operator.api.trainingjob import TrainingJobSpec
+from goodput_operator.api.trainingjob import PodSet, TrainingJobSpec
 from goodput_operator.resources.pods import child_name, template_metadata
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "goodput-operator"}
@@ -149,41 +149,84 @@ def worker_pod(job: Obj, index: int, restart: int, resource: str,
     the already parsed job spec, when the caller has it (one parse per pass, not one per
     pod)."""
     spec = spec or _spec(job)
-    meta = job["metadata"]
-    template = copy.deepcopy(job["spec"]["template"])
-    pod_spec: Obj = template.get("spec", {})
-    labels = {**template_metadata(template, "labels"), **selector(meta["name"]),
-              names.RANK_LABEL: str(index), names.RESTART_LABEL: str(restart), **MANAGED_BY}
-    annotations = template_metadata(template, "annotations")
-    containers = pod_spec["containers"]
     env = launcher_env(job, spec, index, restart, resume, report_url, workers)
-    for position, container in enumerate(containers):
-        ours = {e["name"] for e in env}
+    return _gang_pod(job, copy.deepcopy(job["spec"]["template"]),
+                     pod_name(job["metadata"]["name"], restart, index), hostname(index),
+                     {names.RANK_LABEL: str(index), names.RESTART_LABEL: str(restart)},
+                     env, resource, spec.accelerators_per_worker, spec.node_selector)
+
+
+def companion_pod(job: Obj, pod_set: PodSet, index: int, restart: int, resource: str,
+                  resume: Obj | None = None, spec: TrainingJobSpec | None = None,
+                  report_url: str = "", workers: int | None = None) -> Obj:
+    """Pod INDEX of the companion POD_SET (spec.podSets) in attempt RESTART: the gang's
+    environment without a rank (GOODPUT_POD_SET and GOODPUT_POD_INDEX instead), its own
+    template, accelerators and node selector; gated like the workers."""
+    spec = spec or _spec(job)
+    env = [e for e in launcher_env(job, spec, 0, restart, resume, report_url, workers)
+           if e["name"] not in _RANKED]
+    env += [{"name": names.ENV_POD_SET, "value": pod_set.name},
+            {"name": names.ENV_POD_INDEX, "value": str(index)}]
+    raw: Obj = next((s for s in job["spec"].get("podSets") or []
+                     if s.get("name") == pod_set.name), {})  # the template as written
+    template = copy.deepcopy(raw.get("template") or job["spec"]["template"])
+    selector_ = {**(spec.node_selector or {}), **(pod_set.node_selector or {})}
+    return _gang_pod(job, template,
+                     companion_name(job["metadata"]["name"], restart, pod_set.name, index),
+                     companion_host(pod_set.name, index),
+                     {names.POD_SET_LABEL: pod_set.name, names.POD_INDEX_LABEL: str(index),
+                      names.RESTART_LABEL: str(restart)},
+                     env, resource, pod_set.accelerators_per_pod, selector_ or None)
+
+
+_RANKED = {names.ENV_RANK, "NODE_RANK", "RANK"}  # a companion has no rank in the gang
+
+
+def companion_name(job_name: str, restart: int, pod_set: str, index: int) -> str:
+    return child_name(job_name, f"-r{restart}-{pod_set}-{index}")
+
+
+def companion_host(pod_set: str, index: int) -> str:
+    return f"{pod_set}-{index}"
+
+
+def _gang_pod(job: Obj, template: Obj, name: str, host: str,
+              identity: dict[str, str], env: list[Obj], resource: str, accelerators: int,
+              node_selector: dict[str, str] | None) -> Obj:
+    """A pod of the gang (a worker or a companion): TEMPLATE with the job's labels and
+    IDENTITY, ENV in every container, the hostfile and report token mounted, ACCELERATORS
+    on the first container, a host name in the job's service, gated until placed."""
+    meta = job["metadata"]
+    pod_spec: Obj = template.setdefault("spec", {})
+    labels = {**template_metadata(template, "labels"), **selector(meta["name"]), **identity,
+              **MANAGED_BY}
+    annotations = template_metadata(template, "annotations")
+    ours = {e["name"] for e in env}
+    for position, container in enumerate(pod_spec["containers"]):
         container["env"] = [e for e in container.get("env") or [] if e["name"] not in ours] \
             + env
         mounts = container.setdefault("volumeMounts", [])
         mounts.append({"name": "goodput-hostfile", "mountPath": HOSTFILE_DIR, "readOnly": True})
         mounts.append({"name": "goodput-report-token", "readOnly": True,
                        "mountPath": names.REPORT_TOKEN_PATH.rsplit("/", 1)[0]})
-        if position == 0:  # the first container is the worker and holds the accelerators
+        if position == 0 and accelerators:  # the first container holds the accelerators
             resources = container.setdefault("resources", {})
             for kind in ("requests", "limits"):
-                resources.setdefault(kind, {})[resource] = str(spec.accelerators_per_worker)
+                resources.setdefault(kind, {})[resource] = str(accelerators)
     pod_spec.setdefault("volumes", []).extend([
         {"name": "goodput-hostfile", "configMap": {"name": hostfile_name(meta["name"])}},
         {"name": "goodput-report-token", "projected": {"sources": [{"serviceAccountToken": {
             "audience": names.REPORT_AUDIENCE, "expirationSeconds": 3600,
             "path": names.REPORT_TOKEN_PATH.rsplit("/", 1)[1]}}]}}])
     pod_spec["restartPolicy"] = "Never"
-    pod_spec["hostname"] = hostname(index)
+    pod_spec["hostname"] = host
     pod_spec["subdomain"] = service_name(meta["name"])
     pod_spec["schedulingGates"] = [{"name": names.PLACEMENT_GATE}]
-    if spec.node_selector:
-        pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **spec.node_selector}
+    if node_selector:
+        pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **node_selector}
     return {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": pod_name(meta["name"], restart, index),
-                     "namespace": meta["namespace"], "labels": labels,
+        "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels,
                      "annotations": annotations, "ownerReferences": [owner_reference(job)]},
         "spec": pod_spec,
     }

@@ -62,6 +62,15 @@ class RankSlot(NamedTuple):
     slot: int
 
 
+class CompanionSlot(NamedTuple):
+    """Where pod ORDINAL of the companion pod set NAME runs (topology.podsets)."""
+
+    name: str
+    ordinal: int
+    node: str
+    domain: str
+
+
 def in_rank_order(ranks: Sequence[RankSlot], order: str) -> tuple[RankSlot, ...]:
     """RANKS renumbered for topology.rankOrder: fabric keeps the placement's order
     (network level, domain, slot: consecutive ranks are neighbours); index numbers the same
@@ -81,6 +90,7 @@ class Placement:
     ranks: tuple[RankSlot, ...] = ()
     domains: tuple[str, ...] = ()
     min_domains: int = 0  # domains the gang needs on an empty fleet
+    companions: tuple[CompanionSlot, ...] = ()  # pod sets placed with it (topology.podsets)
 
     @property
     def hosts(self) -> list[str]:

@@ -153,3 +153,9 @@ def ranks_of(placement: Mapping[str, Any] | None) -> list[Obj]:
 def nodes_of(placement: Mapping[str, Any] | None) -> list[str]:
     """The recorded placement's node of each rank, in rank order."""
     return [r["node"] for r in ranks_of(placement)]
+
+
+def companions_of(placement: Mapping[str, Any] | None) -> dict[tuple[str, int], Obj]:
+    """A recorded placement's companion pods ({set, index, node, domain}), by (set, index)."""
+    return {(str(c.get("set")), int(c.get("index", 0))): c
+            for c in (placement or {}).get("podSets") or []}
