@@ -238,3 +238,32 @@ def test_a_finished_job_is_deleted_after_its_ttl(e2e: Operator, crds: Cluster, n
     wait_for(lambda: crds.kubectl("get", "tj", "shortlived", "-n", namespace,
                                   check=False).returncode != 0,
              timeout=30, what="the job deleted after its TTL")
+
+
+def test_a_leader_and_eight_workers_land_together_in_one_ultraserver(
+        e2e: Operator, crds: Cluster, namespace: str, trn2_group: str) -> None:
+    """spec.podSets: a one-chip leader is placed in the same decision as its 8 workers
+    (4 chips each: two full nodes) and lands, bound by kube-scheduler, on another node of
+    the workers' UltraServer."""
+    leader_template = {"spec": {"containers": [{"name": "leader",
+                                                "image": "example.com/launch:1"}]}}
+    apply(crds, training_job("led", trn2_group, 8, acceleratorsPerWorker=4, podSets=[
+        {"name": "leader", "acceleratorsPerPod": 1, "template": leader_template}]), namespace)
+    job = wait_phase(crds, namespace, "led", "Running")
+    labels = node_labels(crds)
+    workers = [p["spec"]["nodeName"] for p in job_pods(crds, namespace, "led")]
+    [leader] = json.loads(crds.kubectl(
+        "get", "pods", "-n", namespace, "-l", f"{names.POD_SET_LABEL}=leader",
+        "-o", "json").stdout)["items"]
+    assert len(workers) == 8 and len(set(workers)) == 2, "4 workers of 4 chips per node"
+    ultraservers = {labels[n][ULTRASERVER] for n in workers}
+    assert len(ultraservers) == 1
+    assert labels[leader["spec"]["nodeName"]][ULTRASERVER] in ultraservers
+    assert leader["spec"]["nodeName"] not in workers, "the workers' nodes are full"
+    assert leader["spec"]["containers"][0]["image"] == "example.com/launch:1"
+    env = {e["name"]: e.get("value", "") for e in leader["spec"]["containers"][0]["env"]}
+    assert (env[names.ENV_POD_SET], env["MASTER_ADDR"]) == ("leader", f"w0.led.{namespace}.svc")
+    assert job["status"]["placement"]["podSets"] == [
+        {"set": "leader", "index": 0, "node": leader["spec"]["nodeName"],
+         "domain": labels[leader["spec"]["nodeName"]][ULTRASERVER]}]
+    assert job["status"]["accelerators"] == 33
