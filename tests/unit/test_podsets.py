@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import pytest
@@ -9,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from goodput_operator.topology.model import Fleet
-from goodput_operator.topology.placement import Request, commit
-from goodput_operator.topology.podsets import Companion, Near, place_together
+from goodput_operator.topology.placement import Companion, Near, Request, commit, place
 from tests.unit.fleets import nvl72, trn2
 
 pytestmark = pytest.mark.unit
@@ -23,6 +23,10 @@ def used(fleet: Fleet, *nodes: tuple[str, int]) -> Fleet:
 
 
 LEADER = Companion("leader", 1, 0)
+
+
+def with_sets(request: Request, companions: list[Companion]) -> Request:
+    return dataclasses.replace(request, companions=tuple(companions))
 
 
 @pytest.mark.parametrize(("case", "fleet", "request_", "companions", "domains", "nodes"), [
@@ -45,7 +49,7 @@ LEADER = Companion("leader", 1, 0)
 def test_pod_sets_land_together_near_their_workers(
         case: str, fleet: object, request_: Request, companions: list[Companion],
         domains: tuple[str, ...], nodes: dict[str, list[str]]) -> None:
-    placed = place_together(fleet(), request_, companions)  # type: ignore[operator]
+    placed = place(fleet(), with_sets(request_, companions))  # type: ignore[operator]
     assert placed.ok, placed.reason
     assert placed.domains == domains, case
     got: dict[str, list[str]] = {}
@@ -72,7 +76,7 @@ def test_pod_sets_that_cannot_land_together_are_not_placed(
         why: str) -> None:
     built: Fleet = fleet()  # type: ignore[operator]
     before = built.snapshot()
-    placed = place_together(built, request_, companions)
+    placed = place(built, with_sets(request_, companions))
     assert not placed.ok and not placed.ranks and not placed.companions, case
     assert why in placed.reason, placed.reason
     assert built.snapshot() == before, "a failed solve must leave the fleet as it was"
@@ -81,7 +85,7 @@ def test_pod_sets_that_cannot_land_together_are_not_placed(
 def test_held_room_never_costs_the_workers_a_domain_under_required() -> None:
     """Two whole UltraServers of workers and a one-chip leader: room for the leader would
     spread the workers over three, which `required` forbids."""
-    placed = place_together(trn2(4), Request(8, 16), [Companion("leader", 1, 1)])
+    placed = place(trn2(4), Request(8, 16, companions=(Companion("leader", 1, 1),)))
     assert not placed.ok
     assert "no room in the workers' UltraServers" in placed.reason
 
@@ -107,7 +111,7 @@ def test_pod_sets_never_overcommit_and_always_hold_their_level(
     companions = [Companion(f"set{i}", count, chips, near)
                   for i, (count, chips) in enumerate(sets)]
     before = fleet.snapshot()
-    placed = place_together(fleet, request, companions)
+    placed = place(fleet, with_sets(request, companions))
     assert fleet.snapshot() == before
     if not placed.ok:
         return

@@ -16,8 +16,13 @@ from goodput_operator.decide.types import Event, ProbeStart, Reservation
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.topology.model import Fleet, trainingjob_owner
-from goodput_operator.topology.placement import CompanionSlot, Placement, RankSlot, Request
-from goodput_operator.topology.podsets import Companion
+from goodput_operator.topology.placement import (
+    Companion,
+    CompanionSlot,
+    Placement,
+    RankSlot,
+    Request,
+)
 from goodput_operator.topology.record import companions_of, to_slices
 
 Obj = dict[str, Any]

@@ -59,8 +59,9 @@ from goodput_operator.topology.placement import (
     RankSlot,
     Request,
     in_rank_order,
+    place,
 )
-from goodput_operator.topology.podsets import companions_near, place_together
+from goodput_operator.topology.podsets import companions_near
 from goodput_operator.topology.record import companions_of, nodes_of, ranks_of
 from goodput_operator.topology.replacement import Elastic, replace
 
@@ -352,14 +353,14 @@ def _companions_after(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, j
 def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
            conditions: list[Obj], result: JobDecision) -> tuple[Obj | None, ConditionUpdate]:
     """Place the whole gang, or say why it waits (an event when the reason changes)."""
-    request = request_for(snapshot, fleet, spec, job, spec.workers)
-    companions = companions_for(snapshot, fleet, spec, job)
+    request = dataclasses.replace(request_for(snapshot, fleet, spec, job, spec.workers),
+                                  companions=tuple(companions_for(snapshot, fleet, spec, job)))
     started = time.perf_counter()
     if badput.current_incident(books_of(job.get("status") or {})) is not None:
         with fleet.spares_released():  # a recovering gang may take spares
-            placed = place_together(fleet, request, companions)
+            placed = place(fleet, request)
     else:
-        placed = place_together(fleet, request, companions)
+        placed = place(fleet, request)
     result.placement_seconds = time.perf_counter() - started
     if not placed.ok:
         previous = next((c for c in conditions if c["type"] == "Placed"), None)

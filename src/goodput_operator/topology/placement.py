@@ -37,11 +37,26 @@ from goodput_operator.topology.model import Domain, Fleet, Node, is_foreign, nat
 
 Unit = Literal["node", "domain", "block"]
 Policy = Literal["required", "preferred"]
+Near = Literal["domain", "block", "any"]
+
+
+@dataclass(frozen=True)
+class Companion:
+    """A pod set placed with the gang (a leader, launcher or driver): COUNT pods of
+    ACCELERATORS each (0: CPU only), `near` the workers (topology.podsets)."""
+
+    name: str
+    count: int
+    accelerators: int
+    near: Near = "domain"
+    eligible: frozenset[str] | None = None  # nodes its pod may run on; None: all
+    ineligible: str = ""  # why the others may not (for the explanation)
 
 
 @dataclass(frozen=True)
 class Request:
-    """N workers x A accelerators, packed by `unit` under `policy`."""
+    """N workers x A accelerators, packed by `unit` under `policy`, with the pod sets
+    that must land with them (`companions`)."""
 
     workers: int
     accelerators: int
@@ -51,6 +66,7 @@ class Request:
     ineligible: str = ""  # why the others may not (for the explanation)
     balance: bool = False  # split evenly over the domains spanned (topology.balance)
     slice: int = 1  # workers per slice, each slice inside one domain (topology.slice)
+    companions: tuple[Companion, ...] = ()  # pod sets placed with the gang (spec.podSets)
 
 
 class RankSlot(NamedTuple):
@@ -143,7 +159,15 @@ def is_pristine(domain: Domain) -> bool:
 
 
 def place(fleet: Fleet, request: Request) -> Placement:
-    """Place the whole gang or explain why it cannot be placed."""
+    """Place the whole gang, and its companion pod sets with it, or explain why not."""
+    if request.companions:
+        from goodput_operator.topology.podsets import place_together  # it builds on this
+        return place_together(fleet, request)
+    return place_gang(fleet, request)
+
+
+def place_gang(fleet: Fleet, request: Request) -> Placement:
+    """Place the workers of REQUEST (not its companions) or explain why not."""
     shape = fleet.shape
     if request.workers < 1 or request.accelerators < 1:
         return Placement(False, "a gang needs at least 1 worker and 1 accelerator per worker")

@@ -17,32 +17,26 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 from goodput_operator.topology.model import Domain, Fleet, Node
-from goodput_operator.topology.placement import CompanionSlot, Placement, Request, place
+from goodput_operator.topology.placement import (
+    Companion,
+    CompanionSlot,
+    Near,
+    Placement,
+    Request,
+    place_gang,
+)
 
-Near = Literal["domain", "block", "any"]
+__all__ = ["Companion", "Near", "companions_near", "place_together"]
 SCRATCH = "scratch/pod-sets"  # the trial bindings made while solving, released after
 
 
-@dataclass(frozen=True)
-class Companion:
-    """One pod set placed with the gang."""
-
-    name: str
-    count: int
-    accelerators: int
-    near: Near = "domain"
-    eligible: frozenset[str] | None = None  # nodes its pod may run on; None: all
-    ineligible: str = ""  # why the others may not (for the explanation)
-
-
-def place_together(fleet: Fleet, request: Request, companions: Sequence[Companion]
-                   ) -> Placement:
-    """Place the gang of REQUEST and every pod of COMPANIONS, or explain why not."""
-    placed = place(fleet, request)
+def place_together(fleet: Fleet, request: Request) -> Placement:
+    """Place the gang of REQUEST and every pod of its companions, or explain why not."""
+    companions = request.companions
+    request = dataclasses.replace(request, companions=())
+    placed = place_gang(fleet, request)
     if not companions or not placed.ok:
         return placed
     slots = companions_near(fleet, placed, request, companions)
@@ -52,7 +46,7 @@ def place_together(fleet: Fleet, request: Request, companions: Sequence[Companio
     if not held or request.slice > 1 or request.balance or any(
             c.accelerators > request.accelerators for c in companions):
         return Placement(False, slots, min_domains=placed.min_domains)
-    roomy = place(fleet, dataclasses.replace(request, workers=request.workers + held))
+    roomy = place_gang(fleet, dataclasses.replace(request, workers=request.workers + held))
     if not roomy.ok:
         return Placement(False, slots, min_domains=placed.min_domains)
     workers = roomy.ranks[:request.workers]
