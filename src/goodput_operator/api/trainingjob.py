@@ -305,6 +305,15 @@ class TrainingJobSpec(ApiModel):
     """Silent-data-corruption checks."""
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
     """Higher-priority pending jobs are placed first; equal priority by arrival."""
+    preemption_policy: Literal["Never", "LowerPriority"] = "Never"
+    """LowerPriority: a gang that does not fit preempts the smallest set of lower-priority
+    jobs of its group whose removal lets it be placed as its topology asks (whole
+    domains, aligned slices), never victims scattered over the fleet; Never: it waits."""
+    preemption_grace_seconds: int = Field(default=120, ge=0, le=3600)
+    """When this job is preempted: how long its workers may take to save a checkpoint
+    (the report channel asks them to, sdk.save_requested) before they are stopped; it
+    then resumes from that checkpoint once placed again. 0, or no checkpoint.dir: stopped
+    at once."""
     suspend: bool = False
     """True stops the workers (keeping checkpoints); false resumes."""
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=31_536_000)
@@ -438,7 +447,8 @@ class SdcStatus(ApiModel):
 
 
 IncidentCause = Literal["NodeFailure", "InfrastructureError", "ApplicationError",
-                        "SilentDataCorruption", "Unschedulable", "Hang", "Resize"]
+                        "SilentDataCorruption", "Unschedulable", "Hang", "Resize",
+                        "Preemption"]
 
 
 class Incident(ApiModel):
@@ -467,10 +477,12 @@ class Incident(ApiModel):
     """When the new placement (spares, moved gang) was written."""
     running_at: datetime | None = None
     """When every worker of the restart ran again; unset while recovering."""
-    action: Literal["replace", "move", "shrink", "grow", "wait", "restart"] | None = None
+    action: Literal["replace", "move", "shrink", "grow", "wait", "restart", "requeue"] | None \
+        = None
     """replace: failed ranks moved to spares/free nodes keeping the topology; move: the
     whole gang moved; shrink: fewer workers (elastic); grow: more workers again (elastic);
-    wait: no capacity yet; restart: same nodes."""
+    wait: no capacity yet; restart: same nodes; requeue: preempted, placed again when it
+    fits."""
     resume_from: CheckpointRef | None = None
     """The checkpoint the restart resumes from."""
     detection_seconds: float | None = Field(default=None, ge=0)
@@ -567,6 +579,19 @@ class RestartsByBudget(ApiModel):
     """The platform's faults (against failurePolicy.maxInfrastructureRestarts)."""
 
 
+class Preempting(ApiModel):
+    """A preemption under way (spec.preemptionPolicy of the job that needs the room)."""
+
+    by: str
+    """The preempting job (namespace/name)."""
+    at: datetime
+    """When this job was chosen as a victim (its workers were asked to save)."""
+    deadline: datetime
+    """When its workers are stopped, saved or not (at + preemptionGraceSeconds)."""
+    message: str | None = None
+    """Why this job: what its removal frees for the preempting gang."""
+
+
 class TrainingJobStatus(ApiModel):
     """Observed state of the job, written by the operator."""
 
@@ -597,6 +622,9 @@ class TrainingJobStatus(ApiModel):
     """The latest step a worker reported."""
     sdc: SdcStatus | None = None
     """Cross-replica fingerprint votes and numeric guards of the current attempt."""
+    preemption: Preempting | None = None
+    """While a higher-priority gang preempts this job: by whom, since when, and until when
+    its workers may save a checkpoint before they are stopped."""
     incidents: list[Incident] = Field(default_factory=list, max_length=32)
     """The most recent interruptions (newest last, at most 32) with their costs."""
     goodput: Goodput = nested(Goodput)

@@ -1,0 +1,137 @@
+"""Preemption that keeps topology: the smallest set of lower-priority workloads whose
+removal lets a gang be placed as it asks (whole domains, aligned slices, one block).
+
+Schedulers that preempt pod by pod (kube-scheduler) or by quota (Kueue) pick victims
+without asking whether what they free forms a valid topology placement; a 4-UltraServer
+gang may then evict four jobs scattered over four UltraServers and still not fit. Here
+the test of "enough" is the placement engine itself: a set of victims is enough when
+`place()` succeeds with their pods gone.
+
+The search is greedy and then minimal, as Kueue's is, but run in two orders and the
+better result kept: (1) lowest priority first, smallest first (Kueue's order); (2) whole
+domain by whole domain, each next domain the one that adds the fewest new victims (only
+domains no other workload uses: they can come free whole), so that a job spanning two
+UltraServers is preferred to four small ones scattered over four. Each greedy pass
+removes candidates in its order until the gang fits, then gives back every victim the
+gang can do without (the most important first): every victim left is needed. Between
+the two results: the lower highest priority preempted (as Kubernetes and Kueue, a job is
+never preempted while lower-priority ones would do), then fewer victims, then fewer
+accelerators.
+Workloads already being preempted for this gang come first in both orders (their room
+is being freed anyway), and are given back like the others when no longer needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from goodput_operator.topology.model import Fleet
+from goodput_operator.topology.placement import Placement, Request, place
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A workload the gang may preempt (strictly lower priority, pods in the fleet)."""
+
+    owner: str  # the fleet owner of its pods ("namespace/TrainingJob/name")
+    priority: int
+    preempting: bool = False  # already being preempted for this gang
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """The victims (owners, in the order given) and where the gang goes without them."""
+
+    victims: tuple[str, ...]
+    placement: Placement
+
+
+def preempt(fleet: Fleet, request: Request, candidates: Sequence[Candidate]
+            ) -> Preemption | None:
+    """The smallest set of CANDIDATES whose removal lets REQUEST be placed; None when
+    even all of them would not make room (or the gang fits without any)."""
+    present = [c for c in candidates if fleet.by_owner.get(c.owner)]
+    if not present:
+        return None
+    with fleet.without(c.owner for c in present):
+        if not place(fleet, request).ok:
+            return None
+    best: tuple[tuple[int, int, int, int], Preemption] | None = None
+    for order in (_by_priority(fleet, present), _by_domain(fleet, present)):
+        found = _greedy(fleet, request, order)
+        if found is None:
+            continue
+        score = _cost(fleet, present, found.victims)
+        if best is None or score < best[0]:
+            best = (score, found)
+    return best[1] if best is not None else None
+
+
+def _fits(fleet: Fleet, request: Request, owners: Iterable[str]) -> Placement:
+    with fleet.without(owners):
+        return place(fleet, request)
+
+
+def _greedy(fleet: Fleet, request: Request, order: list[Candidate]) -> Preemption | None:
+    removed: list[Candidate] = []
+    for candidate in order:
+        removed.append(candidate)
+        if _fits(fleet, request, (c.owner for c in removed)).ok:
+            break
+    else:
+        return None
+    # give back each victim the gang can do without, the most important first
+    for candidate in sorted(removed, key=lambda c: (-c.priority, c.preempting, c.owner)):
+        rest = [c for c in removed if c is not candidate]
+        if rest and _fits(fleet, request, (c.owner for c in rest)).ok:
+            removed = rest
+    victims = tuple(c.owner for c in removed)
+    return Preemption(victims, _fits(fleet, request, victims))
+
+
+def _held(fleet: Fleet, owner: str) -> int:
+    return sum(fleet.pods[key].accelerators for key in fleet.by_owner.get(owner, ()))
+
+
+def _cost(fleet: Fleet, candidates: Sequence[Candidate], victims: Sequence[str]
+          ) -> tuple[int, int, int, int]:
+    """The highest priority preempted (never a higher one than needed: the priority
+    order finds the lowest possible), then fewer victims, fewer accelerators, lower
+    priorities in all."""
+    priority = {c.owner: c.priority for c in candidates}
+    return (max(priority[v] for v in victims), len(victims),
+            sum(_held(fleet, v) for v in victims), sum(priority[v] for v in victims))
+
+
+def _by_priority(fleet: Fleet, candidates: Sequence[Candidate]) -> list[Candidate]:
+    return sorted(candidates, key=lambda c: (not c.preempting, c.priority,
+                                             _held(fleet, c.owner), c.owner))
+
+
+def _by_domain(fleet: Fleet, candidates: Sequence[Candidate]) -> list[Candidate]:
+    """Candidates whole domain by whole domain: among the domains only candidates use,
+    the next is the one that adds the fewest new victims (a job spanning two domains
+    clears both for one), then the lowest priority among them, the fewest accelerators,
+    fabric order; the candidates in no such domain come last, lowest priority first."""
+    by_owner = {c.owner: c for c in candidates}
+    clearable: list[tuple[set[str], int, tuple[object, ...]]] = []
+    for domain in fleet.ordered_domains():
+        users = {use.owner for node in domain.nodes for use in node.pods.values()}
+        if users and users <= by_owner.keys():  # held only by what may be preempted
+            held = sum(use.accelerators for node in domain.nodes for use in node.pods.values())
+            clearable.append((users, held, domain.order))
+    chosen: dict[str, None] = {}
+    while clearable:
+        def cost(entry: tuple[set[str], int, tuple[object, ...]]) -> tuple[object, ...]:
+            new = entry[0] - chosen.keys()
+            return (len(new), max((by_owner[u].priority for u in new), default=0),
+                    entry[1], entry[2])
+        best = min(clearable, key=cost)
+        clearable.remove(best)
+        for user in sorted(best[0] - chosen.keys(),
+                           key=lambda u: (not by_owner[u].preempting, by_owner[u].priority, u)):
+            chosen[user] = None
+    rest = sorted((c for c in candidates if c.owner not in chosen),
+                  key=lambda c: (not c.preempting, c.priority, c.owner))
+    return [by_owner[owner] for owner in chosen] + rest
