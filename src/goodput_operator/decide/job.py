@@ -10,6 +10,7 @@ the launch from it instead of redoing it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -39,6 +40,7 @@ from goodput_operator.decide.gang import (
     reserve,
     restart_of,
 )
+from goodput_operator.decide.preemption import preempt_for, yield_to
 from goodput_operator.decide.running import running_job
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.types import (
@@ -105,11 +107,15 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
                          observed={p["metadata"]["name"]: p for p in pods},
                          wake_at=min(wakes, default=None))
     placement = status.get("placement")
+    yielded = yield_to(snapshot, spec, job, decided, result)
     grown = running_job(snapshot, fleet, spec, job, decided, result) \
-        if decided.phase == "Running" else None
-    desired: Obj = {"phase": decided.phase, "message": decided.message, **decided.status}
+        if decided.phase == "Running" and not yielded.marked else None
+    desired: Obj = {"phase": decided.phase, "message": decided.message, **decided.status,
+                    **yielded.fields}
     if grown is not None:
         placement, desired["restarts"] = grown, restart_of(job) + 1
+    if yielded.stopped:
+        placement = None
     if (namespace, name) in snapshot.progress:
         desired["progress"] = snapshot.progress[(namespace, name)]
     conditions = apply_conditions(conditions, decided.conditions, generation, at)
@@ -356,17 +362,21 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
     request = dataclasses.replace(request_for(snapshot, fleet, spec, job, spec.workers),
                                   companions=tuple(companions_for(snapshot, fleet, spec, job)))
     started = time.perf_counter()
-    if badput.current_incident(books_of(job.get("status") or {})) is not None:
-        with fleet.spares_released():  # a recovering gang may take spares
-            placed = place(fleet, request)
-    else:
+    recovering = badput.current_incident(books_of(job.get("status") or {})) is not None
+    preempting = None
+    # a recovering gang may take spares
+    with fleet.spares_released() if recovering else contextlib.nullcontext():
         placed = place(fleet, request)
+        if not placed.ok and spec.preemption_policy == "LowerPriority":
+            preempting = preempt_for(snapshot, fleet, spec, job, request)
     result.placement_seconds = time.perf_counter() - started
     if not placed.ok:
+        reason, why = ("Preempting", preempting) if preempting else \
+            ("WaitingForCapacity", placed.reason)
         previous = next((c for c in conditions if c["type"] == "Placed"), None)
-        if previous is None or previous.get("message") != placed.reason:
-            result.events.append(Event("Normal", "WaitingForCapacity", placed.reason))
-        return None, ConditionUpdate("Placed", False, "WaitingForCapacity", placed.reason)
+        if previous is None or previous.get("message") != why:
+            result.events.append(Event("Normal", reason, why))
+        return None, ConditionUpdate("Placed", False, reason, why)
     placed = dataclasses.replace(placed, ranks=in_rank_order(placed.ranks,
                                                              spec.topology.rank_order))
     reserve(fleet, result, spec, restart_of(job), list(placed.ranks), placed.companions)

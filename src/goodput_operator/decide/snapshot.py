@@ -68,3 +68,15 @@ class Snapshot:
     # what one pass works out once and several decisions read (which nodes a pod spec
     # fits, by group and spec, decide.fit): filled as the pass goes (State.fits)
     memo: dict[Any, Any] = field(default_factory=dict)
+    # the victims the jobs decided so far in this pass preempt (decide.preemption): a
+    # victim has a lower priority, so it is decided later in the same pass and reads it
+    preempting: dict[Key, Mark] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A job chosen in this pass as a victim of a higher-priority gang's preemption."""
+
+    by: str  # the preempting job, namespace/name
+    priority: int
+    message: str  # what its removal frees

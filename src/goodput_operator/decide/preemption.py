@@ -1,0 +1,129 @@
+"""A TrainingJob's two parts in preemption (spec.preemptionPolicy: LowerPriority).
+
+As the gang that needs room: when it does not fit, it finds the smallest set of
+lower-priority jobs of its group whose removal lets it be placed as its topology asks
+(topology.preemption) and marks them for this pass; it is placed once their pods are
+gone, first in line by its priority. Level-based: the marks are worked out afresh every
+pass, so a gang that no longer needs the room (placed elsewhere, deleted) preempts no one.
+
+As a victim: marked, it asks its workers to save a checkpoint now (status.preemption; the
+report channel answers their step reports with a save request, sdk.save_requested),
+and once that checkpoint is committed, or preemptionGraceSeconds have passed, its
+workers are stopped and it is requeued: an incident of cause Preemption (action
+requeue, paid from no restart budget) that closes when it runs again, resumed from the
+checkpoint it saved. A victim no longer marked before it stopped goes on running.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from goodput_operator.api.trainingjob import TrainingJobSpec
+from goodput_operator.decide.attempt import TERMINAL, Attempt, books_of, strict_checkpoints
+from goodput_operator.decide.gang import JobDecision, restart_of
+from goodput_operator.decide.snapshot import Mark, Snapshot
+from goodput_operator.decide.types import ConditionUpdate, Event
+from goodput_operator.health import badput
+from goodput_operator.health.quarantine import iso, parse_time
+from goodput_operator.topology.model import Fleet, trainingjob_owner
+from goodput_operator.topology.placement import Request
+from goodput_operator.topology.preemption import Candidate, preempt
+
+Obj = dict[str, Any]
+
+
+def preempt_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
+                request: Request) -> str | None:
+    """Mark the victims that make room for JOB's gang of REQUEST; what is said on its
+    Placed condition, or None when no preemption makes room."""
+    meta = job["metadata"]
+    me = f"{meta['namespace']}/{meta['name']}"
+    keys: dict[str, tuple[str, str]] = {}
+    candidates = []
+    for other in snapshot.jobs:
+        other_meta, other_spec = other["metadata"], other.get("spec") or {}
+        status = other.get("status") or {}
+        priority = other_spec.get("priority", 0)
+        if other is job or other_spec.get("ultraServerGroup") != spec.ultra_server_group or \
+                not isinstance(priority, int) or priority >= spec.priority or \
+                status.get("phase") in TERMINAL:
+            continue
+        owner = trainingjob_owner(other_meta["namespace"], other_meta["name"])
+        keys[owner] = (other_meta["namespace"], other_meta["name"])
+        candidates.append(Candidate(owner, priority,
+                                    (status.get("preemption") or {}).get("by") == me))
+    found = preempt(fleet, request, candidates)
+    if found is None:
+        return None
+    victims = ", ".join("/".join(keys[v]) for v in found.victims)
+    message = (f"preempting {victims} (priority below {spec.priority}); without them: "
+               f"{found.placement.reason}")
+    for victim in found.victims:
+        snapshot.preempting[keys[victim]] = Mark(me, spec.priority, message[:1024])
+    return message
+
+
+@dataclass
+class Yielded:
+    """What being (or no longer being) a victim changes in a job's pass."""
+
+    fields: Obj = field(default_factory=dict)  # status keys to write
+    stopped: bool = False  # the workers stop now: requeued, placement cleared
+    marked: bool = False  # chosen as a victim in this pass
+
+
+def yield_to(snapshot: Snapshot, spec: TrainingJobSpec, job: Obj, decided: Attempt,
+             result: JobDecision) -> Yielded:
+    """JOB as a victim of this pass's preemptions: ask for a checkpoint, then stop."""
+    meta, status = job["metadata"], job.get("status") or {}
+    mark = snapshot.preempting.get((meta["namespace"], meta["name"]))
+    current = status.get("preemption")
+    clock = snapshot.clock
+    if mark is None or decided.phase in TERMINAL or decided.phase == "Suspended" or \
+            not status.get("placement"):
+        if current:
+            decided.conditions.append(ConditionUpdate(
+                "Preempted", False, "Cancelled", f"{current.get('by')} no longer needs the "
+                "room: running on"))
+            return Yielded({"preemption": None})
+        if decided.phase == "Running" and any(
+                c.get("type") == "Preempted" and c.get("status") == "True"
+                for c in status.get("conditions") or []):
+            decided.conditions.append(ConditionUpdate("Preempted", False, "Resumed",
+                                                      decided.message))
+        return Yielded()
+    same = current is not None and current.get("by") == mark.by
+    at = (parse_time(current.get("at")) if same and current else None) or clock
+    # only running workers can save: without a checkpoint dir, or not running, at once
+    grace = spec.preemption_grace_seconds \
+        if spec.checkpoint.dir and decided.phase == "Running" else 0
+    deadline = at + grace
+    saved = parse_time(((status.get("checkpoint") or {}).get("latest") or {}).get("time"))
+    if clock < deadline and (saved is None or saved < at):
+        message = (f"preempted by {mark.by} (priority {mark.priority} > {spec.priority}): "
+                   f"the workers are asked to save a checkpoint, stopped at "
+                   f"{iso(deadline)} at the latest")
+        if not same:
+            result.events.append(Event("Warning", "Preempting", message))
+        decided.conditions.append(ConditionUpdate("Preempted", True, "Checkpointing", message))
+        result.wake_at = min(w for w in (result.wake_at, deadline) if w is not None)
+        return Yielded({"preemption": {"by": mark.by, "at": iso(at), "deadline": iso(deadline),
+                                       "message": mark.message}}, marked=True)
+    restart = restart_of(job)
+    books = {**books_of(status), **decided.status}
+    books = badput.open_incident(books, restart + 1, "Preemption", mark.message, [], clock,
+                                 clock, strict=strict_checkpoints(spec))
+    books = badput.update_incident(books, action="requeue")
+    resume = (books["incidents"][-1].get("resumeFrom") or {})
+    why = (f"preempted by {mark.by} (priority {mark.priority} > {spec.priority}): workers "
+           f"stopped and requeued; resumes from "
+           f"{'step ' + str(resume['step']) if 'step' in resume else 'the start'}")
+    decided.delete = list(result.observed)
+    decided.create, decided.pin, decided.probe = [], [], []
+    decided.phase, decided.message = "Recovering", why
+    decided.status = {"incidents": books["incidents"], "goodput": books["goodput"]}
+    decided.conditions.append(ConditionUpdate("Preempted", True, "Requeued", why))
+    decided.conditions.append(ConditionUpdate("Running", False, "Preempted", why))
+    result.events.append(Event("Warning", "Preempted", why))
+    return Yielded({"preemption": None, "restarts": restart + 1}, stopped=True, marked=True)
