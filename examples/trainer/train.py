@@ -12,7 +12,8 @@ resume (GOODPUT_RESUME_*), where to save (GOODPUT_CHECKPOINT_DIR) and the report
   parameters as an uninterrupted one, bit for bit,
 - reports every step with a fingerprint of its parameters (the replicas vote on them: a
   replica that disagrees points at silent data corruption on its node),
-- saves a checkpoint every --checkpoint-every steps on rank 0, atomically, and commits it,
+- saves a checkpoint every --checkpoint-every steps on rank 0, atomically, and commits it;
+  and at once when the operator asks (sdk.save_requested: the job is being preempted),
 - prints `FINAL step=N fingerprint=F` and exits 0,
 - exits at once on SIGTERM, even while stuck in a collective (see exit_on_sigterm).
 
@@ -58,7 +59,13 @@ exit_on_sigterm()  # before torch starts its threads
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from goodput_operator.sdk import ReportError, checkpoint, fingerprint, report_step  # noqa: E402
+from goodput_operator.sdk import (  # noqa: E402
+    ReportError,
+    checkpoint,
+    fingerprint,
+    report_step,
+    save_requested,
+)
 
 
 def parse() -> argparse.Namespace:
@@ -155,6 +162,23 @@ def save(args: argparse.Namespace, step: int, rank: int, world: int, state: dict
         log(f"checkpoint step {step} not committed: {err}")
 
 
+_saved_for: list[object] = []  # the preemption asks already answered with a checkpoint
+
+
+def save_now(step: int) -> bool:
+    """Whether the operator asks for a checkpoint now (this job is being preempted), agreed
+    by every rank: ranks may see the ask a step apart, and a sharded checkpoint needs the
+    same step from each. Once per ask."""
+    ask = save_requested()
+    wanted = torch.tensor([1 if ask and ask not in _saved_for else 0])
+    dist.all_reduce(wanted, op=dist.ReduceOp.MAX)
+    if not int(wanted.item()):
+        return False
+    _saved_for.append(ask)
+    log(f"saving step {step} now: asked by the operator ({ask})")
+    return True
+
+
 def main() -> int:
     args = parse()
     torch.set_num_threads(1)  # deterministic reductions, and kind to a 2-core sandbox
@@ -218,7 +242,8 @@ def main() -> int:
                         fingerprint=fingerprint(list(model.parameters())))
         except ReportError as err:  # reports are advisory: training goes on without them
             log(f"report of step {step} failed: {err}")
-        if step % args.checkpoint_every == 0 and (args.sharded or rank == 0):
+        if (step % args.checkpoint_every == 0 or save_now(step)) and \
+                (args.sharded or rank == 0):
             save(args, step, rank, world, {"step": step, "model": model.state_dict(),
                                            "optimizer": optimizer.state_dict()})
         if step % 10 == 0:

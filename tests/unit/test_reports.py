@@ -11,7 +11,7 @@ import pytest
 from goodput_operator import names
 from goodput_operator.api.reports import StepReport
 from goodput_operator.api.trainingjob import Progress
-from goodput_operator.operator.reports import inside, progress_of
+from goodput_operator.operator.reports import inside, progress_of, save_request
 from goodput_operator.operator.tokens import Buckets, precheck
 
 pytestmark = pytest.mark.unit
@@ -83,3 +83,11 @@ def test_new_tokens_from_one_source_are_rate_limited_and_others_are_not() -> Non
     assert sum(buckets.take("10.0.0.9", NOW) for _ in range(100)) == 20  # the burst
     assert buckets.take("10.0.0.7", NOW)                                 # another source
     assert sum(buckets.take("10.0.0.9", NOW + 1) for _ in range(100)) == 5  # a second on
+
+
+def test_a_step_answer_asks_for_a_checkpoint_only_while_the_job_is_preempted() -> None:
+    preemption = {"by": "ns/high", "at": "2027-01-15T08:00:00Z",
+                  "deadline": "2027-01-15T08:02:00Z"}
+    assert save_request({"status": {"phase": "Running"}}) == {}
+    assert save_request({"status": {"preemption": preemption}}) == {"save": {
+        "reason": "Preemption", "by": "ns/high", "deadline": "2027-01-15T08:02:00Z"}}

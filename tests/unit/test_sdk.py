@@ -49,3 +49,27 @@ def test_what_the_reporter_retries(server: str, case: str, answers: list[int], o
             reporter.report_step(5)
         assert err.value.status == outcome, case
     assert len(Scripted.seen) == tries, case
+
+
+class Preempting(Handler):
+    asks: ClassVar[list[dict[str, str] | None]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        ask = self.asks.pop(0)
+        self.answer(200, {"accepted": True, **({"save": ask} if ask else {})})
+
+
+def test_the_reporter_keeps_the_operator_s_latest_ask_to_save() -> None:
+    """A preempted job's step answers ask for a checkpoint; once the ask is gone (the
+    preemption was cancelled), save_request is None again."""
+    ask = {"reason": "Preemption", "by": "ns/high", "deadline": "2027-01-15T08:02:00Z"}
+    Preempting.asks = [None, ask, None]
+    with serving(Preempting) as url:
+        reporter = Reporter(url=url, token="t")
+        reporter.report_step(1)
+        assert reporter.save_request is None
+        reporter.report_step(2)
+        assert reporter.save_request == ask
+        reporter.report_step(3)
+        assert reporter.save_request is None

@@ -79,6 +79,16 @@ def inside(path: str, root: str) -> bool:
     return found == base or found.startswith(base.rstrip("/") + "/")
 
 
+def save_request(job: Obj) -> Obj:
+    """What a step report's answer asks of the workers: save a checkpoint now, while the
+    job is being preempted (status.preemption; sdk.save_requested reads it)."""
+    preemption = (job.get("status") or {}).get("preemption")
+    if not preemption:
+        return {}
+    return {"save": {"reason": "Preemption", "by": preemption.get("by"),
+                     "deadline": preemption.get("deadline")}}
+
+
 class ReportServer:
     def __init__(self, state: State, kube: Kube,
                  leading: Callable[[], bool] = lambda: True) -> None:
@@ -146,7 +156,7 @@ class ReportServer:
             if isinstance(report, CheckpointReport):
                 return await self._checkpoint(job, pod, report)
             assert isinstance(report, StepReport)
-            return await self._step(job, pod, report)
+            return {**await self._step(job, pod, report), **save_request(job)}
 
     def _pod_of(self, review: Obj) -> Obj:
         """The pod an authenticated token is bound to: it must exist with the same UID."""

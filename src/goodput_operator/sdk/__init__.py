@@ -31,7 +31,7 @@ from goodput_operator import names
 from goodput_operator.sdk.fingerprint import fingerprint
 
 __all__ = ["AUDIENCE", "ReportError", "Reporter", "commit_checkpoint", "fingerprint",
-           "report_step"]
+           "report_step", "save_requested"]
 
 
 class ReportError(RuntimeError):
@@ -62,6 +62,9 @@ class Reporter:
             if ca_file and Path(ca_file).is_file() else None
         self.rank = int(os.environ.get(names.ENV_RANK, "0") or 0)
         self.job = job or os.environ.get(names.ENV_JOB) or None
+        # the operator's latest ask, from the last step report's answer: {"reason":
+        # "Preemption", "by", "deadline"} while the job is being preempted; else None
+        self.save_request: dict[str, Any] | None = None
 
     def _token(self) -> str:
         # re-read each time: the kubelet rotates projected tokens
@@ -127,7 +130,9 @@ class Reporter:
                                 "rank": self.rank, "job": self.job, "shard": str(shard)}
         if fingerprint is not None:
             body["fingerprint"] = fingerprint
-        return self.send("step", body)
+        answer = self.send("step", body)
+        self.save_request = answer.get("save")
+        return answer
 
 
 _default: Reporter | None = None
@@ -144,6 +149,16 @@ def commit_checkpoint(step: int, path: str, digest: str | None = None,
                       save_seconds: float | None = None) -> dict[str, Any]:
     """Record a completed checkpoint with the operator (see Reporter.commit_checkpoint)."""
     return _reporter().commit_checkpoint(step, path, digest, save_seconds)
+
+
+def save_requested() -> dict[str, Any] | None:
+    """Whether the operator asks this job's workers to save a checkpoint now (the answer
+    to the last report_step): {"reason": "Preemption", "by": the preempting job,
+    "deadline": when the workers are stopped, saved or not}; None otherwise. Save and
+    commit as usual: the job resumes from that checkpoint when it is placed again. Every
+    rank that writes a shard must save the same step: agree on it first (an all-reduce of
+    the flag, as examples/trainer/train.py does), as ranks may see the ask a step apart."""
+    return _reporter().save_request
 
 
 def report_step(step: int, metrics: Mapping[str, float] | None = None,
