@@ -129,3 +129,20 @@ def test_the_next_passes_keep_the_same_victim_and_its_deadline() -> None:
     found = passed(jobs, pods)
     assert found["low-a"].desired["preemption"]["deadline"] == iso(NOW + 90)
     assert found["low-a"].events == []
+
+
+def test_a_requeued_victim_is_not_placed_back_on_the_room_freed_for_the_gang() -> None:
+    """low-b stopped (its room free), low-a still saving: the gang still waits for low-a,
+    and low-b, requeued, must not take low-b's old nodes back (it would be preempted again,
+    over and over)."""
+    preemption = {"by": "ns/high", "at": iso(NOW - 30), "deadline": iso(NOW + 90)}
+    a, a_pods = running_job("low-a", *WHOLE_0, status={"preemption": preemption})
+    b = job("low-b", workers=4, status={"phase": "Recovering", "restarts": 1, "incidents": [
+        {"restart": 1, "cause": "Preemption", "action": "requeue", "message": "preempted",
+         "failedAt": iso(NOW - 5), "detectedAt": iso(NOW - 5)}]})
+    high = job("high", workers=8, priority=10, preemptionPolicy="LowerPriority")
+    found = passed([high, a, b], a_pods)
+    assert conditions(found["high"].desired)["Placed"] == ("False", "Preempting")
+    assert found["low-a"].desired["preemption"]["by"] == "ns/high"
+    assert found["low-b"].placement is None
+    assert found["low-b"].desired["phase"] == "Recovering"

@@ -61,6 +61,12 @@ def preempt_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Ob
                f"{found.placement.reason}")
     for victim in found.victims:
         snapshot.preempting[keys[victim]] = Mark(me, spec.priority, message[:1024])
+    # hold the room for the rest of the pass (a trial binding, never a reservation): the
+    # jobs decided after this one have lower priorities and must not take what is freed
+    # for it, a requeued victim least of all (it would be placed back and preempted again)
+    owner = trainingjob_owner(meta["namespace"], meta["name"])
+    for rank in found.placement.ranks:
+        fleet.bind(f"{owner}#preempting#{rank.rank}", rank.node, request.accelerators, owner)
     return message
 
 
