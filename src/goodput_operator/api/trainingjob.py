@@ -602,9 +602,10 @@ class TrainingJobStatus(ApiModel):
     message: str | None = None
     """Human-readable summary of the phase."""
     conditions: list[Condition] = conditions_field()
-    """Placed, WorkersCreated, Running (reason Resizing during an elastic grow),
-    HangDetection and Straggler (which signal is in force, and what it found), Succeeded,
-    Failed, Suspended."""
+    """Placed (reason Preempting while lower-priority jobs make room), WorkersCreated,
+    Running (reason Resizing during an elastic grow), HangDetection and Straggler (which
+    signal is in force, and what it found), Preempted (Checkpointing, Requeued, Resumed,
+    Cancelled), Succeeded, Failed, Suspended."""
     workers: WorkerCounts = nested(WorkerCounts)
     """Workers by state."""
     accelerators: int = Field(default=0, ge=0)
