@@ -8,11 +8,15 @@
   that holds the gang, else the tightest block, whose domains are taken roomiest first
   with the last one swapped for the smallest that fits (Kueue's BestFit); inside a domain,
   nodes with the most free capacity first.
-None of them knows about aligned slices or prefers used domains over whole ones.
+None of them knows about aligned slices or even splits, or prefers used domains over
+whole ones. Every one places a leader pod (a companion pod set) after its workers, near
+them, as ours does (but without holding room for it inside the gang); bestfit also takes
+a gang in slices (capacity counted in whole slices, as Kueue TAS's podset slices).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections import defaultdict
@@ -26,6 +30,7 @@ from goodput_operator.topology.placement import (
     domain_capacity,
     workers_on,
 )
+from goodput_operator.topology.podsets import companions_near
 
 Engine = Callable[[Fleet, Request], Placement]
 
@@ -85,9 +90,11 @@ class BestFit:
         pass
 
     def __call__(self, fleet: Fleet, request: Request) -> Placement:
-        caps = [(d, c) for d in fleet.ordered_domains()
-                if (c := domain_capacity(d, request.accelerators)) > 0]
-        fitting = [(d, c) for d, c in caps if c >= request.workers]
+        size = max(1, request.slice)  # Kueue TAS's podset slices: capacity in whole slices
+        units = request.workers // size
+        caps = [(d, c // size) for d in fleet.ordered_domains()
+                if (c := domain_capacity(d, request.accelerators)) >= size]
+        fitting = [(d, c) for d, c in caps if c >= units]
         if fitting:
             domain, _ = min(fitting, key=lambda dc: (dc[1], dc[0].order))
             return _result(fleet, request, self._nodes(domain, request, request.workers))
@@ -95,14 +102,14 @@ class BestFit:
         for d, c in caps:
             blocks[d.path].append((d, c))
         block_caps = [(sum(c for _, c in members), path) for path, members in blocks.items()]
-        fitting_blocks = [bc for bc in block_caps if bc[0] >= request.workers]
+        fitting_blocks = [bc for bc in block_caps if bc[0] >= units]
         members = (blocks[min(fitting_blocks)[1]] if fitting_blocks else caps)
-        chosen = self._domains(members, request.workers)
+        chosen = self._domains(members, units)
         if chosen is None:
             return _result(fleet, request, [])
         picks: list[tuple[Node, int]] = []
         for domain, count in chosen:
-            picks.extend(self._nodes(domain, request, count))
+            picks.extend(self._nodes(domain, request, count * size))
         return _result(fleet, request, picks)
 
     @staticmethod
@@ -136,6 +143,28 @@ class BestFit:
         return picks
 
 
+def with_companions(factory: Callable[[Fleet], Engine]) -> Callable[[Fleet], Engine]:
+    """FACTORY's engine, placing a request's companion pods (a leader) the way ours does
+    once the workers are placed (topology.podsets.companions_near: near them, best node
+    first), but without ours' fallback of holding room for them inside the gang: what a
+    scheduler that places a leader pod set after its workers does."""
+    def build(fleet: Fleet) -> Engine:
+        engine = factory(fleet)
+
+        def run(fleet: Fleet, request: Request) -> Placement:
+            workers = dataclasses.replace(request, companions=())
+            placed = engine(fleet, workers)
+            if not request.companions or not placed.ok:
+                return placed
+            slots = companions_near(fleet, placed, workers, request.companions)
+            if isinstance(slots, str):
+                return Placement(False, slots, min_domains=placed.min_domains)
+            return dataclasses.replace(placed, companions=tuple(slots))
+        return run
+    return build
+
+
 BASELINES: dict[str, Callable[[Fleet], Engine]] = {
-    "first-fit": FirstFit, "spread": Spread, "bestfit-tas": BestFit,
+    "first-fit": with_companions(FirstFit), "spread": with_companions(Spread),
+    "bestfit-tas": with_companions(BestFit),
 }

@@ -5,11 +5,15 @@
 Fleets of about 1k, 10k, 100k and 1M accelerators, each as Trn2 UltraServers (64 chips)
 and as GB200 NVL72 domains (72 GPUs), 16 domains per network block; or a SimulatedFleet
 file. A seeded arrival/departure trace of mixed job sizes (a fraction of a node up to an
-eighth of the fleet), or a trace file of JSON lines
-{"t", "op": "submit"|"finish", "job", "workers", "acceleratorsPerWorker", "unit", "policy"}.
+eighth of the fleet; about 8% with a leader pod beside the workers, 6% of the
+multi-domain gangs balanced, 6% in slices of half an UltraServer or 16 nodes of a rack),
+or a trace file of JSON lines {"t", "op": "submit"|"finish", "job", "workers",
+"acceleratorsPerWorker", "unit", "policy", and optionally "balance", "slice",
+"leaderAccelerators"}.
 
 Every engine gets the same admission rule: a placement that breaks a `required`
-constraint is a rejection (the job would wait). Rejected jobs are dropped. Reported per
+constraint, an even split, a slice or a leader's level is a rejection (the job would
+wait). Rejected jobs are dropped. Reported per
 fleet and engine: p50/p99 solve time, jobs placed before the first rejection, mean
 domains spanned above the minimum, and at the end of the trace the whole free domains and
 the largest gang of whole-node workers that still fits in the fewest domains.
@@ -24,6 +28,7 @@ difference is packing alone. Model build time is reported separately.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import math
@@ -32,6 +37,7 @@ import resource
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +46,7 @@ from typing import Any
 from bench.baselines import BASELINES, Engine
 from goodput_operator.topology.model import Fleet, GroupShape
 from goodput_operator.topology.placement import (
+    Companion,
     Placement,
     Policy,
     Request,
@@ -56,6 +63,7 @@ KINDS = {  # name: (domain label, nodes per domain, accelerators per node, resou
     "nvl72": (CLIQUE, 18, 4, "nvidia.com/gpu", "NVLink domain"),
 }
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
+SLICE = {4: 2, 18: 16}  # nodes per domain -> slice size: half an UltraServer; 16 of a rack
 DOMAINS_PER_BLOCK = 16
 
 
@@ -108,6 +116,20 @@ def generate_trace(shape: GroupShape, domains: int, jobs: int, seed: int) -> lis
     biggest = max(2, domains // 8)
 
     def draw() -> tuple[Request, float]:
+        request, size = plain()
+        roll = rng.random()  # issue 19's request kinds, on a share of the gangs
+        if roll < 0.08 and request.unit != "node":  # a leader beside its workers
+            leader = Companion("leader", 1, rng.choice([0, 1]))
+            return dataclasses.replace(request, companions=(leader,)), size
+        if roll < 0.14 and request.workers > nodes_per_domain:  # spread evenly
+            return dataclasses.replace(request, balance=True), size
+        slice_ = SLICE.get(nodes_per_domain, 0)
+        if roll < 0.20 and slice_ and request.workers % slice_ == 0 and \
+                request.workers > slice_:  # slices of a domain each
+            return dataclasses.replace(request, slice=slice_), size
+        return request, size
+
+    def plain() -> tuple[Request, float]:
         roll = rng.random()
         if roll < 0.10:
             accelerators = per_node // rng.choice([2, 4])
@@ -152,20 +174,56 @@ def read_trace(path: str) -> list[Event]:
             if unit not in ("node", "domain", "block") or policy not in ("required", "preferred"):
                 raise SystemExit(f"{path}: job {row['job']}: unit must be node|domain|block "
                                  f"and policy required|preferred, got {unit!r}, {policy!r}")
+            leader = row.get("leaderAccelerators")
             request = Request(int(row["workers"]), int(row["acceleratorsPerWorker"]), unit,
-                              policy)
+                              policy, balance=bool(row.get("balance", False)),
+                              slice=int(row.get("slice", 1)),
+                              companions=() if leader is None else
+                              (Companion("leader", 1, int(leader)),))
         events.append(Event(float(row["t"]), row["op"], str(row["job"]), request))
     return sorted(events, key=lambda e: (e.t, e.op != "finish"))
 
 
 def admissible(fleet: Fleet, request: Request, placed: Placement) -> bool:
-    if not placed.ok:
+    """Whether PLACED honours REQUEST: required units, an even split, whole slices each
+    in one domain, every companion pod near its workers."""
+    if not placed.ok or not _honours_kinds(fleet, request, placed):
         return False
     if request.policy == "required" and request.unit == "domain":
         return len(placed.domains) <= placed.min_domains
     if request.policy == "required" and request.unit == "block":
         return len({fleet.domains[d].path for d in placed.domains}) == 1
     return True
+
+
+def _honours_kinds(fleet: Fleet, request: Request, placed: Placement) -> bool:
+    counts = Counter(r.domain for r in placed.ranks)
+    if request.balance and max(counts.values()) - min(counts.values()) > 1:
+        return False
+    if request.slice > 1 and any(
+            len({r.domain for r in placed.ranks[i:i + request.slice]}) != 1
+            for i in range(0, len(placed.ranks), request.slice)):
+        return False
+    if request.companions:
+        wanted = Counter({c.name: c.count for c in request.companions})
+        near = {c.name: c.near for c in request.companions}
+        blocks = {fleet.domains[d].path for d in counts}
+        if Counter(c.name for c in placed.companions) != wanted or any(
+                (near[c.name] == "domain" and c.domain not in counts) or
+                (near[c.name] == "block" and fleet.domains[c.domain].path not in blocks)
+                for c in placed.companions):
+            return False
+    return True
+
+
+def commit_all(fleet: Fleet, placed: Placement, request: Request, owner: str) -> None:
+    """The ranks and the companion pods that hold accelerators."""
+    commit(fleet, placed, request, owner)
+    chips = {c.name: c.accelerators for c in request.companions}
+    for slot in placed.companions:
+        if chips[slot.name]:
+            fleet.bind(f"{owner}#{slot.name}-{slot.ordinal}", slot.node, chips[slot.name],
+                       owner)
 
 
 @dataclass
@@ -211,7 +269,7 @@ def replay(name: str, engine: Engine, fleet: Fleet, events: list[Event]) -> Outc
         placed = engine(fleet, event.request)
         outcome.solve_ms.append((time.perf_counter() - started) * 1000)
         if admissible(fleet, event.request, placed):
-            commit(fleet, placed, event.request, event.job)
+            commit_all(fleet, placed, event.request, event.job)
             running.add(event.job)
             outcome.placed += 1
             outcome.extra_domains.append(len(placed.domains) - placed.min_domains)
@@ -241,7 +299,7 @@ def paired(engines: list[tuple[Engine, Fleet]], events: list[Event]) -> list[tup
         if all(admissible(fleet, event.request, p)
                for (_, fleet), p in zip(engines, placements, strict=True)):
             for (_, fleet), p in zip(engines, placements, strict=True):
-                commit(fleet, p, event.request, event.job)
+                commit_all(fleet, p, event.request, event.job)
             running.add(event.job)
     return [(whole_free_domains(fleet), largest_gang(fleet)) for _, fleet in engines]
 

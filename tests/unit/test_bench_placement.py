@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 from bench import placement as bench
+
+from goodput_operator.topology.placement import (
+    Companion,
+    CompanionSlot,
+    Placement,
+    RankSlot,
+    Request,
+)
+from tests.unit.fleets import trn2
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,3 +58,26 @@ def test_generated_trace_is_seeded_and_well_formed() -> None:
     assert len(submits) == 50
     assert all(e.request and e.request.workers >= 1 for e in submits)
     assert [e.t for e in first] == sorted(e.t for e in first)
+
+
+def test_the_admission_rule_holds_every_engine_to_the_new_request_kinds() -> None:
+    """An uneven split, a slice over two domains or a leader outside the workers' domain
+    is a rejection, whichever engine made it."""
+    fleet = trn2(2)
+
+    def ranks(*nodes: str) -> tuple[RankSlot, ...]:
+        return tuple(RankSlot(i, n, fleet.nodes[n].domain, fleet.nodes[n].slot)
+                     for i, n in enumerate(nodes))
+    three_one = Placement(True, "", ranks("us0-n0", "us0-n1", "us0-n2", "us1-n0"),
+                          ("us-0", "us-1"), 1)
+    two_two = Placement(True, "", ranks("us0-n0", "us0-n1", "us1-n0", "us1-n1"),
+                        ("us-0", "us-1"), 1)
+    assert not bench.admissible(fleet, Request(4, 16, "node", balance=True), three_one)
+    assert bench.admissible(fleet, Request(4, 16, "node", balance=True), two_two)
+    assert not bench.admissible(fleet, Request(4, 16, "node", slice=2), three_one)
+    assert bench.admissible(fleet, Request(4, 16, "node", slice=2), two_two)
+    led = Request(4, 16, "node", companions=(Companion("leader", 1, 0),))
+    assert not bench.admissible(fleet, led, two_two)  # no leader placed
+    leader_in = dataclasses.replace(two_two, companions=(
+        CompanionSlot("leader", 0, "us1-n3", "us-1"),))
+    assert bench.admissible(fleet, led, leader_in)

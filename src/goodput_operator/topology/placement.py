@@ -319,29 +319,36 @@ def _select_even(members: list[tuple[Domain, int]], workers: int, k: int | None
 
 
 def _assign(fleet: Fleet, request: Request, choice: _Choice, min_domains: int) -> Placement:
-    slots: list[tuple[Domain, Node, int]] = []
-    for domain, count in choice.domains:
-        for node, n in _nodes_in_domain(fleet, domain, count, request.accelerators,
-                                        request.eligible):
-            slots.extend((domain, node, i) for i in range(n))
-    slots.sort(key=lambda s: (s[0].order, s[1].slot, s[2]))
-    ranks = tuple(RankSlot(i, node.name, domain.id, node.slot)
-                  for i, (domain, node, _) in enumerate(slots))
+    """Ranks in fabric order: domains in order, each domain's nodes by slot. Built domain
+    by domain, without sorting every rank (a 31k-worker gang over 1,736 NVLink domains)."""
+    ranks: list[RankSlot] = []
+    for domain, count in sorted(choice.domains, key=lambda dc: dc[0].order):
+        picked = _nodes_in_domain(fleet, domain, count, request.accelerators,
+                                  request.eligible)
+        picked.sort(key=lambda nn: nn[0].slot)
+        for node, n in picked:
+            first = len(ranks)
+            ranks.extend(RankSlot(first + i, node.name, domain.id, node.slot)
+                         for i in range(n))
     if len(ranks) != request.workers:  # never a gang placed short: a bug, said loudly
         raise AssertionError(f"placement of {request.workers} workers found "
                              f"{len(ranks)} slots in {[d.id for d, _ in choice.domains]}")
-    domains = tuple(dict.fromkeys(r.domain for r in ranks))
+    domains = tuple(d.id for d, count in sorted(choice.domains, key=lambda dc: dc[0].order)
+                    if count)
     noun = fleet.shape.domain_noun
     span = "the minimum" if len(domains) <= min_domains else f"minimum {min_domains}"
     reason = (f"{request.workers} workers x {request.accelerators} on {len(domains)} "
               f"{noun}{'s' if len(domains) != 1 else ''} ({span}): {', '.join(domains)}")
-    return Placement(True, reason, ranks, domains, min_domains)
+    return Placement(True, reason, tuple(ranks), domains, min_domains)
 
 
 def _nodes_in_domain(fleet: Fleet, domain: Domain, count: int, accelerators: int,
                      eligible: frozenset[str] | None = None) -> list[tuple[Node, int]]:
     """Which nodes of a domain take `count` workers: partly used nodes first (they are
-    fragments already), then an aligned slice of free nodes."""
+    fragments already), then an aligned slice of free nodes. A domain the gang fills takes
+    every node with room (most of a large gang's domains: no slice to choose)."""
+    if eligible is None and count == domain_capacity(domain, accelerators):
+        return [(node, n) for node in domain.nodes if (n := workers_on(node, accelerators))]
     picked: list[tuple[Node, int]] = []
     remaining = count
     for node in domain.nodes:
