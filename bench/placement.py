@@ -367,10 +367,11 @@ def _ratio(a: float, b: float) -> float | None:
     return round(a / b, 3) if b else None
 
 
-def plan(quick: bool, only: list[int] | None = None) -> Iterator[tuple[str, int, int]]:
+def plan(quick: bool, only: list[int] | None = None, kinds: list[str] | None = None
+         ) -> Iterator[tuple[str, int, int]]:
     sizes = only or (SIZES[:3] if quick else SIZES)
     for size in sizes:
-        for kind in KINDS:
+        for kind in kinds or KINDS:
             _, per_domain, per_node, _, _ = KINDS[kind]
             domains = max(1, round(size / (per_domain * per_node)))
             jobs = (400 if size <= 10_000 else 600) if quick else (1500 if size < 10**6 else 1000)
@@ -418,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=20261126)
     parser.add_argument("--sizes", type=int, nargs="+", choices=SIZES,
                         help="only these fleet sizes (accelerators)")
+    parser.add_argument("--kinds", nargs="+", choices=list(KINDS),
+                        help="only these fleet kinds")
     args = parser.parse_args(argv)
     results = []
     if args.fleet:
@@ -427,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
                   else generate_trace(shape, domains, 400, args.seed))
         results.append(run_fleet(label, shape, nodes, events, domains))
     else:
-        for kind, domains, jobs in plan(args.quick, args.sizes):
+        for kind, domains, jobs in plan(args.quick, args.sizes, args.kinds):
             shape, nodes = fleet_nodes(kind, domains)
             events = (read_trace(args.trace) if args.trace
                       else generate_trace(shape, domains, jobs, args.seed))
