@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from goodput_operator.topology.model import Fleet
 from goodput_operator.topology.placement import Companion, Near, Request, commit, place
-from tests.unit.fleets import nvl72, trn2
+from tests.unit.fleets import node, nvl72, trn2
 
 pytestmark = pytest.mark.unit
 
@@ -23,6 +23,14 @@ def used(fleet: Fleet, *nodes: tuple[str, int]) -> Fleet:
 
 
 LEADER = Companion("leader", 1, 0)
+
+
+def mixed() -> Fleet:
+    """Two UltraServers; us-0's last node is a larger instance (32 chips, not 16)."""
+    shape = trn2(1).shape
+    bodies = [node(f"us{d}-n{s}", f"us-{d}", "b0", 32 if (d, s) == (0, 3) else 16)
+              for d in range(2) for s in range(4)]
+    return Fleet.from_objects(shape, bodies)
 
 
 def with_sets(request: Request, companions: list[Companion]) -> Request:
@@ -42,6 +50,9 @@ def with_sets(request: Request, companions: list[Companion]) -> Request:
      lambda: nvl72(2), Request(16, 4),
      [Companion("launcher", 1, 0), Companion("ps", 2, 2)], ("clique.0",),
      {"launcher": ["gb0-n0"], "ps": ["gb0-n16", "gb0-n16"]}),
+    ("mixed node sizes: the tightest UltraServer leaves no room for the leader; the one "
+     "with a double node holds the 4 workers and the leader", mixed, Request(4, 16),
+     [Companion("leader", 1, 4)], ("us-0",), {"leader": ["us0-n3"]}),
     ("near block: a leader that fits no worker domain goes to a domain of the same block",
      lambda: trn2(4), Request(4, 16), [Companion("leader", 1, 4, near="block")],
      ("us-0",), {"leader": ["us1-n0"]}),
@@ -96,17 +107,21 @@ def test_held_room_never_costs_the_workers_a_domain_under_required() -> None:
                 min_size=1, max_size=3),
        st.sampled_from(["domain", "block", "any"]),
        st.lists(st.tuples(st.integers(0, 23), st.integers(1, 16)), max_size=10),
-       st.sampled_from(["domain", "node"]), st.sampled_from(["required", "preferred"]))
+       st.sampled_from(["domain", "node"]), st.sampled_from(["required", "preferred"]),
+       st.sets(st.integers(0, 23), max_size=4))
 def test_pod_sets_never_overcommit_and_always_hold_their_level(
         per_block: int, workers: int, accelerators: int,
         sets: list[tuple[int, int]], near: Near, taken: list[tuple[int, int]],
-        unit: str, policy: str) -> None:
-    fleet = trn2(6, per_block=per_block)
+        unit: str, policy: str, doubled: set[int]) -> None:
+    """On fleets of mixed node sizes (DOUBLED: nodes of 32 chips among 16s), partly used."""
+    bodies = [node(f"us{d}-n{s}", f"us-{d}", f"b{d // per_block}",
+                   32 if d * 4 + s in doubled else 16) for d in range(6) for s in range(4)]
+    fleet = Fleet.from_objects(trn2(1).shape, bodies)
     names = sorted(fleet.nodes)
     for i, (slot, chips) in enumerate(taken):
-        node = fleet.nodes[names[slot]]
-        if node.free >= chips:
-            fleet.bind(f"other/{i}", node.name, chips, "ns/TrainingJob/other")
+        held = fleet.nodes[names[slot]]
+        if held.free >= chips:
+            fleet.bind(f"other/{i}", held.name, chips, "ns/TrainingJob/other")
     request = Request(workers, accelerators, unit, policy)  # type: ignore[arg-type]
     companions = [Companion(f"set{i}", count, chips, near)
                   for i, (count, chips) in enumerate(sets)]
@@ -124,8 +139,8 @@ def test_pod_sets_never_overcommit_and_always_hold_their_level(
     for slot in placed.companions:
         demand[slot.node] += chips[slot.name]
     for name, needed in demand.items():
-        node = fleet.nodes[name]
-        assert node.usable and needed <= node.free, f"{name} overcommitted"
+        assert fleet.nodes[name].usable and needed <= fleet.nodes[name].free, \
+            f"{name} overcommitted"
     worker_domains = {r.domain for r in placed.ranks}
     blocks = {fleet.domains[d].path for d in worker_domains}
     for slot in placed.companions:
