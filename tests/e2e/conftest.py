@@ -314,6 +314,8 @@ def lift_quarantine(cluster: Cluster, node: str) -> None:
 
 
 TRN2_TYPE = "trn2u.48xlarge"
+# nodes a test adds for itself (test_preemption) carry this fleet label: never in the pool
+OWN_FLEET_LABEL, OWN_FLEET = "sandbox.goodput.dev/fleet", "e2e-own"
 ULTRASERVER_LABEL = "topology.k8s.aws/ultraserver-id"
 POOL_LABEL = "e2e.goodput.dev/pool"  # marks the Trn2 nodes the e2e groups select
 _pool: list[str] = []
@@ -326,9 +328,9 @@ def trn2_pool(cluster: Cluster) -> list[str]:
     On the sandbox's `mixed` fleet: trn2-00-0 .. trn2-01-3."""
     if _pool:
         return _pool
-    nodes = json.loads(cluster.kubectl("get", "nodes", "-l",
-                                       f"node.kubernetes.io/instance-type={TRN2_TYPE}",
-                                       "-o", "json").stdout)["items"]
+    nodes = json.loads(cluster.kubectl(
+        "get", "nodes", "-l", f"node.kubernetes.io/instance-type={TRN2_TYPE},"
+        f"{OWN_FLEET_LABEL}!={OWN_FLEET}", "-o", "json").stdout)["items"]
     domains: dict[str, list[str]] = {}
     for node in nodes:
         domain = node["metadata"]["labels"].get(ULTRASERVER_LABEL)

@@ -15,6 +15,7 @@ from goodput_operator.sandbox import fleet as fleets
 from goodput_operator.sdk import Reporter
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
+    OWN_FLEET,
     TRN2_TYPE,
     Operator,
     apply,
@@ -36,7 +37,7 @@ def six_ultraservers(crds: Cluster) -> Iterator[str]:
     one network block, and a group over exactly them; all deleted afterwards."""
     fleet = fleets.parse({
         "apiVersion": fleets.FLEET_API_VERSION, "kind": fleets.FLEET_KIND,
-        "metadata": {"name": "preemption"},
+        "metadata": {"name": OWN_FLEET},
         "spec": {"region": "us-east-2", "zone": "us-east-2a", "pools": [{
             "name": POOL, "instanceType": TRN2_TYPE, "domains": 6, "nodesPerDomain": 4,
             "domainLabel": fleets.ULTRASERVER_LABEL, "domainsPerBlock": 6,
@@ -64,7 +65,7 @@ def six_ultraservers(crds: Cluster) -> Iterator[str]:
         yield group
     finally:
         crds.kubectl("delete", "usg", group, "--ignore-not-found")
-        crds.kubectl("delete", "node", *names, "--ignore-not-found", "--wait=false")
+        crds.kubectl("delete", "node", *names, "--ignore-not-found")
 
 
 def ultraserver(crds: Cluster, node: str) -> str:

@@ -130,3 +130,34 @@ def test_a_gang_whose_leader_fits_nowhere_near_it_is_not_placed_at_all() -> None
     decision = decided(job(workers=8, podSets=[ONE_CHIP]))  # 2 whole UltraServers
     assert decision.placement is None and decision.reservations == []
     assert "pod set leader" in decision.desired["message"]
+
+
+RESERVED = {"key": "example.com/launchers", "value": "x", "effect": "NoSchedule"}
+
+
+def test_each_pod_set_is_placed_by_its_own_selector_and_tolerations() -> None:
+    """us0-n3 is tainted for launchers: the workers (no toleration) stay off it, the
+    launcher (its own template tolerates it, its node selector asks for it) lands there."""
+    launcher = {"name": "launcher", "nodeSelector": {"kubernetes.io/hostname": "us0-n3"},
+                "template": {"spec": {
+                    "containers": [{"name": "l", "image": "example.com/launch:1"}],
+                    "tolerations": [{"key": "example.com/launchers", "operator": "Exists"}]}}}
+    bodies = nodes(us0_n3={"spec": {"taints": [RESERVED]},
+                           "metadata": {"labels": {"kubernetes.io/hostname": "us0-n3"}}})
+    decision = decided(job(workers=3, podSets=[launcher]), node_bodies=bodies)
+    assert nodes_of(decision.placement) == ["us0-n0", "us0-n1", "us0-n2"]
+    assert companions_of(decision.placement)[("launcher", 0)]["node"] == "us0-n3"
+    plan = decision.attempt
+    assert plan is not None
+    pod = plan.create[3]
+    assert pod["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "us0-n3"}
+    assert pod["spec"]["containers"][0]["image"] == "example.com/launch:1"
+
+
+def test_a_pod_set_whose_selector_fits_no_node_near_the_workers_keeps_the_gang_waiting() -> None:
+    launcher = {"name": "launcher", "nodeSelector": {"kubernetes.io/hostname": "elsewhere"}}
+    decision = decided(job(podSets=[launcher]))
+    assert decision.placement is None and decision.reservations == []
+    assert "pod set launcher" in decision.desired["message"]
+    assert "refuse it: nodeSelector kubernetes.io/hostname=elsewhere" in \
+        decision.desired["message"]
