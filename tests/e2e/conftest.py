@@ -19,6 +19,7 @@ import pytest
 
 from goodput_operator import names
 from goodput_operator.resources.pods import index_of
+from goodput_operator.sandbox.fleet import FLEET_LABEL
 from tests import helm
 from tests.conftest import Cluster, in_cluster, wait_for
 
@@ -315,7 +316,7 @@ def lift_quarantine(cluster: Cluster, node: str) -> None:
 
 TRN2_TYPE = "trn2u.48xlarge"
 # nodes a test adds for itself (test_preemption) carry this fleet label: never in the pool
-OWN_FLEET_LABEL, OWN_FLEET = "sandbox.goodput.dev/fleet", "e2e-own"
+OWN_FLEET = "e2e-own"
 ULTRASERVER_LABEL = "topology.k8s.aws/ultraserver-id"
 POOL_LABEL = "e2e.goodput.dev/pool"  # marks the Trn2 nodes the e2e groups select
 _pool: list[str] = []
@@ -330,7 +331,7 @@ def trn2_pool(cluster: Cluster) -> list[str]:
         return _pool
     nodes = json.loads(cluster.kubectl(
         "get", "nodes", "-l", f"node.kubernetes.io/instance-type={TRN2_TYPE},"
-        f"{OWN_FLEET_LABEL}!={OWN_FLEET}", "-o", "json").stdout)["items"]
+        f"{FLEET_LABEL}!={OWN_FLEET}", "-o", "json").stdout)["items"]
     domains: dict[str, list[str]] = {}
     for node in nodes:
         domain = node["metadata"]["labels"].get(ULTRASERVER_LABEL)
