@@ -14,7 +14,17 @@ from goodput_operator.decide import JobDecision, decide_jobs, trial
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.topology.record import companions_of, nodes_of
-from tests.unit.world import NEURON, NOW, job, nodes, placed, quarantined, worker, world
+from tests.unit.world import (
+    NEURON,
+    NOW,
+    as_returned,
+    job,
+    nodes,
+    placed,
+    quarantined,
+    worker,
+    world,
+)
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
@@ -35,14 +45,8 @@ def decided(owner: Obj, pods: Sequence[Obj] = (), node_bodies: Obj | None = None
 def companion(owner: Obj, node_name: str | None = None, phase: str = "Pending",
               ready: bool = False, restart: int = 0) -> Obj:
     pod_set = PodSet.model_validate(owner["spec"]["podSets"][0])
-    body = build.companion_pod(owner, pod_set, 0, restart, NEURON)
-    body["metadata"]["resourceVersion"] = "1"
-    if node_name:
-        body["spec"]["schedulingGates"] = []
-        body["spec"]["nodeName"] = node_name
-    body["status"] = {"phase": phase,
-                      "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
-    return body
+    return as_returned(build.companion_pod(owner, pod_set, 0, restart, NEURON), node_name,
+                       phase, ready)
 
 
 def with_leader(node: str, domain: str = "us-0") -> Obj:

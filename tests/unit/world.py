@@ -84,7 +84,14 @@ def job(name: str = "j", status: Obj | None = None, **spec: Any) -> Obj:
 def worker(owner: Obj, rank: int, restart: int = 0, node_name: str | None = None,
            phase: str = "Pending", ready: bool = False, code: int | None = None) -> Obj:
     """A worker pod of OWNER as the API returns it: gated until it has a node."""
-    body = build.worker_pod(owner, rank, restart, NEURON)
+    return as_returned(build.worker_pod(owner, rank, restart, NEURON), node_name, phase,
+                       ready, code)
+
+
+def as_returned(body: Obj, node_name: str | None = None, phase: str = "Pending",
+                ready: bool = False, code: int | None = None) -> Obj:
+    """A pod the operator built, as the API returns it once it is bound to NODE_NAME (if
+    given) and in PHASE; CODE: its container's exit code."""
     body["metadata"]["resourceVersion"] = "1"
     if node_name:
         body["spec"]["schedulingGates"] = []
