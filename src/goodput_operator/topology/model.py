@@ -103,12 +103,25 @@ class Domain:
     # Derived values, recomputed lazily after the domain changes: what makes a solve cost
     # O(domains) instead of O(nodes) when most domains did not change since the last one.
     capacity_cache: dict[int, int] = field(default_factory=dict)  # accelerators -> workers
+    # accelerators -> (node, workers) for each node with room, in slot order: a gang that
+    # fills the domain takes exactly these (most domains of the largest gangs)
+    fill_cache: dict[int, list[tuple[Node, int]]] = field(default_factory=dict)
     pristine_cache: bool | None = None
     unhealthy_cache: list[str] | None = None
     lemon: float = 0.0  # its nodes' incident scores: placement prefers clean domains
+    # path[:depth] for each depth, made once: placement groups every domain by them per solve
+    prefixes: tuple[tuple[str, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        self.set_path(self.path)
+
+    def set_path(self, path: tuple[str, ...]) -> None:
+        self.path = path
+        self.prefixes = tuple(path[:depth] for depth in range(len(path) + 1))
 
     def changed(self) -> None:
         self.capacity_cache.clear()
+        self.fill_cache.clear()
         self.pristine_cache = None
         self.unhealthy_cache = None
 
@@ -292,7 +305,8 @@ class Fleet:
             self.domains[domain_id] = domain
             self._ordered = None
         elif domain.path != path:
-            domain.path, domain.order = path, (path, natural_key(domain_id))
+            domain.set_path(path)
+            domain.order = (path, natural_key(domain_id))
             self._ordered = None
             moved = True
         sort_key = (int(labels.get(self.shape.slot_label, 1 << 30)),) if self.shape.slot_label \

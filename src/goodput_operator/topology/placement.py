@@ -27,6 +27,7 @@ tightest contiguous run of free slots.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -262,9 +263,11 @@ def _best_in_groups(caps: list[tuple[Domain, int]], workers: int, depth: int,
     With k set, only selections of exactly k domains count."""
     groups: dict[tuple[str, ...], list[tuple[Domain, int]]] = defaultdict(list)
     for domain, cap in caps:
-        groups[domain.path[:depth]].append((domain, cap))
+        groups[domain.prefixes[depth]].append((domain, cap))
     best: _Choice | None = None
     for members in groups.values():
+        if sum(c for _, c in members) < workers:  # cannot hold the gang, whatever the choice
+            continue
         choice = (_select_even if balance else _select)(members, workers, k)
         if choice is not None and (best is None or choice.score < best.score):
             best = choice
@@ -274,13 +277,15 @@ def _best_in_groups(caps: list[tuple[Domain, int]], workers: int, depth: int,
 def _select(members: list[tuple[Domain, int]], workers: int, k: int | None) -> _Choice | None:
     """The k-1 roomiest domains, then the tightest fit for the remainder, preferring a
     domain already in use so that whole domains stay whole."""
-    ranked = sorted(members, key=lambda dc: (-dc[1], dc[0].lemon, dc[0].order))
-    needed = fewest((c for _, c in ranked), workers)
-    if needed > len(ranked) or (k is not None and needed != k):
+    needed = fewest(sorted((c for _, c in members), reverse=True), workers)
+    if needed > len(members) or (k is not None and needed != k):
         return None
-    chosen = ranked[:needed - 1]
+    # the needed-1 roomiest by a partial sort (a 1,736-domain gang among 13,889 domains)
+    chosen = heapq.nsmallest(needed - 1, members,
+                             key=lambda dc: (-dc[1], dc[0].lemon, dc[0].order))
     remainder = workers - sum(c for _, c in chosen)
-    rest = ranked[needed - 1:]
+    taken = {domain.id for domain, _ in chosen}
+    rest = [dc for dc in members if dc[0].id not in taken]
     last = min((dc for dc in rest if dc[1] >= remainder),
                key=lambda dc: (is_pristine(dc[0]), dc[1] - remainder, dc[0].lemon,
                                dc[0].order))
@@ -323,13 +328,14 @@ def _assign(fleet: Fleet, request: Request, choice: _Choice, min_domains: int) -
     by domain, without sorting every rank (a 31k-worker gang over 1,736 NVLink domains)."""
     ranks: list[RankSlot] = []
     for domain, count in sorted(choice.domains, key=lambda dc: dc[0].order):
-        picked = _nodes_in_domain(fleet, domain, count, request.accelerators,
-                                  request.eligible)
-        picked.sort(key=lambda nn: nn[0].slot)
-        for node, n in picked:
+        for node, n in _nodes_in_domain(fleet, domain, count, request.accelerators,
+                                        request.eligible):
             first = len(ranks)
-            ranks.extend(RankSlot(first + i, node.name, domain.id, node.slot)
-                         for i in range(n))
+            if n == 1:  # whole-node workers, most of the largest gangs
+                ranks.append(RankSlot(first, node.name, domain.id, node.slot))
+            else:
+                ranks.extend(RankSlot(first + i, node.name, domain.id, node.slot)
+                             for i in range(n))
     if len(ranks) != request.workers:  # never a gang placed short: a bug, said loudly
         raise AssertionError(f"placement of {request.workers} workers found "
                              f"{len(ranks)} slots in {[d.id for d, _ in choice.domains]}")
@@ -337,18 +343,34 @@ def _assign(fleet: Fleet, request: Request, choice: _Choice, min_domains: int) -
                     if count)
     noun = fleet.shape.domain_noun
     span = "the minimum" if len(domains) <= min_domains else f"minimum {min_domains}"
+    listed = ", ".join(domains[:MAX_LISTED]) + (
+        f" and {len(domains) - MAX_LISTED} more" if len(domains) > MAX_LISTED else "")
     reason = (f"{request.workers} workers x {request.accelerators} on {len(domains)} "
-              f"{noun}{'s' if len(domains) != 1 else ''} ({span}): {', '.join(domains)}")
+              f"{noun}{'s' if len(domains) != 1 else ''} ({span}): {listed}")
     return Placement(True, reason, tuple(ranks), domains, min_domains)
+
+
+MAX_LISTED = 16  # domains a placement's reason names (status.placement.domains has all)
 
 
 def _nodes_in_domain(fleet: Fleet, domain: Domain, count: int, accelerators: int,
                      eligible: frozenset[str] | None = None) -> list[tuple[Node, int]]:
-    """Which nodes of a domain take `count` workers: partly used nodes first (they are
-    fragments already), then an aligned slice of free nodes. A domain the gang fills takes
-    every node with room (most of a large gang's domains: no slice to choose)."""
+    """Which nodes of a domain take `count` workers, in slot order: partly used nodes
+    first (they are fragments already), then an aligned slice of free nodes. A domain the
+    gang fills takes every node with room (most of a large gang's domains: no slice to
+    choose; the list is kept until the domain changes)."""
     if eligible is None and count == domain_capacity(domain, accelerators):
-        return [(node, n) for node in domain.nodes if (n := workers_on(node, accelerators))]
+        filled = domain.fill_cache.get(accelerators)
+        if filled is None:
+            filled = domain.fill_cache[accelerators] = [
+                (node, n) for node in domain.nodes if (n := workers_on(node, accelerators))]
+        return filled
+    return sorted(_some_nodes(fleet, domain, count, accelerators, eligible),
+                  key=lambda nn: nn[0].slot)
+
+
+def _some_nodes(fleet: Fleet, domain: Domain, count: int, accelerators: int,
+                eligible: frozenset[str] | None) -> list[tuple[Node, int]]:
     picked: list[tuple[Node, int]] = []
     remaining = count
     for node in domain.nodes:
