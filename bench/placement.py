@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.baselines import BASELINES, Engine
-from goodput_operator.topology.model import Fleet, GroupShape
+from goodput_operator.topology.model import Fleet, GroupShape, trainingjob_owner
 from goodput_operator.topology.placement import (
     Companion,
     Placement,
@@ -216,6 +216,12 @@ def _honours_kinds(fleet: Fleet, request: Request, placed: Placement) -> bool:
     return True
 
 
+def owner_of(job: str) -> str:
+    """A trace job as the fleet records its pods: a TrainingJob's (not a foreign pod's,
+    which placement's explanations list one by one)."""
+    return trainingjob_owner("bench", job)
+
+
 def commit_all(fleet: Fleet, placed: Placement, request: Request, owner: str) -> None:
     """The ranks and the companion pods that hold accelerators."""
     commit(fleet, placed, request, owner)
@@ -261,7 +267,7 @@ def replay(name: str, engine: Engine, fleet: Fleet, events: list[Event]) -> Outc
     for event in events:
         if event.op == "finish":
             if event.job in running:
-                fleet.release_owner(event.job)
+                fleet.release_owner(owner_of(event.job))
                 running.discard(event.job)
             continue
         assert event.request is not None
@@ -269,7 +275,7 @@ def replay(name: str, engine: Engine, fleet: Fleet, events: list[Event]) -> Outc
         placed = engine(fleet, event.request)
         outcome.solve_ms.append((time.perf_counter() - started) * 1000)
         if admissible(fleet, event.request, placed):
-            commit_all(fleet, placed, event.request, event.job)
+            commit_all(fleet, placed, event.request, owner_of(event.job))
             running.add(event.job)
             outcome.placed += 1
             outcome.extra_domains.append(len(placed.domains) - placed.min_domains)
@@ -291,7 +297,7 @@ def paired(engines: list[tuple[Engine, Fleet]], events: list[Event]) -> list[tup
         if event.op == "finish":
             if event.job in running:
                 for _, fleet in engines:
-                    fleet.release_owner(event.job)
+                    fleet.release_owner(owner_of(event.job))
                 running.discard(event.job)
             continue
         assert event.request is not None
@@ -299,7 +305,7 @@ def paired(engines: list[tuple[Engine, Fleet]], events: list[Event]) -> list[tup
         if all(admissible(fleet, event.request, p)
                for (_, fleet), p in zip(engines, placements, strict=True)):
             for (_, fleet), p in zip(engines, placements, strict=True):
-                commit_all(fleet, p, event.request, event.job)
+                commit_all(fleet, p, event.request, owner_of(event.job))
             running.add(event.job)
     return [(whole_free_domains(fleet), largest_gang(fleet)) for _, fleet in engines]
 

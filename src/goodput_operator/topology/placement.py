@@ -445,7 +445,10 @@ def explain_shortage(fleet: Fleet, request: Request, min_domains: int) -> str:
     shape = fleet.shape
     noun = shape.domain_noun
     free_whole, degraded = 0, []
+    # domains fully and partly used, and the owners of the first NAMED of each (a message
+    # names three: on a 1M-accelerator fleet every domain's pods would cost 100 ms)
     full, partial, partial_room = Counter[str](), Counter[str](), 0
+    full_owners, partial_owners = Counter[str](), Counter[str]()
     for domain in fleet.ordered_domains():
         bad = unhealthy(domain)
         if bad or len(domain.nodes) < shape.nodes_per_domain:
@@ -455,10 +458,14 @@ def explain_shortage(fleet: Fleet, request: Request, min_domains: int) -> str:
         elif is_pristine(domain):
             free_whole += 1
         elif (room := domain_capacity(domain, request.accelerators)) == 0:
-            full[" ".join(sorted(domain.owners()))] += 1
+            full["domains"] += 1
+            if full["domains"] <= NAMED:
+                full_owners.update(domain.owners())
         else:
-            partial[" ".join(sorted(domain.owners()))] += 1
+            partial["domains"] += 1
             partial_room += room
+            if partial["domains"] <= NAMED:
+                partial_owners.update(domain.owners())
     total_domains = len(fleet.domains)
     if request.unit == "domain" and request.policy == "required":
         spares = (f", {shape.spares_per_domain} more held as spare"
@@ -480,14 +487,14 @@ def explain_shortage(fleet: Fleet, request: Request, min_domains: int) -> str:
         parts.append(f"{len(degraded)} degraded ({'; '.join(degraded[:3])}"
                      f"{'; ...' if len(degraded) > 3 else ''})")
     if full:
-        parts.append(f"{sum(full.values())} fully used by {_owners(full)}")
+        parts.append(f"{full['domains']} fully used by {_owners(full_owners)}")
     if partial:
-        parts.append(f"{sum(partial.values())} partially used by {_owners(partial)} "
+        parts.append(f"{partial['domains']} partially used by {_owners(partial_owners)} "
                      f"(room for {partial_room} there)")
-    foreign = foreign_usage(fleet)
+    foreign, held = foreign_usage(fleet)
     if foreign:
-        parts.append(f"pods outside the operator hold devices ({'; '.join(foreign[:3])}"
-                     f"{f'; and {len(foreign) - 3} more' if len(foreign) > 3 else ''})")
+        parts.append(f"pods outside the operator hold devices ({'; '.join(foreign)}"
+                     f"{f'; and {held - len(foreign)} more' if held > len(foreign) else ''})")
     limits = ""
     if request.eligible is not None:
         limits = (f"; the pod fits only {len(request.eligible)} of the group's "
@@ -497,16 +504,24 @@ def explain_shortage(fleet: Fleet, request: Request, min_domains: int) -> str:
             f"{free_workers} such workers in all{limits}")
 
 
-def foreign_usage(fleet: Fleet) -> list[str]:
-    """'node X: 8 of 16 held by pod ns/p' for each pod the operator did not place (a
-    user's plain pod, a Job's, a DaemonSet's) that holds devices on the group's nodes."""
-    return [f"node {node.name}: {use.accelerators} of {node.capacity} held by pod {key}"
-            for node in sorted(fleet.nodes.values(), key=lambda n: n.name)
-            for key, use in sorted(node.pods.items()) if is_foreign(use.owner)]
+def foreign_usage(fleet: Fleet, shown: int = 3) -> tuple[list[str], int]:
+    """'node X: 8 of 16 held by pod ns/p' for the first SHOWN pods (by node name) the
+    operator did not place (a user's plain pod, a Job's, a DaemonSet's) that hold devices
+    on the group's nodes, and how many there are: found by owner, so that the cost is that
+    of the foreign pods, not of the fleet."""
+    found = [(use.node, key, use.accelerators)
+             for owner, keys in fleet.by_owner.items() if is_foreign(owner)
+             for key in keys if (use := fleet.pods[key]).accelerators
+             and use.node in fleet.nodes]
+    return ([f"node {node}: {accelerators} of {fleet.nodes[node].capacity} held by pod {key}"
+             for node, key, accelerators in heapq.nsmallest(shown, found)], len(found))
+
+
+NAMED = 64  # used domains whose owners an explanation gathers
 
 
 def _owners(counts: Counter[str]) -> str:
-    names = sorted({owner for key in counts for owner in key.split()})
+    names = sorted(counts)
     return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
