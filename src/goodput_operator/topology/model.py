@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from goodput_operator import names
 from goodput_operator.api.ultraservergroup import LEMON_HALF_LIFE_DAYS
@@ -59,8 +59,10 @@ class GroupShape:
         )
 
 
-@dataclass(frozen=True)
-class PodUse:
+class PodUse(NamedTuple):
+    """A pod's hold on a node's accelerators (a named tuple: no per-pod __dict__, a
+    quarter-million of them at 1M accelerators)."""
+
     node: str
     accelerators: int
     owner: str  # "namespace/kind/name" of the workload, for explanations
