@@ -68,6 +68,7 @@ def test_pod_sets_land_together_near_their_workers(
         got.setdefault(slot.name, []).append(slot.node)
     assert got == nodes, case
     assert len(placed.ranks) == request_.workers
+    assert placed.reason.startswith(f"{request_.workers} workers x"), placed.reason
 
 
 @pytest.mark.parametrize(("case", "fleet", "request_", "companions", "why"), [

@@ -57,8 +57,11 @@ def place_together(fleet: Fleet, request: Request) -> Placement:
                                 f"{len(domains)} {fleet.shape.domain_noun}s, more than "
                                 f"the {placed.min_domains} they need",
                          min_domains=placed.min_domains)
+    reason = roomy.reason.replace(f"{request.workers + held} workers",
+                                  f"{request.workers} workers", 1)
     narrowed = dataclasses.replace(roomy, ranks=workers, domains=domains,
-                                   min_domains=placed.min_domains)
+                                   min_domains=placed.min_domains,
+                                   reason=f"{reason} (room held beside them)")
     again = companions_near(fleet, narrowed, request, companions)
     if isinstance(again, str):
         return Placement(False, again, min_domains=placed.min_domains)
