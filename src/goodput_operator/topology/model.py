@@ -100,7 +100,7 @@ class Node:
 class Domain:
     id: str
     path: tuple[str, ...]  # network level values, outermost first
-    order: tuple[Any, ...]  # fabric order of domains: path, then id
+    order: tuple[Any, ...] = ()  # fabric order of domains: path, then id (set_path)
     nodes: list[Node] = field(default_factory=list)  # in slot order
     # Derived values, recomputed lazily after the domain changes: what makes a solve cost
     # O(domains) instead of O(nodes) when most domains did not change since the last one.
@@ -119,6 +119,7 @@ class Domain:
 
     def set_path(self, path: tuple[str, ...]) -> None:
         self.path = path
+        self.order = (path, natural_key(self.id))
         self.prefixes = tuple(path[:depth] for depth in range(len(path) + 1))
 
     def changed(self) -> None:
@@ -303,12 +304,11 @@ class Fleet:
             moved = True
         domain = self.domains.get(domain_id)
         if domain is None:
-            domain = Domain(domain_id, path, (path, natural_key(domain_id)))
+            domain = Domain(domain_id, path)
             self.domains[domain_id] = domain
             self._ordered = None
         elif domain.path != path:
             domain.set_path(path)
-            domain.order = (path, natural_key(domain_id))
             self._ordered = None
             moved = True
         sort_key = (int(labels.get(self.shape.slot_label, 1 << 30)),) if self.shape.slot_label \

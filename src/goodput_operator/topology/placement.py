@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
@@ -447,8 +447,9 @@ def explain_shortage(fleet: Fleet, request: Request, min_domains: int) -> str:
     free_whole, degraded = 0, []
     # domains fully and partly used, and the owners of the first NAMED of each (a message
     # names three: on a 1M-accelerator fleet every domain's pods would cost 100 ms)
-    full, partial, partial_room = Counter[str](), Counter[str](), 0
-    full_owners, partial_owners = Counter[str](), Counter[str]()
+    full, partial, partial_room = 0, 0, 0
+    full_owners: set[str] = set()
+    partial_owners: set[str] = set()
     for domain in fleet.ordered_domains():
         bad = unhealthy(domain)
         if bad or len(domain.nodes) < shape.nodes_per_domain:
@@ -458,14 +459,14 @@ def explain_shortage(fleet: Fleet, request: Request, min_domains: int) -> str:
         elif is_pristine(domain):
             free_whole += 1
         elif (room := domain_capacity(domain, request.accelerators)) == 0:
-            full["domains"] += 1
-            if full["domains"] <= NAMED:
-                full_owners.update(domain.owners())
+            full += 1
+            if full <= NAMED:
+                full_owners |= domain.owners()
         else:
-            partial["domains"] += 1
+            partial += 1
             partial_room += room
-            if partial["domains"] <= NAMED:
-                partial_owners.update(domain.owners())
+            if partial <= NAMED:
+                partial_owners |= domain.owners()
     total_domains = len(fleet.domains)
     if request.unit == "domain" and request.policy == "required":
         spares = (f", {shape.spares_per_domain} more held as spare"
@@ -487,9 +488,9 @@ def explain_shortage(fleet: Fleet, request: Request, min_domains: int) -> str:
         parts.append(f"{len(degraded)} degraded ({'; '.join(degraded[:3])}"
                      f"{'; ...' if len(degraded) > 3 else ''})")
     if full:
-        parts.append(f"{full['domains']} fully used by {_owners(full_owners)}")
+        parts.append(f"{full} fully used by {_owners(full_owners)}")
     if partial:
-        parts.append(f"{partial['domains']} partially used by {_owners(partial_owners)} "
+        parts.append(f"{partial} partially used by {_owners(partial_owners)} "
                      f"(room for {partial_room} there)")
     foreign, held = foreign_usage(fleet)
     if foreign:
@@ -520,8 +521,8 @@ def foreign_usage(fleet: Fleet, shown: int = 3) -> tuple[list[str], int]:
 NAMED = 64  # used domains whose owners an explanation gathers
 
 
-def _owners(counts: Counter[str]) -> str:
-    names = sorted(counts)
+def _owners(owners: set[str]) -> str:
+    names = sorted(owners)
     return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
