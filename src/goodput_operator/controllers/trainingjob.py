@@ -169,13 +169,13 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placem
     async def create(write: Any, body: Obj) -> Obj | None:
         return cast(Obj | None, await unless_refused(call(write, body), body, refused))
 
-    ranks = {r["rank"]: r for r in ranks_of(placement)}
+    spots = Spots(placement)
+    ranks = spots.ranks
     if decided.create:
         await create(kube.create, build.service(job))
         if ranks and not decided.hold:  # placed: create pinned, one write per pod, not two
             await create(kube.replace_config_map,
                          build.hostfile(job, len(ranks), state.report_ca))
-        spots = Spots(placement)
         bodies = [pinned(p, spot["node"], spot.get("domain"))
                   if (spot := spots.of(p)) is not None and not decided.hold else p
                   for p in decided.create]

@@ -112,10 +112,11 @@ def attempt(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] |
                                                    "spec.suspend is true")])
 
     placement = status.get("placement") or {}
-    ranks = {r["rank"]: r for r in ranks_of(placement)}
+    spots = Spots(placement)
+    ranks = spots.ranks
     current = {index_of(p): p for p in pods if attempt_of(p) == restart and not pod_set_of(p)}
     companions = {companion_key(p): p for p in pods if attempt_of(p) == restart and pod_set_of(p)}
-    placed_companions = companions_of(placement)
+    held = spots.nodes()  # every node the placed gang holds: its ranks' and companions'
     stale = [p["metadata"]["name"] for p in pods if attempt_of(p) != restart]
     resumed = [ConditionUpdate("Suspended", False, "Resumed", "")] if phase == "Suspended" else []
     result = Attempt("Pending", "", delete=stale, hold=bool(stale),
@@ -135,8 +136,7 @@ def attempt(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] |
     incident = badput.current_incident(books)
     hang = _hang(result, spec, steps, restart, now)
     if incident is None or incident["restart"] != restart + 1:
-        opened = _detect(result, spec, books, _nodes(ranks, placed_companions), failed, lost,
-                         restart, now, hang)
+        opened = _detect(result, spec, books, held, failed, lost, restart, now, hang)
         if result.phase == "Failed":
             result.delete = [p["metadata"]["name"] for p in pods if is_active(p)]
             result.status = _goodput_only(badput.stopped(books, now))
@@ -144,8 +144,8 @@ def attempt(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] |
         if opened is not None:
             books, incident = opened, badput.current_incident(opened)
     if incident is not None and incident["restart"] == restart + 1:
-        return _recover(result, spec, books, incident, pods,
-                        _nodes(ranks, placed_companions), lost, suspects, restart, now)
+        return _recover(result, spec, books, incident, pods, held, lost, suspects, restart,
+                        now)
 
     if current and result.succeeded == result.workers:
         result.status = _goodput_only(badput.stopped(books, now))
@@ -172,7 +172,7 @@ def attempt(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] |
                           f"{', '.join(unprobed[:8])}")
         return result
     if not stale:
-        result.pin = pins(placement, pods, restart)
+        result.pin = pins(spots, pods, restart)
     return _progress(result, books, recovering, restart, now)
 
 
@@ -189,10 +189,9 @@ def _missing(job: Obj, spec: TrainingJobSpec, current: Mapping[int, Obj],
     return missing
 
 
-def pins(placement: Obj, pods: list[Obj], restart: int) -> list[tuple[str, str, str | None]]:
-    """The gated pods of attempt RESTART with where PLACEMENT puts them: a worker on its
-    rank's node, a companion on its recorded node."""
-    spots = Spots(placement)
+def pins(spots: Spots, pods: list[Obj], restart: int) -> list[tuple[str, str, str | None]]:
+    """The gated pods of attempt RESTART with where SPOTS (a placement) puts them: a worker
+    on its rank's node, a companion on its recorded node."""
     found = []
     for pod in pods:
         if attempt_of(pod) != restart or not is_gated(pod):
@@ -216,10 +215,10 @@ class Spots:
             return self.companions.get(companion_key(pod))
         return self.ranks.get(index_of(pod))
 
-
-def _nodes(ranks: dict[int, Obj], companions: Mapping[Any, Obj]) -> list[str]:
-    """Every node the placed gang holds: its ranks' and its companions'."""
-    return [*(r["node"] for r in ranks.values()), *(c["node"] for c in companions.values())]
+    def nodes(self) -> list[str]:
+        """Every node the placed gang holds: its ranks' and its companions'."""
+        return [*(r["node"] for r in self.ranks.values()),
+                *(c["node"] for c in self.companions.values())]
 
 
 def _progress(result: Attempt, books: Obj, recovering: bool, restart: int, now: float

@@ -26,6 +26,7 @@ from goodput_operator.decide.attempt import (
     TERMINAL,
     Attempt,
     Lost,
+    Spots,
     attempt,
     books_of,
     pins,
@@ -64,7 +65,7 @@ from goodput_operator.topology.placement import (
     place,
 )
 from goodput_operator.topology.podsets import companions_near
-from goodput_operator.topology.record import companions_of, nodes_of, ranks_of
+from goodput_operator.topology.record import nodes_of, ranks_of
 from goodput_operator.topology.replacement import Elastic, replace
 
 Obj = dict[str, Any]
@@ -133,10 +134,11 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
             if incident is not None and not incident.get("replacedAt"):
                 desired["incidents"] = badput.replaced(books, clock, incident.get("action")
                                                        or "wait")["incidents"]
-            decided.pin = pins(placement, pods, restart_of(job))
+            spots = Spots(placement)
+            decided.pin = pins(spots, pods, restart_of(job))
             if spec.sdc.probe_on_start:  # probes first: the workers stay gated
                 decided.hold, decided.pin = True, []
-                decided.probe = sorted({r["node"] for r in ranks_of(placement)})
+                decided.probe = sorted({r["node"] for r in spots.ranks.values()})
         else:
             desired["message"] = update.message
     if decided.restart:
@@ -238,8 +240,7 @@ def lost_nodes(snapshot: Snapshot, fleet: Fleet, job: Obj, pods: list[Obj]) -> d
     """The nodes this job touches (its ranks, its open incident's, its failed pods') that
     it may no longer use: quarantined, gone, or moved out of its group."""
     status = job.get("status") or {}
-    names = set(nodes_of(status.get("placement")))
-    names.update(c["node"] for c in companions_of(status.get("placement")).values())
+    names = set(Spots(status.get("placement")).nodes())
     for incident in (status.get("incidents") or [])[-1:]:
         names.update(incident.get("nodes") or [])
     names.update(p["spec"]["nodeName"] for p in pods if p.get("spec", {}).get("nodeName"))
