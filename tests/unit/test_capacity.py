@@ -176,7 +176,7 @@ def test_no_accelerator_is_ever_booked_twice(layout: tuple[list[Obj], list[Obj],
         for name, fleet_node in fleet.nodes.items():
             homes[name] += 1
             held[name] += fleet_node.used
-            assert fleet_node.used == sum(u.accelerators for u in fleet_node.pods.values())
+            assert fleet_node.used == sum(count for _, count, _ in fleet_node.pods.values())
     assert all(count == 1 for count in homes.values()), "a node in two groups"
     assert all(used <= 16 for used in held.values()), held
     for pod in pods:  # every foreign pod counts on its node, whichever group has it

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
 
 from goodput_operator import names
 from goodput_operator.api.ultraservergroup import LEMON_HALF_LIFE_DAYS
@@ -59,13 +59,13 @@ class GroupShape:
         )
 
 
-class PodUse(NamedTuple):
-    """A pod's hold on a node's accelerators (a named tuple: no per-pod __dict__, a
-    quarter-million of them at 1M accelerators)."""
-
-    node: str
-    accelerators: int
-    owner: str  # "namespace/kind/name" of the workload, for explanations
+PodUse = tuple[str, int, str]
+"""A pod's hold on a node's accelerators: (node, accelerators, owner), the owner being
+"kind/namespace/name" of the workload, for explanations. A plain tuple on purpose: there
+are a quarter-million at 1M accelerators, and the cyclic garbage collector stops tracking
+an exact tuple of strings and ints (and then the node's dict of them), where a NamedTuple
+stays tracked. Tracked, they made every full collection walk them: 228 ms against 8 ms on
+a full 1M NVL72 fleet, landing inside a solve now and then (bench/README.md, issue 19)."""
 
 
 @dataclass(eq=False)
@@ -132,7 +132,7 @@ class Domain:
         self.lemon = sum(n.lemon for n in self.nodes)
 
     def owners(self) -> set[str]:
-        return {pod.owner for node in self.nodes for pod in node.pods.values()}
+        return {owner for node in self.nodes for _, _, owner in node.pods.values()}
 
 
 def natural_key(name: str) -> tuple[Any, ...]:
@@ -438,7 +438,7 @@ class Fleet:
         node = self.nodes.get(node_name)
         if node is None:
             return  # a node outside the group
-        use = PodUse(node_name, accelerators, owner)
+        use = (node_name, accelerators, owner)
         self.pods[key] = use
         self.by_owner.setdefault(owner, set()).add(key)
         node.pods[key] = use
@@ -452,11 +452,12 @@ class Fleet:
     def _forget(self, key: str) -> PodUse | None:
         use = self.pods.pop(key, None)
         if use is not None:
-            keys = self.by_owner.get(use.owner)
+            owner = use[2]
+            keys = self.by_owner.get(owner)
             if keys is not None:
                 keys.discard(key)
                 if not keys:
-                    del self.by_owner[use.owner]
+                    del self.by_owner[owner]
         return use
 
     def release(self, key: str) -> None:
@@ -464,10 +465,11 @@ class Fleet:
         use = self._forget(key)
         if use is None:
             return
-        node = self.nodes.get(use.node)
+        node_name, accelerators, _ = use
+        node = self.nodes.get(node_name)
         if node is not None:
             node.pods.pop(key, None)
-            node.used -= use.accelerators
+            node.used -= accelerators
             self._refresh_domain(self.domains[node.domain])
 
     def _remember(self, key: str) -> None:
@@ -491,7 +493,7 @@ class Fleet:
             for key, held in reversed(list(journal.items())):
                 self.release(key)
                 if held is not None:
-                    self.bind(key, held.node, held.accelerators, held.owner)
+                    self.bind(key, *held)
 
     @contextlib.contextmanager
     def without(self, owners: Iterable[str]) -> Iterator[None]:
@@ -505,7 +507,7 @@ class Fleet:
             yield
         finally:
             for key, use in held:
-                self.bind(key, use.node, use.accelerators, use.owner)
+                self.bind(key, *use)
 
     def release_owner(self, owner: str) -> None:
         for key in list(self.by_owner.get(owner, ())):

@@ -510,10 +510,10 @@ def foreign_usage(fleet: Fleet, shown: int = 3) -> tuple[list[str], int]:
     operator did not place (a user's plain pod, a Job's, a DaemonSet's) that hold devices
     on the group's nodes, and how many there are: found by owner, so that the cost is that
     of the foreign pods, not of the fleet."""
-    found = [(use.node, key, use.accelerators)
+    found = [(node, key, accelerators)
              for owner, keys in fleet.by_owner.items() if is_foreign(owner)
-             for key in keys if (use := fleet.pods[key]).accelerators
-             and use.node in fleet.nodes]
+             for key in keys for node, accelerators, _ in (fleet.pods[key],)
+             if accelerators and node in fleet.nodes]
     return ([f"node {node}: {accelerators} of {fleet.nodes[node].capacity} held by pod {key}"
              for node, key, accelerators in heapq.nsmallest(shown, found)], len(found))
 

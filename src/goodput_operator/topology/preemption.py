@@ -91,7 +91,7 @@ def _greedy(fleet: Fleet, request: Request, order: list[Candidate]) -> Preemptio
 
 
 def _held(fleet: Fleet, owner: str) -> int:
-    return sum(fleet.pods[key].accelerators for key in fleet.by_owner.get(owner, ()))
+    return sum(fleet.pods[key][1] for key in fleet.by_owner.get(owner, ()))
 
 
 def _cost(fleet: Fleet, candidates: Sequence[Candidate], victims: Sequence[str]
@@ -117,9 +117,9 @@ def _by_domain(fleet: Fleet, candidates: Sequence[Candidate]) -> list[Candidate]
     by_owner = {c.owner: c for c in candidates}
     clearable: list[tuple[set[str], int, tuple[object, ...]]] = []
     for domain in fleet.ordered_domains():
-        users = {use.owner for node in domain.nodes for use in node.pods.values()}
+        users = {owner for node in domain.nodes for _, _, owner in node.pods.values()}
         if users and users <= by_owner.keys():  # held only by what may be preempted
-            held = sum(use.accelerators for node in domain.nodes for use in node.pods.values())
+            held = sum(count for node in domain.nodes for _, count, _ in node.pods.values())
             clearable.append((users, held, domain.order))
     chosen: dict[str, None] = {}
     while clearable:

@@ -123,7 +123,7 @@ def _released(fleet: Fleet, owner: str) -> Iterator[None]:
         yield
     finally:
         for key, use in saved.items():
-            fleet.bind(key, use.node, use.accelerators, use.owner)
+            fleet.bind(key, *use)
 
 
 def grow(fleet: Fleet, running: int, request: Request, owner: str, elastic: Elastic

@@ -19,7 +19,7 @@ MARKS = {"notready": "NotReady", "cordoned": "cordoned", "quarantined": "QUARANT
 
 def occupant(node: Node) -> str:
     """The job(s) on a node, shortest readable form: `name` of tj/ns/name."""
-    owners = sorted({use.owner for use in node.pods.values()})
+    owners = sorted({owner for _, _, owner in node.pods.values()})
     return "+".join(owner.rsplit("/", 1)[-1] for owner in owners)
 
 
