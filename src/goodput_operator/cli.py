@@ -69,7 +69,10 @@ def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     fail.add_argument("--crash", action="store_true",
                       help="real nodes: kill every container on them instead")
     fail.add_argument("--reason", default="SimulatedFailure",
-                      help="reason on the node's Ready condition (default: %(default)s)")
+                      help="reason on the node's condition (default: %(default)s)")
+    fail.add_argument("--signal", default="not-ready", choices=list(faults.SIGNALS),
+                      help="how the node fails (default: %(default)s): " + "; ".join(
+                          f"{name}: {s.what}" for name, s in faults.SIGNALS.items()))
     heal = verb("heal-node", "make failed nodes Ready again")
     heal.add_argument("node", nargs="+")
     pod = verb("fail-pod", "terminate a Running pod's containers with an exit code")
@@ -284,14 +287,14 @@ def _env(box: cluster.Sandbox, args: argparse.Namespace) -> int:
 
 
 def _fail_node(box: cluster.Sandbox, args: argparse.Namespace) -> int:
-    faults.fail_node(box, *args.node, reason=args.reason, crash=args.crash)
+    faults.fail_node(box, *args.node, reason=args.reason, crash=args.crash, signal=args.signal)
     names = " ".join(args.node)
     if args.crash:
         print(f"every container on {names} killed (SIGKILL: exit code 137); the "
               f"{'nodes stay' if len(args.node) > 1 else 'node stays'} Ready")
     else:
-        print(f"{'nodes' if len(args.node) > 1 else 'node'} {names} failing (reason "
-              f"{args.reason}); heal with `goodput sandbox heal-node {names}`")
+        print(f"{'nodes' if len(args.node) > 1 else 'node'} {names} failing ({args.signal}, "
+              f"reason {args.reason}); heal with `goodput sandbox heal-node {names}`")
     return 0
 
 

@@ -28,8 +28,9 @@ RECONCILE_SECONDS = Histogram("goodput_reconcile_pass_seconds",
                               "One pass over every group, TrainingJob and InferenceEndpoint "
                               "(the longest any change waits to be acted on)",
                               buckets=PASS_BUCKETS)
-QUARANTINES = Counter("goodput_quarantines_total", "Nodes quarantined, by group and reason",
-                      ["group", "reason"])
+QUARANTINES = Counter("goodput_quarantines_total",
+                      "Nodes quarantined, by group, reason and failure class",
+                      ["group", "reason", "failure_class"])
 QUARANTINED = Gauge("goodput_quarantined_nodes", "Nodes in quarantine", ["group"])
 RECOVERY_SECONDS = Histogram(
     "goodput_recovery_seconds", "Each recovery's phases: detection, replacement, restart",

@@ -384,8 +384,8 @@ class Faults:
         self.cluster = cluster
         self.failed: set[str] = set()
 
-    def fail(self, *nodes: str) -> None:
-        sandbox_cli(self.cluster, "fail-node", *nodes)
+    def fail(self, *nodes: str, signal: str = "not-ready") -> None:
+        sandbox_cli(self.cluster, "fail-node", "--signal", signal, *nodes)
         self.failed.update(nodes)
 
     def heal(self, *nodes: str) -> None:

@@ -249,6 +249,42 @@ def test_failing_most_of_a_group_at_once_trips_the_storm_guard(
     wait_for(lambda: not tripped(), timeout=30, what="StormGuard cleared")
 
 
+def test_what_cloud_health_agents_say_quarantines_a_node_at_once_with_their_evidence(
+        e2e: Operator, crds: Cluster, make_group: Any, faults: Faults) -> None:
+    """The EKS node monitoring agent's AcceleratedHardwareReady=False and SageMaker
+    HyperPod's node-health-status label: the node stays Ready, and is quarantined anyway,
+    without the NotReady grace period, its evidence naming the agent and the failure class."""
+    group = make_group(quarantine={"notReadyGraceSeconds": 30})
+    gpu, hyperpod = trn2_pool(crds)[1], trn2_pool(crds)[6]
+    wait_for(lambda: group_status(crds, group).get("health") == "Healthy", timeout=30,
+             what="group healthy")
+    faults.fail(gpu, signal="accelerated-hardware")
+    faults.fail(hyperpod, signal="hyperpod")
+    for victim, reason, failure_class, said in (
+            (gpu, "NodeCondition", "accelerator", "condition AcceleratedHardwareReady=False"),
+            (hyperpod, "HealthLabel", "node", "label sagemaker.amazonaws.com/node-health-status"
+                                              "=UnschedulablePendingReplacement")):
+        body = wait_for(lambda v=victim: quarantined(crds, v), timeout=20,  # not 30 s of grace
+                        what=f"{victim} quarantined")
+        evidence = json.loads(body["metadata"]["annotations"][names.EVIDENCE_ANNOTATION])
+        assert (evidence["reason"], evidence["class"]) == (reason, failure_class)
+        assert evidence["evidence"].startswith(said)
+        assert body["metadata"]["labels"][names.QUARANTINE_LABEL] == reason
+        ready = next(c for c in body["status"]["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True"              # Kubernetes alone would see nothing
+        wait_event(crds, victim, "Quarantined", said)
+        if victim == gpu:
+            assert "EKS node monitoring agent" in evidence["evidence"]
+    assert 'failure_class="accelerator"' in e2e.metrics()
+
+    faults.heal(gpu, hyperpod)                     # the agents say healthy again
+    healed = node(crds, gpu)
+    assert next(c["status"] for c in healed["status"]["conditions"]
+                if c["type"] == "AcceleratedHardwareReady") == "True"
+    assert node(crds, hyperpod)["metadata"]["labels"][
+        "sagemaker.amazonaws.com/node-health-status"] == "Schedulable"
+
+
 def test_reports_are_accepted_only_from_the_jobs_own_current_workers(
         e2e: Operator, crds: Cluster, namespace: str, trn2_group: str) -> None:
     apply(crds, training_job("alpha", trn2_group, 1), namespace)

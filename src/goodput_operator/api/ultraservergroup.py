@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -31,6 +31,18 @@ DEFAULT_HEALTH_CONDITIONS = [
     "NeuronHealth",
     # DCGM-based GPU health agents (NVSentinel / gpu-operator health checks)
     "GpuHealth", "GPUHealth",
+]
+DEFAULT_READY_CONDITIONS = [
+    # the EKS node monitoring agent: one condition per category, False when it found a
+    # problem (DCGM and Neuron errors, EFA, disks, kernel, container runtime)
+    "AcceleratedHardwareReady", "NetworkingReady", "StorageReady", "KernelReady",
+    "ContainerRuntimeReady",
+]
+DEFAULT_HEALTH_LABELS = [
+    # SageMaker HyperPod: Unschedulable while its deep health checks run, then the verdict
+    {"key": "sagemaker.amazonaws.com/node-health-status",
+     "values": ["Unschedulable", "UnschedulablePendingReplacement", "UnschedulablePendingReboot"]},
+    {"key": "sagemaker.amazonaws.com/deep-health-check-status", "values": ["Failed"]},
 ]
 DEFAULT_HEALTH_TAINTS = [
     "sagemaker.amazonaws.com/node-health-status",
@@ -77,6 +89,16 @@ class Spares(ApiModel):
     their nodes fails."""
 
 
+class HealthLabel(ApiModel):
+    """A node label that another health system sets, and the values that mean the node is
+    unhealthy."""
+
+    key: LabelKey
+    """The label's key, e.g. sagemaker.amazonaws.com/node-health-status."""
+    values: list[Annotated[str, Field(max_length=63)]] = Field(min_length=1, max_length=16)
+    """Label values that mean unhealthy (any other value, or no label, says nothing)."""
+
+
 class Quarantine(ApiModel):
     """When a node is taken out of service, how far that may go, and when it returns."""
 
@@ -97,6 +119,20 @@ class Quarantine(ApiModel):
     )
     """Node condition types that mean the device is unhealthy when their status is True
     (published by node-problem-detector, neuron-problem-detector, DCGM-based agents)."""
+    ready_conditions: list[LabelKey] = Field(
+        default_factory=lambda: list(DEFAULT_READY_CONDITIONS), max_length=64,
+        json_schema_extra=schema_default(DEFAULT_READY_CONDITIONS),
+    )
+    """Node condition types that mean the node is unhealthy when their status is False (the
+    EKS node monitoring agent's AcceleratedHardwareReady and its siblings); Unknown or a
+    missing condition says nothing."""
+    health_labels: list[HealthLabel] = Field(
+        default_factory=lambda: [HealthLabel.model_validate(x) for x in DEFAULT_HEALTH_LABELS],
+        max_length=16, json_schema_extra=schema_default(DEFAULT_HEALTH_LABELS),
+    )
+    """Node labels whose listed values mean the node is unhealthy (SageMaker HyperPod's
+    node-health-status and deep-health-check-status by default); the node returns to
+    service once the label says otherwise for releaseAfterHealthySeconds."""
     health_taints: list[LabelKey] = Field(
         default_factory=lambda: list(DEFAULT_HEALTH_TAINTS), max_length=64,
         json_schema_extra=schema_default(DEFAULT_HEALTH_TAINTS),
@@ -230,4 +266,5 @@ class UltraServerGroupStatus(ApiModel):
     """Each domain's health, readiness, free accelerators, quarantine and spares."""
     conditions: list[Condition] = conditions_field()
     """Ready, Degraded, StormGuard, MisShaped, Overlapping (another, older group keeps some
-    of the nodes the selector matches), ProbesScheduled conditions."""
+    of the nodes the selector matches), ProbesScheduled, ProbesInconclusive (a quarantined
+    node whose probe could not exercise its accelerators) conditions."""

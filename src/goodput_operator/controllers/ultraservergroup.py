@@ -74,7 +74,8 @@ async def apply_group(state: State, kube: Kube, decision: GroupDecision, now: fl
         await asyncio.to_thread(kube.event, patched, "Quarantined", quarantine.message,
                                 "Warning")
         events.append(Event("Warning", "NodeQuarantined", quarantine.message))
-        metrics.QUARANTINES.labels(name, quarantine.finding.reason).inc()
+        metrics.QUARANTINES.labels(name, quarantine.finding.reason,
+                                   quarantine.finding.failure_class).inc()
     for release in decision.release:
         patched = await _patch_node(kube, release.node, release.patch)
         if patched is None:

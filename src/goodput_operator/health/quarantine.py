@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from goodput_operator import names
 from goodput_operator.api.base import resolve
 from goodput_operator.api.ultraservergroup import LEMON_HALF_LIFE_DAYS
+from goodput_operator.health.signals import signal_of
 
 if TYPE_CHECKING:
     from goodput_operator.api.ultraservergroup import Quarantine
@@ -41,6 +42,7 @@ class Finding:
     evidence: str
     since: float
     owner: str = ""  # namespace/name of the job whose reports blamed the node, if any
+    failure_class: str = "node"  # accelerator, network, storage, ... (health.signals)
 
 
 @dataclass(frozen=True)
@@ -101,20 +103,11 @@ def finding(node: Obj, policy: Quarantine, seen_since: float | None, now: float,
     renewal of any node. A silence counts only once other nodes have renewed after it ran
     out: when every Lease falls silent together, the control plane, the operator's watch
     or the sandbox's simulator has stalled, not the nodes."""
-    taints = (node.get("spec") or {}).get("taints") or []
-    for taint in taints:
-        if taint.get("key") in policy.health_taints:
-            added = parse_time(taint.get("timeAdded")) or seen_since or now
-            return Finding("HealthTaint", f"taint {taint['key']}={taint.get('value', '')}:"
-                           f"{taint.get('effect', '')}", added)
+    said = signal_of(node, policy)
+    if said is not None:
+        since = _later(parse_time(said.since), seen_since, now)
+        return Finding(said.reason, said.evidence, since, failure_class=said.failure_class)
     conditions = (node.get("status") or {}).get("conditions") or []
-    for condition in conditions:
-        if condition.get("type") in policy.health_conditions and \
-                condition.get("status") == "True":
-            since = _later(parse_time(condition.get("lastTransitionTime")), seen_since, now)
-            return Finding("NodeCondition", f"condition {condition['type']}=True "
-                           f"({condition.get('reason', '')}: {condition.get('message', '')})",
-                           since)
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
     silence = policy.lease_silence_seconds
     if renewal is not None and silence:
@@ -258,8 +251,8 @@ def quarantine_patch(node: Obj, found: Finding, now: float, by: str = BY_OPERATO
               if t.get("key") != names.QUARANTINE_TAINT]
     taints.append({"key": names.QUARANTINE_TAINT, "value": found.reason, "effect": "NoSchedule",
                    "timeAdded": iso(now)})
-    evidence = {"reason": found.reason, "evidence": found.evidence, "since": iso(found.since),
-                "at": iso(now), "by": by}
+    evidence = {"reason": found.reason, "class": found.failure_class, "evidence": found.evidence,
+                "since": iso(found.since), "at": iso(now), "by": by}
     score, at = lemon_of((node.get("metadata") or {}).get("annotations") or {})
     lemon = decayed(score, at, now, half_life_days) + 1
     return {"metadata": {"resourceVersion": node["metadata"].get("resourceVersion"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from goodput_operator.sandbox import realnode
@@ -48,13 +49,96 @@ def _require_node(sandbox: Sandbox, node: str) -> dict[str, Any]:
     return found
 
 
+HYPERPOD_HEALTH = "sagemaker.amazonaws.com/node-health-status"
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A health agent's way of saying a node is bad, as `fail-node --signal` injects it."""
+
+    what: str  # for --help
+    condition: tuple[str, str, str] | None = None  # type, status when failed, when healed
+    labels: tuple[tuple[str, str, str | None], ...] = ()  # key, failed value, healed value
+
+
+SIGNALS: dict[str, Signal] = {
+    "not-ready": Signal("Ready=False: KWOK's chaos stage, or a real node's kubelet stops"),
+    "accelerated-hardware": Signal(
+        "condition AcceleratedHardwareReady=False, as the EKS node monitoring agent sets it "
+        "on a DCGM or Neuron error", ("AcceleratedHardwareReady", "False", "True")),
+    "networking": Signal("condition NetworkingReady=False (EKS node monitoring agent: EFA, "
+                         "interfaces)", ("NetworkingReady", "False", "True")),
+    "neuron-health": Signal("condition NeuronHealth=True (neuron-problem-detector)",
+                            ("NeuronHealth", "True", "False")),
+    "gpu-health": Signal("condition GpuHealth=True (a DCGM-based GPU health agent)",
+                         ("GpuHealth", "True", "False")),
+    "hyperpod": Signal(
+        "label sagemaker.amazonaws.com/node-health-status=UnschedulablePendingReplacement, "
+        "as SageMaker HyperPod's health-monitoring agent sets it",
+        labels=((HYPERPOD_HEALTH, "UnschedulablePendingReplacement", "Schedulable"),
+                ("sagemaker.amazonaws.com/fault-type", "SimulatedFault", None),
+                ("sagemaker.amazonaws.com/fault-reason", "InjectedBySandbox", None))),
+}
+"""What `goodput sandbox fail-node --signal` can inject; heal-node takes any of them back."""
+
+
+def _set_condition(sandbox: Sandbox, nodes: tuple[str, ...], kind: str, status: str,
+                   reason: str, message: str) -> None:
+    """Write a node condition as an agent does: a strategic merge patch of the status, merged
+    by type, so the kubelet's (or KWOK's) own conditions stay as they are."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    patch = {"status": {"conditions": [{
+        "type": kind, "status": status, "reason": reason, "message": message,
+        "lastHeartbeatTime": now, "lastTransitionTime": now}]}}
+    for node in nodes:
+        sandbox.kubectl("patch", "node", node, "--subresource=status", "--type=strategic",
+                        "-p", json.dumps(patch))
+
+
+def _signal_failure(sandbox: Sandbox, nodes: tuple[str, ...], signal: Signal, reason: str,
+                    message: str) -> None:
+    if signal.condition is not None:
+        kind, failed, _ = signal.condition
+        _set_condition(sandbox, nodes, kind, failed, reason, message)
+    if signal.labels:
+        sandbox.kubectl("label", "node", *nodes, "--overwrite",
+                        *(f"{key}={value}" for key, value, _ in signal.labels))
+
+
+def _heal_signals(sandbox: Sandbox, node: dict[str, Any]) -> None:
+    """Take back every injected signal NODE still shows."""
+    name = node["metadata"]["name"]
+    conditions = {c.get("type"): c.get("status")
+                  for c in (node.get("status") or {}).get("conditions") or []}
+    labels = node["metadata"].get("labels") or {}
+    for signal in SIGNALS.values():
+        if signal.condition is not None:
+            kind, failed, healed = signal.condition
+            if conditions.get(kind) == failed:
+                _set_condition(sandbox, (name,), kind, healed, "Healed",
+                               "healed by goodput sandbox heal-node")
+        changes = [f"{key}={healed}" if healed else f"{key}-"
+                   for key, failed, healed in signal.labels if key in labels]
+        if any(labels.get(key) == failed for key, failed, _ in signal.labels):
+            sandbox.kubectl("label", "node", name, "--overwrite", *changes)
+
+
 def fail_node(sandbox: Sandbox, *nodes: str, reason: str = "SimulatedFailure",
               message: str = "node failed (injected by goodput sandbox fail-node)",
-              crash: bool = False) -> None:
-    """Make NODES NotReady until `heal_node`; several nodes fail together (one write).
-    Real nodes lose their kubelet, or with CRASH their containers."""
+              crash: bool = False, signal: str = "not-ready") -> None:
+    """Make NODES fail until `heal_node`; several nodes fail together (one write). By
+    default they turn NotReady: real nodes lose their kubelet, or with CRASH their
+    containers. Any other SIGNAL is what a health agent would write on the node, which
+    stays Ready (see SIGNALS)."""
+    if signal not in SIGNALS:
+        raise SandboxError(f"--signal must be one of {', '.join(SIGNALS)}, got {signal!r}")
+    if crash and signal != "not-ready":
+        raise SandboxError("--crash kills a real node's containers; it takes no --signal")
     for node in nodes:
         _require_node(sandbox, node)
+    if signal != "not-ready":
+        _signal_failure(sandbox, nodes, SIGNALS[signal], reason, message)
+        return
     real = {n.name: n for n in realnode.load(sandbox.home)}
     if crash and any(n not in real for n in nodes):  # refused before anything is done
         raise SandboxError("--crash applies to real nodes only (simulated nodes run no "
@@ -79,9 +163,10 @@ def fail_node(sandbox: Sandbox, *nodes: str, reason: str = "SimulatedFailure",
 
 def heal_node(sandbox: Sandbox, *nodes: str) -> None:
     """Remove the failure; KWOK's node-initialize stage makes simulated nodes Ready again,
-    a real node's kubelet is started again (it takes its running pods back)."""
+    a real node's kubelet is started again (it takes its running pods back), and injected
+    health signals say healthy again."""
     for node in nodes:
-        _require_node(sandbox, node)
+        _heal_signals(sandbox, _require_node(sandbox, node))
     real = {n.name: n for n in realnode.load(sandbox.home)}
     runtime = sandbox.real_runtime()
     for node in nodes:

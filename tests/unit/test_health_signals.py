@@ -1,0 +1,119 @@
+"""The health signals clouds and vendors already emit, each read with its own polarity and
+mapped to a failure class (health.signals), and what the quarantine does with them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from goodput_operator import names
+from goodput_operator.api.ultraservergroup import HealthLabel, Quarantine
+from goodput_operator.health import quarantine as q
+from goodput_operator.health.signals import signal_of
+
+NOW = 1_800_000_000.0
+POLICY = Quarantine()
+HYPERPOD = "sagemaker.amazonaws.com/node-health-status"
+
+
+def node(conditions: tuple[tuple[str, str], ...] = (), labels: dict[str, str] | None = None,
+         taints: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "n", "resourceVersion": "3", "labels": labels or {},
+                     "annotations": {}},
+        "spec": {"taints": [{"key": k, "value": "x", "effect": "NoSchedule"} for k in taints]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]
+                   + [{"type": t, "status": s, "reason": "DCGMError", "message": "lost",
+                       "lastTransitionTime": "2027-01-15T08:00:00Z"} for t, s in conditions]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # the EKS node monitoring agent: readiness conditions, False is the failure
+        (node((("AcceleratedHardwareReady", "False"),)), ("NodeCondition", "accelerator")),
+        (node((("AcceleratedHardwareReady", "True"),)), None),
+        (node((("AcceleratedHardwareReady", "Unknown"),)), None),  # the agent says nothing
+        (node((("NetworkingReady", "False"),)), ("NodeCondition", "network")),
+        (node((("StorageReady", "False"),)), ("NodeCondition", "storage")),
+        (node((("KernelReady", "False"),)), ("NodeCondition", "kernel")),
+        (node((("ContainerRuntimeReady", "False"),)), ("NodeCondition", "runtime")),
+        # problem detectors: True is the failure
+        (node((("NeuronHealth", "True"),)), ("NodeCondition", "accelerator")),
+        (node((("NeuronHealth", "False"),)), None),
+        (node((("GpuHealth", "True"),)), ("NodeCondition", "accelerator")),
+        (node((("ReadonlyFilesystem", "True"),)), ("NodeCondition", "storage")),
+        (node((("MemoryPressure", "True"),)), None),  # the kubelet's own: not a device fault
+        # SageMaker HyperPod's labels
+        (node(labels={HYPERPOD: "UnschedulablePendingReplacement"}), ("HealthLabel", "node")),
+        (node(labels={HYPERPOD: "UnschedulablePendingReboot"}), ("HealthLabel", "node")),
+        (node(labels={HYPERPOD: "Unschedulable"}), ("HealthLabel", "node")),
+        (node(labels={HYPERPOD: "Schedulable"}), None),
+        (node(labels={"sagemaker.amazonaws.com/deep-health-check-status": "Failed"}),
+         ("HealthLabel", "node")),
+        (node(labels={"sagemaker.amazonaws.com/deep-health-check-status": "Passed"}), None),
+        # another remediator's taint
+        (node(taints=(HYPERPOD,)), ("HealthTaint", "node")),
+    ],
+)
+def test_each_signal_is_read_with_its_own_polarity_and_class(
+        body: dict[str, Any], expected: tuple[str, str] | None) -> None:
+    said = signal_of(body, POLICY)
+    assert ((said.reason, said.failure_class) if said else None) == expected
+
+
+def test_the_evidence_names_the_condition_its_reason_and_the_agent() -> None:
+    said = signal_of(node((("AcceleratedHardwareReady", "False"),)), POLICY)
+    assert said is not None
+    assert said.evidence == ("condition AcceleratedHardwareReady=False (DCGMError: lost; "
+                             "accelerator failure; EKS node monitoring agent)")
+
+
+def test_a_hyperpod_label_carries_its_fault_type_and_reason_as_evidence() -> None:
+    said = signal_of(node(labels={HYPERPOD: "UnschedulablePendingReplacement",
+                                  "sagemaker.amazonaws.com/fault-type": "NvidiaGpu",
+                                  "sagemaker.amazonaws.com/fault-reason": "XidError"}), POLICY)
+    assert said is not None and said.evidence == (
+        f"label {HYPERPOD}=UnschedulablePendingReplacement (node failure; SageMaker "
+        "HyperPod, fault NvidiaGpu: XidError)")
+
+
+def test_a_group_may_turn_a_signal_off_or_add_its_own() -> None:
+    quiet = Quarantine(ready_conditions=[], health_labels=[])
+    assert signal_of(node((("AcceleratedHardwareReady", "False"),)), quiet) is None
+    assert signal_of(node(labels={HYPERPOD: "Unschedulable"}), quiet) is None
+    own = Quarantine(health_labels=[HealthLabel(key="example.com/health", values=["bad"])])
+    said = signal_of(node(labels={"example.com/health": "bad"}), own)
+    assert said is not None and said.reason == "HealthLabel" and said.failure_class == "node"
+
+
+def test_the_quarantine_writes_the_class_beside_the_evidence_and_acts_at_once() -> None:
+    body = node((("AcceleratedHardwareReady", "False"),))
+    decision = q.decide({"n": body, **{f"x{i}": node() for i in range(9)}}, POLICY, NOW,
+                        {}, {}, {})
+    assert [(n, f.reason, f.failure_class) for n, f in decision.quarantine] == [
+        ("n", "NodeCondition", "accelerator")]
+    found = decision.quarantine[0][1]
+    written = json.loads(q.quarantine_patch(body, found, NOW)["metadata"]["annotations"][
+        names.EVIDENCE_ANNOTATION])
+    assert written["class"] == "accelerator"
+    assert written["evidence"].startswith("condition AcceleratedHardwareReady=False")
+
+
+def test_a_node_whose_label_says_healthy_again_is_released_after_the_healthy_wait() -> None:
+    finding = signal_of(node(labels={HYPERPOD: "UnschedulablePendingReboot"}), POLICY)
+    assert finding is not None
+    record = q.Finding(finding.reason, finding.evidence, NOW - 2000)
+    held = node(labels={HYPERPOD: "Schedulable"})
+    patch = q.quarantine_patch(held, record, NOW - 1000)
+    held["spec"]["taints"] = patch["spec"]["taints"]
+    held["metadata"]["annotations"].update(patch["metadata"]["annotations"])
+    released = q.decide({"n": held}, POLICY, NOW, {}, {"n": NOW - 700}, {})
+    assert [n for n, _ in released.release] == ["n"]
+    still = node(labels={HYPERPOD: "UnschedulablePendingReboot"})
+    still["spec"]["taints"] = held["spec"]["taints"]
+    still["metadata"]["annotations"] = held["metadata"]["annotations"]
+    assert q.decide({"n": still}, POLICY, NOW, {}, {"n": NOW - 700}, {}).release == []
