@@ -26,6 +26,8 @@ DOMAIN_ANNOTATION = "goodput.dev/domain"  # the domain a pinned pod was placed i
 PROBE_LABEL = "goodput.dev/probe"  # "true" on probe Jobs and their pods
 PROBE_NODE_ANNOTATION = "goodput.dev/probe-node"  # an annotation: node names outgrow labels
 PROBE_TRIGGER_LABEL = "goodput.dev/probe-trigger"  # start, suspicion, schedule, manual
+PROBE_EXPECTS_ANNOTATION = "goodput.dev/probe-expects"  # cuda|neuron|cpu, and how many:
+# "cuda/8": what the run must exercise to count (health.probing)
 
 # ---- nodes ---------------------------------------------------------------------------
 GROUP_LABEL = "goodput.dev/group"  # the UltraServerGroup a node belongs to

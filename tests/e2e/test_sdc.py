@@ -21,6 +21,7 @@ from tests.e2e.conftest import (
     apply,
     get_job,
     job_pods,
+    settle,
     training_job,
     trn2_pool,
     wait_event,
@@ -103,9 +104,23 @@ def probe_pod(crds: Cluster, namespace: str, node: str, used: set[str]) -> dict[
     return pod
 
 
+NEURON_RUN = {"ok": True, "backend": "neuron", "devices": [
+    {"index": 0, "name": "neuron:0", "digest": "ab", "ok": True}]}  # a clean run on Trn2
+
+
+def probe_jobs(crds: Cluster, namespace: str, node: str) -> list[dict[str, Any]]:
+    jobs = json.loads(crds.kubectl("get", "jobs", "-n", namespace, "-l",
+                                   f"{names.PROBE_LABEL}=true", "-o", "json").stdout)["items"]
+    return [j for j in jobs if j["metadata"]["annotations"].get(names.PROBE_NODE_ANNOTATION)
+            == node]
+
+
 def test_a_bad_probe_quarantines_the_node_and_clean_probes_release_it(
         e2e: Operator, crds: Cluster, make_group: Any, faults: Faults) -> None:
-    make_group(quarantine={"releaseAfterCleanProbes": 2})
+    """A bad run quarantines; a run on the CPU (the default image on an accelerator node)
+    is inconclusive: the node stays out and that image is not run there again; a probe image
+    that reaches the Neuron devices then clears it."""
+    group = make_group(quarantine={"releaseAfterCleanProbes": 2})
     pool = trn2_pool(crds)
     node, probes, used = pool[7], e2e.probe_namespace, set[str]()
     started = subprocess.run(
@@ -129,13 +144,36 @@ def test_a_bad_probe_quarantines_the_node_and_clean_probes_release_it(
     assert evidence["reason"] == "SilentDataCorruption"
     assert "bad device(s) 3 (neuron3): result 1f2e differs" in evidence["evidence"]
 
-    for _ in range(2):                                   # the operator probes the suspect
+    pod = probe_pod(crds, probes, node, used)            # the operator probes the suspect
+    assert pod["metadata"]["annotations"][names.PROBE_EXPECTS_ANNOTATION] == "neuron/0"
+    token = worker_token(crds, probes, pod["metadata"]["name"])
+    answer = Reporter(e2e.report_url, token).send("probe", {
+        "node": node, "ok": True, "backend": "numpy", "devices": [
+            {"index": 0, "name": "cpu:0", "ok": True}, {"index": 1, "name": "cpu:1", "ok": True}]})
+    assert "not on the node's neuron devices" in answer["inconclusive"]
+    wait_event(crds, node, "ProbeInconclusive", "ran on numpy (cpu)")
+
+    def said() -> dict[str, Any] | None:
+        status = json.loads(crds.kubectl("get", "usg", group, "-o", "json").stdout)["status"]
+        found = next((c for c in status["conditions"] if c["type"] == "ProbesInconclusive"),
+                     {})
+        return found if found.get("status") == "True" else None
+    assert node in wait_for(said, timeout=30, what="ProbesInconclusive")["message"]
+    settle(e2e)
+    assert quarantined(crds, node) is not None           # proved nothing: still out
+    assert len(probe_jobs(crds, probes, node)) == 2      # and not probed again with it
+
+    crds.kubectl("patch", "usg", group, "--type=merge",  # an image that reaches the device
+                 "-p", json.dumps({"spec": {"probes": {"image": "probes:neuron"}}}))
+    for _ in range(2):
         pod = probe_pod(crds, probes, node, used)
         assert pod["metadata"]["labels"][names.PROBE_TRIGGER_LABEL] == "suspicion"
+        assert pod["spec"]["containers"][0]["image"] == "probes:neuron"
         token = worker_token(crds, probes, pod["metadata"]["name"])
         assert quarantined(crds, node) is not None       # not released before the last one
-        Reporter(e2e.report_url, token).send("probe", {"node": node, "ok": True})
+        Reporter(e2e.report_url, token).send("probe", {"node": node, **NEURON_RUN})
     wait_for(lambda: quarantined(crds, node) is None, timeout=30, what=f"{node} released")
+    wait_for(lambda: said() is None, timeout=30, what="ProbesInconclusive cleared")
     wait_event(crds, node, "Released", "2 clean probe runs")
 
 
@@ -177,6 +215,6 @@ def test_probe_on_start_lets_workers_go_only_after_their_nodes_pass(
         pod = probe_pod(crds, e2e.probe_namespace, node, used)
         assert pod["metadata"]["labels"][names.PROBE_TRIGGER_LABEL] == "start"
         token = worker_token(crds, e2e.probe_namespace, pod["metadata"]["name"])
-        Reporter(e2e.report_url, token).send("probe", {"node": node, "ok": True})
+        Reporter(e2e.report_url, token).send("probe", {"node": node, **NEURON_RUN})
     wait_for(lambda: get_job(crds, namespace, "careful")["status"].get("phase") == "Running",
              timeout=30, what="careful Running after its probes")

@@ -12,6 +12,7 @@ from goodput_operator import names
 from goodput_operator.api.ultraservergroup import UltraServerGroupStatus
 from goodput_operator.decide import GroupDecision, decide, decide_groups
 from goodput_operator.decide.group import group_status
+from goodput_operator.health.probing import Inconclusive
 from goodput_operator.health.quarantine import SDC, Finding, iso
 from tests.unit.world import (
     NOW,
@@ -47,6 +48,10 @@ BUSY_US0_N0 = worker(job("busy", workers=1), 0, node_name="us0-n0", phase="Runni
                      ready=True)
 BY_HAND = labelled(nodes(us0_n0=quarantined(nodes()["us0-n0"], "Maintenance", NOW - 900,
                                             by="manual")))
+
+
+CPU_RUN = Inconclusive("goodput:dev", "the probe ran on numpy (cpu), not on the node's "
+                       "neuron devices")
 
 
 def vote(since: float) -> Finding:
@@ -162,6 +167,25 @@ CASES = [
          spec={"probes": {"schedule": "* * * * *"}},
          snapshot={"last_sweep": {"trn2": NOW - 120},
                    "pods": [BUSY_US0_N0]}),
+    Case("a suspect whose probe proved nothing is not probed again with that image, stays "
+         "out, and the group says why",
+         SDC_OUT, {"probes": [], "release": [],
+                   "conditions": {"ProbesInconclusive": ("True", "AcceleratorNotExercised")}},
+         snapshot={"probe_runs": {"us0-n0": 3}, "clean_probes": {"us0-n0": 2},
+                   "probe_image": "goodput:dev", "inconclusive": {"us0-n0": CPU_RUN}}),
+    Case("another probe image tries the suspect again",
+         SDC_OUT, {"probes": [("us0-n0", "suspicion", 3)], "release": []},
+         spec={"probes": {"image": "probes:neuron"}},
+         snapshot={"probe_runs": {"us0-n0": 3}, "probe_image": "goodput:dev",
+                   "inconclusive": {"us0-n0": CPU_RUN}}),
+    Case("a scheduled sweep skips a node its image cannot test",
+         labelled(nodes(domains=1)),
+         {"probes": [("us0-n1", "schedule", int(NOW)), ("us0-n2", "schedule", int(NOW)),
+                     ("us0-n3", "schedule", int(NOW))],
+          "conditions": {"ProbesInconclusive": ("False", "NoneInconclusive")}},
+         spec={"probes": {"schedule": "* * * * *"}},
+         snapshot={"last_sweep": {"trn2": NOW - 120}, "probe_image": "goodput:dev",
+                   "inconclusive": {"us0-n0": CPU_RUN}}),
     Case("a schedule cron cannot read is reported on the group",
          FRESH, {"probes": [], "conditions": {"ProbesScheduled": ("False", "InvalidSchedule")}},
          spec={"probes": {"schedule": "61 * * * *"}}),

@@ -18,6 +18,7 @@ from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.types import Refusal, Reservation
 from goodput_operator.health.hang import StepClock
+from goodput_operator.health.probing import Inconclusive
 from goodput_operator.health.quarantine import Finding, Renewal
 from goodput_operator.health.sdc import Ledger
 from goodput_operator.health.straggler import Pace, Straggler
@@ -146,6 +147,7 @@ class State:
         self.probe_runs: dict[str, int] = {}  # node -> probe results received
         self.clean_probes: dict[str, int] = {}  # node -> clean results in a row
         self.probed_at: dict[str, float] = {}  # node -> its last clean probe
+        self.inconclusive: dict[str, Inconclusive] = {}  # node -> its last run proved nothing
         self.last_sweep: dict[str, float] = {}  # group -> last scheduled probe sweep
         self.group_written: dict[str, float] = {}  # group -> last status write
         self.endpoints: dict[tuple[str, str], Obj] = {}
@@ -174,7 +176,8 @@ class State:
             endpoints=list(self.endpoints.values()), endpoint_pods=self.endpoint_pods,
             seen_unhealthy=self.seen_unhealthy, healthy_since=self.healthy_since,
             blamed=self.blamed, clean_probes=self.clean_probes, probe_runs=self.probe_runs,
-            probed_at=self.probed_at, last_sweep=self.last_sweep,
+            probed_at=self.probed_at, inconclusive=self.inconclusive,
+            probe_image=self.probe_image, last_sweep=self.last_sweep,
             group_written=self.group_written, progress=self.progress, steps=self.steps,
             paces=self.paces, stragglers=self.stragglers,
             renewing=self.renewing,

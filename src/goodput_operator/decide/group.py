@@ -11,7 +11,7 @@ which their node patches wake at once.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,7 +94,9 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
     generation = body["metadata"].get("generation")
     overlap = overlap_message(snapshot.overlaps.get(name, {}))
     desired = group_status(spec, fleet, status.get("conditions") or [], verdict.storm,
-                           generation, stamp(now), schedule_error, overlap)
+                           generation, stamp(now), schedule_error, overlap,
+                           inconclusive_message(snapshot, (
+                               n for n, body in members.items() if q.record_of(body))))
     events = []
     if verdict.storm and not is_true(status.get("conditions") or [], "StormGuard"):
         events.append(Event("Warning", "StormGuard", verdict.storm))
@@ -106,6 +108,23 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
         name, body, desired, write, quarantine, release, _labels(snapshot, name, fleet),
         probes + sweep, forget, events, verdict.storm, sweep_mark,
         min((w for w in wakes if w is not None), default=None))
+
+
+def may_probe(snapshot: Snapshot, spec: UltraServerGroupSpec, node: str) -> bool:
+    """Whether a probe run on NODE could prove anything: not when the image the group's
+    probes run already came back inconclusive there (health.probing)."""
+    held = snapshot.inconclusive.get(node)
+    return held is None or held.image != (spec.probes.image or snapshot.probe_image)
+
+
+def inconclusive_message(snapshot: Snapshot, nodes: Iterable[str]) -> str:
+    """'probe of n1 inconclusive: ...' for the first of NODES whose last run proved
+    nothing, and how many more, or ''."""
+    held = sorted(n for n in nodes if n in snapshot.inconclusive)
+    if not held:
+        return ""
+    more = f" (and {len(held) - 1} more node(s))" if len(held) > 1 else ""
+    return f"probe of {held[0]} inconclusive: {snapshot.inconclusive[held[0]].message}{more}"
 
 
 def _suspects(snapshot: Snapshot, group: str, spec: UltraServerGroupSpec,
@@ -120,6 +139,8 @@ def _suspects(snapshot: Snapshot, group: str, spec: UltraServerGroupSpec,
             continue
         if snapshot.clean_probes.get(node_name, 0) >= spec.quarantine.release_after_clean_probes:
             continue
+        if not may_probe(snapshot, spec, node_name):
+            continue  # this image cannot test the node: it waits for a human or a new image
         starts.append(ProbeStart(group, node_name, "suspicion",
                                  snapshot.probe_runs.get(node_name, 0)))
     return starts
@@ -142,7 +163,8 @@ def _sweep(snapshot: Snapshot, group: str, spec: UltraServerGroupSpec, fleet: Fl
         return [], mark, str(err)
     if not is_due:
         return [], mark, None
-    idle = [n.name for n in fleet.nodes.values() if n.healthy and not n.pods]
+    idle = [n.name for n in fleet.nodes.values()
+            if n.healthy and not n.pods and may_probe(snapshot, spec, n.name)]
     return [ProbeStart(group, node, "schedule", int(now)) for node in idle], now, None
 
 
@@ -207,8 +229,10 @@ def domain_health(domain: Domain, nodes_per_domain: int) -> str:
 
 def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj],
                  storm: str | None, generation: int | None, at: str,
-                 schedule_error: str | None = None, overlap: str = "") -> Obj:
-    """The group's status from its fleet model: per domain, totals, health, conditions."""
+                 schedule_error: str | None = None, overlap: str = "",
+                 inconclusive: str = "") -> Obj:
+    """The group's status from its fleet model: per domain, totals, health, conditions.
+    INCONCLUSIVE: why a quarantined node's probe proved nothing (decide.group)."""
     domains: list[Obj] = []
     totals: Counter[str] = Counter()
     misshaped: list[str] = []
@@ -259,6 +283,10 @@ def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj]
         else "Disabled", schedule_error or (f"probing idle nodes on '{spec.probes.schedule}'"
                                             if spec.probes.schedule else
                                             "spec.probes.schedule is empty"), generation, at)
+    conditions = set_condition(
+        conditions, "ProbesInconclusive", bool(inconclusive),
+        "AcceleratorNotExercised" if inconclusive else "NoneInconclusive", inconclusive,
+        generation, at)
     return {"observedGeneration": generation, "health": group_health,
             "totals": {k: totals[k] for k in ("domains", "healthyDomains", "nodes",
                                               "readyNodes", "accelerators",

@@ -41,6 +41,7 @@ from goodput_operator.decide.gang import (
     reserve,
     restart_of,
 )
+from goodput_operator.decide.group import inconclusive_message, may_probe
 from goodput_operator.decide.preemption import preempt_for, yield_to
 from goodput_operator.decide.running import running_job
 from goodput_operator.decide.snapshot import Snapshot
@@ -156,8 +157,7 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
     if decided.phase == "Suspended":
         placement = None
     _stage(status, desired, parse_time(meta.get("creationTimestamp")), clock)
-    result.probes = [ProbeStart(group, node, "start", snapshot.probe_runs.get(node, 0))
-                     for node in decided.probe]
+    result.probes = _start_probes(snapshot, group, decided.probe, desired)
     result.placement = placement
     result.desired = _complete(desired, status, decided, spec, placement, conditions,
                                generation, clock)
@@ -169,6 +169,19 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
         result.events.append(Event("Warning" if desired["phase"] == "Failed" else "Normal",
                                    desired["phase"], desired["message"]))
     return result
+
+
+def _start_probes(snapshot: Snapshot, group: str, nodes: list[str],
+                  desired: Obj) -> list[ProbeStart]:
+    """Probe NODES before the start, but not where the group's probe image already proved
+    nothing: the workers stay gated there, for a human or an image that can test the node,
+    and the job's message says why."""
+    spec = snapshot.groups[group]
+    held = inconclusive_message(snapshot, nodes)
+    if held:
+        desired["message"] = f"{desired.get('message', '')}; {held}".lstrip("; ")
+    return [ProbeStart(group, node, "start", snapshot.probe_runs.get(node, 0))
+            for node in nodes if may_probe(snapshot, spec, node)]
 
 
 def _creation(refusal: Refusal | None, decided: Attempt, pods: list[Obj], status: Obj,

@@ -15,6 +15,7 @@ from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.autoscaling.algorithm import Decision as ScalingDecision
 from goodput_operator.decide.types import Refusal
 from goodput_operator.health.hang import StepClock
+from goodput_operator.health.probing import Inconclusive
 from goodput_operator.health.quarantine import Finding, Renewal
 from goodput_operator.health.straggler import Pace, Straggler
 from goodput_operator.topology.model import Fleet
@@ -54,6 +55,9 @@ class Snapshot:
     clean_probes: Mapping[str, int] = field(default_factory=dict)  # clean runs in a row
     probe_runs: Mapping[str, int] = field(default_factory=dict)  # results received
     probed_at: Mapping[str, float] = field(default_factory=dict)  # last clean probe
+    # node -> its last probe run proved nothing about its accelerators (health.probing)
+    inconclusive: Mapping[str, Inconclusive] = field(default_factory=dict)
+    probe_image: str = ""  # what probe Jobs run unless a group names its own
     last_sweep: Mapping[str, float] = field(default_factory=dict)  # group -> scheduled sweep
     group_written: Mapping[str, float] = field(default_factory=dict)  # group -> status write
     progress: Mapping[Key, Obj] = field(default_factory=dict)  # latest step report per job

@@ -40,10 +40,12 @@ from goodput_operator.controllers.state import State
 from goodput_operator.decide.attempt import strict_checkpoints
 from goodput_operator.health import badput, sdc, straggler
 from goodput_operator.health.hang import StepClock
-from goodput_operator.health.quarantine import STRAGGLER, Finding, iso
+from goodput_operator.health.probing import Inconclusive, inconclusive
+from goodput_operator.health.quarantine import SDC, STRAGGLER, Finding, iso
 from goodput_operator.health.straggler import Pace
 from goodput_operator.operator.tokens import POD_NAME, POD_UID, Refused, TokenGate
 from goodput_operator.resources.pods import attempt_of, index_of, owned
+from goodput_operator.resources.probe import expects
 
 Obj = dict[str, Any]
 log = logging.getLogger("goodput.reports")
@@ -316,8 +318,9 @@ class ReportServer:
             if not node:
                 continue
             evidence = f"rank {rank} on {node}: {result.message}"
-            self.state.blamed[node] = Finding("SilentDataCorruption", evidence, time.time(),
-                                              f"{meta['namespace']}/{meta['name']}")
+            self.state.blamed[node] = Finding(SDC, evidence, time.time(),
+                                              f"{meta['namespace']}/{meta['name']}",
+                                              "accelerator")
             metrics.SDC_SUSPICIONS.labels(meta["namespace"], meta["name"]).inc()
             log.warning("%s/%s: SDC suspected: %s", meta["namespace"], meta["name"], evidence)
             await asyncio.to_thread(self.kube.event, job, "SdcSuspected", evidence, "Warning")
@@ -342,6 +345,21 @@ class ReportServer:
         self.state.probed.add(meta["uid"])
         node = report.node
         self.state.probe_runs[node] = self.state.probe_runs.get(node, 0) + 1
+        expected = expects(meta.get("annotations") or {})
+        why = None if expected is None else inconclusive(
+            expected[0], report.backend, len(report.devices), expected[1])
+        if why is not None and report.ok and not report.bad:  # proves nothing either way
+            image = next((c.get("image", "") for c in pod["spec"].get("containers") or []), "")
+            self.state.inconclusive[node] = Inconclusive(image, why)
+            metrics.PROBES.labels("inconclusive").inc()
+            log.warning("probe of %s inconclusive: %s", node, why)
+            await asyncio.to_thread(self.kube.event, self.state.nodes.get(node) or pod,
+                                    "ProbeInconclusive", f"probe {meta['name']} of {node} "
+                                    f"inconclusive: {why}", "Warning")
+            self.state.wake.set()
+            return {"accepted": True, "inconclusive": why,
+                    "cleanProbes": self.state.clean_probes.get(node, 0)}
+        self.state.inconclusive.pop(node, None)
         if report.ok and not report.bad:
             self.state.clean_probes[node] = self.state.clean_probes.get(node, 0) + 1
             self.state.probed_at[node] = time.time()
@@ -353,7 +371,8 @@ class ReportServer:
             bad = ", ".join(f"{d.index} ({d.name}): {d.detail}" for d in report.devices
                             if not d.ok) or ", ".join(map(str, report.bad))
             evidence = f"probe {meta['name']}: bad device(s) {bad}"
-            self.state.blamed[node] = Finding("SilentDataCorruption", evidence, time.time())
+            self.state.blamed[node] = Finding(SDC, evidence, time.time(),
+                                              failure_class="accelerator")
             metrics.PROBES.labels("bad").inc()
             log.warning("probe of %s failed: %s", node, evidence)
         self.state.wake.set()

@@ -1,4 +1,5 @@
-"""The probe's workload and its verdict. numpy on the CPU; torch on each CUDA device.
+"""The probe's workload and its verdict. numpy on the CPU; torch on each CUDA device;
+torch-neuronx (torch_xla) on a Neuron device.
 
 Every device multiplies the same seeded matrices ITERATIONS times (each product feeds the
 next, normalised, so an early error propagates). Identical devices running the same
@@ -87,7 +88,7 @@ def run(backend: str = "numpy", devices: int = 1, size: int = 256, iterations: i
     the others and with the float64 reference. INJECT: flip a bit in that device's result."""
     a, b = inputs(size, seed)
     expected = reference(a, b, iterations)
-    runner = _torch_devices if backend == "torch" else _numpy_devices
+    runner = {"torch": _torch_devices, "neuron": _neuron_devices}.get(backend, _numpy_devices)
     started = time.perf_counter()
     outputs = runner(a, b, iterations, devices, repeats)
     seconds = time.perf_counter() - started
@@ -169,3 +170,24 @@ def _torch_devices(a: np.ndarray, b: np.ndarray, iterations: int, devices: int,
         outputs.append((f"cuda:{index} {torch.cuda.get_device_name(index)}",
                         results[-1].cpu().numpy(), steady))
     return outputs
+
+
+def _neuron_devices(a: np.ndarray, b: np.ndarray, iterations: int, devices: int,
+                    repeats: int) -> list[Output]:
+    """The chain on the NeuronCore this process is given (torch-neuronx runs one XLA
+    device per process; NEURON_RT_VISIBLE_CORES chooses it). Never run in this project's
+    CI, which has no Neuron device: it is written against torch_xla's public API."""
+    import torch
+    import torch_xla.core.xla_model as xm  # torch-neuronx's device layer
+
+    device = xm.xla_device()
+    first, y = torch.from_numpy(a).to(device), torch.from_numpy(b).to(device)
+    results = []
+    for _ in range(repeats):
+        x = first
+        for _ in range(iterations):
+            x = _step(x, y)
+        xm.mark_step()  # run the traced graph on the device now
+        results.append(x.cpu().numpy())
+    steady = all(np.array_equal(r, results[0]) for r in results[1:])
+    return [(f"neuron:0 {device}", results[-1], steady)]

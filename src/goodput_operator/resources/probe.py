@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from goodput_operator import names
+from goodput_operator.health.probing import KINDS, Kind, accelerator_kind
 from goodput_operator.resources.pods import child_name
 from goodput_operator.resources.trainingjob import (
     HOSTFILE_DIR,
@@ -33,14 +34,19 @@ def probe_job_name(node: str, run: int, trigger: str = "") -> str:
 
 def probe_job(node: str, run: int, namespace: str, image: str, report_url: str,
               resource: str, accelerators: int, trigger: str) -> Obj:
-    """Probe run RUN of NODE. It tolerates every taint: it must run on a quarantined node."""
+    """Probe run RUN of NODE. It tolerates every taint: it must run on a quarantined node.
+    It is told what to exercise (the node's kind of accelerator, all of them): a run that
+    could not is inconclusive (health.probing)."""
     name = probe_job_name(node, run, trigger)
     labels = {names.PROBE_LABEL: "true", names.PROBE_TRIGGER_LABEL: trigger, **MANAGED_BY}
-    annotations = {names.PROBE_NODE_ANNOTATION: node}
+    kind = accelerator_kind(resource)
+    counted = accelerators if kind == "cuda" else 0  # one CUDA device per nvidia.com/gpu
+    annotations = {names.PROBE_NODE_ANNOTATION: node,
+                   names.PROBE_EXPECTS_ANNOTATION: f"{kind}/{counted}"}
     mount = names.REPORT_TOKEN_PATH.rsplit("/", 1)
     container: Obj = {
         "name": "probe", "image": image,
-        "command": ["python", "-m", "goodput_operator.probe", "--report"],
+        "command": ["python", "-m", "goodput_operator.probe", "--report", "--expect", kind],
         "env": [{"name": names.ENV_REPORT_URL, "value": report_url},
                 {"name": names.ENV_REPORT_TOKEN, "value": names.REPORT_TOKEN_PATH},
                 {"name": names.ENV_PROBE_NODE,
@@ -77,3 +83,11 @@ def probe_job(node: str, run: int, namespace: str, image: str, report_url: str,
             },
         },
     }
+
+
+def expects(annotations: dict[str, str]) -> tuple[Kind, int] | None:
+    """What a probe pod was told to exercise (its PROBE_EXPECTS_ANNOTATION), if anything:
+    pods of an older operator carry none, and are judged as before."""
+    said, _, count = annotations.get(names.PROBE_EXPECTS_ANNOTATION, "").partition("/")
+    kind = KINDS.get(said)
+    return None if kind is None else (kind, int(count) if count.isdigit() else 0)
