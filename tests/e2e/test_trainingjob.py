@@ -13,6 +13,7 @@ import pytest
 
 from goodput_operator import names
 from goodput_operator.resources import trainingjob as build
+from goodput_operator.resources.fabric import Fabric
 from goodput_operator.resources.pods import is_gated, pin
 from goodput_operator.topology.record import nodes_of, to_slices
 from tests.conftest import Cluster, wait_for
@@ -184,9 +185,9 @@ def test_operator_restart_mid_launch_finishes_the_launch_without_duplicates(
                      "--type", "merge", "-p", json.dumps(
                          {"status": {"phase": "Placing", "placement": placement}}))
         for index in range(4):
-            pod = build.worker_pod(job, index, 0, "aws.amazon.com/neuron")
+            pod = build.worker_pod(job, index, 0, Fabric("aws.amazon.com/neuron", 16))
             apply(crds, pod, namespace)
-        first = pin(build.worker_pod(job, 0, 0, "aws.amazon.com/neuron"), nodes[0],
+        first = pin(build.worker_pod(job, 0, 0, Fabric("aws.amazon.com/neuron", 16)), nodes[0],
                           domain)
         first["metadata"]["annotations"][names.NODE_ANNOTATION] = nodes[0]
         crds.kubectl("patch", "pod", build.pod_name("interrupted", 0, 0), "-n", namespace,

@@ -10,9 +10,10 @@ from goodput_operator.decide.attempt import Lost
 from goodput_operator.decide.attempt import attempt as plan
 from goodput_operator.resources import pods
 from goodput_operator.resources import trainingjob as build
+from goodput_operator.resources.fabric import Fabric
 
 pytestmark = pytest.mark.unit
-NEURON = "aws.amazon.com/neuron"
+NEURON = Fabric("aws.amazon.com/neuron", 16)  # what the pods hold
 
 
 def job(status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from goodput_operator.topology.record import companions_of, nodes_of
 from tests.unit.world import (
     NEURON,
     NOW,
+    TRN2,
     as_returned,
     job,
     nodes,
@@ -45,7 +46,7 @@ def decided(owner: Obj, pods: Sequence[Obj] = (), node_bodies: Obj | None = None
 def companion(owner: Obj, node_name: str | None = None, phase: str = "Pending",
               ready: bool = False, restart: int = 0) -> Obj:
     pod_set = PodSet.model_validate(owner["spec"]["podSets"][0])
-    return as_returned(build.companion_pod(owner, pod_set, 0, restart, NEURON), node_name,
+    return as_returned(build.companion_pod(owner, pod_set, 0, restart, TRN2), node_name,
                        phase, ready)
 
 

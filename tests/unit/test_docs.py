@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from goodput_operator.resources import trainingjob as build
+from goodput_operator.resources.fabric import Fabric
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +37,7 @@ def test_docs_training_lists_every_variable_a_worker_gets() -> None:
            "spec": {"ultraServerGroup": "g", "workers": 2, "acceleratorsPerWorker": 16,
                     "launcher": {"type": "neuron"},
                     "template": {"spec": {"containers": [{"name": "t", "image": "i"}]}}}}
-    pod = build.worker_pod(job, 0, 0, "aws.amazon.com/neuron")
+    pod = build.worker_pod(job, 0, 0, Fabric("aws.amazon.com/neuron", 16))
     variables = {e["name"] for e in pod["spec"]["containers"][0]["env"]}
     page = (ROOT / "docs" / "training.md").read_text()
     assert variables and not {v for v in variables if f"`{v}" not in page}

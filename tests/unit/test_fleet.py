@@ -41,6 +41,27 @@ def test_builtin_fleet_shape(name: str, nodes: int, resource: str, per_node: str
         assert not any(fleet.ULTRASERVER_LABEL in n["metadata"]["labels"] for n in generated)
 
 
+def test_p6e_ultraservers_carry_ekss_label_and_may_hold_several_cliques() -> None:
+    """x72: one clique of 18; x36: one of 9; a split x72: two cliques of 9 in one
+    UltraServer, sharing its NVLink fabric's cluster UUID."""
+    generated = fleet.nodes(fleet.load("p6"))
+    by_pool: dict[str, Counter[tuple[str, str]]] = {}
+    for node in generated:
+        labels = node["metadata"]["labels"]
+        if "gb200" in labels[fleet.POOL_LABEL]:
+            by_pool.setdefault(labels[fleet.POOL_LABEL], Counter())[
+                (labels[fleet.ULTRASERVER_LABEL], labels[fleet.GPU_CLIQUE_LABEL])] += 1
+        else:
+            assert fleet.ULTRASERVER_LABEL not in labels and _alloc(node, "nvidia.com/gpu") == "8"
+    assert sorted(by_pool["gb200x72"].values()) == [18, 18]
+    assert len({u for u, _ in by_pool["gb200x72"]}) == 2
+    assert sorted(by_pool["gb200x36"].values()) == [9, 9]
+    split = by_pool["gb200split"]
+    assert sorted(split.values()) == [9, 9] and len({u for u, _ in split}) == 1
+    assert len({c.split(".")[0] for _, c in split}) == 1  # one fabric, cliques .0 and .1
+    assert sorted(c.split(".")[1] for _, c in split) == ["0", "1"]
+
+
 def test_trn2_nodes_carry_eks_capacity() -> None:
     node = fleet.nodes(fleet.load("trn2"))[0]
     assert node["metadata"]["labels"][fleet.INSTANCE_TYPE_LABEL] == "trn2u.48xlarge"
@@ -122,6 +143,9 @@ def test_bad_fleet_references_are_named(ref: str, message: str) -> None:
         ("apiVersion: sandbox.goodput.dev/v1alpha1\nkind: SimulatedFleet\nmetadata: {name: x}\n"
          "spec:\n  pools:\n  - {name: a, instanceType: t, domains: 1, nodesPerDomain: 1, "
          "capacity: {cpu: 1}, gpus: 3}\n", "spec.pools.0.gpus"),
+        ("apiVersion: sandbox.goodput.dev/v1alpha1\nkind: SimulatedFleet\nmetadata: {name: x}\n"
+         "spec:\n  pools:\n  - {name: a, instanceType: t, domains: 3, nodesPerDomain: 9, "
+         "ultraServerNodes: 18, capacity: {cpu: 1}}\n", "whole UltraServers"),
         ("apiVersion: sandbox.goodput.dev/v1alpha1\nkind: SimulatedFleet\nmetadata: {name: x}\n"
          "spec:\n  pools:\n  - {name: a, instanceType: t, domains: 1, nodesPerDomain: 1, "
          "capacity: {cpu: 1}}\n  - {name: a, instanceType: t, domains: 1, nodesPerDomain: 1, "

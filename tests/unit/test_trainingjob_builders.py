@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from goodput_operator import names
 from goodput_operator.resources import pods
 from goodput_operator.resources import trainingjob as build
+from goodput_operator.resources.fabric import Fabric
 
 pytestmark = pytest.mark.unit
 NEURON = "aws.amazon.com/neuron"
+TRN2 = Fabric(NEURON, 16)
 
 
 def job(**spec: Any) -> dict[str, Any]:
@@ -43,7 +45,7 @@ def env_of(pod: dict[str, Any], container: int = 0) -> dict[str, str]:
 
 
 def test_pods_are_born_gated_owned_and_labelled() -> None:
-    pod = build.worker_pod(job(), 2, restart=0, resource=NEURON)
+    pod = build.worker_pod(job(), 2, restart=0, fabric=TRN2)
     assert pod["metadata"]["name"] == "llama-r0-w2"
     assert pods.is_gated(pod)
     assert pod["metadata"]["ownerReferences"][0] == {
@@ -57,14 +59,14 @@ def test_pods_are_born_gated_owned_and_labelled() -> None:
 
 
 def test_only_the_worker_container_requests_the_accelerators() -> None:
-    pod = build.worker_pod(job(), 0, 0, NEURON)
+    pod = build.worker_pod(job(), 0, 0, TRN2)
     trainer, sidecar = pod["spec"]["containers"]
     assert trainer["resources"] == {"requests": {NEURON: "16"}, "limits": {NEURON: "16"}}
     assert "resources" not in sidecar
 
 
 def test_torchrun_environment() -> None:
-    env = env_of(build.worker_pod(job(), 3, 0, NEURON))
+    env = env_of(build.worker_pod(job(), 3, 0, TRN2))
     assert env["MASTER_ADDR"] == "w0.llama.team-a.svc"
     assert env["MASTER_PORT"] == "29500"           # ours wins over the template's
     assert (env["NNODES"], env["NODE_RANK"], env["NPROC_PER_NODE"]) == ("4", "3", "16")
@@ -78,7 +80,7 @@ def test_torchrun_environment() -> None:
 
 def test_neuron_environment_and_restart() -> None:
     spec = {"launcher": {"type": "neuron", "port": 41000, "procsPerWorker": 32}}
-    pod = build.worker_pod(job(**spec), 1, restart=2, resource=NEURON,
+    pod = build.worker_pod(job(**spec), 1, restart=2, fabric=TRN2,
                            resume={"step": 200, "path": "/fsx/ckpt/step-200",
                                    "digest": "sha256:ab"})
     env = env_of(pod)
@@ -93,7 +95,7 @@ def test_neuron_environment_and_restart() -> None:
 @pytest.mark.parametrize(("launcher", "mpi"), [("mpi", True), ("none", False)])
 def test_mpi_points_mpirun_at_the_hostfile_and_none_gets_only_our_variables(
         launcher: str, mpi: bool) -> None:
-    env = env_of(build.worker_pod(job(launcher={"type": launcher}), 0, 0, NEURON))
+    env = env_of(build.worker_pod(job(launcher={"type": launcher}), 0, 0, TRN2))
     assert "MASTER_ADDR" not in env and env["GOODPUT_HOSTFILE"] == "/etc/goodput/hostfile"
     hostfiles = {env.get("OMPI_MCA_orte_default_hostfile"),
                  env.get("PRTE_MCA_prte_default_hostfile")}
@@ -101,7 +103,7 @@ def test_mpi_points_mpirun_at_the_hostfile_and_none_gets_only_our_variables(
 
 
 def test_every_container_sees_the_hostfile() -> None:
-    pod = build.worker_pod(job(), 0, 0, NEURON)
+    pod = build.worker_pod(job(), 0, 0, TRN2)
     for container in pod["spec"]["containers"]:
         assert {"name": "goodput-hostfile", "mountPath": "/etc/goodput",
                 "readOnly": True} in container["volumeMounts"]
@@ -110,7 +112,7 @@ def test_every_container_sees_the_hostfile() -> None:
 
 
 def test_every_container_gets_a_report_token_of_its_own_audience_and_the_url() -> None:
-    pod = build.worker_pod(job(), 0, 0, NEURON, report_url="https://op.goodput:8081")
+    pod = build.worker_pod(job(), 0, 0, TRN2, report_url="https://op.goodput:8081")
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "goodput-report-token")
     assert volume["projected"]["sources"] == [{"serviceAccountToken": {
         "audience": names.REPORT_AUDIENCE, "expirationSeconds": 3600, "path": "token"}}]
@@ -145,7 +147,7 @@ def test_headless_service() -> None:
 
 
 def test_pin_narrows_affinity_and_removes_only_our_gate() -> None:
-    pod = build.worker_pod(job(), 0, 0, NEURON)
+    pod = build.worker_pod(job(), 0, 0, TRN2)
     pod["spec"]["schedulingGates"].append({"name": "example.com/other"})
     pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [
@@ -208,7 +210,7 @@ def test_rank_and_attempt_labels_never_raise(labels: dict[str, str], rank: int,
 
 
 def test_a_placed_rank_is_created_pinned_and_ungated() -> None:
-    pod = build.worker_pod(job(), 1, 0, NEURON)
+    pod = build.worker_pod(job(), 1, 0, TRN2)
     ready = pods.pinned(pod, "trn2-00-1", "us-0")
     assert not pods.is_gated(ready) and pods.is_gated(pod)   # the original is untouched
     term = ready["spec"]["affinity"]["nodeAffinity"][
@@ -217,3 +219,56 @@ def test_a_placed_rank_is_created_pinned_and_ungated() -> None:
                                          "values": ["trn2-00-1"]}]
     assert ready["metadata"]["annotations"] == {names.DOMAIN_ANNOTATION: "us-0",
                                                 names.NODE_ANNOTATION: "trn2-00-1"}
+
+
+P5 = Fabric("nvidia.com/gpu", 8, efa_per_node=32)
+EFA_SETTINGS = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
+
+
+@pytest.mark.parametrize(("fabric", "launcher", "per_worker", "efa", "settings"), [
+    # a whole p5.48xlarge: all 32 EFA interfaces, NCCL over EFA
+    (P5, "torchrun", 8, "32", {**EFA_SETTINGS, "NCCL_SOCKET_IFNAME": "^lo,docker"}),
+    (P5, "mpi", 8, "32", {**EFA_SETTINGS, "NCCL_SOCKET_IFNAME": "^lo,docker"}),
+    (P5, "torchrun", 4, "16", {**EFA_SETTINGS, "NCCL_SOCKET_IFNAME": "^lo,docker"}),  # half
+    (P5, "torchrun", 1, "4", {**EFA_SETTINGS, "NCCL_SOCKET_IFNAME": "^lo,docker"}),
+    (Fabric("nvidia.com/gpu", 8, efa_per_node=1), "torchrun", 1, "1",  # at least one
+     {**EFA_SETTINGS, "NCCL_SOCKET_IFNAME": "^lo,docker"}),
+    (Fabric("nvidia.com/gpu", 8), "torchrun", 8, None,  # no EFA in the group: sockets
+     {"NCCL_SOCKET_IFNAME": "^lo,docker"}),
+    (Fabric(NEURON, 16, efa_per_node=16), "neuron", 16, "16", EFA_SETTINGS),
+    (TRN2, "neuron", 16, None, EFA_SETTINGS),     # as the Neuron launcher always had
+    (P5, "none", 8, "32", EFA_SETTINGS),          # our variables only: no NCCL's
+])
+def test_a_worker_requests_its_share_of_efa_and_gets_the_fabrics_settings(
+        fabric: Fabric, launcher: str, per_worker: int, efa: str | None,
+        settings: dict[str, str]) -> None:
+    pod = build.worker_pod(job(acceleratorsPerWorker=per_worker, launcher={"type": launcher}),
+                           0, 0, fabric)
+    trainer, sidecar = pod["spec"]["containers"]
+    requests = trainer["resources"]["requests"]
+    assert requests.get("vpc.amazonaws.com/efa") == efa
+    assert trainer["resources"]["limits"] == requests
+    assert requests[fabric.resource] == str(per_worker)
+    env = env_of(pod)
+    fabric_keys = {k for k in env if k.startswith(("FI_", "NCCL_SOCKET"))}
+    assert {k: env[k] for k in fabric_keys} == settings
+    assert "resources" not in sidecar and env_of(pod, 1).keys() >= settings.keys()
+
+
+def test_the_templates_own_fabric_settings_win() -> None:
+    spec = job(acceleratorsPerWorker=8)
+    spec["spec"]["template"]["spec"]["containers"][0]["env"] += [
+        {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "0"},
+        {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}]
+    env = env_of(build.worker_pod(spec, 0, 0, P5))
+    assert (env["FI_EFA_USE_DEVICE_RDMA"], env["NCCL_SOCKET_IFNAME"]) == ("0", "eth0")
+    assert env["FI_PROVIDER"] == "efa" and env["NCCL_DEBUG"] == "WARN"
+
+
+def test_a_cpu_only_companion_gets_no_efa() -> None:
+    spec = job(acceleratorsPerWorker=8, podSets=[
+        {"name": "launcher", "replicas": 1, "acceleratorsPerPod": 0}])
+    parsed = build.TrainingJobSpec.model_validate(spec["spec"])
+    leader = build.companion_pod(spec, parsed.pod_sets[0], 0, 0, P5, spec=parsed)
+    assert "vpc.amazonaws.com/efa" not in (
+        leader["spec"]["containers"][0].get("resources") or {}).get("requests", {})

@@ -12,6 +12,7 @@ from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.decide import Snapshot
 from goodput_operator.health.quarantine import Finding, iso, quarantine_patch
 from goodput_operator.resources import trainingjob as build
+from goodput_operator.resources.fabric import Fabric
 from goodput_operator.topology.model import Fleet, GroupShape
 from goodput_operator.topology.record import to_slices
 from tests.unit.fleets import node
@@ -20,6 +21,7 @@ Obj = dict[str, Any]
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 GROUP = "trn2"
 NEURON = "aws.amazon.com/neuron"
+TRN2 = Fabric(NEURON, 16)  # what a Trn2 group's pods hold
 
 
 def group_spec(**fields: Any) -> UltraServerGroupSpec:
@@ -84,7 +86,7 @@ def job(name: str = "j", status: Obj | None = None, **spec: Any) -> Obj:
 def worker(owner: Obj, rank: int, restart: int = 0, node_name: str | None = None,
            phase: str = "Pending", ready: bool = False, code: int | None = None) -> Obj:
     """A worker pod of OWNER as the API returns it: gated until it has a node."""
-    return as_returned(build.worker_pod(owner, rank, restart, NEURON), node_name, phase,
+    return as_returned(build.worker_pod(owner, rank, restart, TRN2), node_name, phase,
                        ready, code)
 
 

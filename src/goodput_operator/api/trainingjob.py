@@ -31,7 +31,8 @@ class Launcher(ApiModel):
 
     type: Literal["torchrun", "neuron", "mpi", "none"] = "torchrun"
     """torchrun: MASTER_ADDR/PORT, NNODES, NODE_RANK, NPROC_PER_NODE, WORLD_SIZE; neuron:
-    torchrun plus NEURON_RT_ROOT_COMM_ID and EFA settings; mpi: Open MPI's mpirun on rank 0
+    torchrun plus NEURON_RT_ROOT_COMM_ID and EFA settings (docs/training.md: the fabric);
+    mpi: Open MPI's mpirun on rank 0
     finds the gang's hostfile by itself (OMPI_MCA_orte_default_hostfile,
     PRTE_MCA_prte_default_hostfile); none: only the GOODPUT_* variables and the hostfile."""
     port: int = Field(default=29500, ge=1, le=65535)

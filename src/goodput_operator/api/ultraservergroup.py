@@ -60,6 +60,11 @@ class Accelerator(ApiModel):
     per_node: int = Field(ge=1, le=1024)
     """Accelerators each node is expected to have (16 for trn2u.48xlarge, 8 for p5, 4 for
     GB200). A node with fewer allocatable is reported as mis-shaped."""
+    efa_per_node: int = Field(default=0, ge=0, le=64)
+    """EFA interfaces (vpc.amazonaws.com/efa) each node has, as its allocatable says: 32
+    on p5.48xlarge, 16 on trn2.48xlarge, 8 on p6-b200.48xlarge. A TrainingJob's pods
+    request their share (all of them for a whole node) and get the EFA and NCCL settings,
+    so that collectives run over EFA rather than TCP. 0: none requested."""
 
 
 class SlotOrder(ApiModel):

@@ -28,6 +28,7 @@ from goodput_operator.health.failures import Classified, classify
 from goodput_operator.health.hang import StepClock, deadline, hung, judged
 from goodput_operator.health.quarantine import parse_time
 from goodput_operator.resources import trainingjob as build
+from goodput_operator.resources.fabric import Fabric
 from goodput_operator.resources.pods import (
     FINISHED,
     attempt_of,
@@ -86,7 +87,7 @@ def books_of(status: Obj) -> Obj:
             "restartsByBudget": status.get("restartsByBudget") or {}}
 
 
-def attempt(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] | None = None,
+def attempt(job: Obj, pods: list[Obj], fabric: Fabric, lost: Mapping[str, Lost] | None = None,
             now: float = 0.0, report_url: str = "", suspects: Collection[str] = (),
             probed: Mapping[str, float] | None = None, spec: TrainingJobSpec | None = None,
             steps: StepClock | None = None) -> Attempt:
@@ -152,7 +153,7 @@ def attempt(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] |
         return _finish(result, "Succeeded", f"all {result.workers} workers succeeded",
                        "AllWorkersSucceeded", [])
     resume = badput.resume_point(books["checkpoint"], strict_checkpoints(spec))
-    result.create = _missing(job, spec, current, companions, restart, resource, resume,
+    result.create = _missing(job, spec, current, companions, restart, fabric, resume,
                              report_url, result.workers)
     recovering = incident is not None and incident["restart"] == restart
     if not ranks:
@@ -177,12 +178,12 @@ def attempt(job: Obj, pods: list[Obj], resource: str, lost: Mapping[str, Lost] |
 
 
 def _missing(job: Obj, spec: TrainingJobSpec, current: Mapping[int, Obj],
-             companions: Mapping[tuple[str, int], Obj], restart: int, resource: str,
+             companions: Mapping[tuple[str, int], Obj], restart: int, fabric: Fabric,
              resume: Obj | None, report_url: str, workers: int) -> list[Obj]:
     """The pods of attempt RESTART still to create: workers, then companions."""
-    missing = [build.worker_pod(job, index, restart, resource, resume, spec, report_url,
+    missing = [build.worker_pod(job, index, restart, fabric, resume, spec, report_url,
                                 workers) for index in range(workers) if index not in current]
-    missing += [build.companion_pod(job, pod_set, index, restart, resource, resume, spec,
+    missing += [build.companion_pod(job, pod_set, index, restart, fabric, resume, spec,
                                     report_url, workers)
                 for pod_set in spec.pod_sets for index in range(pod_set.replicas)
                 if (pod_set.name, index) not in companions]

@@ -15,6 +15,7 @@ from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.types import Event, ProbeStart, Reservation
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import trainingjob as build
+from goodput_operator.resources.fabric import Fabric
 from goodput_operator.topology.model import Fleet, trainingjob_owner
 from goodput_operator.topology.placement import (
     Companion,
@@ -76,12 +77,17 @@ def reserve(fleet: Fleet, result: JobDecision, spec: TrainingJobSpec, restart: i
         result.reservations.append(Reservation(group, key, node, accelerators, owner))
 
 
+def fabric_of(snapshot: Snapshot, spec: TrainingJobSpec) -> Fabric:
+    """What the job's pods hold on their nodes: the group's accelerators and EFA."""
+    return Fabric.of(snapshot.groups[spec.ultra_server_group])
+
+
 def request_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
                 workers: int) -> Request:
     """WORKERS of the job's gang as placement takes them: limited to the nodes its worker
     pod fits as kube-scheduler judges it (node selector, node affinity, taints,
     requests), worked out once per pass for each group and pod spec."""
-    pod_spec = build.worker_pod(job, 0, 0, fleet.shape.accelerator_resource, spec=spec)["spec"]
+    pod_spec = build.worker_pod(job, 0, 0, fabric_of(snapshot, spec), spec=spec)["spec"]
     eligible, why = pod_fit(snapshot.nodes, snapshot.memo, fleet, spec.ultra_server_group,
                             pod_spec)
     return Request(workers, spec.accelerators_per_worker, spec.topology.unit,
@@ -95,7 +101,7 @@ def companions_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job:
     fits (its template, node selector and tolerations: per pod set node selection)."""
     found = []
     for pod_set in spec.pod_sets:
-        pod_spec = build.companion_pod(job, pod_set, 0, 0, fleet.shape.accelerator_resource,
+        pod_spec = build.companion_pod(job, pod_set, 0, 0, fabric_of(snapshot, spec),
                                        spec=spec)["spec"]
         eligible, why = pod_fit(snapshot.nodes, snapshot.memo, fleet, spec.ultra_server_group,
                                 pod_spec)

@@ -55,6 +55,7 @@ from goodput_operator.decide.types import (
 from goodput_operator.health import badput
 from goodput_operator.health.hang import from_progress
 from goodput_operator.health.quarantine import iso, parse_time, record_of
+from goodput_operator.resources.fabric import Fabric
 from goodput_operator.resources.pods import attempt_of, is_gated, owned
 from goodput_operator.topology.model import Fleet, trainingjob_owner
 from goodput_operator.topology.placement import (
@@ -97,7 +98,7 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
                                         "UltraServerGroupNotFound", message, generation, at)})
 
     pods = owned(snapshot.job_pods.get((namespace, name), {}).values(), job)
-    decided = attempt(job, pods, fleet.shape.accelerator_resource,
+    decided = attempt(job, pods, Fabric.of(snapshot.groups[group]),
                       lost_nodes(snapshot, fleet, job, pods), clock, snapshot.report_url,
                       suspects=snapshot.seen_unhealthy.keys(), probed=snapshot.probed_at,
                       spec=spec, steps=snapshot.steps.get((namespace, name))

@@ -16,6 +16,7 @@ from typing import Any
 from goodput_operator import names
 from goodput_operator.api.base import API_VERSION
 from goodput_operator.api.trainingjob import PodSet, TrainingJobSpec
+from goodput_operator.resources.fabric import EFA_RESOURCE, Fabric
 from goodput_operator.resources.pods import child_name, template_metadata
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "goodput-operator"}
@@ -133,30 +134,28 @@ def launcher_env(job: Obj, spec: TrainingJobSpec, index: int, restart: int,
                 "PRTE_MCA_prte_default_hostfile": hostfile,
                 "OMPI_MCA_orte_keep_fqdn_hostnames": "true"}
     if spec.launcher.type == "neuron":
-        env |= {
-            "NEURON_RT_ROOT_COMM_ID": f"{master}:{spec.launcher.port + 1}",
-            "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1",
-        }
+        env["NEURON_RT_ROOT_COMM_ID"] = f"{master}:{spec.launcher.port + 1}"
     return [{"name": key, "value": value} for key, value in env.items()]
 
 
-def worker_pod(job: Obj, index: int, restart: int, resource: str,
+def worker_pod(job: Obj, index: int, restart: int, fabric: Fabric,
                resume: Obj | None = None, spec: TrainingJobSpec | None = None,
                report_url: str = "", workers: int | None = None) -> Obj:
     """Worker `index` of attempt `restart` of a gang of WORKERS (default spec.workers):
     gated, with rank environment, the hostfile and a projected token for the report channel
-    (goodput_operator.sdk reads both). RESUME: the checkpoint record to resume from. SPEC is
-    the already parsed job spec, when the caller has it (one parse per pass, not one per
-    pod)."""
+    (goodput_operator.sdk reads both), its accelerators and share of EFA (FABRIC). RESUME:
+    the checkpoint record to resume from. SPEC is the already parsed job spec, when the
+    caller has it (one parse per pass, not one per pod)."""
     spec = spec or _spec(job)
     env = launcher_env(job, spec, index, restart, resume, report_url, workers)
     return _gang_pod(job, copy.deepcopy(job["spec"]["template"]),
                      pod_name(job["metadata"]["name"], restart, index), hostname(index),
                      {names.RANK_LABEL: str(index), names.RESTART_LABEL: str(restart)},
-                     env, resource, spec.accelerators_per_worker, spec.node_selector)
+                     env, fabric, spec.accelerators_per_worker, spec.node_selector,
+                     spec.launcher.type)
 
 
-def companion_pod(job: Obj, pod_set: PodSet, index: int, restart: int, resource: str,
+def companion_pod(job: Obj, pod_set: PodSet, index: int, restart: int, fabric: Fabric,
                   resume: Obj | None = None, spec: TrainingJobSpec | None = None,
                   report_url: str = "", workers: int | None = None) -> Obj:
     """Pod INDEX of the companion POD_SET (spec.podSets) in attempt RESTART: the gang's
@@ -176,7 +175,8 @@ def companion_pod(job: Obj, pod_set: PodSet, index: int, restart: int, resource:
                      companion_host(pod_set.name, index),
                      {names.POD_SET_LABEL: pod_set.name, names.POD_INDEX_LABEL: str(index),
                       names.RESTART_LABEL: str(restart)},
-                     env, resource, pod_set.accelerators_per_pod, selector_ or None)
+                     env, fabric, pod_set.accelerators_per_pod, selector_ or None,
+                     spec.launcher.type)
 
 
 _RANKED = {names.ENV_RANK, "NODE_RANK", "RANK"}  # a companion has no rank in the gang
@@ -191,28 +191,34 @@ def companion_host(pod_set: str, index: int) -> str:
 
 
 def _gang_pod(job: Obj, template: Obj, name: str, host: str,
-              identity: dict[str, str], env: list[Obj], resource: str, accelerators: int,
-              node_selector: dict[str, str] | None) -> Obj:
+              identity: dict[str, str], env: list[Obj], fabric: Fabric, accelerators: int,
+              node_selector: dict[str, str] | None, launcher: str) -> Obj:
     """A pod of the gang (a worker or a companion): TEMPLATE with the job's labels and
-    IDENTITY, ENV in every container, the hostfile and report token mounted, ACCELERATORS
-    on the first container, a host name in the job's service, gated until placed."""
+    IDENTITY, ENV in every container (and the fabric's settings where the template does
+    not set them), the hostfile and report token mounted, ACCELERATORS and their share of
+    EFA on the first container, a host name in the job's service, gated until placed."""
     meta = job["metadata"]
     pod_spec: Obj = template.setdefault("spec", {})
     labels = {**template_metadata(template, "labels"), **selector(meta["name"]), **identity,
               **MANAGED_BY}
     annotations = template_metadata(template, "annotations")
     ours = {e["name"] for e in env}
+    defaults = fabric.env(launcher, accelerators)
+    devices = {fabric.resource: accelerators, EFA_RESOURCE: fabric.efa_for(accelerators)}
     for position, container in enumerate(pod_spec["containers"]):
-        container["env"] = [e for e in container.get("env") or [] if e["name"] not in ours] \
-            + env
+        own = [e for e in container.get("env") or [] if e["name"] not in ours]
+        given = {e["name"] for e in own}
+        container["env"] = own + env + [{"name": k, "value": v} for k, v in defaults.items()
+                                        if k not in given]
         mounts = container.setdefault("volumeMounts", [])
         mounts.append({"name": "goodput-hostfile", "mountPath": HOSTFILE_DIR, "readOnly": True})
         mounts.append({"name": "goodput-report-token", "readOnly": True,
                        "mountPath": names.REPORT_TOKEN_PATH.rsplit("/", 1)[0]})
-        if position == 0 and accelerators:  # the first container holds the accelerators
+        if position == 0 and accelerators:  # the first container holds the devices
             resources = container.setdefault("resources", {})
             for kind in ("requests", "limits"):
-                resources.setdefault(kind, {})[resource] = str(accelerators)
+                resources.setdefault(kind, {}).update(
+                    {name: str(count) for name, count in devices.items() if count})
     pod_spec.setdefault("volumes", []).extend([
         {"name": "goodput-hostfile", "configMap": {"name": hostfile_name(meta["name"])}},
         {"name": "goodput-report-token", "projected": {"sources": [{"serviceAccountToken": {

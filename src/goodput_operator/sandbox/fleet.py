@@ -65,6 +65,10 @@ class Pool(_Strict):
     # label that names a node's tightly coupled domain; None for domainless instances (p5)
     domain_label: str | None = Field(default=None, alias="domainLabel")
     domains_per_block: int = Field(default=16, alias="domainsPerBlock", ge=1)
+    # P6e-GB200: nodes per UltraServer (x36: 9, x72: 18), labelled with EKS's
+    # topology.k8s.aws/ultraserver-id beside their NVLink clique; an UltraServer may hold
+    # several cliques (an x72 split in two x36 halves: nodesPerDomain 9, ultraServerNodes 18)
+    ultra_server_nodes: int | None = Field(default=None, alias="ultraServerNodes", ge=1)
     capacity: dict[str, str | int]
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
@@ -83,6 +87,16 @@ class Pool(_Strict):
             if not _QUANTITY.match(str(quantity)):
                 raise ValueError(f"capacity[{resource}]={quantity!r} is not a Kubernetes quantity")
         return value
+
+    @model_validator(mode="after")
+    def _whole_domains(self) -> Pool:
+        nodes = self.ultra_server_nodes
+        if nodes is not None and (nodes % self.nodes_per_domain or
+                                  (self.domains * self.nodes_per_domain) % nodes):
+            raise ValueError(f"pool {self.name}: ultraServerNodes {nodes} must hold whole "
+                             f"domains of {self.nodes_per_domain} nodes, and the pool whole "
+                             "UltraServers")
+        return self
 
     @property
     def node_count(self) -> int:
@@ -206,12 +220,19 @@ def pool_nodes(fleet: Fleet, pool: Pool) -> list[dict[str, Any]]:
         block_switch = "nn-" + _switch_id(fleet.name, pool.name, "block", str(block))
         leaf_switch = "nn-" + _switch_id(fleet.name, pool.name, "domain", str(domain))
         domain_labels: dict[str, str] = {}
+        # an UltraServer's NVLink fabric has its own cluster UUID; its cliques are numbered
+        per_ultra = (pool.ultra_server_nodes or 0) // pool.nodes_per_domain
+        ultra, clique = divmod(domain, per_ultra) if per_ultra else (0, domain)
         if pool.domain_label == GPU_CLIQUE_LABEL:
-            cluster_uuid = _switch_id(fleet.name, pool.name, "nvlink-cluster")
-            domain_labels[GPU_CLIQUE_LABEL] = f"{cluster_uuid}.{domain}"
+            cluster_uuid = _switch_id(fleet.name, pool.name, "nvlink-cluster",
+                                      *([str(ultra)] if per_ultra else []))
+            domain_labels[GPU_CLIQUE_LABEL] = f"{cluster_uuid}.{clique}"
         elif pool.domain_label:
             domain_id = _switch_id(fleet.name, pool.name, str(domain))
             domain_labels[pool.domain_label] = f"us-{domain_id}"
+        if per_ultra:
+            domain_labels[ULTRASERVER_LABEL] = "us-" + _switch_id(fleet.name, pool.name,
+                                                                  "ultraserver", str(ultra))
         for slot in range(pool.nodes_per_domain):
             name = node_name(pool, domain, slot)
             labels = {

@@ -1,0 +1,61 @@
+"""What a gang's pod needs from its node besides accelerators to reach the fabric: its share
+of the node's EFA interfaces, and the settings the collective libraries read.
+
+Pure. The EFA device plugin hands a pod the interfaces it requests
+(`vpc.amazonaws.com/efa`); without them NCCL and the Neuron runtime fall back to TCP over
+the pod network, a tenth of the bandwidth or less, and nothing fails loudly. The settings
+are AWS's for NCCL over EFA (aws-ofi-nccl) and the Neuron runtime's; they are defaults:
+a variable the pod template sets wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from goodput_operator.health.probing import accelerator_kind
+
+if TYPE_CHECKING:
+    from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
+
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+
+EFA_ENV = {  # libfabric's EFA provider, GPUDirect RDMA, fork safety for data loaders
+    "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1",
+}
+NCCL_ENV = {  # NCCL's bootstrap sockets: the pod's interface, never loopback or bridges
+    "NCCL_SOCKET_IFNAME": "^lo,docker",
+}
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The group's accelerator resource, its count per node and the node's EFA interfaces
+    (0: none requested)."""
+
+    resource: str
+    per_node: int = 1
+    efa_per_node: int = 0
+
+    @classmethod
+    def of(cls, spec: UltraServerGroupSpec) -> Fabric:
+        return cls(spec.accelerator.resource, spec.accelerator.per_node,
+                   spec.accelerator.efa_per_node)
+
+    def efa_for(self, accelerators: int) -> int:
+        """A pod's share of its node's EFA interfaces: in proportion to the accelerators it
+        holds (all of them for a whole node), at least one when it holds any."""
+        if not self.efa_per_node or accelerators <= 0:
+            return 0
+        return max(1, self.efa_per_node * min(accelerators, self.per_node) // self.per_node)
+
+    def env(self, launcher: str, accelerators: int) -> dict[str, str]:
+        """The collective libraries' settings for a pod holding ACCELERATORS, started by
+        LAUNCHER: EFA's when it gets interfaces (always for the Neuron launcher, which has
+        set them since before EFA was requested), NCCL's on NVIDIA GPUs."""
+        env: dict[str, str] = {}
+        if self.efa_for(accelerators) or launcher == "neuron":
+            env |= EFA_ENV
+        if accelerator_kind(self.resource) == "cuda" and launcher != "none":
+            env |= NCCL_ENV
+        return env

@@ -1,0 +1,110 @@
+"""TrainingJobs on GPUs: a P5 gang on the EFA fabric, and a GB200 NVL72 gang inside one NVLink
+clique of a P6e-GB200 UltraServer — on the sandbox's `mixed` fleet (4 p5.48xlarge, one x72
+of 18 p6e-gb200.36xlarge)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from goodput_operator.topology.record import ranks_of
+from tests.conftest import Cluster
+from tests.e2e.conftest import (
+    NO_SWEEPS,
+    Operator,
+    apply,
+    job_pods,
+    training_job,
+    wait_phase,
+)
+
+pytestmark = pytest.mark.e2e
+EFA = "vpc.amazonaws.com/efa"
+CLIQUE = "nvidia.com/gpu.clique"
+ULTRASERVER = "topology.k8s.aws/ultraserver-id"
+NETWORK = ["topology.k8s.aws/network-node-layer-1", "topology.k8s.aws/network-node-layer-2"]
+
+
+@pytest.fixture
+def gpu_group(crds: Cluster) -> Iterator[Any]:
+    """Create an UltraServerGroup over one of the fleet's GPU pools; deleted afterwards, so
+    that the inference tests' group over the same nodes is not the younger one."""
+    made: list[str] = []
+
+    def make(instance_type: str, **spec: Any) -> str:
+        name = f"gpu-{uuid.uuid4().hex[:6]}"
+        apply(crds, {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
+                     "metadata": {"name": name},
+                     "spec": {"nodeSelector": {"node.kubernetes.io/instance-type":
+                                               instance_type},
+                              "networkLevels": NETWORK, "probes": NO_SWEEPS, **spec}})
+        made.append(name)
+        return name
+    yield make
+    for name in made:
+        crds.kubectl("delete", "usg", name, "--ignore-not-found")
+
+
+def gpu_job(name: str, group: str, workers: int, per_worker: int) -> dict[str, Any]:
+    job = training_job(name, group, workers, acceleratorsPerWorker=per_worker,
+                       checkpoint={"dir": f"/fsx/{name}"})
+    job["spec"]["template"]["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/pytorch:25.09"
+    return job
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
+
+
+def node_labels(crds: Cluster, name: str) -> dict[str, str]:
+    labels: dict[str, str] = json.loads(crds.kubectl("get", "node", name, "-o", "json")
+                                        .stdout)["metadata"]["labels"]
+    return labels
+
+
+def test_a_p5_gang_of_four_nodes_takes_every_efa_interface_and_the_nccl_settings(
+        e2e: Operator, crds: Cluster, namespace: str, gpu_group: Any) -> None:
+    group = gpu_group("p5.48xlarge", domainLabel="topology.k8s.aws/network-node-layer-3",
+                      interconnect="efa-only", nodesPerDomain=4,
+                      accelerator={"resource": "nvidia.com/gpu", "perNode": 8,
+                                   "efaPerNode": 32})
+    apply(crds, gpu_job("h100", group, 4, 8), namespace)
+    job = wait_phase(crds, namespace, "h100", "Running")
+    pods = job_pods(crds, namespace, "h100")
+    assert len({p["spec"]["nodeName"] for p in pods}) == 4
+    for rank, pod in enumerate(pods):
+        requests = pod["spec"]["containers"][0]["resources"]["requests"]
+        assert (requests["nvidia.com/gpu"], requests[EFA]) == ("8", "32")
+        env = env_of(pod)
+        assert (env["FI_PROVIDER"], env["FI_EFA_USE_DEVICE_RDMA"], env["FI_EFA_FORK_SAFE"]) \
+            == ("efa", "1", "1")
+        assert env["NCCL_SOCKET_IFNAME"] == "^lo,docker"
+        assert (env["NNODES"], env["NODE_RANK"], env["WORLD_SIZE"]) == ("4", str(rank), "32")
+        assert pod["status"]["phase"] == "Running"
+
+
+def test_a_gb200_gang_runs_inside_one_nvlink_clique_of_a_p6e_ultraserver(
+        e2e: Operator, crds: Cluster, namespace: str, gpu_group: Any) -> None:
+    group = gpu_group("p6e-gb200.36xlarge", domainLabel=CLIQUE, interconnect="nvlink",
+                      nodesPerDomain=18,
+                      accelerator={"resource": "nvidia.com/gpu", "perNode": 4,
+                                   "efaPerNode": 8})
+    apply(crds, gpu_job("moe", group, 16, 4), namespace)
+    job = wait_phase(crds, namespace, "moe", "Running")
+    placement = job["status"]["placement"]
+    assert len(placement["domains"]) == 1                   # one NVLink domain (clique)
+    nodes = [r["node"] for r in sorted(ranks_of(placement), key=lambda r: r["rank"])]
+    labels = [node_labels(crds, n) for n in nodes]
+    assert len({lab[CLIQUE] for lab in labels}) == 1 and labels[0][CLIQUE] == \
+        placement["domains"][0]
+    assert len({lab[ULTRASERVER] for lab in labels}) == 1   # and one P6e-GB200 x72
+    pods = job_pods(crds, namespace, "moe")
+    assert [p["spec"]["nodeName"] for p in pods] == nodes    # ranks as placed
+    for pod in pods:
+        requests = pod["spec"]["containers"][0]["resources"]["requests"]
+        assert (requests["nvidia.com/gpu"], requests[EFA]) == ("4", "8")
+        assert env_of(pod)["WORLD_SIZE"] == "64" and pod["status"]["phase"] == "Running"
