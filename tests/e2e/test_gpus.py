@@ -73,7 +73,7 @@ def test_a_p5_gang_of_four_nodes_takes_every_efa_interface_and_the_nccl_settings
                       accelerator={"resource": "nvidia.com/gpu", "perNode": 8,
                                    "efaPerNode": 32})
     apply(crds, gpu_job("h100", group, 4, 8), namespace)
-    job = wait_phase(crds, namespace, "h100", "Running")
+    wait_phase(crds, namespace, "h100", "Running")
     pods = job_pods(crds, namespace, "h100")
     assert len({p["spec"]["nodeName"] for p in pods}) == 4
     for rank, pod in enumerate(pods):
