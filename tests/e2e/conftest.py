@@ -403,7 +403,7 @@ class Faults:
             box = sandbox_cluster.Sandbox(self.cluster.sandbox_name)
             for node in sorted(self.failed):
                 faults.wait_recovered(box, node)
-        for node in trn2_pool(self.cluster):
+        for node in sorted({*trn2_pool(self.cluster), *self.failed}):
             lift_quarantine(self.cluster, node)
 
 

@@ -12,15 +12,18 @@ from typing import Any
 import pytest
 
 from goodput_operator.topology.record import ranks_of
-from tests.conftest import Cluster
+from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
     NO_SWEEPS,
+    Faults,
     Operator,
     apply,
+    get_object,
     job_pods,
     training_job,
     wait_phase,
 )
+from tests.e2e.test_recovery import running_again
 
 pytestmark = pytest.mark.e2e
 EFA = "vpc.amazonaws.com/efa"
@@ -87,8 +90,11 @@ def test_a_p5_gang_of_four_nodes_takes_every_efa_interface_and_the_nccl_settings
         assert pod["status"]["phase"] == "Running"
 
 
-def test_a_gb200_gang_runs_inside_one_nvlink_clique_of_a_p6e_ultraserver(
-        e2e: Operator, crds: Cluster, namespace: str, gpu_group: Any) -> None:
+def test_a_gb200_gang_runs_in_one_clique_of_a_p6e_ultraserver_joined_by_one_compute_domain(
+        e2e: Operator, crds: Cluster, namespace: str, gpu_group: Any, faults: Faults) -> None:
+    """16 of the x72's 18 nodes: one ComputeDomain, every pod's IMEX channel claim allocated
+    by the real kube-scheduler from the simulated driver's ResourceSlices; a failed node's
+    replacement joins the same domain; deleting the job deletes the domain."""
     group = gpu_group("p6e-gb200.36xlarge", domainLabel=CLIQUE, interconnect="nvlink",
                       nodesPerDomain=18,
                       accelerator={"resource": "nvidia.com/gpu", "perNode": 4,
@@ -108,3 +114,48 @@ def test_a_gb200_gang_runs_inside_one_nvlink_clique_of_a_p6e_ultraserver(
         requests = pod["spec"]["containers"][0]["resources"]["requests"]
         assert (requests["nvidia.com/gpu"], requests[EFA]) == ("4", "8")
         assert env_of(pod)["WORLD_SIZE"] == "64" and pod["status"]["phase"] == "Running"
+
+    domain = get_object(crds, "computedomain", namespace, "moe-imex")
+    assert domain["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    assert domain["spec"]["channel"]["resourceClaimTemplate"]["name"] == "moe-imex-channel"
+    assert claimed_nodes(crds, namespace, pods) == nodes    # allocated where each pod runs
+    joined = wait_for(lambda: members(crds, namespace, set(nodes)), timeout=30,
+                      what="every node in the ComputeDomain's status")
+    assert joined["status"] == "Ready"
+
+    victim = nodes[5]
+    faults.fail(victim)
+    job = running_again(crds, namespace, "moe", 1)
+    moved = [r["node"] for r in sorted(ranks_of(job["status"]["placement"]),
+                                       key=lambda r: r["rank"])]
+    assert victim not in moved and moved[:5] + moved[6:] == nodes[:5] + nodes[6:]
+    pods = job_pods(crds, namespace, "moe")
+    assert {p["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] for p in pods} == {
+        "moe-imex-channel"}                                  # the same domain's channel
+    assert claimed_nodes(crds, namespace, pods) == moved
+    wait_for(lambda: members(crds, namespace, set(moved)), timeout=30,
+             what="the replacement node in the ComputeDomain, the failed one gone")
+
+    crds.kubectl("delete", "tj", "moe", "-n", namespace, "--wait=true")
+    wait_for(lambda: "moe-imex" not in crds.kubectl(
+        "get", "computedomains", "-n", namespace, "-o", "name").stdout,
+        timeout=60, what="the ComputeDomain deleted with its job")
+
+
+def claimed_nodes(crds: Cluster, namespace: str, pods: list[dict[str, Any]]) -> list[str]:
+    """Where each pod's IMEX channel claim was allocated (the scheduler's choice), in pod
+    order: the claim kube-controller-manager made from the template for the pod."""
+    found = []
+    for pod in pods:
+        statuses = pod["status"].get("resourceClaimStatuses") or []
+        [claim_name] = [s["resourceClaimName"] for s in statuses if s["name"] == "imex-channel"]
+        claim = get_object(crds, "resourceclaim", namespace, claim_name)
+        terms = claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"]
+        found.append(terms[0]["matchFields"][0]["values"][0])
+    return found
+
+
+def members(crds: Cluster, namespace: str, wanted: set[str]) -> dict[str, Any] | None:
+    """The ComputeDomain's status once its nodes are exactly WANTED."""
+    status = get_object(crds, "computedomain", namespace, "moe-imex").get("status") or {}
+    return status if {n["name"] for n in status.get("nodes") or []} == wanted else None

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from goodput_operator import names
+from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.resources import pods
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.fabric import Fabric
@@ -272,3 +273,50 @@ def test_a_cpu_only_companion_gets_no_efa() -> None:
     leader = build.companion_pod(spec, parsed.pod_sets[0], 0, 0, P5, spec=parsed)
     assert "vpc.amazonaws.com/efa" not in (
         leader["spec"]["containers"][0].get("resources") or {}).get("requests", {})
+
+
+GB200 = Fabric("nvidia.com/gpu", 4, efa_per_node=8, imex=True)
+
+
+def test_a_multi_node_nvlink_gang_claims_its_jobs_imex_channel() -> None:
+    spec = job(workers=16, acceleratorsPerWorker=4, ultraServerGroup="nvl72", podSets=[
+        {"name": "launcher", "replicas": 1, "acceleratorsPerPod": 0},
+        {"name": "ps", "replicas": 1, "acceleratorsPerPod": 1}])
+    parsed = build.TrainingJobSpec.model_validate(spec["spec"])
+    worker = build.worker_pod(spec, 3, 2, GB200, spec=parsed)
+    assert worker["spec"]["resourceClaims"] == [
+        {"name": "imex-channel", "resourceClaimTemplateName": "llama-imex-channel"}]
+    trainer, sidecar = worker["spec"]["containers"]
+    assert trainer["resources"]["claims"] == [{"name": "imex-channel"}]
+    assert "claims" not in sidecar.get("resources", {})
+    launcher, ps = (build.companion_pod(spec, s, 0, 2, GB200, spec=parsed)
+                    for s in parsed.pod_sets)
+    assert "resourceClaims" not in launcher["spec"]           # no GPU, no channel
+    assert ps["spec"]["resourceClaims"] == worker["spec"]["resourceClaims"]
+    domain = build.compute_domain_for(spec, [launcher, worker])
+    assert domain is not None and domain["metadata"]["name"] == "llama-imex"
+    assert domain["spec"] == {"numNodes": 0, "channel": {
+        "resourceClaimTemplate": {"name": "llama-imex-channel"}, "allocationMode": "Single"}}
+    assert domain["metadata"]["ownerReferences"][0]["uid"] == "uid-1"  # deleted with the job
+    assert build.compute_domain_for(spec, [launcher]) is None
+
+
+@pytest.mark.parametrize(("fabric", "workers"), [
+    (GB200, 1),                                          # one node: NVLink inside it
+    (Fabric("nvidia.com/gpu", 4, imex=False), 16),       # computeDomains: false
+    (P5, 4),                                             # no multi-node NVLink
+])
+def test_no_imex_channel_where_no_compute_domain_is_needed(fabric: Fabric, workers: int) -> None:
+    pod = build.worker_pod(job(workers=workers, acceleratorsPerWorker=4), 0, 0, fabric)
+    assert "resourceClaims" not in pod["spec"]
+    assert build.compute_domain_for(job(), [pod]) is None
+
+
+def test_the_groups_interconnect_and_opt_out_decide_imex() -> None:
+    base = {"nodeSelector": {"a": "b"}, "nodesPerDomain": 18,
+            "accelerator": {"resource": "nvidia.com/gpu", "perNode": 4}}
+    nvlink = UltraServerGroupSpec.model_validate({**base, "interconnect": "nvlink"})
+    assert Fabric.of(nvlink).imex
+    assert not Fabric.of(nvlink.model_copy(update={"compute_domains": False})).imex
+    assert not Fabric.of(UltraServerGroupSpec.model_validate(
+        {**base, "interconnect": "efa-only"})).imex

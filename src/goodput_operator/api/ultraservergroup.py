@@ -208,6 +208,12 @@ class UltraServerGroupSpec(ApiModel):
     """Failure detection, storm guard and release policy."""
     probes: Probes = nested(Probes)
     """Silent-data-corruption probe settings."""
+    compute_domains: bool = True
+    """With interconnect nvlink (GB200/GB300 NVL72): a TrainingJob of more than one worker
+    gets a ComputeDomain (resource.nvidia.com, NVIDIA's DRA driver for GPUs) and each pod
+    holding GPUs a claim on its IMEX channel, so that the gang shares GPU memory across
+    nodes over NVLink. false: for clusters without the driver (a gang then uses NVLink only
+    inside each node)."""
 
     @property
     def domain_key(self) -> str:

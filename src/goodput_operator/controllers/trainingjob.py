@@ -173,6 +173,9 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placem
     ranks = spots.ranks
     if decided.create:
         await create(kube.create, build.service(job))
+        imex = build.compute_domain_for(job, decided.create)
+        if imex is not None:  # before the pods: the driver makes their claims' template
+            await create(kube.create, imex)
         if ranks and not decided.hold:  # placed: create pinned, one write per pod, not two
             await create(kube.replace_config_map,
                          build.hostfile(job, len(ranks), state.report_ca))

@@ -1,5 +1,6 @@
 """What a gang's pod needs from its node besides accelerators to reach the fabric: its share
-of the node's EFA interfaces, and the settings the collective libraries read.
+of the node's EFA interfaces, the settings the collective libraries read, and on
+multi-node NVLink its IMEX channel (resources.computedomain).
 
 Pure. The EFA device plugin hands a pod the interfaces it requests
 (`vpc.amazonaws.com/efa`); without them NCCL and the Neuron runtime fall back to TCP over
@@ -36,11 +37,13 @@ class Fabric:
     resource: str
     per_node: int = 1
     efa_per_node: int = 0
+    imex: bool = False  # multi-node NVLink: a gang's pods claim a ComputeDomain's channel
 
     @classmethod
     def of(cls, spec: UltraServerGroupSpec) -> Fabric:
         return cls(spec.accelerator.resource, spec.accelerator.per_node,
-                   spec.accelerator.efa_per_node)
+                   spec.accelerator.efa_per_node,
+                   spec.interconnect == "nvlink" and spec.compute_domains)
 
     def efa_for(self, accelerators: int) -> int:
         """A pod's share of its node's EFA interfaces: in proportion to the accelerators it

@@ -16,6 +16,7 @@ from typing import Any
 from goodput_operator import names
 from goodput_operator.api.base import API_VERSION
 from goodput_operator.api.trainingjob import PodSet, TrainingJobSpec
+from goodput_operator.resources.computedomain import claim_channel, claims_channel, compute_domain
 from goodput_operator.resources.fabric import EFA_RESOURCE, Fabric
 from goodput_operator.resources.pods import child_name, template_metadata
 
@@ -70,6 +71,14 @@ def service(job: Obj) -> Obj:
                  "publishNotReadyAddresses": True,
                  "ports": [{"name": "rendezvous", "port": _spec(job).launcher.port}]},
     }
+
+
+def compute_domain_for(job: Obj, pods: list[Obj]) -> Obj | None:
+    """The job's ComputeDomain, when any of PODS claims its IMEX channel."""
+    if not any(claims_channel(p) for p in pods):
+        return None
+    return compute_domain(job, {**selector(job["metadata"]["name"]), **MANAGED_BY},
+                          owner_reference(job))
 
 
 def hostfile(job: Obj, workers: int, report_ca: str = "") -> Obj:
@@ -152,7 +161,7 @@ def worker_pod(job: Obj, index: int, restart: int, fabric: Fabric,
                      pod_name(job["metadata"]["name"], restart, index), hostname(index),
                      {names.RANK_LABEL: str(index), names.RESTART_LABEL: str(restart)},
                      env, fabric, spec.accelerators_per_worker, spec.node_selector,
-                     spec.launcher.type)
+                     spec.launcher.type, multi_node=spec.workers > 1)
 
 
 def companion_pod(job: Obj, pod_set: PodSet, index: int, restart: int, fabric: Fabric,
@@ -176,7 +185,7 @@ def companion_pod(job: Obj, pod_set: PodSet, index: int, restart: int, fabric: F
                      {names.POD_SET_LABEL: pod_set.name, names.POD_INDEX_LABEL: str(index),
                       names.RESTART_LABEL: str(restart)},
                      env, fabric, pod_set.accelerators_per_pod, selector_ or None,
-                     spec.launcher.type)
+                     spec.launcher.type, multi_node=True)
 
 
 _RANKED = {names.ENV_RANK, "NODE_RANK", "RANK"}  # a companion has no rank in the gang
@@ -192,11 +201,13 @@ def companion_host(pod_set: str, index: int) -> str:
 
 def _gang_pod(job: Obj, template: Obj, name: str, host: str,
               identity: dict[str, str], env: list[Obj], fabric: Fabric, accelerators: int,
-              node_selector: dict[str, str] | None, launcher: str) -> Obj:
+              node_selector: dict[str, str] | None, launcher: str,
+              multi_node: bool = False) -> Obj:
     """A pod of the gang (a worker or a companion): TEMPLATE with the job's labels and
     IDENTITY, ENV in every container (and the fabric's settings where the template does
     not set them), the hostfile and report token mounted, ACCELERATORS and their share of
-    EFA on the first container, a host name in the job's service, gated until placed."""
+    EFA on the first container (and, MULTI_NODE on NVLink, the job's IMEX channel), a host
+    name in the job's service, gated until placed."""
     meta = job["metadata"]
     pod_spec: Obj = template.setdefault("spec", {})
     labels = {**template_metadata(template, "labels"), **selector(meta["name"]), **identity,
@@ -224,6 +235,8 @@ def _gang_pod(job: Obj, template: Obj, name: str, host: str,
         {"name": "goodput-report-token", "projected": {"sources": [{"serviceAccountToken": {
             "audience": names.REPORT_AUDIENCE, "expirationSeconds": 3600,
             "path": names.REPORT_TOKEN_PATH.rsplit("/", 1)[1]}}]}}])
+    if fabric.imex and multi_node and accelerators:
+        claim_channel(pod_spec, meta["name"])
     pod_spec["restartPolicy"] = "Never"
     pod_spec["hostname"] = host
     pod_spec["subdomain"] = service_name(meta["name"])

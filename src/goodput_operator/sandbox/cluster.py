@@ -14,6 +14,7 @@ import ipaddress
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from goodput_operator.sandbox import build, fleet, hostnet, images, realnode
+from goodput_operator.sandbox import build, drivers, fleet, hostnet, images, procs, realnode
 from goodput_operator.sandbox.versions import (
     ETCD,
     KUBERNETES,
@@ -265,6 +266,7 @@ def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,
         build.ensure_all(REAL_NODE_COMPONENTS, progress)
         images.ensure_images(progress)
     if sandbox.exists():  # left over from a crash or a reboot: start clean
+        procs.kill_pidfile(sandbox.home / "drivers.pid")
         sandbox.kwokctl("delete", "cluster", "--name", sandbox.name, check=False)
     sandbox.home.mkdir(parents=True, exist_ok=True)
     config_path = sandbox.home / "kwokctl.yaml"
@@ -278,6 +280,7 @@ def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,
     )
     all_nodes = fleet.nodes(chosen)
     create_nodes(sandbox, all_nodes[real_nodes:], chosen.name, progress)
+    start_drivers(sandbox, all_nodes[real_nodes:], progress)
     sandbox.fleet_file.write_text(json.dumps({"fleet": fleet_ref, "name": chosen.name}))
     if real_nodes_wanted:
         progress(f"Starting {real_nodes_wanted} real node(s): kubelet + containerd each...")
@@ -289,6 +292,26 @@ def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,
     wait_nodes_ready(sandbox, chosen.node_count + system_nodes, wait_seconds, progress)
     progress(f"Sandbox {sandbox.name!r} is up in {time.monotonic() - started:.0f}s.")
     return chosen
+
+
+def start_drivers(sandbox: Sandbox, nodes: list[dict[str, Any]], progress: Progress) -> None:
+    """Publish what the simulated nodes' DRA drivers publish (sandbox.drivers) and start
+    the driver's controller, when the fleet has multi-node NVLink nodes."""
+    published = drivers.objects(nodes)
+    if not published:
+        return
+    progress(f"Publishing NVIDIA's DRA driver objects for {len(published) - 2} GB200 "
+             "node(s): ComputeDomain CRD, IMEX channel DeviceClass and ResourceSlices...")
+    crd, *rest = published
+    sandbox.kubectl("apply", "-f", "-", input_text=json.dumps(crd))
+    sandbox.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                    f"crd/{crd['metadata']['name']}")
+    for start in range(0, len(rest), 500):
+        document = {"apiVersion": "v1", "kind": "List", "items": rest[start:start + 500]}
+        sandbox.kubectl("apply", "-f", "-", input_text=json.dumps(document), timeout=300)
+    procs.spawn([sys.executable, "-m", "goodput_operator.sandbox.drivers", "--kubeconfig",
+                 str(sandbox.kubeconfig)], sandbox.home / "drivers.log",
+                sandbox.home / "drivers.pid")
 
 
 def create_nodes(sandbox: Sandbox, nodes: list[dict[str, Any]], fleet_name: str,
@@ -384,6 +407,7 @@ def down(sandbox: Sandbox) -> bool:
     there was one."""
     if realnode.load(sandbox.home):
         sandbox.real_runtime().remove_all(drain=sandbox.is_running())
+    procs.kill_pidfile(sandbox.home / "drivers.pid")
     existed = sandbox.exists()
     if existed:
         sandbox.kwokctl("delete", "cluster", "--name", sandbox.name, timeout=120)

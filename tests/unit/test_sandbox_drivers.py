@@ -1,0 +1,66 @@
+"""The sandbox's simulated NVIDIA DRA driver: what it publishes for GB200 nodes, the
+channel template it makes for a ComputeDomain, and the domain's status from its claims."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from goodput_operator.resources.computedomain import compute_domain
+from goodput_operator.sandbox import drivers, fleet
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_gb200_node_publishes_one_channel_per_gpu_and_nothing_else_does() -> None:
+    nodes = fleet.nodes(fleet.load("mixed"))
+    published = drivers.objects(nodes)
+    crd, device_class, *slices = published
+    assert crd["metadata"]["name"] == "computedomains.resource.nvidia.com"
+    assert device_class["metadata"]["name"] == drivers.CHANNEL_CLASS
+    gb200 = [n for n in nodes if drivers.CLIQUE_LABEL in n["metadata"]["labels"]]
+    assert len(slices) == len(gb200) == 18
+    first = slices[0]["spec"]
+    assert first["driver"] == drivers.DRIVER and first["nodeName"] == first["pool"]["name"]
+    assert [d["name"] for d in first["devices"]] == [f"channel-{i}" for i in range(4)]
+    assert drivers.objects(fleet.nodes(fleet.load("trn2"))) == []
+
+
+def domain() -> dict[str, Any]:
+    job = {"metadata": {"name": "moe", "namespace": "ns", "uid": "job-uid"}}
+    made = compute_domain(job, {}, {"uid": "job-uid"})
+    made["metadata"]["uid"] = "cd-uid"
+    return made
+
+
+def claim(domain_id: str, node: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"spec": {"devices": {"config": [{"opaque": {
+        "driver": drivers.DRIVER, "parameters": {"domainID": domain_id}}}]}}}
+    if node:
+        body["status"] = {"allocation": {"nodeSelector": {"nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
+    return body
+
+
+def test_the_channel_template_is_named_by_the_domain_and_carries_its_id() -> None:
+    template = drivers.channel_template(domain())
+    assert template["metadata"]["name"] == "moe-imex-channel"
+    assert template["metadata"]["ownerReferences"][0]["uid"] == "cd-uid"
+    assert drivers.domain_of(template["spec"]) == "cd-uid"
+    [request] = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["deviceClassName"] == drivers.CHANNEL_CLASS
+
+
+@pytest.mark.parametrize(("claims", "status", "nodes"), [
+    ([], "NotReady", []),
+    ([claim("cd-uid", None)], "NotReady", []),                 # not allocated yet
+    ([claim("cd-uid", "gb-1"), claim("cd-uid", "gb-0")], "Ready", ["gb-0", "gb-1"]),
+    ([claim("other", "gb-2"), claim("cd-uid", "gb-0")], "Ready", ["gb-0"]),
+    ([claim("cd-uid", "gb-0"), claim("cd-uid", "gb-0")], "Ready", ["gb-0"]),  # two pods
+])
+def test_a_domains_nodes_are_those_its_claims_were_allocated_on(
+        claims: list[dict[str, Any]], status: str, nodes: list[str]) -> None:
+    found = drivers.domain_status(domain(), claims, {"gb-0": "c.0", "gb-1": "c.0"})
+    assert found["status"] == status and [n["name"] for n in found["nodes"]] == nodes
+    assert [n["index"] for n in found["nodes"]] == list(range(len(nodes)))
