@@ -26,6 +26,8 @@ DOMAIN_ANNOTATION = "goodput.dev/domain"  # the domain a pinned pod was placed i
 PROBE_LABEL = "goodput.dev/probe"  # "true" on probe Jobs and their pods
 PROBE_NODE_ANNOTATION = "goodput.dev/probe-node"  # an annotation: node names outgrow labels
 PROBE_TRIGGER_LABEL = "goodput.dev/probe-trigger"  # start, suspicion, schedule, manual
+ACCELERATORS_ANNOTATION = "goodput.dev/accelerators"  # on a pod that claims its devices by DRA:
+# how many its claim asks for (placement counts them against the node; capped at a node's)
 PROBE_EXPECTS_ANNOTATION = "goodput.dev/probe-expects"  # cuda|neuron|cpu, and how many:
 # "cuda/8": what the run must exercise to count (health.probing)
 

@@ -185,3 +185,33 @@ def test_no_accelerator_is_ever_booked_twice(layout: tuple[list[Obj], list[Obj],
         if homes[name]:
             assert any(key in fleet.nodes[name].pods for fleet in state.fleets.values()
                        if name in fleet.nodes)
+
+
+def test_with_resource_claims_capacity_is_declared_and_claimed_counts_are_capped() -> None:
+    """DRA nodes publish no extended resource: a Ready node holds the group's perNode; a pod
+    counts what its accelerator claim asks for (the operator's annotation), never more than
+    a node's, so no pod can make a node look fuller than itself."""
+    from goodput_operator import names
+    from goodput_operator.topology.model import Fleet, GroupShape
+
+    spec = group_spec(accelerator={"resource": NEURON, "perNode": 16,
+                                   "requestStyle": "ResourceClaim"})
+    shape = GroupShape.from_spec(spec)
+    assert shape.claims
+    bare = node("us0-n0", "us0", "b0", 0)          # no aws.amazon.com/neuron allocatable
+    fleet = Fleet.from_objects(shape, [bare])
+    assert fleet.nodes["us0-n0"].capacity == 16 and fleet.nodes["us0-n0"].state == "ready"
+
+    def claiming(name: str, count: str | None) -> Obj:
+        annotations = {} if count is None else {names.ACCELERATORS_ANNOTATION: count}
+        return {"metadata": {"name": name, "namespace": "ns", "annotations": annotations},
+                "spec": {"nodeName": "us0-n0", "containers": [{"name": "c"}]},
+                "status": {"phase": "Running"}}
+    fleet.observe_pod(claiming("a", "4"))
+    fleet.observe_pod(claiming("b", None))         # claims nothing we know of
+    assert fleet.nodes["us0-n0"].used == 4
+    fleet.observe_pod(claiming("c", "1000"))       # at most a node's
+    assert fleet.nodes["us0-n0"].used == 20
+    plain = Fleet.from_objects(GroupShape.from_spec(group_spec()), [bare])
+    plain.observe_pod(claiming("a", "4"))          # device-plugin groups read requests only
+    assert plain.nodes["us0-n0"].used == 0 and plain.nodes["us0-n0"].state == "misshaped"

@@ -16,7 +16,7 @@ from goodput_operator.decide import EndpointDecision, Scaled, decide, decide_end
 from goodput_operator.decide.endpoint import WriteBudget
 from goodput_operator.decide.types import Refusal
 from goodput_operator.resources import inference as build
-from tests.unit.world import NEURON, NOW, conditions, world
+from tests.unit.world import NEURON, NOW, conditions, group_spec, world
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
@@ -231,3 +231,12 @@ def test_an_endpoint_whose_pods_were_refused_waits_out_its_backoff_without_the_b
     assert bool(decision.create) is creates
     assert (budget.left == 256) is not creates
     assert decision.wake_at == (None if creates else refused_at + 2)
+
+
+def test_an_endpoint_on_a_group_that_claims_devices_by_dra_says_it_is_not_supported() -> None:
+    spec = group_spec(accelerator={"resource": NEURON, "perNode": 16,
+                                   "requestStyle": "ResourceClaim"})
+    plan = decide(world(None, endpoints=[endpoint()], spec=spec))
+    [decision] = plan.endpoints
+    assert conditions(decision.desired)["Ready"] == ("False", "RequestStyleUnsupported")
+    assert not decision.create

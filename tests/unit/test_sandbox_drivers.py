@@ -13,18 +13,22 @@ from goodput_operator.sandbox import drivers, fleet
 pytestmark = pytest.mark.unit
 
 
-def test_every_gb200_node_publishes_one_channel_per_gpu_and_nothing_else_does() -> None:
+def test_gb200_nodes_publish_a_channel_per_gpu_and_trainium_nodes_their_devices() -> None:
     nodes = fleet.nodes(fleet.load("mixed"))
     published = drivers.objects(nodes)
-    crd, device_class, *slices = published
+    crd, device_class, *rest = published
     assert crd["metadata"]["name"] == "computedomains.resource.nvidia.com"
     assert device_class["metadata"]["name"] == drivers.CHANNEL_CLASS
+    slices = [o for o in rest if o["kind"] == "ResourceSlice"]
+    channels = [s["spec"] for s in slices if s["spec"]["driver"] == drivers.DRIVER]
     gb200 = [n for n in nodes if drivers.CLIQUE_LABEL in n["metadata"]["labels"]]
-    assert len(slices) == len(gb200) == 18
-    first = slices[0]["spec"]
-    assert first["driver"] == drivers.DRIVER and first["nodeName"] == first["pool"]["name"]
-    assert [d["name"] for d in first["devices"]] == [f"channel-{i}" for i in range(4)]
-    assert drivers.objects(fleet.nodes(fleet.load("trn2"))) == []
+    assert len(channels) == len(gb200) == 18
+    assert channels[0]["nodeName"] == channels[0]["pool"]["name"]
+    assert [d["name"] for d in channels[0]["devices"]] == [f"channel-{i}" for i in range(4)]
+    neurons = [s["spec"] for s in slices if s["spec"]["driver"] == drivers.NEURON_DRIVER]
+    assert len(neurons) == 8 and all(len(s["devices"]) == 16 for s in neurons)
+    assert {"DeviceClass"} == {o["kind"] for o in rest if o["kind"] != "ResourceSlice"}
+    assert drivers.objects(fleet.nodes(fleet.load("p5"))) == []    # device plugins only
 
 
 def domain() -> dict[str, Any]:

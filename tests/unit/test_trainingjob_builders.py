@@ -293,12 +293,12 @@ def test_a_multi_node_nvlink_gang_claims_its_jobs_imex_channel() -> None:
                     for s in parsed.pod_sets)
     assert "resourceClaims" not in launcher["spec"]           # no GPU, no channel
     assert ps["spec"]["resourceClaims"] == worker["spec"]["resourceClaims"]
-    domain = build.compute_domain_for(spec, [launcher, worker])
-    assert domain is not None and domain["metadata"]["name"] == "llama-imex"
+    [domain] = build.claim_sources(spec, [launcher, worker], None)
+    assert domain["kind"] == "ComputeDomain" and domain["metadata"]["name"] == "llama-imex"
     assert domain["spec"] == {"numNodes": 0, "channel": {
         "resourceClaimTemplate": {"name": "llama-imex-channel"}, "allocationMode": "Single"}}
     assert domain["metadata"]["ownerReferences"][0]["uid"] == "uid-1"  # deleted with the job
-    assert build.compute_domain_for(spec, [launcher]) is None
+    assert build.claim_sources(spec, [launcher], None) == []
 
 
 @pytest.mark.parametrize(("fabric", "workers"), [
@@ -309,7 +309,7 @@ def test_a_multi_node_nvlink_gang_claims_its_jobs_imex_channel() -> None:
 def test_no_imex_channel_where_no_compute_domain_is_needed(fabric: Fabric, workers: int) -> None:
     pod = build.worker_pod(job(workers=workers, acceleratorsPerWorker=4), 0, 0, fabric)
     assert "resourceClaims" not in pod["spec"]
-    assert build.compute_domain_for(job(), [pod]) is None
+    assert build.claim_sources(job(), [pod], None) == []
 
 
 def test_the_groups_interconnect_and_opt_out_decide_imex() -> None:
@@ -320,3 +320,48 @@ def test_the_groups_interconnect_and_opt_out_decide_imex() -> None:
     assert not Fabric.of(nvlink.model_copy(update={"compute_domains": False})).imex
     assert not Fabric.of(UltraServerGroupSpec.model_validate(
         {**base, "interconnect": "efa-only"})).imex
+
+
+TRN2_DRA = Fabric(NEURON, 16, efa_per_node=16, device_class="neuron.aws.com")
+
+
+def test_with_resource_claims_a_pod_claims_its_devices_through_the_jobs_template() -> None:
+    spec = job(podSets=[{"name": "leader", "replicas": 1, "acceleratorsPerPod": 1},
+                        {"name": "launcher", "replicas": 1, "acceleratorsPerPod": 0}])
+    parsed = build.TrainingJobSpec.model_validate(spec["spec"])
+    worker = build.worker_pod(spec, 0, 0, TRN2_DRA, spec=parsed)
+    trainer = worker["spec"]["containers"][0]
+    assert NEURON not in trainer["resources"]["requests"]      # no extended resource
+    assert trainer["resources"]["requests"]["vpc.amazonaws.com/efa"] == "16"
+    assert worker["spec"]["resourceClaims"] == [
+        {"name": "accelerators", "resourceClaimTemplateName": "llama-accelerators-16"}]
+    assert trainer["resources"]["claims"] == [{"name": "accelerators"}]
+    assert worker["metadata"]["annotations"][names.ACCELERATORS_ANNOTATION] == "16"
+    leader, launcher = (build.companion_pod(spec, s, 0, 0, TRN2_DRA, spec=parsed)
+                        for s in parsed.pod_sets)
+    sources = build.claim_sources(spec, [worker, leader, launcher], "neuron.aws.com")
+    assert [(s["kind"], s["metadata"]["name"]) for s in sources] == [
+        ("ResourceClaimTemplate", "llama-accelerators-16"),
+        ("ResourceClaimTemplate", "llama-accelerators-1")]     # none for the CPU launcher
+    request = sources[0]["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    assert request == {"deviceClassName": "neuron.aws.com", "allocationMode": "ExactCount",
+                       "count": 16}
+    assert sources[0]["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert build.claim_sources(spec, [build.worker_pod(spec, 0, 0, TRN2)], None) == []
+
+
+@pytest.mark.parametrize(("accelerator", "style", "device_class"), [
+    ({"resource": NEURON, "perNode": 16}, None, None),
+    ({"resource": NEURON, "perNode": 16, "requestStyle": "ResourceClaim"}, "ResourceClaim",
+     "neuron.aws.com"),
+    ({"resource": "nvidia.com/gpu", "perNode": 8, "requestStyle": "ResourceClaim"},
+     "ResourceClaim", "gpu.nvidia.com"),
+    ({"resource": NEURON, "perNode": 16, "requestStyle": "ResourceClaim",
+      "deviceClassName": "neuron-lnc2.example.com"}, "ResourceClaim", "neuron-lnc2.example.com"),
+])
+def test_the_device_class_follows_the_resource_unless_named(
+        accelerator: dict[str, Any], style: str | None, device_class: str | None) -> None:
+    spec = UltraServerGroupSpec.model_validate({"nodeSelector": {"a": "b"},
+                                                "nodesPerDomain": 4, "accelerator": accelerator})
+    assert spec.accelerator.device_class == device_class
+    assert Fabric.of(spec).device_class == device_class

@@ -65,6 +65,25 @@ class Accelerator(ApiModel):
     on p5.48xlarge, 16 on trn2.48xlarge, 8 on p6-b200.48xlarge. A TrainingJob's pods
     request their share (all of them for a whole node) and get the EFA and NCCL settings,
     so that collectives run over EFA rather than TCP. 0: none requested."""
+    request_style: Literal["ExtendedResource", "ResourceClaim"] = "ExtendedResource"
+    """How pods ask for accelerators. ExtendedResource: `resource` in their requests (the
+    device plugins). ResourceClaim: Dynamic Resource Allocation (resource.k8s.io/v1): each
+    pod claims `acceleratorsPerWorker` devices of `deviceClassName` through a
+    ResourceClaimTemplate the operator creates for the job, and kube-scheduler allocates
+    them on the node placement chose (the Neuron DRA driver, NVIDIA's DRA driver for GPUs).
+    Capacity is then `perNode` per Ready node."""
+    device_class_name: str | None = Field(default=None, max_length=253, pattern=RESOURCE_NAME)
+    """The DeviceClass claimed with requestStyle ResourceClaim; by default the driver's for
+    `resource`: neuron.aws.com (aws.amazon.com/neuron*), gpu.nvidia.com (nvidia.com/*)."""
+
+    @property
+    def device_class(self) -> str | None:
+        """The DeviceClass pods claim, or None when they request the extended resource."""
+        if self.request_style != "ResourceClaim":
+            return None
+        if self.device_class_name:
+            return self.device_class_name
+        return "gpu.nvidia.com" if self.resource.startswith("nvidia.com/") else "neuron.aws.com"
 
 
 class SlotOrder(ApiModel):

@@ -21,7 +21,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from goodput_operator import metrics
 from goodput_operator.api.base import GROUP, VERSION
 from goodput_operator.decide import Event, Failure
-from goodput_operator.resources import computedomain
+from goodput_operator.resources import claims, computedomain
 
 Obj = dict[str, Any]
 D = TypeVar("D")  # a controller's decision for one object
@@ -119,8 +119,8 @@ class Kube:
             response.response.release_conn()
 
     def create(self, obj: Obj) -> Obj | None:
-        """Create OBJ (Pod, Service, ConfigMap, Job, ComputeDomain): the stored object, or
-        None if it existed."""
+        """Create OBJ (Pod, Service, ConfigMap, Job, ComputeDomain, ResourceClaimTemplate):
+        the stored object, or None if it existed."""
         self._check_fence()
         kind, namespace = obj["kind"], obj["metadata"]["namespace"]
         group, _, version = obj["apiVersion"].rpartition("/")
@@ -130,7 +130,9 @@ class Kube:
             "ConfigMap": self.core.create_namespaced_config_map,
             "Job": self.batch.create_namespaced_job,
             computedomain.KIND: lambda ns, body: self.custom.create_namespaced_custom_object(
-                group, version, ns, computedomain.PLURAL, body)}
+                group, version, ns, computedomain.PLURAL, body),
+            claims.KIND: lambda ns, body: self.custom.create_namespaced_custom_object(
+                group, version, ns, "resourceclaimtemplates", body)}
         create = creators[kind]
         try:
             if kind == "Pod":  # the hot path: thousands per rollout, no model round trip

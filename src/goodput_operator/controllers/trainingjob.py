@@ -173,9 +173,10 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placem
     ranks = spots.ranks
     if decided.create:
         await create(kube.create, build.service(job))
-        imex = build.compute_domain_for(job, decided.create)
-        if imex is not None:  # before the pods: the driver makes their claims' template
-            await create(kube.create, imex)
+        group = state.groups.get(job["spec"].get("ultraServerGroup", ""))
+        device_class = group.accelerator.device_class if group is not None else None
+        for source in build.claim_sources(job, decided.create, device_class):
+            await create(kube.create, source)  # before the pods that claim from them
         if ranks and not decided.hold:  # placed: create pinned, one write per pod, not two
             await create(kube.replace_config_map,
                          build.hostfile(job, len(ranks), state.report_ca))

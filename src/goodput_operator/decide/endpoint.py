@@ -113,6 +113,12 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
         message = f"UltraServerGroup {spec.ultra_server_group!r} does not exist"
         return EndpointDecision(ie, status, {"conditions": set_condition(
             conditions, "Ready", False, "UltraServerGroupNotFound", message, generation, at)})
+    if fleet.shape.claims:  # replicas ask for devices by extended resource only, so far
+        message = (f"UltraServerGroup {spec.ultra_server_group!r} has accelerator."
+                   "requestStyle ResourceClaim, which InferenceEndpoints do not support yet: "
+                   "serve from a group with requestStyle ExtendedResource")
+        return EndpointDecision(ie, status, {"conditions": set_condition(
+            conditions, "Ready", False, "RequestStyleUnsupported", message, generation, at)})
     pods = owned(snapshot.endpoint_pods.get((namespace, name), {}).values(), ie)
     lost = {n for p in pods if (n := p.get("spec", {}).get("nodeName"))
             and (n not in fleet.nodes or fleet.nodes[n].state == "quarantined")}

@@ -38,12 +38,14 @@ class Fabric:
     per_node: int = 1
     efa_per_node: int = 0
     imex: bool = False  # multi-node NVLink: a gang's pods claim a ComputeDomain's channel
+    device_class: str | None = None  # DRA: pods claim devices of this class instead
 
     @classmethod
     def of(cls, spec: UltraServerGroupSpec) -> Fabric:
         return cls(spec.accelerator.resource, spec.accelerator.per_node,
                    spec.accelerator.efa_per_node,
-                   spec.interconnect == "nvlink" and spec.compute_domains)
+                   spec.interconnect == "nvlink" and spec.compute_domains,
+                   spec.accelerator.device_class)
 
     def efa_for(self, accelerators: int) -> int:
         """A pod's share of its node's EFA interfaces: in proportion to the accelerators it

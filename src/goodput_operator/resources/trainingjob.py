@@ -16,6 +16,11 @@ from typing import Any
 from goodput_operator import names
 from goodput_operator.api.base import API_VERSION
 from goodput_operator.api.trainingjob import PodSet, TrainingJobSpec
+from goodput_operator.resources.claims import (
+    accelerator_template,
+    claim_accelerators,
+    claimed_counts,
+)
 from goodput_operator.resources.computedomain import claim_channel, claims_channel, compute_domain
 from goodput_operator.resources.fabric import EFA_RESOURCE, Fabric
 from goodput_operator.resources.pods import child_name, template_metadata
@@ -73,12 +78,16 @@ def service(job: Obj) -> Obj:
     }
 
 
-def compute_domain_for(job: Obj, pods: list[Obj]) -> Obj | None:
-    """The job's ComputeDomain, when any of PODS claims its IMEX channel."""
-    if not any(claims_channel(p) for p in pods):
-        return None
-    return compute_domain(job, {**selector(job["metadata"]["name"]), **MANAGED_BY},
-                          owner_reference(job))
+def claim_sources(job: Obj, pods: list[Obj], device_class: str | None) -> list[Obj]:
+    """What PODS' claims are made from, created before them: the job's accelerator claim
+    templates (one per device count) and its ComputeDomain (the driver then makes the
+    channel's template)."""
+    labels = {**selector(job["metadata"]["name"]), **MANAGED_BY}
+    sources = [accelerator_template(job, count, device_class, labels, owner_reference(job))
+               for count in claimed_counts(pods)] if device_class else []
+    if any(claims_channel(p) for p in pods):
+        sources.append(compute_domain(job, labels, owner_reference(job)))
+    return sources
 
 
 def hostfile(job: Obj, workers: int, report_ca: str = "") -> Obj:
@@ -215,7 +224,9 @@ def _gang_pod(job: Obj, template: Obj, name: str, host: str,
     annotations = template_metadata(template, "annotations")
     ours = {e["name"] for e in env}
     defaults = fabric.env(launcher, accelerators)
-    devices = {fabric.resource: accelerators, EFA_RESOURCE: fabric.efa_for(accelerators)}
+    devices = {EFA_RESOURCE: fabric.efa_for(accelerators)}
+    if not fabric.device_class:  # else claimed through DRA, below
+        devices[fabric.resource] = accelerators
     for position, container in enumerate(pod_spec["containers"]):
         own = [e for e in container.get("env") or [] if e["name"] not in ours]
         given = {e["name"] for e in own}
@@ -237,18 +248,21 @@ def _gang_pod(job: Obj, template: Obj, name: str, host: str,
             "path": names.REPORT_TOKEN_PATH.rsplit("/", 1)[1]}}]}}])
     if fabric.imex and multi_node and accelerators:
         claim_channel(pod_spec, meta["name"])
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels,
+                     "annotations": annotations, "ownerReferences": [owner_reference(job)]},
+        "spec": pod_spec,
+    }
+    if fabric.device_class and accelerators:
+        claim_accelerators(pod, meta["name"], accelerators)
     pod_spec["restartPolicy"] = "Never"
     pod_spec["hostname"] = host
     pod_spec["subdomain"] = service_name(meta["name"])
     pod_spec["schedulingGates"] = [{"name": names.PLACEMENT_GATE}]
     if node_selector:
         pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **node_selector}
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels,
-                     "annotations": annotations, "ownerReferences": [owner_reference(job)]},
-        "spec": pod_spec,
-    }
+    return pod
 
 
 def _spec(job: Obj) -> TrainingJobSpec:

@@ -300,18 +300,21 @@ def start_drivers(sandbox: Sandbox, nodes: list[dict[str, Any]], progress: Progr
     published = drivers.objects(nodes)
     if not published:
         return
-    progress(f"Publishing NVIDIA's DRA driver objects for {len(published) - 2} GB200 "
-             "node(s): ComputeDomain CRD, IMEX channel DeviceClass and ResourceSlices...")
-    crd, *rest = published
-    sandbox.kubectl("apply", "-f", "-", input_text=json.dumps(crd))
-    sandbox.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                    f"crd/{crd['metadata']['name']}")
+    crds = [o for o in published if o["kind"] == "CustomResourceDefinition"]
+    rest = [o for o in published if o["kind"] != "CustomResourceDefinition"]
+    progress(f"Publishing the DRA drivers' objects: {len(rest)} DeviceClasses and "
+             "ResourceSlices (Neuron devices, GB200 IMEX channels)...")
+    for crd in crds:
+        sandbox.kubectl("apply", "-f", "-", input_text=json.dumps(crd))
+        sandbox.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                        f"crd/{crd['metadata']['name']}")
     for start in range(0, len(rest), 500):
         document = {"apiVersion": "v1", "kind": "List", "items": rest[start:start + 500]}
         sandbox.kubectl("apply", "-f", "-", input_text=json.dumps(document), timeout=300)
-    procs.spawn([sys.executable, "-m", "goodput_operator.sandbox.drivers", "--kubeconfig",
-                 str(sandbox.kubeconfig)], sandbox.home / "drivers.log",
-                sandbox.home / "drivers.pid")
+    if crds:  # the compute domains' controller
+        procs.spawn([sys.executable, "-m", "goodput_operator.sandbox.drivers", "--kubeconfig",
+                     str(sandbox.kubeconfig)], sandbox.home / "drivers.log",
+                    sandbox.home / "drivers.pid")
 
 
 def create_nodes(sandbox: Sandbox, nodes: list[dict[str, Any]], fleet_name: str,

@@ -41,6 +41,7 @@ class GroupShape:
     spares_per_group: int = 0  # held at the end of the fabric (Fleet._designate)
     domain_noun: str = "domain"  # "UltraServer", "NVLink domain": used in explanations
     lemon_half_life_days: float = LEMON_HALF_LIFE_DAYS  # incident scores halve this often
+    claims: bool = False  # pods claim devices by DRA: capacity is the declared per-node count
 
     @classmethod
     def from_spec(cls, spec: UltraServerGroupSpec) -> GroupShape:
@@ -56,6 +57,7 @@ class GroupShape:
             spares_per_domain=spec.spares.per_domain,
             spares_per_group=spec.spares.per_group, domain_noun=noun,
             lemon_half_life_days=spec.quarantine.lemon_half_life_days,
+            claims=spec.accelerator.device_class is not None,
         )
 
 
@@ -192,13 +194,22 @@ def parse_count(quantity: Any) -> int:
     return int(value)
 
 
-def pod_accelerators(pod: Mapping[str, Any], resource: str) -> int:
+def pod_accelerators(pod: Mapping[str, Any], resource: str, claimed_cap: int = 0) -> int:
+    """The accelerators POD holds: its requests of RESOURCE, or with CLAIMED_CAP (the group
+    claims devices by DRA) the count its accelerator claim asks for, as the operator
+    wrote it on the pod (names.ACCELERATORS_ANNOTATION), at most CLAIMED_CAP (a node's):
+    a pod's annotation can never book more than its own node."""
     total = 0
     for container in pod.get("spec", {}).get("containers") or []:
         requests = (container.get("resources") or {}).get("requests") or {}
         limits = (container.get("resources") or {}).get("limits") or {}
         if resource in requests or resource in limits:
             total += parse_count(requests.get(resource, limits.get(resource)))
+    if claimed_cap and not total:
+        said = ((pod.get("metadata") or {}).get("annotations") or {}).get(
+            names.ACCELERATORS_ANNOTATION)
+        if said is not None:
+            total = min(parse_count(said), claimed_cap)
     return total
 
 
@@ -289,7 +300,8 @@ class Fleet:
             return
         allocatable = (node.get("status", {}).get("allocatable") or {})
         try:
-            capacity = parse_count(allocatable.get(self.shape.accelerator_resource, 0))
+            capacity = (self.shape.accelerators_per_node if self.shape.claims else
+                        parse_count(allocatable.get(self.shape.accelerator_resource, 0)))
         except QuantityError:  # unusable, and the group's MisShaped condition says so
             capacity = 0
         state = node_state(node)
@@ -422,7 +434,9 @@ class Fleet:
         node = pod.get("spec", {}).get("nodeName")
         finished = pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
         try:
-            accelerators = pod_accelerators(pod, self.shape.accelerator_resource)
+            accelerators = pod_accelerators(pod, self.shape.accelerator_resource,
+                                            self.shape.accelerators_per_node
+                                            if self.shape.claims else 0)
         except QuantityError:
             self.release(key)
             return False

@@ -1,10 +1,12 @@
 """The DRA drivers of the sandbox's simulated accelerators, as far as the control plane sees
-them: what NVIDIA's DRA driver for GPUs publishes and does for multi-node NVLink.
+them: what the Neuron DRA driver publishes for Trainium nodes, and what NVIDIA's DRA driver
+for GPUs publishes and does for multi-node NVLink.
 
-- `objects`: the ComputeDomain CRD, the IMEX channel DeviceClass, and for every simulated
-  GB200 node (one with an `nvidia.com/gpu.clique`) a ResourceSlice of its IMEX channels,
-  published by the node as the driver's kubelet plugin does. The real kube-scheduler then
-  allocates the channel claims of pods placed on those nodes.
+- `objects`: the Neuron DeviceClass and, for every simulated Trainium node, a ResourceSlice
+  of its Neuron devices; the ComputeDomain CRD, the IMEX channel DeviceClass, and for
+  every simulated GB200 node (one with an `nvidia.com/gpu.clique`) a ResourceSlice of its
+  IMEX channels: published per node, as the drivers' kubelet plugins do. The real
+  kube-scheduler then allocates the claims of pods placed on those nodes.
 - `reconcile`: the driver's controller, one pass: for every ComputeDomain the
   ResourceClaimTemplate it names (owned by the domain, carrying the domain's id in its
   config, as the driver writes it), and the domain's status: the nodes whose claims are
@@ -23,6 +25,8 @@ from typing import Any
 import yaml
 
 Obj = dict[str, Any]
+NEURON_DRIVER = "neuron.aws.com"  # its DeviceClass has the same name
+NEURON_RESOURCE = "aws.amazon.com/neuron"
 DRIVER = "compute-domain.nvidia.com"
 CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
@@ -59,12 +63,43 @@ def channel_slice(node: Obj) -> Obj | None:
                          "cliqueID": {"string": clique}}} for i in range(gpus)]}}
 
 
+def neuron_class() -> Obj:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": NEURON_DRIVER},
+            "spec": {"selectors": [{"cel": {"expression":
+                f"device.driver == '{NEURON_DRIVER}'"}}]}}
+
+
+def neuron_slice(node: Obj) -> Obj | None:
+    """NODE's Neuron devices, if it has any (its allocatable aws.amazon.com/neuron), with
+    a few attributes of the kinds the Neuron DRA driver publishes (instance type, device
+    id, UltraServer; the names are ours: the sandbox's claims select by class only)."""
+    labels = node["metadata"].get("labels") or {}
+    devices = int(str((node.get("status") or {}).get("allocatable", {}).get(NEURON_RESOURCE,
+                                                                         0)))
+    if not devices:
+        return None
+    name = node["metadata"]["name"]
+    shared = {"instanceType": {"string": labels.get("node.kubernetes.io/instance-type", "")},
+              "ultraServerId": {"string": labels.get("topology.k8s.aws/ultraserver-id", "")}}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{name}-{NEURON_DRIVER}"},
+            "spec": {"driver": NEURON_DRIVER, "nodeName": name,
+                     "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": f"neuron-device-{i}", "attributes": {
+                         **shared, "deviceId": {"int": i}}} for i in range(devices)]}}
+
+
 def objects(nodes: list[Obj]) -> list[Obj]:
-    """What the driver installs and publishes for NODES (the CRD first)."""
-    slices = [s for s in map(channel_slice, nodes) if s is not None]
-    if not slices:
-        return []
-    return [yaml.safe_load(CRD.read_text()), channel_class(), *slices]
+    """What the drivers install and publish for NODES (a CRD first, when any)."""
+    channels = [s for s in map(channel_slice, nodes) if s is not None]
+    neurons = [s for s in map(neuron_slice, nodes) if s is not None]
+    found: list[Obj] = []
+    if channels:
+        found += [yaml.safe_load(CRD.read_text()), channel_class(), *channels]
+    if neurons:
+        found += [neuron_class(), *neurons]
+    return found
 
 
 def channel_template(domain: Obj) -> Obj:

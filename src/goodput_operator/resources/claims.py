@@ -1,0 +1,56 @@
+"""Accelerators by Dynamic Resource Allocation (resource.k8s.io/v1): pure builders.
+
+With `accelerator.requestStyle: ResourceClaim` a gang pod asks for its devices through a
+ResourceClaimTemplate the operator creates for the job, one per device count (the workers'
+and each pod set's), owned by the job; kube-controller-manager makes each pod its own claim
+from it and kube-scheduler allocates the devices on the node the pod is pinned to.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from goodput_operator import names
+from goodput_operator.resources.pods import child_name
+
+Obj = dict[str, Any]
+CLAIM = "accelerators"  # the pod's name for its claim on its devices
+KIND = "ResourceClaimTemplate"
+
+
+def template_name(job_name: str, count: int) -> str:
+    return child_name(job_name, f"-accelerators-{count}")
+
+
+def accelerator_template(owner: Obj, count: int, device_class: str, labels: dict[str, str],
+                         owner_ref: Obj) -> Obj:
+    meta = owner["metadata"]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": KIND,
+            "metadata": {"name": template_name(meta["name"], count),
+                         "namespace": meta["namespace"], "labels": labels,
+                         "ownerReferences": [owner_ref]},
+            "spec": {"spec": {"devices": {"requests": [{"name": "devices", "exactly": {
+                "deviceClassName": device_class, "allocationMode": "ExactCount",
+                "count": count}}]}}}}
+
+
+def claim_accelerators(pod: Obj, job_name: str, count: int) -> None:
+    """Give POD (its first container) a claim on COUNT devices through the job's template,
+    and say how many on the pod, for placement's books."""
+    spec = pod["spec"]
+    claims = [c for c in spec.get("resourceClaims") or [] if c.get("name") != CLAIM]
+    spec["resourceClaims"] = [*claims, {"name": CLAIM, "resourceClaimTemplateName":
+                                        template_name(job_name, count)}]
+    resources = spec["containers"][0].setdefault("resources", {})
+    held = [c for c in resources.get("claims") or [] if c.get("name") != CLAIM]
+    resources["claims"] = [*held, {"name": CLAIM}]
+    pod["metadata"].setdefault("annotations", {})[names.ACCELERATORS_ANNOTATION] = str(count)
+
+
+def claimed_counts(pods: list[Obj]) -> list[int]:
+    """The device counts PODS claim through templates (each once, in order)."""
+    counts: dict[int, None] = {}
+    for pod in pods:
+        if any(c.get("name") == CLAIM for c in pod["spec"].get("resourceClaims") or []):
+            counts[int(pod["metadata"]["annotations"][names.ACCELERATORS_ANNOTATION])] = None
+    return list(counts)

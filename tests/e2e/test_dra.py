@@ -1,0 +1,63 @@
+"""Accelerators by Dynamic Resource Allocation: a group in ResourceClaim mode places a Trn2
+gang whose pods claim their Neuron devices through the job's ResourceClaimTemplate, and the
+real kube-scheduler allocates them from the sandbox's ResourceSlices on the nodes placement
+chose."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from goodput_operator import names
+from goodput_operator.topology.record import ranks_of
+from tests.conftest import Cluster
+from tests.e2e.conftest import (
+    Operator,
+    apply,
+    get_object,
+    job_pods,
+    training_job,
+    trn2_pool,
+    wait_phase,
+)
+
+pytestmark = pytest.mark.e2e
+NEURON = "aws.amazon.com/neuron"
+
+
+def test_a_trn2_gang_in_dra_mode_holds_claims_the_scheduler_allocated_where_it_was_placed(
+        e2e: Operator, crds: Cluster, namespace: str, make_group: Any) -> None:
+    group = make_group(accelerator={"resource": NEURON, "perNode": 16,
+                                    "requestStyle": "ResourceClaim"})
+    apply(crds, training_job("dra", group, 4, checkpoint={"dir": "/fsx/dra"}), namespace)
+    job = wait_phase(crds, namespace, "dra", "Running")
+    placed = {r["rank"]: r["node"] for r in ranks_of(job["status"]["placement"])}
+    assert set(placed.values()) <= set(trn2_pool(crds))
+    assert len(job["status"]["placement"]["domains"]) == 1   # one UltraServer, as ever
+
+    template = get_object(crds, "resourceclaimtemplate", namespace, "dra-accelerators-16")
+    request = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    assert (request["deviceClassName"], request["count"]) == ("neuron.aws.com", 16)
+    assert template["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+
+    for rank, pod in enumerate(job_pods(crds, namespace, "dra")):
+        trainer = pod["spec"]["containers"][0]
+        assert NEURON not in (trainer.get("resources") or {}).get("requests", {})
+        assert pod["metadata"]["annotations"][names.ACCELERATORS_ANNOTATION] == "16"
+        assert pod["spec"]["nodeName"] == placed[rank] and pod["status"]["phase"] == "Running"
+        [status] = [s for s in pod["status"]["resourceClaimStatuses"]
+                    if s["name"] == "accelerators"]
+        claim = get_object(crds, "resourceclaim", namespace, status["resourceClaimName"])
+        allocation = claim["status"]["allocation"]
+        devices = allocation["devices"]["results"]
+        assert len(devices) == 16 and {d["driver"] for d in devices} == {"neuron.aws.com"}
+        assert {d["pool"] for d in devices} == {placed[rank]}    # on the placed node
+        node = allocation["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]
+        assert node["values"] == [placed[rank]]
+
+    status = json.loads(crds.kubectl("get", "usg", group, "-o", "json").stdout)["status"]
+    assert status["totals"]["accelerators"] == 16 * 8           # perNode, no extended resource
+    used = {d["id"]: d["freeAccelerators"] for d in status["domains"]}
+    assert sorted(used.values()) == [0, 64]                     # the gang's domain is full
