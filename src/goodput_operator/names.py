@@ -30,6 +30,8 @@ ACCELERATORS_ANNOTATION = "goodput.dev/accelerators"  # on a pod that claims its
 # how many its claim asks for (placement counts them against the node; capped at a node's)
 PROBE_EXPECTS_ANNOTATION = "goodput.dev/probe-expects"  # cuda|neuron|cpu, and how many:
 # "cuda/8": what the run must exercise to count (health.probing)
+PROBE_IMAGE_ANNOTATION = "goodput.dev/probe-image"  # the image it runs (the operator's cache
+# keeps no container images): an inconclusive image is not run on the node again
 
 # ---- nodes ---------------------------------------------------------------------------
 GROUP_LABEL = "goodput.dev/group"  # the UltraServerGroup a node belongs to

@@ -15,7 +15,8 @@ def test_the_probe_job_is_pinned_tolerates_quarantine_and_reports_with_its_token
     assert job["metadata"]["name"] == "probe-trn2-00-1-suspi2"
     assert pod["nodeName"] == "trn2-00-1" and pod["tolerations"] == [{"operator": "Exists"}]
     assert job["spec"]["template"]["metadata"]["annotations"] == {
-        names.PROBE_NODE_ANNOTATION: "trn2-00-1", names.PROBE_EXPECTS_ANNOTATION: "neuron/0"}
+        names.PROBE_NODE_ANNOTATION: "trn2-00-1", names.PROBE_EXPECTS_ANNOTATION: "neuron/0",
+        names.PROBE_IMAGE_ANNOTATION: "img:1"}
     container = pod["containers"][0]
     assert container["command"][-3:] == ["--report", "--expect", "neuron"]
     assert container["resources"]["limits"] == {"aws.amazon.com/neuron": "16"}

@@ -349,7 +349,7 @@ class ReportServer:
         why = None if expected is None else inconclusive(
             expected[0], report.backend, len(report.devices), expected[1])
         if why is not None and report.ok and not report.bad:  # proves nothing either way
-            image = next((c.get("image", "") for c in pod["spec"].get("containers") or []), "")
+            image = (meta.get("annotations") or {}).get(names.PROBE_IMAGE_ANNOTATION, "")
             self.state.inconclusive[node] = Inconclusive(image, why)
             metrics.PROBES.labels("inconclusive").inc()
             log.warning("probe of %s inconclusive: %s", node, why)

@@ -42,7 +42,8 @@ def probe_job(node: str, run: int, namespace: str, image: str, report_url: str,
     kind = accelerator_kind(resource)
     counted = accelerators if kind == "cuda" else 0  # one CUDA device per nvidia.com/gpu
     annotations = {names.PROBE_NODE_ANNOTATION: node,
-                   names.PROBE_EXPECTS_ANNOTATION: f"{kind}/{counted}"}
+                   names.PROBE_EXPECTS_ANNOTATION: f"{kind}/{counted}",
+                   names.PROBE_IMAGE_ANNOTATION: image}
     mount = names.REPORT_TOKEN_PATH.rsplit("/", 1)
     container: Obj = {
         "name": "probe", "image": image,
