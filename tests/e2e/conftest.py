@@ -466,3 +466,25 @@ def wait_event(cluster: Cluster, involved: str, reason: str, text: str,
 # the in-cluster operator; the real-node sandbox (module-scoped: one per module using it)
 from tests.e2e.incluster import InClusterOperator, image_values  # noqa: E402
 from tests.e2e.realnodes import ns, real, reference  # noqa: E402, F401
+
+
+@pytest.fixture
+def gpu_group(crds: Cluster) -> Iterator[Any]:
+    """Create an UltraServerGroup over one of the fleet's GPU pools; deleted afterwards, so
+    that the inference tests' group over the same nodes is not the younger one."""
+    made: list[str] = []
+
+    def make(instance_type: str, **spec: Any) -> str:
+        name = f"gpu-{uuid.uuid4().hex[:6]}"
+        apply(crds, {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
+                     "metadata": {"name": name},
+                     "spec": {"nodeSelector": {"node.kubernetes.io/instance-type":
+                                               instance_type},
+                              "networkLevels": ["topology.k8s.aws/network-node-layer-1",
+                                                "topology.k8s.aws/network-node-layer-2"],
+                              "probes": NO_SWEEPS, **spec}})
+        made.append(name)
+        return name
+    yield make
+    for name in made:
+        crds.kubectl("delete", "usg", name, "--ignore-not-found")

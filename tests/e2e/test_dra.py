@@ -22,6 +22,7 @@ from tests.e2e.conftest import (
     trn2_pool,
     wait_phase,
 )
+from tests.e2e.test_gpus import gpu_job
 
 pytestmark = pytest.mark.e2e
 NEURON = "aws.amazon.com/neuron"
@@ -61,3 +62,21 @@ def test_a_trn2_gang_in_dra_mode_holds_claims_the_scheduler_allocated_where_it_w
     assert status["totals"]["accelerators"] == 16 * 8           # perNode, no extended resource
     used = {d["id"]: d["freeAccelerators"] for d in status["domains"]}
     assert sorted(used.values()) == [0, 64]                     # the gang's domain is full
+
+
+def test_a_p5_gang_in_dra_mode_claims_its_gpus_from_nvidias_driver(
+        e2e: Operator, crds: Cluster, namespace: str, gpu_group: Any) -> None:
+    group = gpu_group("p5.48xlarge", domainLabel="topology.k8s.aws/network-node-layer-3",
+                      interconnect="efa-only", nodesPerDomain=4,
+                      accelerator={"resource": "nvidia.com/gpu", "perNode": 8,
+                                   "efaPerNode": 32, "requestStyle": "ResourceClaim"})
+    apply(crds, gpu_job("h100", group, 2, 8), namespace)
+    wait_phase(crds, namespace, "h100", "Running")
+    for pod in job_pods(crds, namespace, "h100"):
+        requests = pod["spec"]["containers"][0]["resources"]["requests"]
+        assert "nvidia.com/gpu" not in requests and requests["vpc.amazonaws.com/efa"] == "32"
+        [status] = pod["status"]["resourceClaimStatuses"]
+        claim = get_object(crds, "resourceclaim", namespace, status["resourceClaimName"])
+        devices = claim["status"]["allocation"]["devices"]["results"]
+        assert len(devices) == 8 and {d["driver"] for d in devices} == {"gpu.nvidia.com"}
+        assert {d["pool"] for d in devices} == {pod["spec"]["nodeName"]}

@@ -5,8 +5,6 @@ of 18 p6e-gb200.36xlarge)."""
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,7 +12,6 @@ import pytest
 from goodput_operator.topology.record import ranks_of
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
-    NO_SWEEPS,
     Faults,
     Operator,
     apply,
@@ -29,27 +26,6 @@ pytestmark = pytest.mark.e2e
 EFA = "vpc.amazonaws.com/efa"
 CLIQUE = "nvidia.com/gpu.clique"
 ULTRASERVER = "topology.k8s.aws/ultraserver-id"
-NETWORK = ["topology.k8s.aws/network-node-layer-1", "topology.k8s.aws/network-node-layer-2"]
-
-
-@pytest.fixture
-def gpu_group(crds: Cluster) -> Iterator[Any]:
-    """Create an UltraServerGroup over one of the fleet's GPU pools; deleted afterwards, so
-    that the inference tests' group over the same nodes is not the younger one."""
-    made: list[str] = []
-
-    def make(instance_type: str, **spec: Any) -> str:
-        name = f"gpu-{uuid.uuid4().hex[:6]}"
-        apply(crds, {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
-                     "metadata": {"name": name},
-                     "spec": {"nodeSelector": {"node.kubernetes.io/instance-type":
-                                               instance_type},
-                              "networkLevels": NETWORK, "probes": NO_SWEEPS, **spec}})
-        made.append(name)
-        return name
-    yield make
-    for name in made:
-        crds.kubectl("delete", "usg", name, "--ignore-not-found")
 
 
 def gpu_job(name: str, group: str, workers: int, per_worker: int) -> dict[str, Any]:

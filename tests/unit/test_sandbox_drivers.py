@@ -27,8 +27,13 @@ def test_gb200_nodes_publish_a_channel_per_gpu_and_trainium_nodes_their_devices(
     assert [d["name"] for d in channels[0]["devices"]] == [f"channel-{i}" for i in range(4)]
     neurons = [s["spec"] for s in slices if s["spec"]["driver"] == drivers.NEURON_DRIVER]
     assert len(neurons) == 8 and all(len(s["devices"]) == 16 for s in neurons)
-    assert {"DeviceClass"} == {o["kind"] for o in rest if o["kind"] != "ResourceSlice"}
-    assert drivers.objects(fleet.nodes(fleet.load("p5"))) == []    # device plugins only
+    gpus = [s["spec"] for s in slices if s["spec"]["driver"] == drivers.GPU_DRIVER]
+    assert sorted(len(s["devices"]) for s in gpus) == [4] * 18 + [8] * 4  # GB200s, p5s
+    assert sorted(o["metadata"]["name"] for o in rest if o["kind"] == "DeviceClass") == [
+        drivers.GPU_DRIVER, drivers.NEURON_DRIVER]
+    p5 = drivers.objects(fleet.nodes(fleet.load("p5")))
+    assert {o["spec"].get("driver") for o in p5 if o["kind"] == "ResourceSlice"} == {
+        drivers.GPU_DRIVER}                              # no NVLink across p5 nodes
 
 
 def domain() -> dict[str, Any]:

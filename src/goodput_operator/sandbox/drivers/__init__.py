@@ -1,12 +1,12 @@
 """The DRA drivers of the sandbox's simulated accelerators, as far as the control plane sees
 them: what the Neuron DRA driver publishes for Trainium nodes, and what NVIDIA's DRA driver
-for GPUs publishes and does for multi-node NVLink.
+for GPUs publishes for GPU nodes and does for multi-node NVLink.
 
-- `objects`: the Neuron DeviceClass and, for every simulated Trainium node, a ResourceSlice
-  of its Neuron devices; the ComputeDomain CRD, the IMEX channel DeviceClass, and for
-  every simulated GB200 node (one with an `nvidia.com/gpu.clique`) a ResourceSlice of its
-  IMEX channels: published per node, as the drivers' kubelet plugins do. The real
-  kube-scheduler then allocates the claims of pods placed on those nodes.
+- `objects`: the Neuron and NVIDIA GPU DeviceClasses and, for every simulated Trainium or
+  GPU node, a ResourceSlice of its devices; the ComputeDomain CRD, the IMEX channel
+  DeviceClass, and for every simulated GB200 node (one with an `nvidia.com/gpu.clique`)
+  a ResourceSlice of its IMEX channels: published per node, as the drivers' kubelet
+  plugins do. The real kube-scheduler then allocates the claims of pods placed there.
 - `reconcile`: the driver's controller, one pass: for every ComputeDomain the
   ResourceClaimTemplate it names (owned by the domain, carrying the domain's id in its
   config, as the driver writes it), and the domain's status: the nodes whose claims are
@@ -27,6 +27,7 @@ import yaml
 Obj = dict[str, Any]
 NEURON_DRIVER = "neuron.aws.com"  # its DeviceClass has the same name
 NEURON_RESOURCE = "aws.amazon.com/neuron"
+GPU_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver for GPUs; its DeviceClass too
 DRIVER = "compute-domain.nvidia.com"
 CHANNEL_CLASS = "compute-domain-default-channel.nvidia.com"
 CLIQUE_LABEL = "nvidia.com/gpu.clique"
@@ -63,42 +64,48 @@ def channel_slice(node: Obj) -> Obj | None:
                          "cliqueID": {"string": clique}}} for i in range(gpus)]}}
 
 
-def neuron_class() -> Obj:
+def device_class(driver: str) -> Obj:
+    """The class of every device DRIVER publishes (the drivers name it after themselves)."""
     return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-            "metadata": {"name": NEURON_DRIVER},
-            "spec": {"selectors": [{"cel": {"expression":
-                f"device.driver == '{NEURON_DRIVER}'"}}]}}
+            "metadata": {"name": driver},
+            "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{driver}'"}}]}}
 
 
-def neuron_slice(node: Obj) -> Obj | None:
-    """NODE's Neuron devices, if it has any (its allocatable aws.amazon.com/neuron), with
-    a few attributes of the kinds the Neuron DRA driver publishes (instance type, device
-    id, UltraServer; the names are ours: the sandbox's claims select by class only)."""
+DEVICES = {NEURON_DRIVER: (NEURON_RESOURCE, "neuron-device"), GPU_DRIVER: (GPU_RESOURCE, "gpu")}
+"""Each driver: the node's extended resource that says how many devices it has, and the
+prefix of the devices' names."""
+
+
+def device_slice(node: Obj, driver: str) -> Obj | None:
+    """NODE's devices of DRIVER, if it has any (as its allocatable counts them), with a few
+    attributes of the kinds the drivers publish (instance type, index, UltraServer; the
+    names are ours: the sandbox's claims select by class only)."""
+    resource, prefix = DEVICES[driver]
     labels = node["metadata"].get("labels") or {}
-    devices = int(str((node.get("status") or {}).get("allocatable", {}).get(NEURON_RESOURCE,
-                                                                         0)))
+    devices = int(str((node.get("status") or {}).get("allocatable", {}).get(resource, 0)))
     if not devices:
         return None
     name = node["metadata"]["name"]
     shared = {"instanceType": {"string": labels.get("node.kubernetes.io/instance-type", "")},
               "ultraServerId": {"string": labels.get("topology.k8s.aws/ultraserver-id", "")}}
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-            "metadata": {"name": f"{name}-{NEURON_DRIVER}"},
-            "spec": {"driver": NEURON_DRIVER, "nodeName": name,
+            "metadata": {"name": f"{name}-{driver}"},
+            "spec": {"driver": driver, "nodeName": name,
                      "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
-                     "devices": [{"name": f"neuron-device-{i}", "attributes": {
-                         **shared, "deviceId": {"int": i}}} for i in range(devices)]}}
+                     "devices": [{"name": f"{prefix}-{i}", "attributes": {
+                         **shared, "index": {"int": i}}} for i in range(devices)]}}
 
 
 def objects(nodes: list[Obj]) -> list[Obj]:
     """What the drivers install and publish for NODES (a CRD first, when any)."""
     channels = [s for s in map(channel_slice, nodes) if s is not None]
-    neurons = [s for s in map(neuron_slice, nodes) if s is not None]
     found: list[Obj] = []
     if channels:
         found += [yaml.safe_load(CRD.read_text()), channel_class(), *channels]
-    if neurons:
-        found += [neuron_class(), *neurons]
+    for driver in DEVICES:
+        slices = [s for n in nodes if (s := device_slice(n, driver)) is not None]
+        if slices:
+            found += [device_class(driver), *slices]
     return found
 
 
