@@ -118,6 +118,19 @@ def test_multi_node_replicas_stay_inside_one_nvlink_domain(
                                         .stdout).get("status"), timeout=30,
                      what="the group's status")      # one domain: totals still integers
     assert group["totals"]["domains"] == 1 and group["totals"]["healthyDomains"] == 1
+    # each two-node replica is its own IMEX ComputeDomain, its members' channels allocated
+    # by the scheduler from the simulated driver's ResourceSlices on their nodes
+    for index in range(3):
+        members = [p for p in pods if p["metadata"]["labels"][names.REPLICA_LABEL] == str(index)]
+        domain = get_object(crds, "computedomain", namespace, f"llama-405b-r{index}-imex")
+        assert domain["metadata"]["ownerReferences"][0]["kind"] == "InferenceEndpoint"
+        for pod in members:
+            [claim] = pod["spec"]["resourceClaims"]
+            assert claim["resourceClaimTemplateName"] == f"llama-405b-r{index}-imex-channel"
+        wait_for(lambda i=index, m=members: {n["name"] for n in (get_object(
+            crds, "computedomain", namespace, f"llama-405b-r{i}-imex").get("status") or {})
+            .get("nodes") or []} == {p["spec"]["nodeName"] for p in m} or None, timeout=30,
+            what=f"replica {index}'s nodes in its ComputeDomain")
 
 
 def autoscaled(name: str, group: str, url: str, workers: int = 1, **scaling: Any

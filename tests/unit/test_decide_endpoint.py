@@ -16,7 +16,7 @@ from goodput_operator.decide import EndpointDecision, Scaled, decide, decide_end
 from goodput_operator.decide.endpoint import WriteBudget
 from goodput_operator.decide.types import Refusal
 from goodput_operator.resources import inference as build
-from tests.unit.world import NEURON, NOW, conditions, group_spec, world
+from tests.unit.world import NEURON, NOW, TRN2, conditions, group_spec, world
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
@@ -39,7 +39,7 @@ def group(ie: Obj, index: int, nodes: tuple[str, str] | None = None,
           phase: str = "Running") -> list[Obj]:
     """Replica group INDEX of IE at its current revision: gated, or running on NODES."""
     spec = InferenceEndpointSpec.model_validate(ie["spec"])
-    pods = build.group_pods(ie, spec, index, build.revision(ie["spec"]), NEURON)
+    pods = build.group_pods(ie, spec, index, build.revision(ie["spec"]), TRN2)
     for member, pod in enumerate(pods):
         pod["metadata"]["resourceVersion"] = "1"
         pod["status"] = {"phase": "Pending"}
@@ -233,10 +233,15 @@ def test_an_endpoint_whose_pods_were_refused_waits_out_its_backoff_without_the_b
     assert decision.wake_at == (None if creates else refused_at + 2)
 
 
-def test_an_endpoint_on_a_group_that_claims_devices_by_dra_says_it_is_not_supported() -> None:
+def test_an_endpoint_on_a_group_that_claims_devices_by_dra_claims_them_per_member() -> None:
     spec = group_spec(accelerator={"resource": NEURON, "perNode": 16,
                                    "requestStyle": "ResourceClaim"})
     plan = decide(world(None, endpoints=[endpoint()], spec=spec))
     [decision] = plan.endpoints
-    assert conditions(decision.desired)["Ready"] == ("False", "RequestStyleUnsupported")
-    assert not decision.create
+    assert len(decision.create) == 2
+    for pod in decision.create:
+        assert NEURON not in pod["spec"]["containers"][0]["resources"]["requests"]
+        assert pod["spec"]["resourceClaims"] == [
+            {"name": "accelerators", "resourceClaimTemplateName": "ie-accelerators-16"}]
+    [template] = build.claim_sources(decision.ie, decision.create, "neuron.aws.com")
+    assert template["metadata"]["ownerReferences"][0]["kind"] == "InferenceEndpoint"

@@ -10,6 +10,7 @@ from goodput_operator import names
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec, Rollout
 from goodput_operator.decide.replicas import plan_groups as plan
 from goodput_operator.resources import inference as build
+from goodput_operator.resources.fabric import Fabric
 
 SPEC = {"ultraServerGroup": "g", "model": {"name": "m"},
         "replicaShape": {"workers": 2, "acceleratorsPerWorker": 4},
@@ -20,7 +21,7 @@ IE = {"metadata": {"name": "ie", "namespace": "ns", "uid": "u"}, "spec": SPEC}
 def group(index: int, rev: str, ready: bool = True, domain: str = "d0",
           phase: str = "Running", node: str | None = None) -> list[dict[str, Any]]:
     pods = build.group_pods(IE, InferenceEndpointSpec.model_validate(SPEC), index, rev,
-                            "nvidia.com/gpu")
+                            Fabric("nvidia.com/gpu", 8))
     for member, pod in enumerate(pods):
         pod["spec"]["schedulingGates"] = []
         pod["spec"]["nodeName"] = node or f"{domain}-n{index}{member}"
@@ -82,3 +83,25 @@ def test_scale_down_removes_the_groups_that_free_a_whole_domain() -> None:
         group(2, "r1", domain="d1")
     result = plan(pods, 2, 2, "r1", Rollout(), set())
     assert list(result.delete) == [2]                # d1 empties; d0 keeps both
+
+
+def test_a_multi_node_replica_on_nvlink_joins_its_own_compute_domain_with_efa() -> None:
+    gb200 = Fabric("nvidia.com/gpu", 4, efa_per_node=8, imex=True)
+    spec = InferenceEndpointSpec.model_validate(SPEC)
+    first, second = (build.group_pods(IE, spec, i, "r1", gb200) for i in (0, 1))
+    assert {p["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] for p in first} == {
+        "ie-r0-imex-channel"}
+    assert second[0]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == \
+        "ie-r1-imex-channel"
+    resources = first[0]["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == {"nvidia.com/gpu": "4", "vpc.amazonaws.com/efa": "8"}
+    env = {e["name"]: e["value"] for e in first[0]["spec"]["containers"][0]["env"]}
+    assert env["FI_PROVIDER"] == "efa" and env["NCCL_SOCKET_IFNAME"] == "^lo,docker"
+    sources = build.claim_sources(IE, first + second, None)
+    assert [(s["kind"], s["metadata"]["name"]) for s in sources] == [
+        ("ComputeDomain", "ie-r0-imex"), ("ComputeDomain", "ie-r1-imex")]
+    rollout = build.group_pods(IE, spec, 0, "r2", gb200)   # a new revision, the same domain
+    assert rollout[0]["spec"]["resourceClaims"] == first[0]["spec"]["resourceClaims"]
+    single = InferenceEndpointSpec.model_validate(
+        {**SPEC, "replicaShape": {"workers": 1, "acceleratorsPerWorker": 4}})
+    assert "resourceClaims" not in build.group_pods(IE, single, 0, "r1", gb200)[0]["spec"]

@@ -37,8 +37,7 @@ def test_gb200_nodes_publish_a_channel_per_gpu_and_trainium_nodes_their_devices(
 
 
 def domain() -> dict[str, Any]:
-    job = {"metadata": {"name": "moe", "namespace": "ns", "uid": "job-uid"}}
-    made = compute_domain(job, {}, {"uid": "job-uid"})
+    made = compute_domain("ns", "moe-imex", {}, {"uid": "job-uid"})
     made["metadata"]["uid"] = "cd-uid"
     return made
 

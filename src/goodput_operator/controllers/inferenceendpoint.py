@@ -47,6 +47,7 @@ from goodput_operator.decide.endpoint import (
 )
 from goodput_operator.decide.fit import pod_fit
 from goodput_operator.resources import inference as build
+from goodput_operator.resources.fabric import Fabric
 from goodput_operator.resources.pods import owned, pin
 from goodput_operator.topology.placement import room_for
 
@@ -80,9 +81,13 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
 
     async def create(body: Obj) -> None:
         created = await unless_refused(asyncio.to_thread(kube.create, body), body, refused)
-        if created is not None:
+        if created is not None and body["kind"] == "Pod":
             state.upsert_pod(created)
 
+    group = state.groups.get(ie["spec"].get("ultraServerGroup", ""))
+    sources = build.claim_sources(ie, decided.create, group.accelerator.device_class
+                                  if group is not None else None)
+    await asyncio.gather(*(create(body) for body in sources))  # before the pods claiming
     await asyncio.gather(*(create(body) for body in decided.create))
     if decided.create:  # refused ones back off (Refusal.retry_at), created ones clear it
         state.note_creates(decided.key, refused[0] if refused else None, time.time())
@@ -157,7 +162,8 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, now: floa
     if fleet is not None:  # groups holding nodes now, plus what the free space can host
         placed = placed_groups(owned(state.endpoint_pods.get(key, {}).values(), ie),
                                spec.replica_shape.workers)
-        member = build.group_pods(ie, spec, 0, "0", fleet.shape.accelerator_resource)[0]
+        member = build.group_pods(ie, spec, 0, "0",
+                                  Fabric.of(state.groups[spec.ultra_server_group]))[0]
         fit = pod_fit(state.nodes, state.fits, fleet, spec.ultra_server_group, member["spec"])
         capacity = placed + room_for(fleet, request_of(spec, *fit),
                                      max(0, spec.scaling.max_replicas - placed))

@@ -25,6 +25,7 @@ from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.types import Event, Reservation
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import inference as build
+from goodput_operator.resources.fabric import Fabric
 from goodput_operator.resources.pods import FINISHED, owned
 from goodput_operator.topology.model import Fleet, endpoint_owner
 from goodput_operator.topology.placement import Request, place
@@ -113,12 +114,6 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
         message = f"UltraServerGroup {spec.ultra_server_group!r} does not exist"
         return EndpointDecision(ie, status, {"conditions": set_condition(
             conditions, "Ready", False, "UltraServerGroupNotFound", message, generation, at)})
-    if fleet.shape.claims:  # replicas ask for devices by extended resource only, so far
-        message = (f"UltraServerGroup {spec.ultra_server_group!r} has accelerator."
-                   "requestStyle ResourceClaim, which InferenceEndpoints do not support yet: "
-                   "serve from a group with requestStyle ExtendedResource")
-        return EndpointDecision(ie, status, {"conditions": set_condition(
-            conditions, "Ready", False, "RequestStyleUnsupported", message, generation, at)})
     pods = owned(snapshot.endpoint_pods.get((namespace, name), {}).values(), ie)
     lost = {n for p in pods if (n := p.get("spec", {}).get("nodeName"))
             and (n not in fleet.nodes or fleet.nodes[n].state == "quarantined")}
@@ -145,13 +140,13 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
     deferred_before = budget.deferred
     if not writes or budget.spend(writes):  # else the next pass, right after
         result.writes = writes
-        resource = fleet.shape.accelerator_resource
+        fabric = Fabric.of(snapshot.groups[spec.ultra_server_group])
         for index, revision in decided.create:
-            result.create += build.group_pods(ie, spec, index, revision, resource)
+            result.create += build.group_pods(ie, spec, index, revision, fabric)
         for index in decided.complete:
             group = decided.groups[index]
             result.create += [
-                p for p in build.group_pods(ie, spec, index, group.revision, resource)
+                p for p in build.group_pods(ie, spec, index, group.revision, fabric)
                 if int(p["metadata"]["labels"][names.MEMBER_LABEL]) not in group.pods]
         waiting = _place(snapshot, fleet, spec, decided, result)
     result.deferred = budget.deferred - deferred_before
@@ -184,7 +179,8 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
     waiting: list[str] = []
     if not decided.place:
         return waiting
-    member = build.group_pods(result.ie, spec, 0, "0", fleet.shape.accelerator_resource)[0]
+    member = build.group_pods(result.ie, spec, 0, "0",
+                              Fabric.of(snapshot.groups[spec.ultra_server_group]))[0]
     request = request_of(spec, *pod_fit(snapshot.nodes, snapshot.memo, fleet, group_name,
                                         member["spec"]))
     for index in decided.place:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from goodput_operator import names
+from goodput_operator.resources.computedomain import compute_domain, domains_claimed
 from goodput_operator.resources.pods import child_name
 
 Obj = dict[str, Any]
@@ -54,3 +55,15 @@ def claimed_counts(pods: list[Obj]) -> list[int]:
         if any(c.get("name") == CLAIM for c in pod["spec"].get("resourceClaims") or []):
             counts[int(pod["metadata"]["annotations"][names.ACCELERATORS_ANNOTATION])] = None
     return list(counts)
+
+
+def claim_sources(owner: Obj, pods: list[Obj], device_class: str | None,
+                  labels: dict[str, str], owner_ref: Obj) -> list[Obj]:
+    """What PODS' claims are made from, to create before them: OWNER's accelerator claim
+    templates (one per device count, with DEVICE_CLASS) and the ComputeDomains they join
+    (the driver then makes each one's channel template)."""
+    namespace = owner["metadata"]["namespace"]
+    sources = [accelerator_template(owner, count, device_class, labels, owner_ref)
+               for count in claimed_counts(pods)] if device_class else []
+    return sources + [compute_domain(namespace, domain, labels, owner_ref)
+                      for domain in domains_claimed(pods)]

@@ -13,6 +13,10 @@ from typing import Any
 from goodput_operator import names
 from goodput_operator.api.base import API_VERSION
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
+from goodput_operator.resources import claims
+from goodput_operator.resources.claims import claim_accelerators
+from goodput_operator.resources.computedomain import claim_channel, domain_name
+from goodput_operator.resources.fabric import EFA_RESOURCE, Fabric
 from goodput_operator.resources.pods import child_name, template_metadata
 from goodput_operator.resources.trainingjob import MANAGED_BY
 
@@ -78,8 +82,11 @@ def headless(ie: Obj) -> Obj:
 
 
 def group_pods(ie: Obj, spec: InferenceEndpointSpec, index: int, rev: str,
-               resource: str) -> list[Obj]:
-    """Replica group INDEX at revision REV: member 0 is the leader."""
+               fabric: Fabric) -> list[Obj]:
+    """Replica group INDEX at revision REV: member 0 is the leader. Each member holds its
+    accelerators (by extended resource or DRA claim, as the group asks: FABRIC) and its
+    share of EFA, with the fabric's settings; a multi-node replica on NVLink joins its own
+    ComputeDomain (`<endpoint>-r<index>-imex`, kept across rollouts and restarts)."""
     meta = ie["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     size = spec.replica_shape.workers
@@ -101,22 +108,41 @@ def group_pods(ie: Obj, spec: InferenceEndpointSpec, index: int, rev: str,
                # LeaderWorkerSet's names, so servers written for LWS run unchanged
                "LWS_LEADER_ADDRESS": leader, "LWS_GROUP_SIZE": str(size),
                "LWS_WORKER_INDEX": str(member)}
+        accelerators = spec.replica_shape.accelerators_per_worker
+        devices = {EFA_RESOURCE: fabric.efa_for(accelerators)}
+        if not fabric.device_class:
+            devices[fabric.resource] = accelerators
+        defaults = fabric.env("server", accelerators)
         for position, container in enumerate(pod_spec["containers"]):
-            container["env"] = [e for e in container.get("env") or [] if e["name"] not in env] \
-                + [{"name": k, "value": v} for k, v in env.items()]
+            own = [e for e in container.get("env") or [] if e["name"] not in env]
+            given = {e["name"] for e in own}
+            container["env"] = own + [{"name": k, "value": v} for k, v in env.items()] + [
+                {"name": k, "value": v} for k, v in defaults.items() if k not in given]
             if position == 0:
                 resources = container.setdefault("resources", {})
                 for kind in ("requests", "limits"):
-                    resources.setdefault(kind, {})[resource] = \
-                        str(spec.replica_shape.accelerators_per_worker)
+                    resources.setdefault(kind, {}).update(
+                        {n: str(count) for n, count in devices.items() if count})
+        if fabric.imex and size > 1 and accelerators:
+            claim_channel(pod_spec, domain_name(f"{name}-r{index}"))
         pod_spec["restartPolicy"] = "Never"  # a failed member restarts its whole group
         pod_spec["hostname"] = member_hostname(name, index, member)
         pod_spec["subdomain"] = members_service(name)
         pod_spec["schedulingGates"] = [{"name": names.PLACEMENT_GATE}]
-        pods.append({"apiVersion": "v1", "kind": "Pod",
-                     "metadata": {"name": pod_name(name, index, rev, member),
-                                  "namespace": namespace, "labels": labels,
-                                  "annotations": template_metadata(template, "annotations"),
-                                  "ownerReferences": [owner_reference(ie)]},
-                     "spec": pod_spec})
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": pod_name(name, index, rev, member),
+                            "namespace": namespace, "labels": labels,
+                            "annotations": template_metadata(template, "annotations"),
+                            "ownerReferences": [owner_reference(ie)]},
+               "spec": pod_spec}
+        if fabric.device_class and accelerators:
+            claim_accelerators(pod, name, accelerators)
+        pods.append(pod)
     return pods
+
+
+def claim_sources(ie: Obj, pods: list[Obj], device_class: str | None) -> list[Obj]:
+    """What the replicas' claims are made from, created before them (resources.claims)."""
+    return claims.claim_sources(ie, pods, device_class,
+                                {**selector(ie["metadata"]["name"]), **MANAGED_BY},
+                                owner_reference(ie))

@@ -16,12 +16,9 @@ from typing import Any
 from goodput_operator import names
 from goodput_operator.api.base import API_VERSION
 from goodput_operator.api.trainingjob import PodSet, TrainingJobSpec
-from goodput_operator.resources.claims import (
-    accelerator_template,
-    claim_accelerators,
-    claimed_counts,
-)
-from goodput_operator.resources.computedomain import claim_channel, claims_channel, compute_domain
+from goodput_operator.resources import claims
+from goodput_operator.resources.claims import claim_accelerators
+from goodput_operator.resources.computedomain import claim_channel, domain_name
 from goodput_operator.resources.fabric import EFA_RESOURCE, Fabric
 from goodput_operator.resources.pods import child_name, template_metadata
 
@@ -79,15 +76,10 @@ def service(job: Obj) -> Obj:
 
 
 def claim_sources(job: Obj, pods: list[Obj], device_class: str | None) -> list[Obj]:
-    """What PODS' claims are made from, created before them: the job's accelerator claim
-    templates (one per device count) and its ComputeDomain (the driver then makes the
-    channel's template)."""
-    labels = {**selector(job["metadata"]["name"]), **MANAGED_BY}
-    sources = [accelerator_template(job, count, device_class, labels, owner_reference(job))
-               for count in claimed_counts(pods)] if device_class else []
-    if any(claims_channel(p) for p in pods):
-        sources.append(compute_domain(job, labels, owner_reference(job)))
-    return sources
+    """What PODS' claims are made from, created before them (resources.claims)."""
+    return claims.claim_sources(job, pods, device_class,
+                                {**selector(job["metadata"]["name"]), **MANAGED_BY},
+                                owner_reference(job))
 
 
 def hostfile(job: Obj, workers: int, report_ca: str = "") -> Obj:
@@ -247,7 +239,7 @@ def _gang_pod(job: Obj, template: Obj, name: str, host: str,
             "audience": names.REPORT_AUDIENCE, "expirationSeconds": 3600,
             "path": names.REPORT_TOKEN_PATH.rsplit("/", 1)[1]}}]}}])
     if fabric.imex and multi_node and accelerators:
-        claim_channel(pod_spec, meta["name"])
+        claim_channel(pod_spec, domain_name(meta["name"]))
     pod = {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": meta["namespace"], "labels": labels,
