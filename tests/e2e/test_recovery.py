@@ -251,19 +251,23 @@ def test_failing_most_of_a_group_at_once_trips_the_storm_guard(
 
 def test_what_cloud_health_agents_say_quarantines_a_node_at_once_with_their_evidence(
         e2e: Operator, crds: Cluster, make_group: Any, faults: Faults) -> None:
-    """The EKS node monitoring agent's AcceleratedHardwareReady=False and SageMaker
-    HyperPod's node-health-status label: the node stays Ready, and is quarantined anyway,
-    without the NotReady grace period, its evidence naming the agent and the failure class."""
-    group = make_group(quarantine={"notReadyGraceSeconds": 30})
-    gpu, hyperpod = trn2_pool(crds)[1], trn2_pool(crds)[6]
+    """The EKS node monitoring agent's AcceleratedHardwareReady=False, SageMaker HyperPod's
+    node-health-status label and a DRA driver's taint on one of a node's devices: the node
+    stays Ready, and is quarantined anyway, without the NotReady grace period, its evidence
+    naming the agent and the failure class."""
+    group = make_group(quarantine={"notReadyGraceSeconds": 30, "maxUnavailable": 3})
+    gpu, hyperpod, device = trn2_pool(crds)[1], trn2_pool(crds)[6], trn2_pool(crds)[3]
     wait_for(lambda: group_status(crds, group).get("health") == "Healthy", timeout=30,
              what="group healthy")
     faults.fail(gpu, signal="accelerated-hardware")
     faults.fail(hyperpod, signal="hyperpod")
+    faults.fail(device, signal="device-taint")       # on a device of its ResourceSlice
     for victim, reason, failure_class, said in (
             (gpu, "NodeCondition", "accelerator", "condition AcceleratedHardwareReady=False"),
             (hyperpod, "HealthLabel", "node", "label sagemaker.amazonaws.com/node-health-status"
-                                              "=UnschedulablePendingReplacement")):
+                                              "=UnschedulablePendingReplacement"),
+            (device, "DeviceTaint", "accelerator", "device neuron-device-0 (neuron.aws.com) "
+                                                   "tainted sandbox.goodput.dev/unhealthy")):
         body = wait_for(lambda v=victim: quarantined(crds, v), timeout=20,  # not 30 s of grace
                         what=f"{victim} quarantined")
         evidence = json.loads(body["metadata"]["annotations"][names.EVIDENCE_ANNOTATION])
@@ -277,12 +281,15 @@ def test_what_cloud_health_agents_say_quarantines_a_node_at_once_with_their_evid
             assert "EKS node monitoring agent" in evidence["evidence"]
     assert 'failure_class="accelerator"' in e2e.metrics()
 
-    faults.heal(gpu, hyperpod)                     # the agents say healthy again
+    faults.heal(gpu, hyperpod, device)             # the agents say healthy again
     healed = node(crds, gpu)
     assert next(c["status"] for c in healed["status"]["conditions"]
                 if c["type"] == "AcceleratedHardwareReady") == "True"
     assert node(crds, hyperpod)["metadata"]["labels"][
         "sagemaker.amazonaws.com/node-health-status"] == "Schedulable"
+    slices = json.loads(crds.kubectl("get", "resourceslices", "--field-selector",
+                                     f"spec.nodeName={device}", "-o", "json").stdout)["items"]
+    assert slices and not any(d.get("taints") for s in slices for d in s["spec"]["devices"])
 
 
 def test_reports_are_accepted_only_from_the_jobs_own_current_workers(

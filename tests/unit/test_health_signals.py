@@ -10,8 +10,9 @@ import pytest
 
 from goodput_operator import names
 from goodput_operator.api.ultraservergroup import HealthLabel, Quarantine
+from goodput_operator.controllers.state import State
 from goodput_operator.health import quarantine as q
-from goodput_operator.health.signals import signal_of
+from goodput_operator.health.signals import device_taints, signal_of
 
 NOW = 1_800_000_000.0
 POLICY = Quarantine()
@@ -117,3 +118,47 @@ def test_a_node_whose_label_says_healthy_again_is_released_after_the_healthy_wai
     still["spec"]["taints"] = held["spec"]["taints"]
     still["metadata"]["annotations"] = held["metadata"]["annotations"]
     assert q.decide({"n": still}, POLICY, NOW, {}, {"n": NOW - 700}, {}).release == []
+
+
+def resource_slice(node: str | None, *taints: tuple[str, str]) -> dict[str, Any]:
+    devices = [{"name": f"neuron-device-{i}"} for i in range(3)]
+    for key, effect in taints:
+        devices[1].setdefault("taints", []).append(
+            {"key": key, "value": "ecc", "effect": effect,
+             "timeAdded": "2027-01-15T08:00:00Z"})
+    return {"metadata": {"name": f"{node}-neuron.aws.com"},
+            "spec": {"driver": "neuron.aws.com", "nodeName": node, "devices": devices}}
+
+
+@pytest.mark.parametrize(("effects", "taints", "quarantined"), [
+    (["NoExecute"], [("neuron.aws.com/unhealthy", "NoExecute")], True),
+    (["NoExecute"], [("neuron.aws.com/degraded", "NoSchedule")], False),  # not by default
+    (["NoSchedule", "NoExecute"], [("neuron.aws.com/degraded", "NoSchedule")], True),
+    ([], [("neuron.aws.com/unhealthy", "NoExecute")], False),                # turned off
+    (["NoExecute"], [], False),
+])
+def test_a_tainted_dra_device_takes_its_node_out_by_the_groups_effects(
+        effects: list[str], taints: list[tuple[str, str]], quarantined: bool) -> None:
+    node_name, found = device_taints(resource_slice("n", *taints))
+    assert node_name == "n" and len(found) == len(taints)
+    said = signal_of(node(), Quarantine(device_taint_effects=effects), found)
+    assert (said is not None) is quarantined
+    if said is not None:
+        assert (said.reason, said.failure_class) == ("DeviceTaint", "accelerator")
+        assert said.evidence.startswith(
+            "device neuron-device-1 (neuron.aws.com) tainted neuron.aws.com/")
+        assert said.since == "2027-01-15T08:00:00Z"
+
+
+def test_the_state_keeps_only_tainted_slices_per_node_and_wakes_on_a_change() -> None:
+    state = State()
+    state.slice_taints("a", *device_taints(resource_slice("n1")))
+    assert state.device_taints == {} and not state.wake.is_set()   # untainted: not kept
+    state.slice_taints("a", *device_taints(resource_slice("n1", ("k", "NoExecute"))))
+    state.slice_taints("b", *device_taints(resource_slice("n1", ("j", "NoSchedule"))))
+    assert [t.key for t in state.device_taints["n1"]] == ["k", "j"] and state.wake.is_set()
+    state.wake.clear()
+    state.slice_taints("a", None, [])                              # deleted
+    assert [t.key for t in state.device_taints["n1"]] == ["j"] and state.wake.is_set()
+    state.slice_taints("b", *device_taints(resource_slice("n1")))  # healed
+    assert state.device_taints == {} and state.tainted_slices() == []

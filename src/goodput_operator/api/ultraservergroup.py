@@ -22,6 +22,8 @@ from goodput_operator.api.base import (
 
 Interconnect = Literal["neuronlink", "nvlink", "efa-only"]
 DomainHealth = Literal["Healthy", "Degraded", "Failed"]
+TaintEffect = Literal["NoSchedule", "NoExecute"]
+DEFAULT_DEVICE_TAINT_EFFECTS: list[TaintEffect] = ["NoExecute"]
 GroupHealth = Literal["Healthy", "Degraded", "Failed", "Empty"]
 
 DEFAULT_HEALTH_CONDITIONS = [
@@ -157,6 +159,12 @@ class Quarantine(ApiModel):
     """Node labels whose listed values mean the node is unhealthy (SageMaker HyperPod's
     node-health-status and deep-health-check-status by default); the node returns to
     service once the label says otherwise for releaseAfterHealthySeconds."""
+    device_taint_effects: list[TaintEffect] = Field(
+        default_factory=lambda: list(DEFAULT_DEVICE_TAINT_EFFECTS), max_length=2,
+        json_schema_extra=schema_default(["NoExecute"]))
+    """DRA device taints (on a device in a node's ResourceSlice, set by its driver or a
+    health agent) with these effects mean the node is unhealthy: a gang holding the whole
+    node cannot run on a bad device. [] ignores them."""
     health_taints: list[LabelKey] = Field(
         default_factory=lambda: list(DEFAULT_HEALTH_TAINTS), max_length=64,
         json_schema_extra=schema_default(DEFAULT_HEALTH_TAINTS),

@@ -31,7 +31,13 @@ from goodput_operator.operator import loop
 from goodput_operator.operator.leader import LeaderElection
 from goodput_operator.operator.reports import ReportServer
 from goodput_operator.operator.runtime import Health, prime
-from goodput_operator.operator.watches import GroupWatch, LeaseWatch, PodWatch, Watch
+from goodput_operator.operator.watches import (
+    GroupWatch,
+    LeaseWatch,
+    PodWatch,
+    SliceWatch,
+    Watch,
+)
 from goodput_operator.resources.probe import report_ca_config_map
 
 log = logging.getLogger("goodput.operator")
@@ -107,7 +113,8 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         events = asyncio.get_running_loop()
         for watch, version in ((PodWatch(STATE, kube, events), STATE.pods_version),
                                (GroupWatch(STATE, kube, events), STATE.groups_version),
-                               (LeaseWatch(STATE, kube, events), "")):
+                               (LeaseWatch(STATE, kube, events), ""),
+                               (SliceWatch(STATE, kube, events), "")):
             watch.start(version)
             _watches.append(watch)
     if OPTIONS.report_port and not any(isinstance(s, ReportServer) for s in _servers):

@@ -21,6 +21,7 @@ from goodput_operator.health.hang import StepClock
 from goodput_operator.health.probing import Inconclusive
 from goodput_operator.health.quarantine import Finding, Renewal
 from goodput_operator.health.sdc import Ledger
+from goodput_operator.health.signals import DeviceTaint
 from goodput_operator.health.straggler import Pace, Straggler
 from goodput_operator.topology.constraints import pinned_node
 from goodput_operator.topology.model import (
@@ -137,6 +138,9 @@ class State:
         self.leases: dict[str, float] = {}  # node -> its kubelet's last Lease renewal
         self.renewing: dict[str, Renewal] = {}  # nodes whose Leases were seen renewed
         self._intervals: dict[str, deque[float]] = {}  # node -> its recent renewal intervals
+        # the ResourceSlices with tainted devices: slice -> (node, taints); and per node
+        self._slice_taints: dict[str, tuple[str, list[DeviceTaint]]] = {}
+        self.device_taints: dict[str, list[DeviceTaint]] = {}
         self.refused: dict[tuple[str, str], Refusal] = {}  # workloads whose creates fail
         self.report_url = ""  # where workers send reports (given to their pods)
         self.report_ca = ""  # the PEM bundle workers check an https report_url against
@@ -180,7 +184,7 @@ class State:
             probe_image=self.probe_image, last_sweep=self.last_sweep,
             group_written=self.group_written, progress=self.progress, steps=self.steps,
             paces=self.paces, stragglers=self.stragglers,
-            renewing=self.renewing,
+            renewing=self.renewing, device_taints=self.device_taints,
             scaled=self.scaled,
             refused=self.refused, memo=self.fits,
             report_url=self.report_url, write_budget=self.write_budget)
@@ -341,6 +345,27 @@ class State:
             recent = self._intervals.setdefault(node, deque(maxlen=5))
             recent.append(renewed - last)
             self.renewing[node] = Renewal(renewed, max(recent))
+
+    def tainted_slices(self) -> list[str]:
+        return list(self._slice_taints)
+
+    def slice_taints(self, name: str, node: str | None, taints: list[DeviceTaint]) -> None:
+        """A ResourceSlice NAME (for NODE) now has these device TAINTS ([] or gone: none).
+        Only slices with taints are kept; a change wakes a pass (the group judges it)."""
+        before = self._slice_taints.pop(name, None)
+        if node and taints:
+            self._slice_taints[name] = (node, taints)
+        touched = {before[0]} if before else set()
+        if node:
+            touched.add(node)
+        for each in touched:
+            found = [t for n, held in self._slice_taints.values() if n == each for t in held]
+            if found:
+                self.device_taints[each] = found
+            else:
+                self.device_taints.pop(each, None)
+        if before != self._slice_taints.get(name):
+            self.wake.set()
 
     def forget_lease(self, node: str) -> None:
         self.leases.pop(node, None)

@@ -33,7 +33,8 @@ def observe_health(state: State, members: Mapping[str, Mapping[str, Obj]], now: 
     grace periods and release timers count from there."""
     for name, spec in state.groups.items():
         for node_name, node in members.get(name, {}).items():
-            unhealthy = q.finding(node, spec.quarantine, None, now) is not None
+            unhealthy = q.finding(node, spec.quarantine, None, now, devices=state.device_taints
+                                  .get(node_name, ())) is not None
             q.observe(node_name, unhealthy, now, state.seen_unhealthy, state.healthy_since)
 
 

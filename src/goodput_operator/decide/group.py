@@ -73,7 +73,8 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
         or f.since < now - q.BLAME_SECONDS)]
     reported = {n: f for n, f in snapshot.blamed.items() if n in members and n not in forget}
     verdict = q.decide(members, policy, now, snapshot.seen_unhealthy, snapshot.healthy_since,
-                       reported, snapshot.clean_probes, snapshot.renewing)
+                       reported, snapshot.clean_probes, snapshot.renewing,
+                       snapshot.device_taints)
     wakes = [verdict.wake_at]
     quarantine = [Quarantine(node, found, q.quarantine_patch(
         members[node], found, now, half_life_days=spec.quarantine.lemon_half_life_days),

@@ -17,6 +17,7 @@ from goodput_operator.decide.types import Refusal
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.probing import Inconclusive
 from goodput_operator.health.quarantine import Finding, Renewal
+from goodput_operator.health.signals import DeviceTaint
 from goodput_operator.health.straggler import Pace, Straggler
 from goodput_operator.topology.model import Fleet
 
@@ -65,6 +66,8 @@ class Snapshot:
     paces: Mapping[Key, Pace] = field(default_factory=dict)  # the ranks' paces (stragglers)
     stragglers: Mapping[Key, list[Straggler]] = field(default_factory=dict)
     renewing: Mapping[str, Renewal] = field(default_factory=dict)  # node -> Lease renewals
+    # node -> its tainted DRA devices (from the ResourceSlices; health.signals)
+    device_taints: Mapping[str, Sequence[DeviceTaint]] = field(default_factory=dict)
     refused: Mapping[Key, Refusal] = field(default_factory=dict)  # children not created
     scaled: Mapping[Key, Scaled] = field(default_factory=dict)  # not yet written
     report_url: str = ""  # where workers report (given to their pods)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from goodput_operator import names
 from goodput_operator.api.base import resolve
 from goodput_operator.api.ultraservergroup import LEMON_HALF_LIFE_DAYS
-from goodput_operator.health.signals import signal_of
+from goodput_operator.health.signals import DeviceTaint, signal_of
 
 if TYPE_CHECKING:
     from goodput_operator.api.ultraservergroup import Quarantine
@@ -96,14 +96,15 @@ class Renewal:
 
 
 def finding(node: Obj, policy: Quarantine, seen_since: float | None, now: float,
-            renewal: Renewal | None = None, heard: float | None = None) -> Finding | None:
+            renewal: Renewal | None = None, heard: float | None = None,
+            devices: Sequence[DeviceTaint] = ()) -> Finding | None:
     """What is wrong with NODE now, if anything. SEEN_SINCE is when the operator first saw
     it unhealthy (some agents, and KWOK, leave stale transition times: the later wins).
     RENEWAL: its kubelet's Lease renewals (None: not known to renew it); HEARD: the newest
     renewal of any node. A silence counts only once other nodes have renewed after it ran
     out: when every Lease falls silent together, the control plane, the operator's watch
     or the sandbox's simulator has stalled, not the nodes."""
-    said = signal_of(node, policy)
+    said = signal_of(node, policy, devices)
     if said is not None:
         since = _later(parse_time(said.since), seen_since, now)
         return Finding(said.reason, said.evidence, since, failure_class=said.failure_class)
@@ -161,7 +162,8 @@ def record_of(node: Obj) -> Record | None:
 def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
            seen_unhealthy: Mapping[str, float], healthy_since: Mapping[str, float],
            reported: Mapping[str, Finding], clean_probes: Mapping[str, int] | None = None,
-           renewing: Mapping[str, Renewal] | None = None) -> Decision:
+           renewing: Mapping[str, Renewal] | None = None,
+           device_taints: Mapping[str, Sequence[DeviceTaint]] | None = None) -> Decision:
     """Quarantine what is due, release what has been healthy long enough, hold the rest.
 
     SEEN_UNHEALTHY: when the operator first saw each node unhealthy; HEALTHY_SINCE: when it
@@ -180,7 +182,8 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
     for name, node in nodes.items():
         record = record_of(node)
         renewal = (renewing or {}).get(name)
-        health = finding(node, policy, seen_unhealthy.get(name), now, renewal, heard)
+        health = finding(node, policy, seen_unhealthy.get(name), now, renewal, heard,
+                         (device_taints or {}).get(name, ()))
         if renewal is not None and policy.lease_silence_seconds and health is None:
             # when its silence runs out; past that, until the others are heard after it
             _wake(decision, max(now + 1, renewal.at + renewal.limit(policy) + 0.1))

@@ -10,7 +10,10 @@ three ways, and each way has its own polarity:
   ContainerRuntimeReady): Unknown or missing says nothing (the agent may not run there);
 - a *label* is bad for some values (SageMaker HyperPod's node-health-status
   UnschedulablePendingReplacement, its deep-health-check-status Failed), and a *taint* by
-  its key (another remediation system's verdict).
+  its key (another remediation system's verdict);
+- a *device taint* (DRA, KEP-5055: on a device in a ResourceSlice, set by the device's
+  driver or health agent: the Neuron DRA driver, NVIDIA's) with one of the group's effects:
+  one bad device takes a node out of gangs that hold whole nodes.
 
 Each signal maps to a failure class (accelerator, network, storage, kernel, runtime, node)
 that travels with its evidence onto the quarantined node, into events and metrics.
@@ -22,6 +25,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from goodput_operator.api.ultraservergroup import Quarantine
 
 Obj = dict[str, Any]
@@ -58,6 +63,29 @@ def class_of(key: str) -> FailureClass:
 
 
 @dataclass(frozen=True)
+class DeviceTaint:
+    """A taint on one of a node's devices, as its ResourceSlice carries it."""
+
+    driver: str
+    device: str
+    key: str
+    value: str
+    effect: str
+    added: str | None  # RFC 3339
+
+
+def device_taints(resource_slice: Obj) -> tuple[str | None, list[DeviceTaint]]:
+    """The node a ResourceSlice is for (None: a network-attached pool) and its devices'
+    taints."""
+    spec = resource_slice.get("spec") or {}
+    found = [DeviceTaint(str(spec.get("driver", "")), str(device.get("name", "")),
+                         str(taint.get("key", "")), str(taint.get("value", "")),
+                         str(taint.get("effect", "")), taint.get("timeAdded"))
+             for device in spec.get("devices") or [] for taint in device.get("taints") or []]
+    return spec.get("nodeName"), found
+
+
+@dataclass(frozen=True)
 class Signal:
     """One agent's verdict on a node: which rule, what it says, since when (if it says)."""
 
@@ -73,9 +101,10 @@ def _by(key: str) -> str:
     return f"; {source}" if source else ""
 
 
-def signal_of(node: Obj, policy: Quarantine) -> Signal | None:
+def signal_of(node: Obj, policy: Quarantine,
+              devices: Sequence[DeviceTaint] = ()) -> Signal | None:
     """The first thing an agent says is wrong with NODE (taints, then conditions, then
-    labels), or None."""
+    labels, then DEVICES' taints), or None."""
     for taint in (node.get("spec") or {}).get("taints") or []:
         key = taint.get("key")
         if key in policy.health_taints:
@@ -101,4 +130,10 @@ def signal_of(node: Obj, policy: Quarantine) -> Signal | None:
             return Signal("HealthLabel", rule.key, class_of(rule.key),
                           f"label {rule.key}={value} ({class_of(rule.key)} failure"
                           f"{_by(rule.key)}{cause})", None)
+    for taint in devices:
+        if taint.effect in policy.device_taint_effects:
+            return Signal("DeviceTaint", taint.key, "accelerator",
+                          f"device {taint.device} ({taint.driver}) tainted {taint.key}="
+                          f"{taint.value}:{taint.effect} (accelerator failure; its DRA "
+                          "driver or health agent)", taint.added)
     return None

@@ -34,6 +34,7 @@ from goodput_operator import metrics
 from goodput_operator.controllers.kube import Kube, Obj
 from goodput_operator.controllers.state import State, pod_key, slim_pod
 from goodput_operator.health.quarantine import parse_time
+from goodput_operator.health.signals import device_taints
 from goodput_operator.operator.runtime import (
     GROUPS,
     PODS,
@@ -44,6 +45,7 @@ from goodput_operator.operator.runtime import (
 
 log = logging.getLogger("goodput.watch")
 NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+RESOURCE_SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 WATCH_SECONDS = 240  # one watch request's length; the next continues from its place
 BACKOFF = (0.5, 10.0)  # seconds after a failed request, doubling up to the second
 
@@ -225,3 +227,36 @@ class LeaseWatch(Watch):
             self.state.forget_lease(name)
         for name, renewed in found.items():
             self.state.renew_lease(name, renewed)
+
+
+class SliceWatch(Watch):
+    """DRA ResourceSlices, cluster-wide: only which devices are tainted, per node
+    (State.slice_taints); a cluster without resource.k8s.io/v1 is left alone."""
+
+    path, kind = RESOURCE_SLICES, "resourceslices"
+
+    def changed(self, body: Obj) -> None:
+        node, taints = device_taints(body)
+        self.loop.call_soon_threadsafe(self.state.slice_taints, body["metadata"]["name"],
+                                       node, taints)
+
+    def deleted(self, body: Obj) -> None:
+        self.loop.call_soon_threadsafe(self.state.slice_taints, body["metadata"]["name"],
+                                       None, [])
+
+    async def replace(self, items: list[Obj]) -> None:
+        listed = {item["metadata"]["name"] for item in items}
+        for name in [n for n in self.state.tainted_slices() if n not in listed]:
+            self.state.slice_taints(name, None, [])
+        for item in items:
+            self.state.slice_taints(item["metadata"]["name"], *device_taints(item))
+
+    def _run(self) -> None:
+        try:
+            self.kube.get_json(self.path, [("limit", 1)])
+        except ApiException as err:
+            if err.status == 404:
+                log.info("no resource.k8s.io/v1 ResourceSlices here: DRA device taints are "
+                         "not read")
+                return
+        super()._run()

@@ -59,6 +59,7 @@ class Signal:
     what: str  # for --help
     condition: tuple[str, str, str] | None = None  # type, status when failed, when healed
     labels: tuple[tuple[str, str, str | None], ...] = ()  # key, failed value, healed value
+    device: bool = False  # taint a device in the node's ResourceSlice
 
 
 SIGNALS: dict[str, Signal] = {
@@ -72,6 +73,9 @@ SIGNALS: dict[str, Signal] = {
                             ("NeuronHealth", "True", "False")),
     "gpu-health": Signal("condition GpuHealth=True (a DCGM-based GPU health agent)",
                          ("GpuHealth", "True", "False")),
+    "device-taint": Signal(
+        "a NoExecute taint on the node's first DRA device (its ResourceSlice), as a DRA "
+        "driver's health monitoring sets it (the Neuron DRA driver, NVIDIA's)", device=True),
     "hyperpod": Signal(
         "label sagemaker.amazonaws.com/node-health-status=UnschedulablePendingReplacement, "
         "as SageMaker HyperPod's health-monitoring agent sets it",
@@ -95,6 +99,34 @@ def _set_condition(sandbox: Sandbox, nodes: tuple[str, ...], kind: str, status: 
                         "-p", json.dumps(patch))
 
 
+DEVICE_TAINT = "sandbox.goodput.dev/unhealthy"
+
+
+def _slices(sandbox: Sandbox, node: str) -> list[dict[str, Any]]:
+    found = _get(sandbox, "resourceslices", "--field-selector", f"spec.nodeName={node}")
+    return list((found or {}).get("items") or [])
+
+
+def _taint_devices(sandbox: Sandbox, node: str, taint: dict[str, str] | None) -> None:
+    """Put TAINT on the first device of NODE's first ResourceSlice (None: take every
+    sandbox taint off its devices)."""
+    slices = _slices(sandbox, node)
+    if taint is not None and not slices:
+        raise SandboxError(f"node {node} publishes no ResourceSlice: --signal device-taint "
+                           "needs a Trainium or GPU node")
+    for index, found in enumerate(slices):
+        devices = found["spec"].get("devices") or []
+        for position, device in enumerate(devices):
+            kept = [t for t in device.get("taints") or [] if t.get("key") != DEVICE_TAINT]
+            if taint is not None and index == 0 and position == 0:
+                kept.append(taint)
+            if kept:
+                device["taints"] = kept
+            else:
+                device.pop("taints", None)
+        sandbox.kubectl("replace", "-f", "-", input_text=json.dumps(found))
+
+
 def _signal_failure(sandbox: Sandbox, nodes: tuple[str, ...], signal: Signal, reason: str,
                     message: str) -> None:
     if signal.condition is not None:
@@ -103,6 +135,10 @@ def _signal_failure(sandbox: Sandbox, nodes: tuple[str, ...], signal: Signal, re
     if signal.labels:
         sandbox.kubectl("label", "node", *nodes, "--overwrite",
                         *(f"{key}={value}" for key, value, _ in signal.labels))
+    if signal.device:
+        for node in nodes:
+            _taint_devices(sandbox, node, {"key": DEVICE_TAINT, "value": reason,
+                                           "effect": "NoExecute"})
 
 
 def _heal_signals(sandbox: Sandbox, node: dict[str, Any]) -> None:
@@ -121,6 +157,9 @@ def _heal_signals(sandbox: Sandbox, node: dict[str, Any]) -> None:
                    for key, failed, healed in signal.labels if key in labels]
         if any(labels.get(key) == failed for key, failed, _ in signal.labels):
             sandbox.kubectl("label", "node", name, "--overwrite", *changes)
+    if any(t.get("key") == DEVICE_TAINT for s in _slices(sandbox, name)
+           for d in s["spec"].get("devices") or [] for t in d.get("taints") or []):
+        _taint_devices(sandbox, name, None)
 
 
 def fail_node(sandbox: Sandbox, *nodes: str, reason: str = "SimulatedFailure",
