@@ -12,7 +12,7 @@ import pytest
 
 from goodput_operator import names
 from goodput_operator.topology.record import ranks_of
-from tests.conftest import Cluster
+from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
     Operator,
     apply,
@@ -62,6 +62,39 @@ def test_a_trn2_gang_in_dra_mode_holds_claims_the_scheduler_allocated_where_it_w
     assert status["totals"]["accelerators"] == 16 * 8           # perNode, no extended resource
     used = {d["id"]: d["freeAccelerators"] for d in status["domains"]}
     assert sorted(used.values()) == [0, 64]                     # the gang's domain is full
+
+
+def test_devices_another_tenant_claims_by_dra_keep_a_gang_off_their_node(
+        e2e: Operator, crds: Cluster, namespace: str, make_group: Any) -> None:
+    """A plain pod outside the operator claims all 16 Neuron devices of the first
+    UltraServer's first node; the operator reads the allocated claim, so a gang that needs
+    a whole UltraServer goes to the other one instead of being refused by the scheduler."""
+    group = make_group(accelerator={"resource": NEURON, "perNode": 16,
+                                    "requestStyle": "ResourceClaim"})
+    busy = trn2_pool(crds)[0]
+    apply(crds, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                 "metadata": {"name": "theirs"},
+                 "spec": {"devices": {"requests": [{"name": "all", "exactly": {
+                     "deviceClassName": "neuron.aws.com", "allocationMode": "ExactCount",
+                     "count": 16}}]}}}, namespace)
+    apply(crds, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "theirs"},
+                 "spec": {"nodeSelector": {"kubernetes.io/hostname": busy},
+                          "resourceClaims": [{"name": "all", "resourceClaimName": "theirs"}],
+                          "containers": [{"name": "c", "image": "example.com/tool:1",
+                                          "resources": {"claims": [{"name": "all"}]}}]}},
+          namespace)
+
+    def counted() -> dict[str, Any] | None:
+        status = json.loads(crds.kubectl("get", "usg", group, "-o", "json").stdout).get(
+            "status") or {}
+        free = sorted(d["freeAccelerators"] for d in status.get("domains") or [])
+        return status if free == [48, 64] else None
+    wait_for(counted, timeout=60, what="the foreign claim's devices counted on its node")
+    apply(crds, training_job("dra", group, 4, checkpoint={"dir": "/fsx/dra"}), namespace)
+    job = wait_phase(crds, namespace, "dra", "Running")
+    placed = {r["node"] for r in ranks_of(job["status"]["placement"])}
+    assert placed == set(trn2_pool(crds)[4:8])                  # the other UltraServer
+    crds.kubectl("delete", "pod", "theirs", "-n", namespace, "--wait=true")
 
 
 def test_a_p5_gang_in_dra_mode_claims_its_gpus_from_nvidias_driver(

@@ -215,3 +215,54 @@ def test_with_resource_claims_capacity_is_declared_and_claimed_counts_are_capped
     plain = Fleet.from_objects(GroupShape.from_spec(group_spec()), [bare])
     plain.observe_pod(claiming("a", "4"))          # device-plugin groups read requests only
     assert plain.nodes["us0-n0"].used == 0 and plain.nodes["us0-n0"].state == "misshaped"
+
+
+def claim(namespace: str, name: str, node: str | None, devices: int,
+          pod: str | None = None, driver: str = "neuron.aws.com") -> Obj:
+    status: Obj = {}
+    if node:
+        status["allocation"] = {
+            "devices": {"results": [{"driver": driver, "pool": node, "device": f"d{i}",
+                                     "request": "r"} for i in range(devices)]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}
+    if pod:
+        status["reservedFor"] = [{"resource": "pods", "name": pod, "uid": "u"}]
+    return {"metadata": {"namespace": namespace, "name": name}, "status": status}
+
+
+def test_devices_other_tenants_claim_by_dra_count_against_the_node_ours_once() -> None:
+    """A claim allocated on a node holds its devices there in every group that claims by
+    DRA; the claim of a pod the fleet already counts (ours: it says how many) is not
+    counted twice, whichever of the two the watches bring first."""
+    from goodput_operator import names
+    from goodput_operator.topology.model import claim_use
+
+    state = State()
+    state.upsert_node({**node("us0-n0", "us0", "b0", 0), "metadata": {
+        "name": "us0-n0", "labels": {"pool": "trn2", "topology.k8s.aws/ultraserver-id": "us0"}}})
+    spec = group_spec(nodeSelector={"pool": "trn2"},
+                      accelerator={"resource": NEURON, "perNode": 16,
+                                   "requestStyle": "ResourceClaim"})
+    state.upsert_group({"metadata": {"name": "trn2", "creationTimestamp": "2027-01-01T00:00:00Z"},
+                        "spec": spec.model_dump(by_alias=True)})
+    fleet = state.fleets["trn2"]
+    assert fleet.nodes["us0-n0"].capacity == 16
+    state.upsert_claim("team/theirs", claim_use(claim("team", "theirs", "us0-n0", 8, "p1")))
+    assert fleet.nodes["us0-n0"].used == 8                      # a foreign claim counts
+    state.upsert_claim("ml/w0-acc", claim_use(claim("ml", "w0-acc", "us0-n0", 4, "w0")))
+    assert fleet.nodes["us0-n0"].used == 12                     # not known as ours yet
+    ours = {"metadata": {"name": "w0", "namespace": "ml", "resourceVersion": "5",
+                         "annotations": {names.ACCELERATORS_ANNOTATION: "4"}},
+            "spec": {"nodeName": "us0-n0", "containers": [{"name": "c"}]},
+            "status": {"phase": "Running"}}
+    state.upsert_pod(ours)
+    assert fleet.nodes["us0-n0"].used == 12                     # now by the pod, not twice
+    state.upsert_claim("team/theirs", None)                     # deleted
+    assert fleet.nodes["us0-n0"].used == 4
+    state.upsert_claim("team/gpu", claim_use(claim("team", "gpu", "us0-n0", 2,
+                                                    driver="gpu.nvidia.com")))
+    assert fleet.nodes["us0-n0"].used == 4                      # another driver's devices
+    state.upsert_group({"metadata": {"name": "trn2", "creationTimestamp": "2027-01-01T00:00:00Z"},
+                        "spec": {**spec.model_dump(by_alias=True), "nodesPerDomain": 2}})
+    assert state.fleets["trn2"].nodes["us0-n0"].used == 4       # a rebuilt fleet counts them

@@ -32,6 +32,7 @@ from goodput_operator.operator.leader import LeaderElection
 from goodput_operator.operator.reports import ReportServer
 from goodput_operator.operator.runtime import Health, prime
 from goodput_operator.operator.watches import (
+    ClaimWatch,
     GroupWatch,
     LeaseWatch,
     PodWatch,
@@ -114,7 +115,8 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         for watch, version in ((PodWatch(STATE, kube, events), STATE.pods_version),
                                (GroupWatch(STATE, kube, events), STATE.groups_version),
                                (LeaseWatch(STATE, kube, events), ""),
-                               (SliceWatch(STATE, kube, events), "")):
+                               (SliceWatch(STATE, kube, events), ""),
+                               (ClaimWatch(STATE, kube, events), "")):
             watch.start(version)
             _watches.append(watch)
     if OPTIONS.report_port and not any(isinstance(s, ReportServer) for s in _servers):

@@ -25,6 +25,7 @@ from goodput_operator.health.signals import DeviceTaint
 from goodput_operator.health.straggler import Pace, Straggler
 from goodput_operator.topology.constraints import pinned_node
 from goodput_operator.topology.model import (
+    ClaimUse,
     Fleet,
     GroupShape,
     endpoint_owner,
@@ -141,6 +142,10 @@ class State:
         # the ResourceSlices with tainted devices: slice -> (node, taints); and per node
         self._slice_taints: dict[str, tuple[str, list[DeviceTaint]]] = {}
         self.device_taints: dict[str, list[DeviceTaint]] = {}
+        # allocated DRA claims (claim_use), and which claims each pod holds: a claim counts
+        # on its node unless its pod is one the fleet already counts (ours, annotated)
+        self.claims: dict[str, ClaimUse] = {}
+        self._claims_of_pod: dict[str, set[str]] = {}
         self.refused: dict[tuple[str, str], Refusal] = {}  # workloads whose creates fail
         self.report_url = ""  # where workers send reports (given to their pods)
         self.report_ca = ""  # the PEM bundle workers check an https report_url against
@@ -302,6 +307,8 @@ class State:
         self.fleets = {name: Fleet.from_objects(GroupShape.from_spec(spec),
                                                 members[name].values(), pods)
                        for name, spec in self.groups.items()}
+        for claim in self.claims:
+            self._count_claim(claim)
 
     # ---- nodes ---------------------------------------------------------------
     def upsert_node(self, body: Obj) -> None:
@@ -367,6 +374,35 @@ class State:
         if before != self._slice_taints.get(name):
             self.wake.set()
 
+    # ---- DRA claims ----------------------------------------------------------
+    def upsert_claim(self, key: str, use: ClaimUse | None) -> None:
+        """Claim KEY (namespace/name) now holds USE (None: gone or unallocated): counted in
+        every group that claims devices by DRA, as the pods of other tenants are."""
+        before = self.claims.pop(key, None)
+        for pod in before.pods if before else ():
+            self._claims_of_pod.get(pod, set()).discard(key)
+        if use is not None and use.node:
+            self.claims[key] = use
+            for pod in use.pods:
+                self._claims_of_pod.setdefault(pod, set()).add(key)
+        self._count_claim(key)
+        if before != self.claims.get(key):
+            self.wake.set()
+
+    def _count_claim(self, key: str) -> None:
+        use = self.claims.get(key)
+        ours = use is not None and any(
+            names.ACCELERATORS_ANNOTATION in (self.pods.get(p, {}).get("metadata", {})
+                                              .get("annotations") or {}) for p in use.pods)
+        for fleet in self.fleets.values():
+            if not fleet.shape.claims:
+                continue
+            count = use.count(fleet.shape.device_class) if use is not None else 0
+            if use is None or use.node is None or ours or not count:
+                fleet.release(f"claim/{key}")
+            else:
+                fleet.bind(f"claim/{key}", use.node, count, f"claim/{key}")
+
     def forget_lease(self, node: str) -> None:
         self.leases.pop(node, None)
         self.renewing.pop(node, None)
@@ -383,6 +419,8 @@ class State:
         labels = body["metadata"].get("labels") or {}
         self.pods[key] = body
         self._observe_pod(key, body)
+        for claim in self._claims_of_pod.get(key, ()):  # ours now: counted by the pod
+            self._count_claim(claim)
         if names.JOB_LABEL in labels:
             job = (body["metadata"].get("namespace", "default"), labels[names.JOB_LABEL])
             self.job_pods[job][body["metadata"]["name"]] = body

@@ -42,10 +42,12 @@ from goodput_operator.operator.runtime import (
     pages,
     tracked_pod,
 )
+from goodput_operator.topology.model import claim_use
 
 log = logging.getLogger("goodput.watch")
 NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 RESOURCE_SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+RESOURCE_CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
 WATCH_SECONDS = 240  # one watch request's length; the next continues from its place
 BACKOFF = (0.5, 10.0)  # seconds after a failed request, doubling up to the second
 
@@ -229,9 +231,48 @@ class LeaseWatch(Watch):
             self.state.renew_lease(name, renewed)
 
 
-class SliceWatch(Watch):
+class DraWatch(Watch):
+    """A resource.k8s.io/v1 kind: a cluster without it (before Kubernetes 1.34) is left
+    alone, said once."""
+
+    def _run(self) -> None:
+        try:
+            self.kube.get_json(self.path, [("limit", 1)])
+        except ApiException as err:
+            if err.status == 404:
+                log.info("no resource.k8s.io/v1 %s here: not watched", self.kind)
+                return
+        super()._run()
+
+
+class ClaimWatch(DraWatch):
+    """DRA ResourceClaims, cluster-wide: what each allocated one holds (State.upsert_claim),
+    so that devices other tenants claim count against the nodes."""
+
+    path, kind = RESOURCE_CLAIMS, "resourceclaims"
+
+    def changed(self, body: Obj) -> None:
+        self.loop.call_soon_threadsafe(self.state.upsert_claim, _key(body), claim_use(body))
+
+    def deleted(self, body: Obj) -> None:
+        self.loop.call_soon_threadsafe(self.state.upsert_claim, _key(body), None)
+
+    async def replace(self, items: list[Obj]) -> None:
+        listed = {_key(item) for item in items}
+        for key in [k for k in self.state.claims if k not in listed]:
+            self.state.upsert_claim(key, None)
+        for item in items:
+            self.state.upsert_claim(_key(item), claim_use(item))
+
+
+def _key(body: Obj) -> str:
+    meta = body.get("metadata") or {}
+    return f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
+
+
+class SliceWatch(DraWatch):
     """DRA ResourceSlices, cluster-wide: only which devices are tainted, per node
-    (State.slice_taints); a cluster without resource.k8s.io/v1 is left alone."""
+    (State.slice_taints)."""
 
     path, kind = RESOURCE_SLICES, "resourceslices"
 
@@ -251,12 +292,3 @@ class SliceWatch(Watch):
         for item in items:
             self.state.slice_taints(item["metadata"]["name"], *device_taints(item))
 
-    def _run(self) -> None:
-        try:
-            self.kube.get_json(self.path, [("limit", 1)])
-        except ApiException as err:
-            if err.status == 404:
-                log.info("no resource.k8s.io/v1 ResourceSlices here: DRA device taints are "
-                         "not read")
-                return
-        super()._run()

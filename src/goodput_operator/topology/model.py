@@ -41,7 +41,12 @@ class GroupShape:
     spares_per_group: int = 0  # held at the end of the fabric (Fleet._designate)
     domain_noun: str = "domain"  # "UltraServer", "NVLink domain": used in explanations
     lemon_half_life_days: float = LEMON_HALF_LIFE_DAYS  # incident scores halve this often
-    claims: bool = False  # pods claim devices by DRA: capacity is the declared per-node count
+
+    @property
+    def claims(self) -> bool:
+        """Pods claim their devices by DRA: capacity is the declared per-node count."""
+        return self.device_class is not None
+    device_class: str | None = None  # pods claim devices of this DRA class (None: requests)
 
     @classmethod
     def from_spec(cls, spec: UltraServerGroupSpec) -> GroupShape:
@@ -57,7 +62,7 @@ class GroupShape:
             spares_per_domain=spec.spares.per_domain,
             spares_per_group=spec.spares.per_group, domain_noun=noun,
             lemon_half_life_days=spec.quarantine.lemon_half_life_days,
-            claims=spec.accelerator.device_class is not None,
+            device_class=spec.accelerator.device_class,
         )
 
 
@@ -211,6 +216,46 @@ def pod_accelerators(pod: Mapping[str, Any], resource: str, claimed_cap: int = 0
         if said is not None:
             total = min(parse_count(said), claimed_cap)
     return total
+
+
+IMEX_DRIVER = "compute-domain.nvidia.com"  # channels, not accelerators
+KNOWN_DRIVERS = ("neuron.aws.com", "gpu.nvidia.com")  # their DeviceClass has their name
+
+
+@dataclass(frozen=True)
+class ClaimUse:
+    """What an allocated DRA ResourceClaim holds: on which node, how many devices of each
+    driver, for which pods (namespace/name)."""
+
+    node: str | None
+    devices: tuple[tuple[str, int], ...]
+    pods: tuple[str, ...]
+
+    def count(self, device_class: str | None) -> int:
+        """The devices of a group claiming DEVICE_CLASS: that driver's, when the class is
+        a driver's own; else every device but IMEX channels."""
+        if device_class in KNOWN_DRIVERS:
+            return sum(n for driver, n in self.devices if driver == device_class)
+        return sum(n for driver, n in self.devices if driver != IMEX_DRIVER)
+
+
+def claim_use(claim: Mapping[str, Any]) -> ClaimUse:
+    """An allocated claim's node, devices and pods (nothing while unallocated)."""
+    status = claim.get("status") or {}
+    allocation = status.get("allocation") or {}
+    node = None
+    for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
+        for field_ in term.get("matchFields") or []:
+            if field_.get("key") == "metadata.name" and field_.get("values"):
+                node = str(field_["values"][0])
+    drivers: dict[str, int] = {}
+    for result in (allocation.get("devices") or {}).get("results") or []:
+        driver = str(result.get("driver", ""))
+        drivers[driver] = drivers.get(driver, 0) + 1
+    namespace = (claim.get("metadata") or {}).get("namespace", "default")
+    pods = tuple(f"{namespace}/{r.get('name', '')}" for r in status.get("reservedFor") or []
+                 if r.get("resource") == "pods")
+    return ClaimUse(node if drivers else None, tuple(sorted(drivers.items())), pods)
 
 
 def trainingjob_owner(namespace: str, name: str) -> str:
