@@ -294,9 +294,18 @@ def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,
     return chosen
 
 
+DRA_NODES = 1000  # the largest fleet whose nodes publish ResourceSlices (start_drivers)
+
+
 def start_drivers(sandbox: Sandbox, nodes: list[dict[str, Any]], progress: Progress) -> None:
     """Publish what the simulated nodes' DRA drivers publish (sandbox.drivers) and start
-    the driver's controller, when the fleet has multi-node NVLink nodes."""
+    the compute domains' controller, when the fleet has GB200 nodes. Fleets past
+    DRA_NODES (the synthetic scale fleets) publish nothing: a real node advertises its
+    devices either by device plugin or by DRA driver, and the benchmarks measure the
+    former."""
+    if len(nodes) > DRA_NODES:
+        progress(f"{len(nodes)} nodes: no DRA drivers simulated (at most {DRA_NODES})")
+        return
     published = drivers.objects(nodes)
     if not published:
         return
