@@ -20,7 +20,7 @@ from tests.e2e.conftest import (
     training_job,
     wait_phase,
 )
-from tests.e2e.test_recovery import running_again
+from tests.e2e.test_recovery import env_of, running_again
 
 pytestmark = pytest.mark.e2e
 EFA = "vpc.amazonaws.com/efa"
@@ -33,10 +33,6 @@ def gpu_job(name: str, group: str, workers: int, per_worker: int) -> dict[str, A
                        checkpoint={"dir": f"/fsx/{name}"})
     job["spec"]["template"]["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/pytorch:25.09"
     return job
-
-
-def env_of(pod: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
 
 
 def node_labels(crds: Cluster, name: str) -> dict[str, str]:

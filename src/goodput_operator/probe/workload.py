@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -131,16 +132,24 @@ def run(backend: str = "numpy", devices: int = 1, size: int = 256, iterations: i
 Output = tuple[str, np.ndarray, bool]  # device name, result, every repeat identical
 
 
+def _repeat(first: Any, b: Any, iterations: int, repeats: int,
+            done: Callable[[Any], Any]) -> list[Any]:
+    """The chain from FIRST, REPEATS times over: each repeat's result as DONE takes it (a
+    copy to float32, the tensor itself, a device's graph run and copy)."""
+    results = []
+    for _ in range(repeats):
+        x = first
+        for _ in range(iterations):
+            x = _step(x, b)
+        results.append(done(x))
+    return results
+
+
 def _numpy_devices(a: np.ndarray, b: np.ndarray, iterations: int, devices: int,
                    repeats: int) -> list[Output]:
     outputs = []
     for index in range(devices):
-        results = []
-        for _ in range(repeats):
-            x = a.copy()
-            for _ in range(iterations):
-                x = _step(x, b)
-            results.append(np.asarray(x, dtype=np.float32))
+        results = _repeat(a, b, iterations, repeats, lambda x: np.asarray(x, dtype=np.float32))
         steady = all(np.array_equal(r, results[0]) for r in results[1:])
         outputs.append((f"cpu:{index}", results[-1], steady))
     return outputs
@@ -159,12 +168,7 @@ def _torch_devices(a: np.ndarray, b: np.ndarray, iterations: int, devices: int,
     for index in range(min(devices, count) if devices else count):
         device = torch.device("cuda", index)
         first, y = torch.from_numpy(a).to(device), torch.from_numpy(b).to(device)
-        results = []
-        for _ in range(repeats):
-            x = first
-            for _ in range(iterations):
-                x = _step(x, y)
-            results.append(x)
+        results = _repeat(first, y, iterations, repeats, lambda x: x)
         torch.cuda.synchronize(device)
         steady = all(bool(torch.equal(r, results[0])) for r in results[1:])
         outputs.append((f"cuda:{index} {torch.cuda.get_device_name(index)}",
@@ -182,12 +186,10 @@ def _neuron_devices(a: np.ndarray, b: np.ndarray, iterations: int, devices: int,
 
     device = xm.xla_device()
     first, y = torch.from_numpy(a).to(device), torch.from_numpy(b).to(device)
-    results = []
-    for _ in range(repeats):
-        x = first
-        for _ in range(iterations):
-            x = _step(x, y)
+    def run_now(x: Any) -> Any:
         xm.mark_step()  # run the traced graph on the device now
-        results.append(x.cpu().numpy())
+        return x.cpu().numpy()
+
+    results = _repeat(first, y, iterations, repeats, run_now)
     steady = all(np.array_equal(r, results[0]) for r in results[1:])
     return [(f"neuron:0 {device}", results[-1], steady)]
