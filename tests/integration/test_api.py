@@ -149,10 +149,16 @@ def test_server_side_defaults_appear_as_documented(crds: Cluster, namespace: str
         usg = json.loads(crds.kubectl("get", "usg", group["metadata"]["name"], "-o", "json")
                          .stdout)["spec"]
         assert "domainLabel" not in usg               # the interconnect's (GroupShape)
-        assert usg["accelerator"] == {"resource": "aws.amazon.com/neuron", "perNode": 16}
+        assert usg["accelerator"] == {"resource": "aws.amazon.com/neuron", "perNode": 16,
+                                      "efaPerNode": 0, "requestStyle": "ExtendedResource"}
+        assert usg["computeDomains"] is True
         assert usg["interconnect"] == "neuronlink"
         assert usg["quarantine"]["notReadyGraceSeconds"] == 5
         assert usg["quarantine"]["maxUnavailable"] == "20%"
+        assert usg["quarantine"]["readyConditions"][0] == "AcceleratedHardwareReady"
+        assert usg["quarantine"]["deviceTaintEffects"] == ["NoExecute"]
+        assert usg["quarantine"]["healthLabels"][0]["key"] == \
+            "sagemaker.amazonaws.com/node-health-status"
         assert usg["spares"] == {"perDomain": 0, "perGroup": 0}
     finally:
         crds.kubectl("delete", "usg", group["metadata"]["name"])
