@@ -266,3 +266,7 @@ def test_devices_other_tenants_claim_by_dra_count_against_the_node_ours_once() -
     state.upsert_group({"metadata": {"name": "trn2", "creationTimestamp": "2027-01-01T00:00:00Z"},
                         "spec": {**spec.model_dump(by_alias=True), "nodesPerDomain": 2}})
     assert state.fleets["trn2"].nodes["us0-n0"].used == 4       # a rebuilt fleet counts them
+    state.upsert_claim("team/early", claim_use(claim("team", "early", "us0-n1", 16, "p2")))
+    state.upsert_node({**node("us0-n1", "us0", "b0", 0), "metadata": {           # joins later
+        "name": "us0-n1", "labels": {"pool": "trn2", "topology.k8s.aws/ultraserver-id": "us0"}}})
+    assert state.fleets["trn2"].nodes["us0-n1"].used == 16      # its claim counted then

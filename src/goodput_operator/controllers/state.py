@@ -330,6 +330,8 @@ class State:
                         held = with_reservation(pod)
                         if held.get("spec", {}).get("nodeName") == name:
                             fleet.observe_pod(held)
+                    for claim in [k for k, use in self.claims.items() if use.node == name]:
+                        self._count_claim(claim)  # and DRA claims allocated on it
             else:
                 fleet.remove_node(name)
         self.wake.set()
