@@ -287,6 +287,14 @@ BAD: list[tuple[str, Callable[[str], Doc], list[Mutation], list[str]]] = [
      ["spec.slotOrder.label", "slotOrder.label is required when slotOrder.by is 'label'"]),
     ("empty node selector", G, [put("spec.nodeSelector", {})],
      ["spec.nodeSelector", "at least 1"]),
+    ("a device class without DRA", G, [put("spec.accelerator", {
+        "perNode": 16, "deviceClassName": "neuron.aws.com"})],
+     ["spec.accelerator.deviceClassName", "requestStyle ResourceClaim only"]),
+    ("an unknown request style", G, [put("spec.accelerator", {
+        "perNode": 16, "requestStyle": "Magic"})], ["spec.accelerator.requestStyle"]),
+    ("a device taint effect nodes have but devices do not", G, [put(
+        "spec.quarantine", {"deviceTaintEffects": ["PreferNoSchedule"]})],
+     ["spec.quarantine.deviceTaintEffects"]),
     ("accelerators per node missing", G, [put("spec.accelerator", {})],
      ["spec.accelerator.perNode: Required value"]),
     ("probe schedule not cron", G, [put("spec.probes", {"schedule": "hourly"})],

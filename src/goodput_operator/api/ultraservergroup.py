@@ -57,6 +57,12 @@ LEMON_HALF_LIFE_DAYS = 14  # quarantine.lemonHalfLifeDays' default
 class Accelerator(ApiModel):
     """Which extended resource counts as an accelerator, and how many each node has."""
 
+    model_config = rules(
+        cel("!has(self.deviceClassName) || self.requestStyle == 'ResourceClaim'",
+            "accelerator.deviceClassName is used with requestStyle ResourceClaim only",
+            ".deviceClassName"),
+    )
+
     resource: str = Field(default="aws.amazon.com/neuron", max_length=253, pattern=RESOURCE_NAME)
     """Extended resource name: aws.amazon.com/neuron for Trainium, nvidia.com/gpu for GPUs."""
     per_node: int = Field(ge=1, le=1024)
