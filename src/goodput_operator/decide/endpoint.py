@@ -148,7 +148,7 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
             result.create += [
                 p for p in build.group_pods(ie, spec, index, group.revision, fabric)
                 if int(p["metadata"]["labels"][names.MEMBER_LABEL]) not in group.pods]
-        waiting = _place(snapshot, fleet, spec, decided, result)
+        waiting = _place(snapshot, fleet, spec, decided, result, fabric)
     result.deferred = budget.deferred - deferred_before
     limited = [*([scaled.decision.limited] if scaled and scaled.decision.limited else []),
                *waiting]
@@ -169,18 +169,17 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
 
 
 def _place(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
-           decided: EndpointPlan, result: EndpointDecision) -> list[str]:
-    """Place each whole, gated group inside one domain, on nodes its pods fit; reserve it
-    at once so the next group (and the next endpoint) sees it. Groups that do not fit stay
-    gated, whole."""
+           decided: EndpointPlan, result: EndpointDecision, fabric: Fabric) -> list[str]:
+    """Place each whole, gated group inside one domain, on nodes its pods fit (as the
+    group's FABRIC dresses them); reserve it at once so the next group (and the next
+    endpoint) sees it. Groups that do not fit stay gated, whole."""
     namespace, name = result.key
     owner = endpoint_owner(namespace, name)
     group_name = spec.ultra_server_group
     waiting: list[str] = []
     if not decided.place:
         return waiting
-    member = build.group_pods(result.ie, spec, 0, "0",
-                              Fabric.of(snapshot.groups[spec.ultra_server_group]))[0]
+    member = build.group_pods(result.ie, spec, 0, "0", fabric)[0]
     request = request_of(spec, *pod_fit(snapshot.nodes, snapshot.memo, fleet, group_name,
                                         member["spec"]))
     for index in decided.place:

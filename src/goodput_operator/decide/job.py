@@ -35,6 +35,7 @@ from goodput_operator.decide.attempt import (
 from goodput_operator.decide.gang import (
     JobDecision,
     companions_for,
+    fabric_of,
     placement_record,
     recorded_companions,
     request_for,
@@ -55,7 +56,6 @@ from goodput_operator.decide.types import (
 from goodput_operator.health import badput
 from goodput_operator.health.hang import from_progress
 from goodput_operator.health.quarantine import iso, parse_time, record_of
-from goodput_operator.resources.fabric import Fabric
 from goodput_operator.resources.pods import attempt_of, is_gated, owned
 from goodput_operator.topology.model import Fleet, trainingjob_owner
 from goodput_operator.topology.placement import (
@@ -98,7 +98,7 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
                                         "UltraServerGroupNotFound", message, generation, at)})
 
     pods = owned(snapshot.job_pods.get((namespace, name), {}).values(), job)
-    decided = attempt(job, pods, Fabric.of(snapshot.groups[group]),
+    decided = attempt(job, pods, fabric_of(snapshot, spec),
                       lost_nodes(snapshot, fleet, job, pods), clock, snapshot.report_url,
                       suspects=snapshot.seen_unhealthy.keys(), probed=snapshot.probed_at,
                       spec=spec, steps=snapshot.steps.get((namespace, name))

@@ -12,13 +12,14 @@ a variable the pod template sets wins.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from goodput_operator.health.probing import accelerator_kind
 
 if TYPE_CHECKING:
     from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 
+Obj = dict[str, Any]
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 
 EFA_ENV = {  # libfabric's EFA provider, GPUDirect RDMA, fork safety for data loaders
@@ -64,3 +65,25 @@ class Fabric:
         if accelerator_kind(self.resource) == "cuda" and launcher != "none":
             env |= NCCL_ENV
         return env
+
+    def fit_out(self, containers: list[Obj], forced: list[Obj], launcher: str,
+                accelerators: int) -> None:
+        """Dress a gang pod's CONTAINERS: each gets the FORCED variables (in place of its
+        own of those names) and the fabric's settings it does not set itself; the first,
+        when the pod holds ACCELERATORS, its devices (unless claimed by DRA) and share of
+        EFA in requests and limits."""
+        ours = {e["name"] for e in forced}
+        defaults = self.env(launcher, accelerators)
+        devices = {EFA_RESOURCE: self.efa_for(accelerators)}
+        if not self.device_class:  # else claimed through DRA (resources.claims)
+            devices[self.resource] = accelerators
+        for position, container in enumerate(containers):
+            own = [e for e in container.get("env") or [] if e["name"] not in ours]
+            given = {e["name"] for e in own}
+            container["env"] = own + forced + [{"name": k, "value": v}
+                                               for k, v in defaults.items() if k not in given]
+            if position == 0 and accelerators:  # the first container holds the devices
+                resources = container.setdefault("resources", {})
+                for kind in ("requests", "limits"):
+                    resources.setdefault(kind, {}).update(
+                        {name: str(count) for name, count in devices.items() if count})

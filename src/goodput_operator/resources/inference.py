@@ -16,7 +16,7 @@ from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
 from goodput_operator.resources import claims
 from goodput_operator.resources.claims import claim_accelerators
 from goodput_operator.resources.computedomain import claim_channel, domain_name
-from goodput_operator.resources.fabric import EFA_RESOURCE, Fabric
+from goodput_operator.resources.fabric import Fabric
 from goodput_operator.resources.pods import child_name, template_metadata
 from goodput_operator.resources.trainingjob import MANAGED_BY
 
@@ -109,20 +109,8 @@ def group_pods(ie: Obj, spec: InferenceEndpointSpec, index: int, rev: str,
                "LWS_LEADER_ADDRESS": leader, "LWS_GROUP_SIZE": str(size),
                "LWS_WORKER_INDEX": str(member)}
         accelerators = spec.replica_shape.accelerators_per_worker
-        devices = {EFA_RESOURCE: fabric.efa_for(accelerators)}
-        if not fabric.device_class:
-            devices[fabric.resource] = accelerators
-        defaults = fabric.env("server", accelerators)
-        for position, container in enumerate(pod_spec["containers"]):
-            own = [e for e in container.get("env") or [] if e["name"] not in env]
-            given = {e["name"] for e in own}
-            container["env"] = own + [{"name": k, "value": v} for k, v in env.items()] + [
-                {"name": k, "value": v} for k, v in defaults.items() if k not in given]
-            if position == 0:
-                resources = container.setdefault("resources", {})
-                for kind in ("requests", "limits"):
-                    resources.setdefault(kind, {}).update(
-                        {n: str(count) for n, count in devices.items() if count})
+        fabric.fit_out(pod_spec["containers"], [{"name": k, "value": v} for k, v in env.items()],
+                       "server", accelerators)
         if fabric.imex and size > 1 and accelerators:
             claim_channel(pod_spec, domain_name(f"{name}-r{index}"))
         pod_spec["restartPolicy"] = "Never"  # a failed member restarts its whole group

@@ -19,7 +19,7 @@ from goodput_operator.api.trainingjob import PodSet, TrainingJobSpec
 from goodput_operator.resources import claims
 from goodput_operator.resources.claims import claim_accelerators
 from goodput_operator.resources.computedomain import claim_channel, domain_name
-from goodput_operator.resources.fabric import EFA_RESOURCE, Fabric
+from goodput_operator.resources.fabric import Fabric
 from goodput_operator.resources.pods import child_name, template_metadata
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "goodput-operator"}
@@ -214,25 +214,12 @@ def _gang_pod(job: Obj, template: Obj, name: str, host: str,
     labels = {**template_metadata(template, "labels"), **selector(meta["name"]), **identity,
               **MANAGED_BY}
     annotations = template_metadata(template, "annotations")
-    ours = {e["name"] for e in env}
-    defaults = fabric.env(launcher, accelerators)
-    devices = {EFA_RESOURCE: fabric.efa_for(accelerators)}
-    if not fabric.device_class:  # else claimed through DRA, below
-        devices[fabric.resource] = accelerators
-    for position, container in enumerate(pod_spec["containers"]):
-        own = [e for e in container.get("env") or [] if e["name"] not in ours]
-        given = {e["name"] for e in own}
-        container["env"] = own + env + [{"name": k, "value": v} for k, v in defaults.items()
-                                        if k not in given]
+    fabric.fit_out(pod_spec["containers"], env, launcher, accelerators)
+    for container in pod_spec["containers"]:
         mounts = container.setdefault("volumeMounts", [])
         mounts.append({"name": "goodput-hostfile", "mountPath": HOSTFILE_DIR, "readOnly": True})
         mounts.append({"name": "goodput-report-token", "readOnly": True,
                        "mountPath": names.REPORT_TOKEN_PATH.rsplit("/", 1)[0]})
-        if position == 0 and accelerators:  # the first container holds the devices
-            resources = container.setdefault("resources", {})
-            for kind in ("requests", "limits"):
-                resources.setdefault(kind, {}).update(
-                    {name: str(count) for name, count in devices.items() if count})
     pod_spec.setdefault("volumes", []).extend([
         {"name": "goodput-hostfile", "configMap": {"name": hostfile_name(meta["name"])}},
         {"name": "goodput-report-token", "projected": {"sources": [{"serviceAccountToken": {
