@@ -4,6 +4,7 @@ request as placement takes it, the reservations, and the record the status keeps
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,8 +24,10 @@ from goodput_operator.topology.placement import (
     Placement,
     RankSlot,
     Request,
+    in_rank_order,
 )
 from goodput_operator.topology.record import companions_of, to_slices
+from goodput_operator.topology.replacement import Elastic, Replacement, replace
 
 Obj = dict[str, Any]
 
@@ -90,9 +93,35 @@ def request_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Ob
     pod_spec = build.worker_pod(job, 0, 0, fabric_of(snapshot, spec), spec=spec)["spec"]
     eligible, why = pod_fit(snapshot.nodes, snapshot.memo, fleet, spec.ultra_server_group,
                             pod_spec)
+    return gang_request(spec, workers, eligible, why)
+
+
+def gang_request(spec: TrainingJobSpec, workers: int, eligible: frozenset[str] | None = None,
+                 ineligible: str = "") -> Request:
+    """WORKERS of SPEC's gang as placement takes them, limited to ELIGIBLE nodes (None:
+    any; INELIGIBLE says why the others are not)."""
     return Request(workers, spec.accelerators_per_worker, spec.topology.unit,
-                   spec.topology.policy, eligible, why, spec.topology.balance,
+                   spec.topology.policy, eligible, ineligible, spec.topology.balance,
                    spec.topology.slice.size if spec.topology.slice else 1)
+
+
+def replacement_for(fleet: Fleet, spec: TrainingJobSpec, current: Placement,
+                    failed: Sequence[str], request: Request, owner: str) -> Replacement:
+    """Where the gang of CURRENT goes when its nodes in FAILED are lost: the job's own
+    rules (failurePolicy.nodeReplacement, elastic bounds) applied to the topology's
+    replacement, never back onto a failed node. The one function the controller's
+    restart (decide.job) and the goodput simulator (simulate.engine) both call."""
+    if spec.failure_policy.node_replacement == "wait":
+        return Replacement("wait", "failurePolicy.nodeReplacement is wait: placing the gang "
+                                   "again when it fits")
+    allowed = request.eligible if request.eligible is not None else frozenset(fleet.nodes)
+    gone = "; ".join(filter(None, [request.ineligible, f"{len(failed)} being replaced"]))
+    request = dataclasses.replace(request, eligible=allowed - set(failed), ineligible=gone)
+    elastic = Elastic(spec.elastic.min_workers, spec.elastic.step) if spec.elastic else None
+    replaced = replace(fleet, current, failed, request, owner, elastic,
+                       spares_only=spec.failure_policy.node_replacement == "spare")
+    return dataclasses.replace(replaced, ranks=in_rank_order(replaced.ranks,
+                                                             spec.topology.rank_order))
 
 
 def companions_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj

@@ -38,6 +38,7 @@ from goodput_operator.decide.gang import (
     fabric_of,
     placement_record,
     recorded_companions,
+    replacement_for,
     request_for,
     reserve,
     restart_of,
@@ -68,7 +69,6 @@ from goodput_operator.topology.placement import (
 )
 from goodput_operator.topology.podsets import companions_near
 from goodput_operator.topology.record import nodes_of, ranks_of
-from goodput_operator.topology.replacement import Elastic, replace
 
 Obj = dict[str, Any]
 
@@ -323,26 +323,17 @@ def _replacement(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: O
     if not failed:
         return ({**placement, "placedAt": iso(snapshot.clock)}, "restart",
                 "restarting on the same nodes")
-    if spec.failure_policy.node_replacement == "wait":
-        return None, "wait", ("failurePolicy.nodeReplacement is wait: placing the gang again "
-                              "when it fits")
     current = Placement(True, "", tuple(
         RankSlot(r["rank"], r["node"], r.get("domain") or "",
                  fleet.nodes[r["node"]].slot if r["node"] in fleet.nodes else 0)
         for r in sorted(ranks, key=lambda r: r["rank"])))
     request = request_for(snapshot, fleet, spec, job, len(ranks))
-    allowed = request.eligible if request.eligible is not None else frozenset(fleet.nodes)
-    gone = "; ".join(filter(None, [request.ineligible, f"{len(failed)} being replaced"]))
-    request = dataclasses.replace(request, eligible=allowed - set(failed),  # not back there
-                                  ineligible=gone)
-    elastic = Elastic(spec.elastic.min_workers, spec.elastic.step) if spec.elastic else None
     meta = job["metadata"]
-    owner = trainingjob_owner(meta["namespace"], meta["name"])
-    replaced = replace(fleet, current, failed, request, owner, elastic,
-                       spares_only=spec.failure_policy.node_replacement == "spare")
+    replaced = replacement_for(fleet, spec, current, failed, request,
+                               trainingjob_owner(meta["namespace"], meta["name"]))
     if replaced.action == "wait":
         return None, "wait", replaced.reason
-    ranks_now = in_rank_order(replaced.ranks, spec.topology.rank_order)
+    ranks_now = replaced.ranks
     companions = _companions_after(snapshot, fleet, spec, job, placement, failed, request,
                                    ranks_now)
     if isinstance(companions, str):

@@ -193,6 +193,9 @@ def parse_quantity(quantity: Any) -> Fraction:
 def parse_count(quantity: Any) -> int:
     """A whole number of devices from an extended-resource quantity ("16", "1k" = 1000);
     QuantityError for anything else ("500m", "abc", a negative count)."""
+    text = str(quantity).strip()
+    if text.isascii() and text.isdigit():  # "16": most counts, without the exact parse
+        return int(text)
     value = parse_quantity(quantity)
     if value.denominator != 1 or value < 0:
         raise QuantityError(f"{quantity!r} is not a whole number of devices")
@@ -303,6 +306,7 @@ class Fleet:
         self._designated: set[str] = set()  # their names
         self.clock = 0.0  # what incident scores are decayed to (set_clock)
         self._lemons: set[str] = set()  # nodes with an incident score
+        self._loading = False  # inside from_objects: spares designated after the last node
 
     def set_clock(self, now: float) -> None:
         """Decay the nodes' incident scores to NOW (an hour at a time: they halve in
@@ -326,8 +330,12 @@ class Fleet:
     def from_objects(cls, shape: GroupShape, nodes: Iterable[Mapping[str, Any]],
                      pods: Iterable[Mapping[str, Any]] = ()) -> Fleet:
         fleet = cls(shape)
+        fleet._loading = True  # the group's spares are chosen once, at the end
         for node in nodes:
             fleet.upsert_node(node, refresh=False)
+        fleet._loading = False
+        if shape.spares_per_group:
+            fleet._designate()
         for domain in fleet.domains.values():
             fleet._refresh_domain(domain)
         for pod in pods:
@@ -386,7 +394,7 @@ class Fleet:
         added = existing not in domain.nodes
         if added:
             domain.nodes.append(existing)
-        if self.shape.spares_per_group:
+        if self.shape.spares_per_group and not self._loading:
             if moved:
                 self._designate()
             elif added:

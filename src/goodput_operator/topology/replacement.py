@@ -18,8 +18,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from goodput_operator.topology.model import Fleet, Node
-from goodput_operator.topology.placement import Placement, RankSlot, Request, place
+from goodput_operator.topology.model import Domain, Fleet, Node
+from goodput_operator.topology.placement import (
+    Placement,
+    RankSlot,
+    Request,
+    domain_capacity,
+    place,
+)
 
 Action = Literal["replace", "move", "shrink", "grow", "wait"]
 
@@ -86,24 +92,33 @@ def _candidate(fleet: Fleet, rank: RankSlot, request: Request, taken: Counter[st
         return node.healthy and free >= request.accelerators and (
             request.eligible is None or node.name in request.eligible)
 
-    places: list[list[Node]] = []  # nearest first: the home domain, its block, the rest
-    if home is not None:
-        places.append(home.nodes)
-    if not keep_domains:
-        block = [d for d in fleet.ordered_domains() if d.path == home_path and d is not home]
-        places.append([n for d in block for n in d.nodes])
+    def places() -> Iterator[list[Domain]]:  # nearest first: the home domain, its block,
+        if home is not None:                  # the rest (listed only when nearer has none)
+            yield [home]
+        if keep_domains:
+            return
+        ordered = fleet.ordered_domains()
+        yield [d for d in ordered if d.path == home_path and d is not home]
         if not keep_block:
-            rest = [d for d in fleet.ordered_domains() if d.path != home_path]
-            places.append([n for d in rest for n in d.nodes])
-    # in each place its spares first, then (unless SPARES_ONLY) its other nodes
-    tiers = [[n for n in nodes if n.spare == spare] for nodes in places
-             for spare in ((True,) if spares_only else (True, False))]
-    for tier in tiers:
+            yield [d for d in ordered if d.path != home_path]
+
+    def nearest(node: Node) -> tuple[float, int]:
         # nearest slot first (a replacement next to the failed node keeps rings short),
-        # repeat offenders last
-        for node in sorted(tier, key=lambda n: (n.lemon, abs(n.slot - rank.slot))):
-            if room(node):
-                return node
+        # repeat offenders last; among equals, the first in fabric order
+        return node.lemon, abs(node.slot - rank.slot)
+
+    def fitting(domains: list[Domain], spare: bool) -> Iterator[Node]:
+        for domain in domains:
+            if not spare and domain_capacity(domain, request.accelerators) == 0:
+                continue  # no usable node of it has room (a count cached per domain)
+            yield from (n for n in domain.nodes if n.spare == spare and room(n))
+
+    for domains in places():
+        # in each place its spares first, then (unless SPARES_ONLY) its other nodes
+        for spare in (True,) if spares_only else (True, False):
+            found = min(fitting(domains, spare), key=nearest, default=None)
+            if found is not None:
+                return found
     return None
 
 
