@@ -136,6 +136,9 @@ def parser() -> argparse.ArgumentParser:
     placement.add_argument("--namespace", "-n", default="default")
     placement.add_argument("--rank", type=int, help="print only this rank's node")
     placement.add_argument("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config")
+    from goodput_operator.simulate import command as simulate
+
+    simulate.add_parser(sub)
     return root
 
 
@@ -388,6 +391,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_node(args)
         if args.command == "placement":
             return _run_placement(args)
+        if args.command == "plan":
+            from goodput_operator.simulate import command as simulate
+
+            return simulate.run_plan(args)
     except (cluster.SandboxError, fleet.FleetError, build.BuildError, realnode.RealNodeError,
             images.ImageError, hostnet.HostError, procs.ProcessError) as err:
         # one line that says why, no trace
