@@ -501,7 +501,8 @@ class Fleet:
 
     def bind(self, key: str, node_name: str, accelerators: int, owner: str) -> None:
         self._remember(key)
-        self.release(key)
+        if key in self.pods:  # bound elsewhere before: moved
+            self.release(key)
         node = self.nodes.get(node_name)
         if node is None:
             return  # a node outside the group
@@ -528,16 +529,25 @@ class Fleet:
         return use
 
     def release(self, key: str) -> None:
-        self._remember(key)
-        use = self._forget(key)
-        if use is None:
-            return
-        node_name, accelerators, _ = use
-        node = self.nodes.get(node_name)
-        if node is not None:
-            node.pods.pop(key, None)
-            node.used -= accelerators
-            self._refresh_domain(self.domains[node.domain])
+        self.release_all((key,))
+
+    def release_all(self, keys: Iterable[str]) -> None:
+        """Release KEYS, refreshing each domain they touch once (a gang of thousands
+        released together costs its domains, not its pods, in refreshes)."""
+        touched: dict[str, Domain] = {}
+        for key in keys:
+            self._remember(key)
+            use = self._forget(key)
+            if use is None:
+                continue
+            node_name, accelerators, _ = use
+            node = self.nodes.get(node_name)
+            if node is not None:
+                node.pods.pop(key, None)
+                node.used -= accelerators
+                touched[node.domain] = self.domains[node.domain]
+        for domain in touched.values():
+            self._refresh_domain(domain)
 
     def _remember(self, key: str) -> None:
         if self._journal is not None and key not in self._journal:
@@ -568,8 +578,7 @@ class Fleet:
         free); after it, they are back as they were."""
         held = [(key, self.pods[key]) for owner in dict.fromkeys(owners)
                 for key in list(self.by_owner.get(owner, ()))]
-        for key, _ in held:
-            self.release(key)
+        self.release_all(key for key, _ in held)
         try:
             yield
         finally:
@@ -577,8 +586,7 @@ class Fleet:
                 self.bind(key, *use)
 
     def release_owner(self, owner: str) -> None:
-        for key in list(self.by_owner.get(owner, ())):
-            self.release(key)
+        self.release_all(list(self.by_owner.get(owner, ())))
 
     @contextlib.contextmanager
     def spares_released(self) -> Iterator[None]:
@@ -588,14 +596,18 @@ class Fleet:
             yield
             return
         held = self.shape
+        # the domains whose spares change: every one, or those holding the group's spares
+        touched = list(self.domains.values()) if held.spares_per_domain else list({
+            self.nodes[n].domain: self.domains[self.nodes[n].domain]
+            for n in self._designated if n in self.nodes}.values())
         self.shape = dataclasses.replace(held, spares_per_domain=0, spares_per_group=0)
-        for domain in self.domains.values():
+        for domain in touched:
             self._refresh_domain(domain)
         try:
             yield
         finally:
             self.shape = held
-            for domain in self.domains.values():
+            for domain in touched:
                 self._refresh_domain(domain)
 
     # ---- views ---------------------------------------------------------------
