@@ -6,11 +6,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from goodput_operator import cli
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.decide.job import decide_job
 from goodput_operator.simulate import failures
@@ -176,6 +179,15 @@ def test_the_simulator_and_the_controller_replace_the_same_ranks(
 
 # ---- the model and the planner ---------------------------------------------------------
 
+def test_the_simulator_imports_neither_kopf_nor_the_kubernetes_client() -> None:
+    probe = ("import sys, goodput_operator.simulate.plan, goodput_operator.simulate.command\n"
+             "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+             "('kopf', 'kubernetes', 'aiohttp'))))")
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    assert found == ""
+
+
 def test_llama3_rates_give_its_419_interruptions_on_its_fleet() -> None:
     model = FailureModel()
     assert model.per_day(16_384, 2_048) * 54 == pytest.approx(419)
@@ -225,3 +237,36 @@ def test_a_scenario_uses_the_failures_it_is_given_for_every_policy() -> None:
     runs = run(scenario, failures=drawn)
     assert {r.result.incidents > 0 for r in runs.values()} == {True}
     assert dataclasses.replace(scenario, seed=3).failures() != drawn
+
+
+# ---- goodput plan -----------------------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--jobs", "4,x"], "bad --jobs '4,x'"),
+    (["--jobs", "0"], "--jobs: every job needs at least one worker"),
+    (["--cost", "warp-seconds=3"], "unknown --cost 'warp-seconds'"),
+    (["--cost", "save-seconds=fast"], "bad --cost 'save-seconds=fast'"),
+    (["--failure", "rate.gremlins=1"], "unknown failure cause 'gremlins'"),
+    (["--failure", "speed.host=1"], "bad failure override 'speed.host'"),
+    (["--policies", "ours,slurm"], "unknown policies ['slurm']"),
+    (["--fleet", "atlantis"], "unknown fleet 'atlantis'"),
+    (["--days", "0"], "--days must be positive"),
+])
+def test_plan_refuses_bad_input_in_one_line(args: list[str], message: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["plan", "--fleet", "trn2", *args]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_plan_prints_its_recommendation_as_json(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    chart = tmp_path / "spares.svg"
+    assert cli.main(["plan", "--fleet", "trn2", "--days", "2", "--rate-scale", "30",
+                     "--workers", "1", "--json", "--svg", str(chart)]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert set(found["policies"]) == {"ours", "kubernetes", "kueue", "hyperpod"}
+    assert found["checkpointIntervalSeconds"] > 0 and found["youngDalySeconds"] > 0
+    assert found["spares"] in [{"perDomain": s["perDomain"], "perGroup": s["perGroup"]}
+                               for s in found["sparesTried"]]
+    assert chart.read_text().startswith("<svg")

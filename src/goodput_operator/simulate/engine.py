@@ -288,8 +288,8 @@ class Simulation:
             gone, new = before - after, after - before
         else:
             gone, new = set(moved) - set(moved.values()), set(moved.values()) - set(moved)
+        self.fleet.release_all(f"{job.name}@{node}" for node in gone)
         for node in gone:
-            self.fleet.release(f"{job.name}@{node}")
             if self.holder.get(node) is job:
                 del self.holder[node]
         for node in new:
@@ -579,8 +579,8 @@ class Simulation:
             self._bind(job, replaced.ranks, moved)
             self._restart(job, self.now + self.costs.replacement_seconds, replaced.action)
         elif kind == "hot-swap":
-            spot = self._free_node(failed[0], same_domain=True) \
-                if len(failed) == 1 and not job.swapped else None
+            spot = self._free_node(failed[0]) if len(failed) == 1 and not job.swapped \
+                else None
             if spot is None:
                 self._wait(job, "requeued")
                 self.at(self.now + self.costs.requeue_seconds, "requeue", (job, job.epoch))
@@ -589,13 +589,10 @@ class Simulation:
             self._swap(job, {failed[0]: spot})
             self._restart(job, self.now, "replace")
         else:  # scheduler (any free node) or pool (spares first, anywhere)
-            moves: dict[str, Node] = {}
-            for name in failed:
-                spot = self._free_node(name, same_domain=False, taken=set(moves.values()))
-                if spot is None:
-                    return  # the pod stays Pending: tried again when a node heals
-                moves[name] = spot
-            self._swap(job, moves)
+            spots = self._free_nodes(len(failed))
+            if len(spots) < len(failed):
+                return  # a pod stays Pending: tried again when a node heals
+            self._swap(job, dict(zip(failed, spots, strict=False)))
             self._restart(job, self.now + self.policy.swap_seconds, "replace")
 
     def operator_replacement(self, job: Job, failed: Sequence[str]) -> Replacement:
@@ -624,22 +621,20 @@ class Simulation:
         if state == "waiting":
             self._place_waiting()
 
-    def _free_node(self, failed: str, same_domain: bool,
-                   taken: set[Node] | None = None) -> Node | None:
-        """A healthy node with room for a worker: in FAILED's domain (SAME_DOMAIN), else
-        anywhere in fabric order, spares first when the policy keeps a pool."""
-        need = self.per_node  # a worker per node
+    def _free_node(self, failed: str) -> Node | None:
+        """A healthy node with room for a worker in FAILED's domain (Kueue's hot swap)."""
         home = self.fleet.domains[self.fleet.nodes[failed].domain]
-        places = [home] if same_domain else [home, *self.fleet.ordered_domains()]
-        spares_first = self.policy.replacement == "pool"
-        for want_spare in ((True, False) if spares_first else (None,)):
-            for domain in places:
-                for node in domain.nodes:
-                    if node.healthy and node.capacity - node.used >= need and \
-                            node not in (taken or ()) and \
-                            (want_spare is None or node.spare == want_spare):
-                        return node
-        return None
+        return next((n for n in home.nodes
+                     if n.healthy and n.capacity - n.used >= self.per_node), None)
+
+    def _free_nodes(self, count: int) -> list[Node]:
+        """Up to COUNT healthy nodes with room for a worker, anywhere (the scheduler
+        knows no topology); spares first when the policy keeps a pool."""
+        free = [n for n in self.fleet.nodes.values()
+                if n.healthy and n.capacity - n.used >= self.per_node]
+        if self.policy.replacement == "pool":
+            free.sort(key=lambda n: not n.spare)
+        return free[:count]
 
     def _swap(self, job: Job, moves: Mapping[str, Node]) -> None:
         ranks = tuple(RankSlot(r.rank, moves[r.node].name, moves[r.node].domain,
