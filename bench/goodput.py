@@ -32,7 +32,14 @@ from typing import Any
 from goodput_operator.simulate.chart import line_chart
 from goodput_operator.simulate.plan import expected_down, table
 from goodput_operator.simulate.policies import Costs
-from goodput_operator.simulate.scenario import POLICIES, Run, Scenario, load_fleet, run
+from goodput_operator.simulate.scenario import (
+    POLICIES,
+    Run,
+    Scenario,
+    job_spec,
+    load_fleet,
+    run,
+)
 
 CURVE = (256, 1024, 2048, 4096, 7813)  # Trn2 UltraServers: 16k .. 500k accelerators
 QUICK_CURVE = (256, 1024)
@@ -130,34 +137,44 @@ def part_spares(seed: int, days: float) -> list[dict[str, Any]]:
 
 
 FAST = {"lease_renew_seconds": 2.0, "pass_seconds": 0.1}  # with leaseSilenceSeconds 5
-# name: (Costs overrides, jobs the fleet is split into)
-RAINIER_CASES: dict[str, tuple[dict[str, float], int]] = {
-    "measured": ({}, 1),
-    "detect ~5s": (FAST, 1),
-    "save 0.1s": ({"save_seconds": 0.1}, 1),
-    "detect ~5s, save 0.1s": ({**FAST, "save_seconds": 0.1}, 1),
-    "load 60s": ({"load_seconds": 60.0}, 1),
-    "8 jobs": ({}, 8),
-    "8 jobs, save 0.1s": ({"save_seconds": 0.1}, 8),
+# name: (Costs overrides, jobs the fleet is split into, failurePolicy.hang.minSeconds)
+RAINIER_CASES: dict[str, tuple[dict[str, float], int, int]] = {
+    "measured": ({}, 1, 600),
+    "detect ~5s": (FAST, 1, 600),
+    "save 0.1s": ({"save_seconds": 0.1}, 1, 600),
+    "detect ~5s, save 0.1s": ({**FAST, "save_seconds": 0.1}, 1, 600),
+    "detect ~5s, hang 60s, save 0.1s": ({**FAST, "save_seconds": 0.1}, 1, 60),
+    "load 60s": ({"load_seconds": 60.0}, 1, 600),
+    "8 jobs": ({}, 8, 600),
+    "8 jobs, save 0.1s": ({"save_seconds": 0.1}, 8, 600),
 }
+
+
+def hang_job(seconds: int, per_node: int) -> dict[str, Any]:
+    """The simulated gang with failurePolicy.hang.minSeconds SECONDS."""
+    spec = job_spec(1, per_node).model_dump(by_alias=True, exclude_none=True)
+    spec["failurePolicy"]["hang"]["minSeconds"] = seconds
+    return {"kind": "TrainingJob", "spec": spec}
 
 
 def part_rainier(seed: int, domains: int, days: float) -> dict[str, Any]:
     base = provisioned(f"synthetic:trn2:{domains}", days, seed)
     failures = base.failures()
     out = {}
-    for name, (overrides, jobs) in RAINIER_CASES.items():
+    for name, (overrides, jobs, hang) in RAINIER_CASES.items():
         costs = dataclasses.replace(Costs(), **overrides)
         workers = len(base.fleet.nodes) - base.fleet.spare_nodes
         fleet = base.fleet.with_quarantine(lease_silence_seconds=5) \
             if "lease_renew_seconds" in overrides else base.fleet
-        scenario = dataclasses.replace(base, costs=costs, fleet=fleet,
-                                       jobs=[workers // jobs] * jobs if jobs > 1 else [])
+        document = hang_job(hang, fleet.per_node) if hang != 600 else None
+        scenario = dataclasses.replace(base, costs=costs, fleet=fleet, job_document=document,
+                                       jobs=[workers // jobs] * jobs if jobs > 1 or document
+                                       else [])
         result = run(scenario, ("ours",), failures)["ours"].result
         badput = {k: round(100 * v / result.paid, 3) for k, v in result.lost.items()}
         out[name] = {"goodput": round(result.goodput, 5),
                      "job_goodput": round(result.job_goodput, 5), "badput_pct": badput}
-        log(f"rainier {name:22} goodput {100 * result.goodput:6.2f}%  " + " ".join(
+        log(f"rainier {name:32} goodput {100 * result.goodput:6.2f}%  " + " ".join(
             f"{k} {v:.2f}%" for k, v in badput.items()))
     return {"accelerators": base.fleet.accelerators, "days": days,
             "failures": drawn(base), "cases": out}

@@ -21,7 +21,7 @@ from goodput_operator.simulate.engine import Job, Simulation
 from goodput_operator.simulate.failures import FailureModel
 from goodput_operator.simulate.plan import describe, expected_down, plan
 from goodput_operator.simulate.policies import Costs, policies, young_daly
-from goodput_operator.simulate.scenario import Scenario, load_fleet, run
+from goodput_operator.simulate.scenario import Scenario, load_fleet, read_job, run
 from goodput_operator.topology.placement import RankSlot
 from goodput_operator.topology.record import nodes_of, ranks_of
 from tests.unit.test_decide_job import RUNNING_2, running_pods
@@ -270,3 +270,17 @@ def test_plan_prints_its_recommendation_as_json(tmp_path: Path,
     assert found["spares"] in [{"perDomain": s["perDomain"], "perGroup": s["perGroup"]}
                                for s in found["sparesTried"]]
     assert chart.read_text().startswith("<svg")
+
+
+def test_a_job_file_gives_the_spec_and_its_size(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    document = job(workers=3, acceleratorsPerWorker=16,
+                   failurePolicy={"hang": {"minSeconds": 60}})
+    path = tmp_path / "job.yaml"
+    path.write_text(json.dumps(document))  # JSON is YAML
+    scenario = Scenario(load_fleet("trn2"), job_document=read_job(path))
+    (only,) = scenario.make_jobs()
+    assert only.spec.workers == 3 and only.spec.failure_policy.hang.min_seconds == 60
+    path.write_text(json.dumps(job(workers=2, acceleratorsPerWorker=8)))
+    assert cli.main(["plan", "--fleet", "trn2", "--job", str(path)]) == 1
+    assert "acceleratorsPerWorker 8 is not a whole node (16)" in capsys.readouterr().err

@@ -212,5 +212,10 @@ def describe(result: Plan) -> list[str]:
         lines += [f"  {c.label:28} goodput {_pct(c.goodput)}  job {_pct(c.job_goodput)}"
                   for _, c in result.intervals]
     lines += ["", "policies, recommended spares and interval (badput as % of paid):",
-              *table(result.policies)]
+              *table(result.policies), "", "badput by cause (% of paid):"]
+    for name, outcome in result.policies.items():
+        causes = sorted(outcome.result.by_cause.items(), key=lambda c: -c[1])
+        lines.append(f"  {name:11} " + (", ".join(
+            f"{cause} {_pct(lost / outcome.result.paid)}" for cause, lost in causes)
+            or "none"))
     return lines

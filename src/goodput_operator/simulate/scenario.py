@@ -74,22 +74,24 @@ def load_fleet(ref: str, spares_per_domain: int = 0, spares_per_group: int = 0) 
 
 
 def job_spec(workers: int, per_node: int, document: Obj | None = None) -> TrainingJobSpec:
-    """A whole-node gang of WORKERS, or the spec of a TrainingJob file (DOCUMENT). The
-    simulated job restarts as often as failures need (budgets at their maximum), verifies
-    its checkpoints by the replicas' votes, and prefers few domains without requiring
-    them (a gang of thousands spans many)."""
+    """A whole-node gang of WORKERS: the spec of a TrainingJob file (DOCUMENT) at that
+    size, else one that restarts as often as failures need (budgets at their maximum),
+    verifies its checkpoints by the replicas' votes, and prefers few domains without
+    requiring them (a gang of thousands spans many)."""
     spec = (document or {}).get("spec") or {
-        "workers": min(workers, 8192), "acceleratorsPerWorker": per_node,
+        "workers": 1, "acceleratorsPerWorker": per_node,
         "template": {"spec": {"containers": [{"name": "trainer", "image": "trainer"}]}},
         "topology": {"unit": "domain", "policy": "preferred"},
         "failurePolicy": {"maxRestarts": 10_000, "maxInfrastructureRestarts": 10_000},
         "checkpoint": {"verify": True}, "sdc": {"crossReplicaCheck": True}}
     parsed = TrainingJobSpec.model_validate({**spec, "ultraServerGroup": GROUP})
-    if document is None and workers > parsed.workers:
-        # past the API's 8192 workers a job: allowed here, to ask what a Rainier-sized
-        # gang would see (the operator itself would refuse the object)
-        parsed = parsed.model_copy(update={"workers": workers})
-    return parsed
+    if parsed.accelerators_per_worker != per_node:
+        raise ValueError(f"the job's acceleratorsPerWorker {parsed.accelerators_per_worker} "
+                         f"is not a whole node ({per_node}): the simulator runs whole-node "
+                         "gangs")
+    # past the API's 8192 workers a job is allowed here, to ask what a Rainier-sized gang
+    # would see (the operator itself refuses such an object)
+    return parsed.model_copy(update={"workers": workers})
 
 
 def read_job(path: Path) -> Obj:
@@ -116,8 +118,13 @@ class Scenario:
         return self.days * DAY
 
     def workers(self) -> list[int]:
-        """The jobs' sizes: as given, else one gang on every node not held as a spare."""
-        return self.jobs or [len(self.fleet.nodes) - self.fleet.spare_nodes]
+        """The jobs' sizes: as given, else the job file's, else one gang on every node
+        not held as a spare."""
+        if self.jobs:
+            return self.jobs
+        if self.job_document is not None:
+            return [int((self.job_document.get("spec") or {}).get("workers") or 1)]
+        return [len(self.fleet.nodes) - self.fleet.spare_nodes]
 
     def failures(self) -> list[Failure]:
         names = [n["metadata"]["name"] for n in self.fleet.nodes]
