@@ -43,6 +43,17 @@ def test_the_spare_of_the_same_ultraserver_takes_the_failed_rank() -> None:
     assert "rank 1 -> us0-n3" in result.reason
 
 
+def test_a_lost_rank_never_lands_on_a_node_another_rank_of_its_gang_keeps() -> None:
+    """A peer's pod that crashed when the node failed no longer holds its node in the
+    fleet, but its rank stays there: the lost rank goes elsewhere (e2e, real nodes)."""
+    fleet = trn2(2)
+    placed = running(fleet, Request(4, 16, policy="preferred"))  # us0-n0..n3
+    fleet.release("job#1")                            # rank 1's worker exited on its own
+    fail(fleet, "us0-n2")
+    result = replace(fleet, placed, ["us0-n2"], Request(4, 16, policy="preferred"), "job")
+    assert result.action == "replace" and result.moved == {2: "us1-n2"}  # nearest slot
+
+
 def test_a_spare_ultraserver_keeps_whole_domain_gangs_whole_and_takes_them_on_a_failure(
         ) -> None:
     """spares.perGroup = nodesPerDomain: the last UltraServer is held back whole; a 64-chip

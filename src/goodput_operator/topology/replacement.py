@@ -65,8 +65,10 @@ def replace(fleet: Fleet, current: Placement, failed: Iterable[str], request: Re
     keep_block = request.unit == "block" and request.policy == "required"
     taken: Counter[str] = Counter()
     moved: dict[int, str] = {}
+    held = _held_elsewhere(fleet, current, failed_set, request, owner)
     for rank in lost:
-        node = _candidate(fleet, rank, request, taken, keep_domains, keep_block, spares_only)
+        node = _candidate(fleet, rank, request, taken, held, keep_domains, keep_block,
+                          spares_only)
         if node is None:
             break
         taken[node.name] += 1
@@ -82,13 +84,31 @@ def replace(fleet: Fleet, current: Placement, failed: Iterable[str], request: Re
     return _move_or_shrink(fleet, request, owner, lost, elastic)
 
 
+def _held_elsewhere(fleet: Fleet, current: Placement, failed: set[str], request: Request,
+                    owner: str) -> dict[str, int]:
+    """Accelerators the gang's kept ranks hold that the fleet no longer counts, by node: a
+    worker that exited when its peer's node failed has released its node in the fleet,
+    but its rank stays there through the restart, and no lost rank may take its place."""
+    kept = Counter(r.node for r in current.ranks if r.node not in failed)
+    held = {}
+    for name, ranks in kept.items():
+        node = fleet.nodes.get(name)
+        if node is None:
+            continue
+        counted = sum(use[1] for use in node.pods.values() if use[2] == owner)
+        if ranks * request.accelerators > counted:
+            held[name] = ranks * request.accelerators - counted
+    return held
+
+
 def _candidate(fleet: Fleet, rank: RankSlot, request: Request, taken: Counter[str],
-               keep_domains: bool, keep_block: bool, spares_only: bool) -> Node | None:
+               held: dict[str, int], keep_domains: bool, keep_block: bool,
+               spares_only: bool) -> Node | None:
     home = fleet.domains.get(rank.domain)
     home_path = home.path if home else ()
 
     def room(node: Node) -> bool:
-        free = node.free - taken[node.name] * request.accelerators
+        free = node.free - held.get(node.name, 0) - taken[node.name] * request.accelerators
         return node.healthy and free >= request.accelerators and (
             request.eligible is None or node.name in request.eligible)
 
