@@ -328,20 +328,30 @@ def _detect(result: Attempt, spec: TrainingJobSpec, books: Obj, held: list[str],
     if hang is not None and not (down or infra or application):
         cause, message = "Hang", hang[0]
         times.append(hang[1])  # failed at its last step; detected now
-    budget, limit = budget_of(cause, spec)
-    used = dict(books["restartsByBudget"])
-    if used.get(budget, 0) >= limit:
+    paid = charged(books, cause, spec)
+    if paid is None:
+        budget, limit = budget_of(cause, spec)
         _finish(result, "Failed", f"{message}; the {budget} restart budget of {limit} is used "
                 f"up ({cause})", "RestartBudgetExhausted", [])
         return None
-    used[budget] = used.get(budget, 0) + 1
-    books = {**books, "restartsByBudget": used}
-    restart_at = _backoff_until(books, spec, now) if cause == "ApplicationError" else None
+    books = paid
+    restart_at = backoff_until(books, spec, now) if cause == "ApplicationError" else None
     if badput.current_incident(books) is not None:  # hit again while recovering
         books = badput.running_again(books, min(times or [now]))
     result.events.append(Event("Warning", "Interrupted", message))
     return badput.open_incident(books, restart + 1, cause, message, sorted({*down, *blamed}),
                                 min(times or [now]), now, restart_at, strict_checkpoints(spec))
+
+
+def charged(books: Obj, cause: str, spec: TrainingJobSpec) -> Obj | None:
+    """BOOKS with an incident of CAUSE paid from its restart budget; None when that budget
+    is used up (the job fails)."""
+    budget, limit = budget_of(cause, spec)
+    used = dict(books.get("restartsByBudget") or {})
+    if used.get(budget, 0) >= limit:
+        return None
+    used[budget] = used.get(budget, 0) + 1
+    return {**books, "restartsByBudget": used}
 
 
 def budget_of(cause: str, spec: TrainingJobSpec) -> tuple[str, int]:
@@ -370,7 +380,7 @@ def _cause(books: Obj, spec: TrainingJobSpec, down: list[str], lost: Mapping[str
     return "ApplicationError", "; ".join(application)
 
 
-def _backoff_until(books: Obj, spec: TrainingJobSpec, now: float) -> float | None:
+def backoff_until(books: Obj, spec: TrainingJobSpec, now: float) -> float | None:
     """When an application error's restart may happen: the backoff grows with the
     streak of application errors in a row."""
     streak = 1

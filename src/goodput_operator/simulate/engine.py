@@ -6,8 +6,8 @@ decided by the same pure functions the controllers call, for the operator's poli
 - replacement from spares, moving or shrinking the gang: decide.gang.replacement_for;
 - detection of a silent node and its quarantine (storm guard included):
   health.quarantine.decide on the node's Lease renewals, and its quarantine_patch;
-- the restart budgets and the application-error backoff: decide.attempt.budget_of,
-  health.badput.backoff_seconds;
+- the restart budgets and the application-error backoff: decide.attempt.charged,
+  decide.attempt.backoff_until;
 - the books (detection, replacement, restart, lost work, checkpoint stalls, by cause):
   health.badput.
 Baseline policies (policies.py) decide by their documented rules instead.
@@ -29,7 +29,7 @@ from typing import Any
 
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
-from goodput_operator.decide.attempt import budget_of
+from goodput_operator.decide.attempt import backoff_until, books_of, charged
 from goodput_operator.decide.gang import gang_request, replacement_for
 from goodput_operator.health import badput
 from goodput_operator.health.quarantine import (
@@ -42,7 +42,7 @@ from goodput_operator.health.quarantine import (
     release_patch,
 )
 from goodput_operator.health.quarantine import decide as quarantine_decide
-from goodput_operator.simulate.failures import Failure, FailureModel
+from goodput_operator.simulate.failures import Cause, Failure, FailureModel
 from goodput_operator.simulate.policies import Costs, Policy, young_daly
 from goodput_operator.topology.model import Fleet, GroupShape, Node, trainingjob_owner
 from goodput_operator.topology.placement import Placement, RankSlot, place
@@ -194,11 +194,7 @@ class Simulation:
         back = failure.time + cause.repair_hours * 3600.0
         if cause.effect not in ("node", "domain") or back <= 0:
             return
-        struck = [failure.node]
-        if cause.effect == "domain":
-            struck = [n.name for n in self.fleet.domains[self.fleet.nodes[failure.node].domain]
-                      .nodes]
-        for name in struck:
+        for name in self._struck(failure.node, cause):
             if name in self.down:
                 continue
             self.down[name] = failure.time
@@ -361,11 +357,7 @@ class Simulation:
                 self.costs.human_seconds
             self.at(self.now + delay, "convicted", (failure.node, self.now))
             return
-        struck = [failure.node]
-        if cause.effect == "domain":
-            domain = self.fleet.nodes[failure.node].domain
-            struck = [n.name for n in self.fleet.domains[domain].nodes]
-        for name in struck:
+        for name in self._struck(failure.node, cause):
             if name in self.down:
                 continue
             self.down[name] = self.now
@@ -373,6 +365,12 @@ class Simulation:
             self.at(self._verdict_time(name), "verdict", name)
             if self.policy.node_detection is not None:
                 self._set_ready(name, False)
+
+    def _struck(self, node: str, cause: Cause) -> list[str]:
+        """The nodes a failure of CAUSE at NODE takes down: it, or its whole domain."""
+        if cause.effect != "domain":
+            return [node]
+        return [n.name for n in self.fleet.domains[self.fleet.nodes[node].domain].nodes]
 
     def _hang_window(self, job: Job) -> float:
         if self.policy.hang_detection is not None:
@@ -494,21 +492,15 @@ class Simulation:
         books = {**books, "checkpoint": {"latest": resume, "latestVerified": resume}}
         restart_at = None
         if self.policy.name == "ours":
-            budget, limit = budget_of(cause, job.spec)
-            used = dict(books.get("restartsByBudget") or {})
-            if used.get(budget, 0) >= limit:
+            paid = charged(books, cause, job.spec)
+            if paid is None:  # the restart budget is used up: the job fails
                 job.books = badput.stopped(books, self.now)
                 self._stop(job, "failed")
                 self.result.failed_jobs += 1
                 return
-            used[budget] = used.get(budget, 0) + 1
-            books = {**books, "restartsByBudget": used}
+            books = paid
             if cause == "ApplicationError":
-                streak = 1 + sum(1 for _ in _streak(books.get("incidents") or []))
-                backoff = job.spec.failure_policy.backoff
-                delay = badput.backoff_seconds(backoff.initial_seconds, backoff.max_seconds,
-                                               streak)
-                restart_at = self.now + delay if delay > 0 else None
+                restart_at = backoff_until(books_of(books), job.spec, self.now)
         since = parse_time((books.get("goodput") or {}).get("since"))
         job.books = badput.open_incident(books, job.restarts + 1, cause, cause, nodes,
                                          max(failed_at, since or failed_at), self.now,
@@ -624,14 +616,12 @@ class Simulation:
     def _free_node(self, failed: str) -> Node | None:
         """A healthy node with room for a worker in FAILED's domain (Kueue's hot swap)."""
         home = self.fleet.domains[self.fleet.nodes[failed].domain]
-        return next((n for n in home.nodes
-                     if n.healthy and n.capacity - n.used >= self.per_node), None)
+        return next((n for n in home.nodes if n.free >= self.per_node), None)
 
     def _free_nodes(self, count: int) -> list[Node]:
         """Up to COUNT healthy nodes with room for a worker, anywhere (the scheduler
         knows no topology); spares first when the policy keeps a pool."""
-        free = [n for n in self.fleet.nodes.values()
-                if n.healthy and n.capacity - n.used >= self.per_node]
+        free = [n for n in self.fleet.nodes.values() if n.free >= self.per_node]
         if self.policy.replacement == "pool":
             free.sort(key=lambda n: not n.spare)
         return free[:count]
@@ -681,14 +671,6 @@ class Simulation:
                     float(seconds) * accelerators
             result.uncounted += max(0.0, spent["productive"] * accelerators - work)
         return result
-
-
-def _streak(incidents: list[Obj]) -> Iterator[Obj]:
-    """The application errors in a row at the end of INCIDENTS."""
-    for incident in reversed(incidents):
-        if incident.get("cause") != "ApplicationError":
-            return
-        yield incident
 
 
 def _copy_node(node: Obj) -> Obj:
