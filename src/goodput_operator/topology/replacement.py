@@ -63,15 +63,15 @@ def replace(fleet: Fleet, current: Placement, failed: Iterable[str], request: Re
     keep_domains = request.balance or request.slice > 1 or (
         request.unit == "domain" and request.policy == "required")
     keep_block = request.unit == "block" and request.policy == "required"
-    taken: Counter[str] = Counter()
+    # accelerators held beyond what the fleet counts: the kept ranks' and the replacements'
+    reserved = Counter(_held_elsewhere(fleet, current, failed_set, request, owner))
     moved: dict[int, str] = {}
-    held = _held_elsewhere(fleet, current, failed_set, request, owner)
     for rank in lost:
-        node = _candidate(fleet, rank, request, taken, held, keep_domains, keep_block,
+        node = _candidate(fleet, rank, request, reserved, keep_domains, keep_block,
                           spares_only)
         if node is None:
             break
-        taken[node.name] += 1
+        reserved[node.name] += request.accelerators
         moved[rank.rank] = node.name
     if len(moved) == len(lost):
         ranks = tuple(
@@ -101,14 +101,13 @@ def _held_elsewhere(fleet: Fleet, current: Placement, failed: set[str], request:
     return held
 
 
-def _candidate(fleet: Fleet, rank: RankSlot, request: Request, taken: Counter[str],
-               held: dict[str, int], keep_domains: bool, keep_block: bool,
-               spares_only: bool) -> Node | None:
+def _candidate(fleet: Fleet, rank: RankSlot, request: Request, reserved: Counter[str],
+               keep_domains: bool, keep_block: bool, spares_only: bool) -> Node | None:
     home = fleet.domains.get(rank.domain)
     home_path = home.path if home else ()
 
     def room(node: Node) -> bool:
-        free = node.free - held.get(node.name, 0) - taken[node.name] * request.accelerators
+        free = node.free - reserved[node.name]
         return node.healthy and free >= request.accelerators and (
             request.eligible is None or node.name in request.eligible)
 
