@@ -101,8 +101,20 @@ def yaml_doc(path: Path) -> dict[str, Any]:
     return doc
 
 
+def probes_running(real: Real) -> list[str]:
+    """The probe pods still holding a node's devices (Pending or Running)."""
+    listed = json.loads(real.cluster.kubectl("get", "pods", "-n", PROBES, "-o",
+                                             "json").stdout)
+    return [f"{p['metadata']['name']} on {p['spec'].get('nodeName')}" for p in listed["items"]
+            if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
+
+
 @pytest.fixture
 def ns(real: Real) -> Iterator[str]:
+    """A namespace of the test's own, on real nodes no earlier test's probe still holds:
+    a suspect's probe (the SDC test's) would otherwise keep a node from the next gang."""
+    wait_for(lambda: not probes_running(real), timeout=180, interval=1,
+             what=f"the earlier tests' probes finished in {PROBES}")
     name = f"real-{uuid.uuid4().hex[:6]}"
     real.cluster.kubectl("create", "namespace", name)
     wait_for(lambda: real.cluster.kubectl("get", "sa", "default", "-n", name,

@@ -152,6 +152,7 @@ def test_a_real_node_failure_resumes_from_the_last_committed_checkpoint_on_the_s
                          what="a first committed checkpoint")
     ranks = {r["rank"]: r["node"] for r in
              ranks_of(get_job(real.cluster, ns, name)["status"]["placement"])}
+    assert sorted(ranks.values()) == US0, "the gang fills the first UltraServer"
     victim = ranks[2]
     pod = next(p for p in job_pods(real.cluster, ns, name)
                if p["metadata"]["labels"][names.RANK_LABEL] == "2")
