@@ -7,6 +7,7 @@ import math
 import pytest
 
 from goodput_operator.health.sdc import (
+    RECENT_LOSSES,
     Ledger,
     absorb,
     corrupt,
@@ -78,6 +79,30 @@ def test_the_ledger_votes_when_every_replica_reported_and_catches_up_on_straggle
         votes = ledger.add(300, "0", rank, B if rank == 2 else A)
     assert [(v.step, v.outcome) for v in votes] == [(300, "diverged"), (200, "unverifiable")]
     assert ledger.unanimous == {100}
+
+
+def test_a_report_after_its_steps_verdict_changes_nothing() -> None:
+    """A rank's report of a step already judged (from its peers after a later step
+    completed, or once every replica's had come): it neither un-verifies the step nor
+    makes a vote (a vote is a status write, one per late report of a large gang)."""
+    ledger = Ledger(replicas=3)
+    for rank in range(3):
+        ledger.add(100, "0", rank, A)
+    ledger.add(200, "0", 0, A)                            # ranks 1 and 2 are late for 200
+    for rank in range(3):
+        ledger.add(300, "0", rank, A)                     # 300 judges 200 with what came
+    assert ledger.add(100, "0", 1, A) == [] and ledger.add(200, "0", 2, B) == []
+    assert ledger.add(200, "0", 1, A) == [] and not ledger.pending
+    assert ledger.unanimous == {100, 300}
+
+
+def test_the_ledger_keeps_only_the_recent_losses_the_spike_guard_reads() -> None:
+    """Every rank reports its loss every step for days: the ledger must not keep them all
+    (a 31,000-worker job at a 5 s step would add half a billion a day)."""
+    ledger = Ledger(replicas=2)
+    for step in range(1000):
+        ledger.losses.append(1.0 + step)
+    assert list(ledger.losses) == [1.0 + s for s in range(1000 - RECENT_LOSSES, 1000)]
 
 
 def test_a_step_is_unanimous_only_when_every_shard_agreed() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import math
@@ -11,8 +12,18 @@ import pytest
 from goodput_operator import names
 from goodput_operator.api.reports import StepReport
 from goodput_operator.api.trainingjob import Progress
+from goodput_operator.operator import tokens as tokens_module
 from goodput_operator.operator.reports import inside, progress_of, save_request
-from goodput_operator.operator.tokens import Buckets, precheck
+from goodput_operator.operator.tokens import (
+    POD_NAME,
+    POD_UID,
+    REVIEW_TTL,
+    Buckets,
+    Refused,
+    TokenGate,
+    precheck,
+    remember,
+)
 
 pytestmark = pytest.mark.unit
 NOW = 1_800_000_000.0
@@ -91,3 +102,62 @@ def test_a_step_answer_asks_for_a_checkpoint_only_while_the_job_is_preempted() -
     assert save_request({"status": {"phase": "Running"}}) == {}
     assert save_request({"status": {"preemption": preemption}}) == {"save": {
         "reason": "Preemption", "by": "ns/high", "deadline": "2027-01-15T08:02:00Z"}}
+
+
+class Reviewer:
+    """What TokenGate asks of the API server: a TokenReview, counted (any well-formed
+    token is authenticated, as the real user with extra fields the API server adds)."""
+
+    def __init__(self) -> None:
+        self.reviewed: list[str] = []
+
+    def review_token(self, token: str, audiences: list[str]) -> dict[str, object]:
+        self.reviewed.append(token)
+        return {"authenticated": True, "audiences": audiences, "user": {
+            "username": "system:serviceaccount:ns:default", "uid": "sa-uid",
+            "groups": ["system:serviceaccounts", "system:authenticated"],
+            "extra": {POD_NAME: ["j-r0-w0"], POD_UID: ["u"],
+                      "authentication.kubernetes.io/credential-id": ["JTI=x"]}}}
+
+
+def gate(reviewer: Reviewer) -> TokenGate:
+    made = TokenGate(reviewer)  # type: ignore[arg-type]
+    made.buckets = Buckets(rate=1e9, burst=1e9)  # not what these tests are about
+    return made
+
+
+def test_an_accepted_token_is_trusted_until_its_ttl_or_its_own_expiry_whichever_is_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    reviewer = Reviewer()
+    tokens = gate(reviewer)
+    clock = [1000.0]
+    monkeypatch.setattr(tokens_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(tokens_module.time, "time", lambda: NOW + clock[0] - 1000.0)
+    long_lived = jwt(aud=[names.REPORT_AUDIENCE], exp=NOW + 3600, **{"kubernetes.io": BOUND})
+    short_lived = jwt(aud=[names.REPORT_AUDIENCE], exp=NOW + 20, **{"kubernetes.io": BOUND})
+    for token in (long_lived, short_lived):
+        asyncio.run(tokens.review(token, "10.0.0.9"))
+    clock[0] += 0.75 * REVIEW_TTL - 1  # the earliest any accepted review may lapse
+    kept = asyncio.run(tokens.review(long_lived, "10.0.0.9"))
+    assert reviewer.reviewed == [long_lived, short_lived], "trusted from memory"
+    assert kept["user"] == {"username": "system:serviceaccount:ns:default",
+                            "extra": {POD_NAME: ["j-r0-w0"], POD_UID: ["u"]}}, \
+        "only what binds it to its pod is kept"
+    with pytest.raises(Refused, match="expired"):  # its own expiry came first
+        asyncio.run(tokens.review(short_lived, "10.0.0.9"))
+    clock[0] += REVIEW_TTL / 4 + 1
+    asyncio.run(tokens.review(long_lived, "10.0.0.9"))
+    assert reviewer.reviewed[-1] == long_lived, "asked again after the TTL"
+    tokens.close()
+
+
+def test_a_full_memory_of_tokens_forgets_the_lapsed_ones_and_keeps_the_live_ones() -> None:
+    """A gang of tens of thousands of workers must not make the gate forget every token
+    each time it fills (each forgetting cost a TokenReview per worker)."""
+    reviews: dict[str, tuple[float, dict[str, object]]] = {}
+    for i in range(10):
+        remember(reviews, f"lapsed-{i}", (5.0, {}), limit=20, now=10.0)
+    for i in range(10):
+        remember(reviews, f"live-{i}", (50.0, {}), limit=20, now=10.0)
+    remember(reviews, "new", (50.0, {}), limit=20, now=10.0)
+    assert sorted(reviews) == sorted([*(f"live-{i}" for i in range(10)), "new"])

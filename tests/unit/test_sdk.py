@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import ClassVar
 
@@ -73,3 +74,36 @@ def test_the_reporter_keeps_the_operator_s_latest_ask_to_save() -> None:
         assert reporter.save_request == ask
         reporter.report_step(3)
         assert reporter.save_request is None
+
+
+class KeepAlive(Handler):
+    """An HTTP/1.1 server that keeps connections open, recording the client port of each
+    report, and drops the connection after the report numbered in `drop_after`."""
+
+    protocol_version = "HTTP/1.1"
+    ports: ClassVar[list[int]] = []
+    drop_after: ClassVar[int] = 0
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.ports.append(self.client_address[1])
+        body = json.dumps({"accepted": True}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        if len(self.ports) == self.drop_after:
+            self.close_connection = True  # as a restarted operator's would be
+
+
+def test_reports_share_one_kept_alive_connection_and_a_dropped_one_is_reopened() -> None:
+    KeepAlive.ports, KeepAlive.drop_after = [], 3
+    with serving(KeepAlive) as url:
+        reporter = Reporter(url=url, token="t", retries=0)
+        for step in range(1, 6):
+            assert reporter.report_step(step) == {"accepted": True}
+        reporter.close()
+    assert len(KeepAlive.ports) == 5, "each report arrived once (none lost, none doubled)"
+    assert len(set(KeepAlive.ports[:3])) == 1, "one connection for the first three"
+    assert len(set(KeepAlive.ports[3:])) == 1 and KeepAlive.ports[3] != KeepAlive.ports[0]

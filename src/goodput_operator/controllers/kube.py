@@ -336,11 +336,13 @@ async def apply_each(kind: str, decisions: Iterable[D], apply: Callable[[D], Awa
 
 
 async def write_status(kube: Kube, plural: str, obj: Obj, current: Obj, desired: Obj,
-                       events: Iterable[Event] = ()) -> None:
+                       events: Iterable[Event] = ()) -> set[str]:
     """One status write when anything in DESIRED differs from CURRENT, then the events
-    (never before). The write lands on the live status held for OBJ: other writers (the
-    report handlers) may have changed other keys meanwhile; None removes a key."""
-    if any(current.get(key) != value for key, value in desired.items()):
+    (never before); the keys that differed. The write lands on the live status held for
+    OBJ: other writers (the report handlers) may have changed other keys meanwhile; None
+    removes a key."""
+    changed = {key for key, value in desired.items() if current.get(key) != value}
+    if changed:
         meta = obj["metadata"]
         written = await patch_status(kube, plural, meta.get("namespace"), meta["name"], desired)
         merged = {**(obj.get("status") or {}), **desired}
@@ -348,3 +350,4 @@ async def write_status(kube: Kube, plural: str, obj: Obj, current: Obj, desired:
         wrote(obj, written)
     for type_, reason, message in events:
         await asyncio.to_thread(kube.event, obj, reason, message, type_)
+    return changed

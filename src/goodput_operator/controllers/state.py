@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from goodput_operator import metrics, names
+from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.types import Refusal, Reservation
@@ -71,6 +72,17 @@ def _older(incoming: Obj, held: Obj | None) -> bool:
             held["metadata"]["resourceVersion"])
     except (KeyError, TypeError, ValueError):
         return False
+
+
+def _echo(incoming: Obj, held: Obj | None) -> bool:
+    """Whether INCOMING is the version HELD already is: the watch's echo of a write the
+    operator made (a pass's, or the report channel's: one per step of a large gang)
+    brings nothing new. Waking a pass for it made each pass's progress write wake the
+    next pass, back to back while workers report; a pass that changed more than the
+    progress asks for the next one itself (controllers.trainingjob.apply_job)."""
+    version = (incoming.get("metadata") or {}).get("resourceVersion")
+    return bool(version) and held is not None and \
+        (held.get("metadata") or {}).get("resourceVersion") == version
 
 
 PASS_WRITE_BUDGET = 256  # label and pod writes per pass: a second or two of API work
@@ -152,6 +164,9 @@ class State:
         self.probe_namespace = "goodput-system"  # where probe Jobs run
         self.probe_image = ""  # the image probe Jobs run (the operator's own)
         self.ledgers: dict[tuple[str, str], Ledger] = {}  # SDC votes per job
+        # each job's spec as last parsed, with the body it came from: the report channel
+        # reads it on every report (thousands a second) and it changes only with the job
+        self._specs: dict[tuple[str, str], tuple[Obj, TrainingJobSpec]] = {}
         self.probed: set[str] = set()  # uids of probe pods that reported
         self.probe_runs: dict[str, int] = {}  # node -> probe results received
         self.clean_probes: dict[str, int] = {}  # node -> clean results in a row
@@ -463,9 +478,21 @@ class State:
     def upsert_job(self, body: Obj) -> None:
         meta = slim(body)["metadata"]
         key = (meta["namespace"], meta["name"])
-        if not _older(body, self.jobs.get(key)):
+        held = self.jobs.get(key)
+        if not _older(body, held):
             self.jobs[key] = body
-            self.wake.set()
+            if not _echo(body, held):
+                self.wake.set()
+
+    def job_spec(self, job: Obj) -> TrainingJobSpec:
+        """JOB's spec, parsed once per version of the job's spec (a valid one: the job is
+        a current worker's)."""
+        meta, raw = job["metadata"], job["spec"]
+        key = (meta["namespace"], meta["name"])
+        held = self._specs.get(key)
+        if held is None or held[0] is not raw:
+            held = self._specs[key] = (raw, TrainingJobSpec.model_validate(raw))
+        return held[1]
 
     def remove_job(self, namespace: str, name: str) -> None:
         self.jobs.pop((namespace, name), None)
@@ -475,6 +502,7 @@ class State:
             table.pop((namespace, name), None)
         self.refused.pop((namespace, name), None)
         self.ledgers.pop((namespace, name), None)
+        self._specs.pop((namespace, name), None)
         self._locks.pop((namespace, name), None)
         for fleet in self.fleets.values():  # reservations of pods that never bound
             fleet.release_owner(trainingjob_owner(namespace, name))

@@ -90,7 +90,7 @@ async def apply_job(state: State, kube: Kube, decision: JobDecision, clock: floa
     decided, placement = decision.attempt, decision.placement
     _measure(decision, clock)
     if decided is None or decision.spec is None:
-        await write_status(kube, PLURAL, job, status, desired, events)
+        _follow_up(state, await write_status(kube, PLURAL, job, status, desired, events))
         return
     for probe in decision.probes:
         await ultraservergroup.start_probe(state, kube, probe)
@@ -98,12 +98,25 @@ async def apply_job(state: State, kube: Kube, decision: JobDecision, clock: floa
         # the placement is on record before any pod is pinned to it; the new attempt is,
         # before the old one's pods are deleted: from then on the old workers' reports
         # (a checkpoint commit from a partitioned node) are refused (409)
-        await write_status(kube, PLURAL, job, status, desired, events)
+        changed = await write_status(kube, PLURAL, job, status, desired, events)
         await _children(state, kube, job, decided, placement, decision.observed)
     else:
         await _children(state, kube, job, decided, placement, decision.observed)
-        await write_status(kube, PLURAL, job, status, desired, events)
+        changed = await write_status(kube, PLURAL, job, status, desired, events)
+    _follow_up(state, changed)
     await _expire(kube, job, decision.spec, {**status, **desired})
+
+
+# what a pass rewrites while a job runs (its workers' latest step, the goodput books):
+# a change of only these decides nothing new, so it asks for no follow-up pass
+PROGRESS_KEYS = frozenset({"progress", "goodput"})
+
+
+def _follow_up(state: State, changed: set[str]) -> None:
+    """Ask for another pass after a status write that may change the next decision (its
+    watch echo no longer does: State.upsert_job)."""
+    if changed - PROGRESS_KEYS:
+        state.wake.set()
 
 
 def _measure(decision: JobDecision, clock: float) -> None:

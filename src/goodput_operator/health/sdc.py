@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 Outcome = Literal["agree", "diverged", "unverifiable"]
+RECENT_LOSSES = 20  # the losses a spike is judged against
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,9 @@ class Ledger:
     unanimous: set[int] = field(default_factory=set)  # steps every shard agreed on
     shard_votes: dict[int, dict[str, Outcome]] = field(default_factory=dict)
     shards: set[str] = field(default_factory=set)
-    losses: list[float] = field(default_factory=list)
+    # the latest losses reported (by any rank), for the spike guard's median: only the
+    # recent ones are kept (every rank reports every step, for days)
+    losses: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_LOSSES))
     newest_judged: int = -1
     # ranks already blamed in this attempt: their later divergent steps are the same
     # evidence, not a new finding (a corrupted replica keeps disagreeing until it stops)
@@ -99,8 +102,14 @@ class Ledger:
     def add(self, step: int, shard: str, rank: int, value: str) -> list[Vote]:
         """Record one fingerprint; return the votes this completes. A step is judged when
         every replica of a shard reported it, or — with whatever arrived — once a later
-        step has been judged (late or lost reports do not hold verification forever)."""
+        step has been judged (late or lost reports do not hold verification forever), and
+        only once."""
         self.shards.add(shard)
+        if shard in self.shard_votes.get(step, {}):
+            # judged already: a report arriving after its step's verdict is too late to
+            # change it (alone it could only make the step unverifiable), and judging it
+            # again would cost a status write per late report of a large gang
+            return []
         self.pending.setdefault(step, {}).setdefault(shard, {})[rank] = value
         votes: list[Vote] = []
         if len(self.pending[step][shard]) >= self.replicas:

@@ -189,7 +189,7 @@ class ReportServer:
 
     async def _checkpoint(self, job: Obj, pod: Obj, report: CheckpointReport) -> Obj:
         meta = job["metadata"]
-        spec = TrainingJobSpec.model_validate(job["spec"])
+        spec = self.state.job_spec(job)
         if spec.checkpoint.dir is None or not inside(report.path, spec.checkpoint.dir):
             raise Refused(400, f"checkpoint path {report.path!r} is not inside the job's "
                                f"spec.checkpoint.dir ({spec.checkpoint.dir or 'unset'}): "
@@ -216,8 +216,7 @@ class ReportServer:
         checkpoint = sdc.settle(current, status.get("sdc") or {}, ledger.unanimous,
                                 strict_checkpoints(spec))
         await self._write(job, {"checkpoint": checkpoint})
-        if report.save_seconds:
-            self.state.wake.set()  # the pass counts its stall into the goodput
+        self.state.wake.set()  # a new resume point; the pass counts the save's stall
         if report.corrupt:
             resume = badput.resume_point(dict(checkpoint), strict_checkpoints(spec))
             message = (f"checkpoint step {report.step} at {report.path} is corrupt "
@@ -235,7 +234,7 @@ class ReportServer:
     async def _step(self, job: Obj, pod: Obj, report: StepReport) -> Obj:
         meta = job["metadata"]
         key = (meta["namespace"], meta["name"])
-        spec = TrainingJobSpec.model_validate(job["spec"])
+        spec = self.state.job_spec(job)
         rank = index_of(pod)
         now = time.time()
         attempt = int((job.get("status") or {}).get("restarts", 0))
@@ -243,15 +242,18 @@ class ReportServer:
         clock = self.state.steps.get(key)
         if clock is None or clock.attempt != attempt:
             clock = self.state.steps[key] = StepClock(attempt)
+            self.state.wake.set()  # the attempt's first step: its hangs are judged from now
+        # later steps wake nothing: the pass writes the progress when it runs (at least
+        # every resync) and judges a hang from the clock whenever it looks; a pass per
+        # report would be thousands a second from a large gang
         clock.advance(report.step, now)
-        self.state.wake.set()
         await self._pace(job, spec, pod, rank, report, attempt, now)
         if report.fingerprint is None and not report.metrics:
             return {"accepted": True}
         ledger = self._ledger(job, spec)
         votes = ledger.add(report.step, report.shard, rank, report.fingerprint) \
             if report.fingerprint and spec.sdc.cross_replica_check else []
-        fired = sdc.guard(report.step, report.metrics, ledger.losses[-20:],
+        fired = sdc.guard(report.step, report.metrics, list(ledger.losses),
                           spec.sdc.loss_spike_factor)
         if "loss" in report.metrics and fired is None:
             ledger.losses.append(report.metrics["loss"])
@@ -263,6 +265,8 @@ class ReportServer:
         checkpoint = sdc.settle(status.get("checkpoint") or {}, observed, ledger.unanimous,
                                 strict_checkpoints(spec))
         await self._write(job, {"sdc": observed, "checkpoint": checkpoint})
+        if fired or divergent:  # evidence the pass acts on (a step that agreed is not)
+            self.state.wake.set()
         if fired:
             log.warning("%s/%s: guard: %s", meta["namespace"], meta["name"], fired)
             await asyncio.to_thread(self.kube.event, job, "StepGuard", fired, "Warning")
@@ -403,4 +407,3 @@ class ReportServer:
             else:
                 status[key] = {k: v for k, v in value.items() if v is not None} \
                     if isinstance(value, dict) else value
-        self.state.wake.set()

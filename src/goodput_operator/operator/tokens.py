@@ -10,6 +10,7 @@ import asyncio
 import base64
 import hashlib
 import json
+import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -18,13 +19,23 @@ from goodput_operator import metrics, names
 from goodput_operator.controllers.kube import Kube
 
 Obj = dict[str, Any]
-REVIEW_TTL = 30.0  # seconds an accepted token is trusted without asking again (the pod
-# itself is checked on every report: a deleted pod's token stops working at once)
+# Seconds an accepted token is trusted without asking again, less a random part of up to
+# a quarter (the tokens of a gang that started together are not all reviewed again at
+# once), and never past the token's own expiry. What a review would find out sooner is
+# checked locally on every report: the pod the token is bound to must still exist with
+# its UID (a deleted pod's token stops working at once), and the expiry; a second review
+# only catches a deleted ServiceAccount or a rotated signing key. At 30 s, a 31,000-worker
+# job cost the API server 1,000 TokenReviews a second; at 300 s, about 100.
+REVIEW_TTL = 300.0
 REFUSAL_TTL = 60.0  # seconds a refused token is refused without asking again
 REVIEW_TIMEOUT = 5.0  # seconds a TokenReview may take before the report gets a 503
 REVIEW_THREADS = 4  # TokenReviews at once, on threads of their own (never the lease's)
 REVIEW_RATE, REVIEW_BURST = 5.0, 20.0  # new tokens reviewed per second per source
-MAX_REMEMBERED = 10_000  # tokens (accepted, refused) and sources remembered at most
+MAX_REMEMBERED = 10_000  # refused tokens and sources remembered at most
+# accepted tokens remembered at most: every live worker's of the largest fleet (Rainier's
+# 31,000 nodes) with room for a restart's new pods; each is a few hundred bytes (the pod
+# it is bound to), and only a pod that exists can have one
+MAX_ACCEPTED = 100_000
 POD_NAME = "authentication.kubernetes.io/pod-name"
 POD_UID = "authentication.kubernetes.io/pod-uid"
 
@@ -37,24 +48,36 @@ class Refused(Exception):
         self.status = status
 
 
-def _remember(cache: dict[str, Any], key: str, value: Any) -> None:
-    if len(cache) > MAX_REMEMBERED:
-        cache.clear()
+def remember(cache: dict[str, tuple[float, Any]], key: str, value: tuple[float, Any],
+              limit: int, now: float) -> None:
+    """Keep VALUE (expiry, what) under KEY; at LIMIT, the expired entries go first, and
+    everything only when none has."""
+    if len(cache) >= limit:
+        for gone in [k for k, (until, _) in cache.items() if until <= now]:
+            del cache[gone]
+        if len(cache) >= limit:
+            cache.clear()
     cache[key] = value
+
+
+def claims_of(token: str) -> Obj | None:
+    """TOKEN's JWT claims, unverified; None for what is not a JWT."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except ValueError:
+        return None
+    return claims if isinstance(claims, dict) else None
 
 
 def precheck(token: str, now: float) -> str | None:
     """Why TOKEN cannot be a live report token, judged from its claims alone (no signature
     check: the TokenReview does that), or None. Garbage, other audiences, expired tokens and
     tokens bound to no pod never cost the API server a TokenReview."""
-    parts = token.split(".")
-    if len(parts) != 3:
-        return "not a JWT"
-    try:
-        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-    except ValueError:
-        return "not a JWT"
-    if not isinstance(claims, dict):
+    claims = claims_of(token)
+    if claims is None:
         return "not a JWT"
     audiences = claims.get("aud")
     if names.REPORT_AUDIENCE not in ([audiences] if isinstance(audiences, str)
@@ -95,7 +118,8 @@ class TokenGate:
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
-        self.reviews: dict[str, tuple[float, Obj]] = {}  # sha256(token) -> (expiry, review)
+        # sha256(token) -> (until when it is trusted, the review's user: the pod it is for)
+        self.reviews: dict[str, tuple[float, Obj]] = {}
         self.refusals: dict[str, tuple[float, str]] = {}  # sha256(token) -> (expiry, why)
         self.buckets = Buckets()
         self.executor = ThreadPoolExecutor(REVIEW_THREADS, thread_name_prefix="token-review")
@@ -120,8 +144,17 @@ class TokenGate:
         review = await self._review(token)
         if not review.get("authenticated"):
             self._refuse(key, review.get("error") or "not authenticated", now)
-        _remember(self.reviews, key, (now + REVIEW_TTL, review))
-        return review
+        user = review.get("user") or {}
+        kept = {"authenticated": True, "user": {
+            "username": user.get("username"),
+            "extra": {k: v for k, v in (user.get("extra") or {}).items()
+                      if k in (POD_NAME, POD_UID)}}}
+        expiry = (claims_of(token) or {}).get("exp")
+        left = float(expiry) - time.time() if isinstance(expiry, int | float) else 0.0
+        trusted = min(REVIEW_TTL * (1 - random.random() / 4), left)
+        if trusted > 0:
+            remember(self.reviews, key, (now + trusted, kept), MAX_ACCEPTED, now)
+        return kept
 
     async def _review(self, token: str) -> Obj:
         loop = asyncio.get_running_loop()
@@ -139,5 +172,5 @@ class TokenGate:
 
     def _refuse(self, key: str, why: str, now: float) -> None:
         """Refuse the token (401), and remember that for REFUSAL_TTL."""
-        _remember(self.refusals, key, (now + REFUSAL_TTL, why))
+        remember(self.refusals, key, (now + REFUSAL_TTL, why), MAX_REMEMBERED, now)
         raise Refused(401, f"token rejected: {why}")

@@ -17,12 +17,12 @@ no Kubernetes rights at all.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import ssl
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,7 @@ class Reporter:
         # the operator's latest ask, from the last step report's answer: {"reason":
         # "Preemption", "by", "deadline"} while the job is being preempted; else None
         self.save_request: dict[str, Any] | None = None
+        self._connection: http.client.HTTPConnection | None = None
 
     def _token(self) -> str:
         # re-read each time: the kubelet rotates projected tokens
@@ -89,22 +90,52 @@ class Reporter:
         if not self.url:
             raise ReportError(None, "GOODPUT_REPORT_URL is not set: not running under the "
                                     "goodput operator?")
-        request = urllib.request.Request(
-            f"{self.url}/v1/reports/{kind}", data=json.dumps(body).encode(), method="POST",
-            headers={"Content-Type": "application/json",
-                     "Authorization": f"Bearer {self._token()}"})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout,
-                                        context=self.context) as response:
-                answer: dict[str, Any] = json.loads(response.read() or b"{}")
-                return answer
-        except urllib.error.HTTPError as err:
-            detail = err.read().decode(errors="replace")
-            with contextlib.suppress(ValueError):
-                detail = json.loads(detail).get("error", detail)
-            raise ReportError(err.code, detail) from None
-        except OSError as err:
-            raise ReportError(None, f"cannot reach the operator at {self.url}: {err}") from None
+        data = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json",
+                   "Authorization": f"Bearer {self._token()}"}
+        path = f"{urllib.parse.urlsplit(self.url).path}/v1/reports/{kind}"
+        for reused in (self._connection is not None, False):
+            connection = self._connect()
+            try:
+                connection.request("POST", path, body=data, headers=headers)
+                response = connection.getresponse()
+                payload = response.read()
+            except (http.client.HTTPException, OSError) as err:
+                self.close()
+                if reused:  # a kept-alive connection the operator had closed: a new one
+                    continue
+                raise ReportError(None, f"cannot reach the operator at {self.url}: "
+                                        f"{err}") from None
+            if response.status >= 400:
+                detail = payload.decode(errors="replace")
+                with contextlib.suppress(ValueError, AttributeError):
+                    detail = json.loads(detail).get("error", detail)
+                raise ReportError(response.status, detail)
+            answer: dict[str, Any] = json.loads(payload or b"{}")
+            return answer
+        raise AssertionError("unreachable")
+
+    def _connect(self) -> http.client.HTTPConnection:
+        """The connection reports go over, kept alive between them: a large gang's workers
+        each report every step, and a new TCP (and TLS) connection per report was most of
+        a report's cost at the operator (bench/reports.py)."""
+        if self._connection is None:
+            parts = urllib.parse.urlsplit(self.url)
+            host = parts.hostname or "localhost"
+            if parts.scheme == "https":
+                self._connection = http.client.HTTPSConnection(
+                    host, parts.port or 443, timeout=self.timeout,
+                    context=self.context or ssl.create_default_context())
+            else:
+                self._connection = http.client.HTTPConnection(host, parts.port or 80,
+                                                              timeout=self.timeout)
+        return self._connection
+
+    def close(self) -> None:
+        """Close the kept-alive connection (the next report opens a new one)."""
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
     def commit_checkpoint(self, step: int, path: str, digest: str | None = None,
                           save_seconds: float | None = None) -> dict[str, Any]:
