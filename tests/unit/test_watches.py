@@ -10,6 +10,7 @@ import pytest
 
 from goodput_operator.controllers.kube import wrote
 from goodput_operator.controllers.state import State
+from goodput_operator.controllers.trainingjob import follow_up
 from goodput_operator.health.quarantine import Renewal
 from goodput_operator.operator.watches import Expired, PodWatch
 
@@ -118,3 +119,36 @@ def test_an_older_event_never_undoes_a_status_write_the_operator_made() -> None:
     assert state.jobs[("ns", "j")]["status"] == {"phase": "Running", "checkpoint": {}}
     wrote(held, "")  # a write whose answer carried no version changes nothing
     assert held["metadata"]["resourceVersion"] == "9"
+
+
+def test_the_echo_of_the_operator_s_own_status_write_wakes_no_pass() -> None:
+    """A pass writes the job's progress; the watch's echo of that write (the version it
+    made) must not start the next pass, or passes run back to back while workers report.
+    Anyone else's change (a newer version) still does."""
+    state = State()
+    state.upsert_job({"metadata": {"name": "j", "namespace": "ns", "resourceVersion": "5"},
+                      "spec": {}, "status": {}})
+    wrote(state.jobs[("ns", "j")], "9")
+    state.wake.clear()
+    state.upsert_job({"metadata": {"name": "j", "namespace": "ns", "resourceVersion": "9"},
+                      "spec": {}, "status": {"progress": {"step": 3}}})
+    assert not state.wake.is_set()
+    assert state.jobs[("ns", "j")]["status"] == {"progress": {"step": 3}}
+    state.upsert_job({"metadata": {"name": "j", "namespace": "ns", "resourceVersion": "11"},
+                      "spec": {"suspend": True}, "status": {}})
+    assert state.wake.is_set()
+
+
+@pytest.mark.parametrize(("changed", "asks"), [
+    (set(), False),
+    ({"progress"}, False),
+    ({"progress", "goodput"}, False),
+    ({"progress", "phase"}, True),
+    ({"conditions"}, True),
+])
+def test_a_pass_asks_for_the_next_only_when_it_changed_more_than_progress(
+        changed: set[str], asks: bool) -> None:
+    state = State()
+    state.wake.clear()
+    follow_up(state, changed)
+    assert state.wake.is_set() == asks

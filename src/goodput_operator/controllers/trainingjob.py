@@ -90,7 +90,7 @@ async def apply_job(state: State, kube: Kube, decision: JobDecision, clock: floa
     decided, placement = decision.attempt, decision.placement
     _measure(decision, clock)
     if decided is None or decision.spec is None:
-        _follow_up(state, await write_status(kube, PLURAL, job, status, desired, events))
+        follow_up(state, await write_status(kube, PLURAL, job, status, desired, events))
         return
     for probe in decision.probes:
         await ultraservergroup.start_probe(state, kube, probe)
@@ -103,7 +103,7 @@ async def apply_job(state: State, kube: Kube, decision: JobDecision, clock: floa
     else:
         await _children(state, kube, job, decided, placement, decision.observed)
         changed = await write_status(kube, PLURAL, job, status, desired, events)
-    _follow_up(state, changed)
+    follow_up(state, changed)
     await _expire(kube, job, decision.spec, {**status, **desired})
 
 
@@ -112,7 +112,7 @@ async def apply_job(state: State, kube: Kube, decision: JobDecision, clock: floa
 PROGRESS_KEYS = frozenset({"progress", "goodput"})
 
 
-def _follow_up(state: State, changed: set[str]) -> None:
+def follow_up(state: State, changed: set[str]) -> None:
     """Ask for another pass after a status write that may change the next decision (its
     watch echo no longer does: State.upsert_job)."""
     if changed - PROGRESS_KEYS:
