@@ -94,7 +94,10 @@ async def _drive(url: str, workers: list[dict[str, str]], rate: float, seconds: 
                 at = started + (step - 1) * interval + offset
                 await asyncio.sleep(max(0.0, at - time.perf_counter()))
                 if time.perf_counter() >= deadline:
-                    slots.append(int((seconds - offset) / interval) + 1)
+                    due = 0  # the slots before the deadline, reckoned as `at` is
+                    while started + due * interval + offset < deadline:
+                        due += 1
+                    slots.append(due)
                     return
                 body = {"step": step, "metrics": {"loss": 1.0 / step},
                         "fingerprint": "f" * 16, "shard": "0", "rank": index}

@@ -1,0 +1,44 @@
+"""The report benchmark's driver: every worker from an address of its own, the gang's
+reports all sent at the offered rate when the server keeps up, one step per slot."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from bench.harness import free_port
+from bench.reports import _drive, source_address
+
+pytestmark = pytest.mark.unit
+
+
+def test_each_of_rainier_s_workers_reports_from_a_loopback_address_of_its_own() -> None:
+    addresses = [source_address(i) for i in range(31_000)]
+    assert len(set(addresses)) == len(addresses)
+    assert all(ipaddress.ip_address(a).is_loopback for a in addresses)
+
+
+def test_the_driver_sends_every_report_of_the_offered_rate_to_a_server_that_keeps_up(
+        ) -> None:
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "bench.reports", "--bare", str(port)])
+    try:
+        deadline = time.monotonic() + 30
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            assert time.monotonic() < deadline, "the bare server did not start"
+            time.sleep(0.1)
+        # two workers at 4 reports/s: each every 0.5 s, the second 0.25 s after the
+        # first; in 2.2 s the first has 5 slots (0 .. 2.0 s), the second 4 (.25 .. 1.75 s)
+        workers = [{"token": "t0"}, {"token": "t1"}]
+        result = asyncio.run(_drive(f"http://127.0.0.1:{port}/v1/reports/step", workers,
+                                    rate=4.0, seconds=2.2, keepalive=True))
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert result["codes"] == {"200": 9}
+    assert result["sent"] == 9 and result["offered_per_s"] == result["per_s"] == 4.1
