@@ -89,3 +89,57 @@ def test_a_relist_drops_what_is_gone_and_keeps_the_rest(
             watch.stop()
 
     asyncio.run(scenario())
+
+
+def test_changes_made_while_the_stream_was_away_arrive_in_their_final_state(
+        crds: Cluster, namespace: str) -> None:
+    """A watch that reconnects from its place sees what changed while it was away, ending
+    in each object's final state; so does one from a place long gone (resourceVersion 1:
+    replayed while etcd still holds it, else 410 Gone and a new list — that path is
+    tests/unit/test_watches.py's)."""
+    def labelled(name: str, value: str) -> None:
+        crds.kubectl("label", "pod", name, "-n", namespace, f"step={value}", "--overwrite")
+
+    def step(state: State, name: str) -> str | None:
+        pod = state.pods.get(f"{namespace}/{name}")
+        return None if pod is None else (pod["metadata"].get("labels") or {}).get("step")
+
+    async def scenario() -> None:
+        state, kube = State(), kube_for(crds)
+        await prime(state, kube)
+        first = PodWatch(state, kube, asyncio.get_running_loop())
+        first.start(state.pods_version)
+        crds.kubectl("apply", "-n", namespace, "-f", "-",
+                     input_text=json.dumps(device_pod("moving", 1)))
+        await until(lambda: f"{namespace}/moving" in state.pods, "the pod")
+        first.stop()  # the stream is away: what follows reaches it no more
+        place = first.resource_version
+        for value in ("1", "2", "3"):
+            labelled("moving", value)
+        crds.kubectl("apply", "-n", namespace, "-f", "-",
+                     input_text=json.dumps(device_pod("born-meanwhile", 1)))
+        crds.kubectl("delete", "pod", "moving", "-n", namespace, "--wait=false")
+        labelled("born-meanwhile", "final")
+        assert step(state, "born-meanwhile") is None and f"{namespace}/moving" in state.pods
+
+        again = PodWatch(state, kube, asyncio.get_running_loop())
+        again.start(place)  # the reconnect: from the place the stream had reached
+        try:
+            await until(lambda: step(state, "born-meanwhile") == "final",
+                        "the pod made while away, as it is now")
+            pod = state.pods.get(f"{namespace}/moving")
+            assert pod is None or pod["metadata"].get("deletionTimestamp"), \
+                "the deleted pod is gone or going"
+        finally:
+            again.stop()
+
+        fresh = State()
+        oldest = PodWatch(fresh, kube, asyncio.get_running_loop())
+        oldest.start("1")
+        try:
+            await until(lambda: step(fresh, "born-meanwhile") == "final",
+                        "the final state from the oldest place", timeout=60)
+        finally:
+            oldest.stop()
+
+    asyncio.run(scenario())

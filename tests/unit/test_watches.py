@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from goodput_operator.controllers.kube import wrote
 from goodput_operator.controllers.state import State
@@ -152,3 +153,48 @@ def test_a_pass_asks_for_the_next_only_when_it_changed_more_than_progress(
     state.wake.clear()
     follow_up(state, changed)
     assert state.wake.is_set() == asks
+
+
+class Expiring:
+    """The API as a watch sees it: the first watch request answers 410 Gone (its place is
+    compacted away), the list that follows holds the pods as they are now, and the next
+    watch request ends the test (it stops the watch)."""
+
+    def __init__(self, listed: list[dict[str, Any]]) -> None:
+        self.listed, self.watched = listed, []
+        self.watch_of: PodWatch | None = None
+
+    def watch(self, path: str, query: list[tuple[str, Any]], seconds: int) -> Any:
+        self.watched.append(dict(query)["resourceVersion"])
+        if len(self.watched) == 1:
+            raise ApiException(status=410, reason="Gone")
+        assert self.watch_of is not None
+        self.watch_of.stop()
+        return iter(())
+
+    def get_json(self, path: str, query: list[tuple[str, Any]]) -> dict[str, Any]:
+        return {"kind": "PodList", "metadata": {"resourceVersion": "50"},
+                "items": self.listed}
+
+
+def test_an_expired_place_lists_again_and_the_state_holds_exactly_what_is_there_now(
+        ) -> None:
+    """410 Gone: the watch lists again, the state drops what went while it was away,
+    takes what changed in its final version, and the watch goes on from the list's
+    place."""
+    loop = asyncio.new_event_loop()
+    state = State()
+    state.upsert_pod(pod("went-away", "3", devices=1))
+    state.upsert_pod(pod("changed", "4", devices=1))
+    api = Expiring([pod("changed", "40", devices=2), pod("new", "45", devices=1)])
+    watch = PodWatch(state, api, loop)  # type: ignore[arg-type]
+    api.watch_of = watch
+    try:
+        watch.start("5")
+        assert watch._thread is not None
+        loop.run_until_complete(loop.run_in_executor(None, watch._thread.join, 10))
+        assert api.watched == ["5", "50"], "from the expired place, then the list's"
+        assert sorted(state.pods) == ["ns/changed", "ns/new"]
+        assert state.pods["ns/changed"]["metadata"]["resourceVersion"] == "40"
+    finally:
+        loop.close()

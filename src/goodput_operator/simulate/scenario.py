@@ -24,7 +24,10 @@ POLICIES = ("ours", "kubernetes", "kueue", "hyperpod")
 
 
 @dataclass(frozen=True)
-class Fleet:
+class PlannedFleet:
+    """The fleet a plan is for: its nodes and the UltraServerGroup over them (a spec, not
+    the placement model's topology.model.Fleet, which the simulation builds from it)."""
+
     name: str
     group: UltraServerGroupSpec
     nodes: list[Obj]
@@ -42,18 +45,18 @@ class Fleet:
         domains = len(self.nodes) // self.group.nodes_per_domain
         return domains * self.group.spares.per_domain + self.group.spares.per_group
 
-    def with_quarantine(self, **fields: Any) -> Fleet:
+    def with_quarantine(self, **fields: Any) -> PlannedFleet:
         """The group with quarantine settings changed (e.g. lease_silence_seconds=5)."""
         quarantine = self.group.quarantine.model_copy(update=fields)
         return replace(self, group=self.group.model_copy(update={"quarantine": quarantine}))
 
-    def with_spares(self, per_domain: int, per_group: int) -> Fleet:
+    def with_spares(self, per_domain: int, per_group: int) -> PlannedFleet:
         spares = self.group.spares.model_copy(update={"per_domain": per_domain,
                                                       "per_group": per_group})
         return replace(self, group=self.group.model_copy(update={"spares": spares}))
 
 
-def load_fleet(ref: str, spares_per_domain: int = 0, spares_per_group: int = 0) -> Fleet:
+def load_fleet(ref: str, spares_per_domain: int = 0, spares_per_group: int = 0) -> PlannedFleet:
     """A fleet by name, file or `synthetic:KIND:N` (its first pool), with the group the
     examples give such a fleet: its domain label, network levels and accelerators."""
     loaded = simulated.load(ref)
@@ -70,7 +73,7 @@ def load_fleet(ref: str, spares_per_domain: int = 0, spares_per_group: int = 0) 
         "nodesPerDomain": pool.nodes_per_domain,
         "spares": {"perDomain": spares_per_domain, "perGroup": spares_per_group},
     })
-    return Fleet(loaded.name, group, nodes)
+    return PlannedFleet(loaded.name, group, nodes)
 
 
 def job_spec(workers: int, per_node: int, document: Obj | None = None) -> TrainingJobSpec:
@@ -103,7 +106,7 @@ def read_job(path: Path) -> Obj:
 
 @dataclass
 class Scenario:
-    fleet: Fleet
+    fleet: PlannedFleet
     days: float = 54.0
     jobs: list[int] = field(default_factory=list)  # worker counts; empty: one giant job
     job_hours: float | None = None  # each job's training; None: runs to the end
