@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.harness import free_port, rss_mb, sandbox, wait_until
+from bench.harness import OperatorProcess, free_port, rss_mb, sandbox, wait_until
 from bench.scale import minus, pass_buckets, quantile
 from goodput_operator import names
 from goodput_operator.sandbox import cluster
@@ -213,8 +213,6 @@ def ramp(url: str, tokens: Path, rates: Sequence[float], seconds: float, close: 
 
 def measure(workers: int, rates: Sequence[float], seconds: float, close: bool
             ) -> dict[str, Any]:
-    from bench.harness import OperatorProcess
-
     result: dict[str, Any] = {"workers": workers, "seconds_per_level": seconds,
                               "keepalive": not close, "target_per_s": TARGET_RATE,
                               "target_p99_ms": TARGET_P99 * 1000}

@@ -64,7 +64,7 @@ def replace(fleet: Fleet, current: Placement, failed: Iterable[str], request: Re
         request.unit == "domain" and request.policy == "required")
     keep_block = request.unit == "block" and request.policy == "required"
     # accelerators held beyond what the fleet counts: the kept ranks' and the replacements'
-    reserved = Counter(_held_elsewhere(fleet, current, failed_set, request, owner))
+    reserved = _held_elsewhere(fleet, current, failed_set, request, owner)
     moved: dict[int, str] = {}
     for rank in lost:
         node = _candidate(fleet, rank, request, reserved, keep_domains, keep_block,
@@ -85,12 +85,12 @@ def replace(fleet: Fleet, current: Placement, failed: Iterable[str], request: Re
 
 
 def _held_elsewhere(fleet: Fleet, current: Placement, failed: set[str], request: Request,
-                    owner: str) -> dict[str, int]:
+                    owner: str) -> Counter[str]:
     """Accelerators the gang's kept ranks hold that the fleet no longer counts, by node: a
     worker that exited when its peer's node failed has released its node in the fleet,
     but its rank stays there through the restart, and no lost rank may take its place."""
     kept = Counter(r.node for r in current.ranks if r.node not in failed)
-    held = {}
+    held: Counter[str] = Counter()
     for name, ranks in kept.items():
         node = fleet.nodes.get(name)
         if node is None:
