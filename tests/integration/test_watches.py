@@ -1,5 +1,5 @@
-"""The operator's own pod watch against a real API server: cluster-wide, tracked pods only,
-deletions seen, and an expired place listed again."""
+"""The operator's own pod and node watches against a real API server: cluster-wide, tracked
+pods only, slim nodes, deletions seen, and an expired place listed again."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import State
 from goodput_operator.operator.runtime import prime
-from goodput_operator.operator.watches import PodWatch
+from goodput_operator.operator.watches import NodeWatch, PodWatch
 from tests.conftest import Cluster
 
 
@@ -141,5 +141,41 @@ def test_changes_made_while_the_stream_was_away_arrive_in_their_final_state(
                         "the final state from the oldest place", timeout=60)
         finally:
             oldest.stop()
+
+    asyncio.run(scenario())
+
+
+def test_nodes_are_followed_slim_from_the_initial_list(crds: Cluster, namespace: str) -> None:
+    """A node that joins, changes and leaves after the initial list is seen each time, in
+    its slim form (what decisions read), from where that list left off."""
+    name = f"watched-{namespace}"
+    body = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"goodput.dev/ultraserver": "us-w"}},
+            "spec": {"taints": [{"key": "example.com/test", "effect": "NoSchedule"}]}}
+
+    def labels() -> dict[str, str]:
+        return (state.nodes.get(name) or {}).get("metadata", {}).get("labels") or {}
+
+    state, kube = State(), kube_for(crds)
+
+    async def scenario() -> None:
+        await prime(state, kube)
+        assert state.nodes_version and name not in state.nodes
+        watch = NodeWatch(state, kube, asyncio.get_running_loop())
+        watch.start(state.nodes_version)
+        try:
+            crds.kubectl("apply", "-f", "-", input_text=json.dumps(body))
+            await until(lambda: name in state.nodes, "the new node")
+            held = state.nodes[name]
+            assert held["kind"] == "Node" and held["metadata"]["uid"]
+            assert held["spec"]["taints"][0]["key"] == "example.com/test"
+            assert "managedFields" not in held["metadata"]
+            crds.kubectl("label", "node", name, "goodput.dev/role=spare")
+            await until(lambda: labels().get("goodput.dev/role") == "spare", "its new label")
+            crds.kubectl("delete", "node", name, "--wait=false")
+            await until(lambda: name not in state.nodes, "its deletion")
+        finally:
+            watch.stop()
+            crds.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false")
 
     asyncio.run(scenario())

@@ -4,16 +4,17 @@ reach the state, and an expired place (410) asks for a new list."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
 from goodput_operator.controllers.kube import wrote
-from goodput_operator.controllers.state import State
+from goodput_operator.controllers.state import State, node_digest, slim_node
 from goodput_operator.controllers.trainingjob import follow_up
-from goodput_operator.health.quarantine import Renewal
-from goodput_operator.operator.watches import Expired, PodWatch
+from goodput_operator.health.quarantine import Renewal, record_of
+from goodput_operator.operator.watches import Expired, NodeWatch, PodWatch, Watch
 
 pytestmark = pytest.mark.unit
 
@@ -162,7 +163,7 @@ class Expiring:
 
     def __init__(self, listed: list[dict[str, Any]]) -> None:
         self.listed, self.watched = listed, []
-        self.watch_of: PodWatch | None = None
+        self.watch_of: Watch | None = None
 
     def watch(self, path: str, query: list[tuple[str, Any]], seconds: int) -> Any:
         self.watched.append(dict(query)["resourceVersion"])
@@ -175,6 +176,69 @@ class Expiring:
     def get_json(self, path: str, query: list[tuple[str, Any]]) -> dict[str, Any]:
         return {"kind": "PodList", "metadata": {"resourceVersion": "50"},
                 "items": self.listed}
+
+
+def node(name: str, version: str, **labels: str) -> dict[str, Any]:
+    """A node as a real kubelet posts it: images, addresses and system info included."""
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "uid": f"uid-{name}", "resourceVersion": version,
+                     "labels": {"goodput.dev/ultraserver": "us-0", **labels},
+                     "annotations": {"goodput.dev/quarantine-evidence": '{"reason": "SDC"}'},
+                     "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]},
+        "spec": {"podCIDR": "10.0.0.0/24", "providerID": "aws:///i-0",
+                 "taints": [{"key": "goodput.dev/quarantined", "value": "SDC",
+                             "effect": "NoSchedule"}]},
+        "status": {
+            "allocatable": {"aws.amazon.com/neuron": "16", "cpu": "192"},
+            "capacity": {"aws.amazon.com/neuron": "16", "cpu": "192"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "lastHeartbeatTime": f"2027-01-15T08:00:{version}Z"}],
+            "images": [{"names": [f"registry.example/image-{i}:latest"],
+                        "sizeBytes": 10**9} for i in range(50)],
+            "addresses": [{"type": "InternalIP", "address": "10.1.2.3"}],
+            "nodeInfo": {"kubeletVersion": "v1.36.3", "machineID": "0" * 32},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}}}}
+
+
+def test_a_node_is_kept_slim_with_everything_decisions_read() -> None:
+    """Placement, health and quarantine read the slim node exactly as the full one;
+    what no decision reads (images, addresses, system info, managedFields) is dropped."""
+    full = node("n1", "10")
+    kept = slim_node(json.loads(json.dumps(full)))
+    assert node_digest(kept) == node_digest(full)
+    assert record_of(kept) == record_of(full)
+    assert kept["status"]["conditions"] == full["status"]["conditions"]
+    assert (kept["apiVersion"], kept["kind"], kept["metadata"]["uid"]) == ("v1", "Node",
+                                                                          "uid-n1")
+    assert not {"images", "addresses", "nodeInfo", "daemonEndpoints"} & set(kept["status"])
+    assert "managedFields" not in kept["metadata"]
+    assert len(json.dumps(kept)) * 5 < len(json.dumps(full))
+
+
+def test_node_events_reach_the_state_and_a_heartbeat_wakes_no_pass() -> None:
+    loop = asyncio.new_event_loop()
+    state = State()
+    watch = NodeWatch(state, None, loop)  # type: ignore[arg-type]
+    try:
+        watch.apply({"type": "ADDED", "object": node("n1", "10")})
+        loop.run_until_complete(asyncio.sleep(0))
+        assert "images" not in state.nodes["n1"]["status"] and watch.resource_version == "10"
+        state.wake.clear()
+        watch.apply({"type": "MODIFIED", "object": node("n1", "20")})  # a heartbeat
+        watch.apply({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "25"}}})
+        loop.run_until_complete(asyncio.sleep(0))
+        assert not state.wake.is_set() and watch.resource_version == "25"
+        assert state.nodes["n1"]["metadata"]["resourceVersion"] == "20"
+        watch.apply({"type": "MODIFIED", "object": node("n1", "30", role="spare")})
+        loop.run_until_complete(asyncio.sleep(0))
+        assert state.wake.is_set() and state.nodes["n1"]["metadata"]["labels"]["role"] == \
+            "spare"
+        watch.apply({"type": "DELETED", "object": node("n1", "40")})
+        loop.run_until_complete(asyncio.sleep(0))
+        assert state.nodes == {}
+    finally:
+        loop.close()
 
 
 def test_an_expired_place_lists_again_and_the_state_holds_exactly_what_is_there_now(
@@ -196,5 +260,25 @@ def test_an_expired_place_lists_again_and_the_state_holds_exactly_what_is_there_
         assert api.watched == ["5", "50"], "from the expired place, then the list's"
         assert sorted(state.pods) == ["ns/changed", "ns/new"]
         assert state.pods["ns/changed"]["metadata"]["resourceVersion"] == "40"
+    finally:
+        loop.close()
+
+
+def test_an_expired_node_watch_lists_again_and_drops_the_nodes_that_left() -> None:
+    loop = asyncio.new_event_loop()
+    state = State()
+    for name in ("left", "stays"):
+        state.upsert_node(node(name, "3"))
+    api = Expiring([node("stays", "41", role="spare"), node("joined", "42")])
+    watch = NodeWatch(state, api, loop)  # type: ignore[arg-type]
+    api.watch_of = watch
+    try:
+        watch.start("5")
+        assert watch._thread is not None
+        loop.run_until_complete(loop.run_in_executor(None, watch._thread.join, 10))
+        assert api.watched == ["5", "50"]
+        assert sorted(state.nodes) == ["joined", "stays"]
+        assert state.nodes["stays"]["metadata"]["labels"]["role"] == "spare"
+        assert "images" not in state.nodes["joined"]["status"]
     finally:
         loop.close()

@@ -1,7 +1,7 @@
-"""The kopf registrations: watch events feed `State`; a startup handler primes it and starts
-the loops and the operator's own watches (operator.watches): pods cluster-wide and slim,
-where kopf would watch only the managed namespaces and keep full bodies; the groups, from
-where the initial list left off; and node Leases.
+"""The kopf registrations: watch events of the custom resources feed `State`; a startup
+handler primes it and starts the loops and the operator's own watches (operator.watches):
+pods cluster-wide and nodes, both slim, where kopf would watch only the managed namespaces
+and keep full bodies; the groups, from where the initial list left off; and node Leases.
 
 Every handler is async so that all state changes happen on the event loop thread. No
 handler here is a change-detection handler, so kopf never adds finalizers or annotations
@@ -35,6 +35,7 @@ from goodput_operator.operator.watches import (
     ClaimWatch,
     GroupWatch,
     LeaseWatch,
+    NodeWatch,
     PodWatch,
     SliceWatch,
     Watch,
@@ -113,6 +114,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     if not _watches:  # from where the initial list left off (Leases: a list of their own)
         events = asyncio.get_running_loop()
         for watch, version in ((PodWatch(STATE, kube, events), STATE.pods_version),
+                               (NodeWatch(STATE, kube, events), STATE.nodes_version),
                                (GroupWatch(STATE, kube, events), STATE.groups_version),
                                (LeaseWatch(STATE, kube, events), ""),
                                (SliceWatch(STATE, kube, events), ""),
@@ -208,14 +210,6 @@ async def shutdown() -> None:
     for watch in _watches:
         watch.stop()
     _watches.clear()
-
-
-@kopf.on.event("", "v1", "nodes")
-async def node_event(type: str, body: kopf.Body, name: str, **_: Any) -> None:
-    if type == "DELETED":
-        STATE.remove_node(name)
-    else:
-        STATE.upsert_node(_plain(body))
 
 
 @kopf.on.event(GROUP, VERSION, "trainingjobs")

@@ -110,6 +110,25 @@ def slim_pod(body: Obj) -> Obj:
     return {**slim(body), "spec": kept}
 
 
+NODE_METADATA_KEPT = ("name", "uid", "resourceVersion", "labels", "annotations",
+                      "creationTimestamp", "deletionTimestamp")
+
+
+def slim_node(body: Obj) -> Obj:
+    """A node as the operator keeps it: labels, annotations, taints, schedulability,
+    allocatable, capacity and conditions (the Ready heartbeat is read: health.quarantine).
+    A real node's image list, addresses and system info are most of its bytes and never
+    read."""
+    meta, spec, status = (body.get(k) or {} for k in ("metadata", "spec", "status"))
+    return {
+        "apiVersion": "v1", "kind": "Node",  # events name the node (Kube.event)
+        "metadata": {k: meta[k] for k in NODE_METADATA_KEPT if k in meta},
+        "spec": {k: spec[k] for k in ("taints", "unschedulable") if k in spec},
+        "status": {k: status[k] for k in ("allocatable", "capacity", "conditions")
+                   if k in status},
+    }
+
+
 def with_reservation(pod: Obj) -> Obj:
     """A pinned pod that has not bound yet counts on the node it is pinned to: ours by the
     node we pinned it to, any other by its node selector or required node affinity."""
@@ -135,6 +154,7 @@ class State:
         self.primed = False  # the initial list of every watched kind has landed
         self.pods_version = ""  # the initial pod list's resourceVersion (the pod watch's start)
         self.groups_version = ""  # the same for UltraServerGroups
+        self.nodes_version = ""  # and for nodes
         self.last_pass = 0.0  # when the reconcile loop last finished a pass (liveness)
         self.write_budget = PASS_WRITE_BUDGET  # node labels and pod writes left this pass
         self.deferred_writes = 0  # writes pushed to the next pass (logged)
@@ -329,7 +349,7 @@ class State:
     def upsert_node(self, body: Obj) -> None:
         """A node changed. Heartbeats (every node, every few seconds) change nothing the
         fleet reads, so they are stored without touching the fleets or waking the loop."""
-        body = slim(body)
+        body = slim_node(body)
         name = body["metadata"]["name"]
         previous = self.nodes.get(name)
         self.nodes[name] = body

@@ -30,6 +30,7 @@ from goodput_operator.controllers.state import State
 log = logging.getLogger("goodput.runtime")
 PAGE = 500  # objects per list request: bounded memory per response on large fleets
 PODS = "/api/v1/pods"
+NODES = "/api/v1/nodes"
 GROUPS = f"/apis/{GROUP}/{VERSION}/ultraservergroups"
 
 
@@ -114,8 +115,10 @@ async def prime(state: State, kube: Kube, namespaces: list[str] | None = None) -
     async for group in each(GROUPS, groups):
         accept_group(state, group)
     state.groups_version = groups.get("resourceVersion", "")
-    async for node in each("/api/v1/nodes"):
+    nodes: Obj = {}
+    async for node in each(NODES, nodes):
         state.upsert_node(node)
+    state.nodes_version = nodes.get("resourceVersion", "")
     counts = {"pods": 0, "trainingjobs": 0, "inferenceendpoints": 0}
     listed: Obj = {}
     async for pod in each(PODS, listed):  # every namespace: usage is cluster-wide

@@ -1,12 +1,14 @@
-"""The operator's own watches: pods cluster-wide, UltraServerGroups, and the kubelets'
-node Leases.
+"""The operator's own watches: pods cluster-wide, nodes, UltraServerGroups, and the
+kubelets' node Leases.
 
 Capacity is only right if every pod that holds accelerators on a group's nodes counts, in any
 namespace, whoever made it (a namespaced operator, a user's plain pod, a Job, a DaemonSet).
 So pods are watched cluster-wide, always, by a watch of the operator's own rather than
 kopf's: it starts from the resourceVersion of the initial list (runtime.prime), so a start
 does not list every pod a second time; each event is slimmed on arrival (only pods the
-operator tracks are kept: its own, and any requesting a device).
+operator tracks are kept: its own, and any requesting a device). Nodes the same way, each
+slimmed to what placement and health read (kopf would keep every full body, a real node's
+image list included, queued per object after a restart).
 
 A kubelet renews its node's Lease (kube-node-lease) every 10 s; a node whose renewals stop
 is dead or cut off well before the node lifecycle controller says so (40-50 s by default),
@@ -32,11 +34,12 @@ from kubernetes.client.exceptions import ApiException
 
 from goodput_operator import metrics
 from goodput_operator.controllers.kube import Kube, Obj
-from goodput_operator.controllers.state import State, pod_key, slim_pod
+from goodput_operator.controllers.state import State, pod_key, slim_node, slim_pod
 from goodput_operator.health.quarantine import parse_time
 from goodput_operator.health.signals import device_taints
 from goodput_operator.operator.runtime import (
     GROUPS,
+    NODES,
     PODS,
     accept_group,
     pages,
@@ -178,6 +181,29 @@ class PodWatch(Watch):
             self.state.remove_pod(self.state.pods[key])
         for pod in items:
             self.state.upsert_pod(pod)
+
+
+class NodeWatch(Watch):
+    """Nodes, slimmed on arrival (State.upsert_node stores them; heartbeats wake nothing)."""
+
+    path, kind = NODES, "nodes"
+
+    def changed(self, body: Obj) -> None:
+        self.loop.call_soon_threadsafe(self.state.upsert_node, slim_node(body))
+
+    def deleted(self, body: Obj) -> None:
+        self.loop.call_soon_threadsafe(self.state.remove_node, body["metadata"]["name"])
+
+    def listed(self) -> tuple[list[Obj], str]:
+        nodes, version = super().listed()
+        return [slim_node(node) for node in nodes], version
+
+    async def replace(self, items: list[Obj]) -> None:
+        names = {node["metadata"]["name"] for node in items}
+        for name in [n for n in self.state.nodes if n not in names]:
+            self.state.remove_node(name)
+        for node in items:
+            self.state.upsert_node(node)
 
 
 class GroupWatch(Watch):
