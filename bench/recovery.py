@@ -79,8 +79,9 @@ def percentile(values: list[float], fraction: float) -> float:
 class Bench:
     """One TrainingJob (NAME, WORKERS workers) in NAMESPACE, watched through the API."""
 
-    def __init__(self, box: cluster.Sandbox, name: str = JOB, workers: int = 3) -> None:
-        self.box, self.name, self.workers = box, name, workers
+    def __init__(self, box: cluster.Sandbox, name: str = JOB, workers: int = 3,
+                 namespace: str = NAMESPACE) -> None:
+        self.box, self.name, self.workers, self.namespace = box, name, workers, namespace
         api = config.new_client_from_config(config_file=str(box.kubeconfig))  # type: ignore[no-untyped-call]
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -88,7 +89,7 @@ class Bench:
 
     def job(self) -> dict[str, Any]:
         return cast(dict[str, Any], self.custom.get_namespaced_custom_object(
-            "goodput.dev", "v1alpha1", NAMESPACE, "trainingjobs", self.name))
+            "goodput.dev", "v1alpha1", self.namespace, "trainingjobs", self.name))
 
     def node(self, name: str) -> dict[str, Any]:
         return cast(dict[str, Any], self.api.sanitize_for_serialization(
@@ -96,7 +97,7 @@ class Bench:
 
     def running(self, restart: int) -> bool:
         listed = self.api.sanitize_for_serialization(
-            self.core.list_namespaced_pod(NAMESPACE,
+            self.core.list_namespaced_pod(self.namespace,
                                           label_selector=f"{names.JOB_LABEL}={self.name}"))
         pods = cast(list[dict[str, Any]], listed["items"])
         return len(pods) == self.workers and all(
