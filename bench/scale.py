@@ -8,9 +8,9 @@ InferenceEndpoints (R replicas of one worker x 2 chips; default 500 x 18), about
 and measure:
 - time until every job runs, then (endpoints applied after) until every endpoint has all
   its replicas ready;
-- a node failure's detection and new placement (bench.scale.node_failure) on the fleet
-  with only the jobs running, and again during the endpoints' rollout (target, issue 22:
-  within 2x the first);
+- a node failure's detection and new placement (`node_failure`, TRIALS times, each on
+  another job) on the fleet with only the jobs running, and again during the endpoints'
+  rollout, the trials spaced at random (target, issue 22: within 2x the first);
 - the operator's memory (RSS, peak), against kube-controller-manager and kube-scheduler
   measured in the same run (Go controllers caching the same pods and nodes);
 - reconcile latency p50/p99: one object's (its API writes, as controller-runtime's
@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
+import statistics
 import subprocess
 import sys
 import time
@@ -46,9 +48,14 @@ GROUP = {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
                   "networkLevels": ["topology.k8s.aws/network-node-layer-1",
                                     "topology.k8s.aws/network-node-layer-2"],
                   "accelerator": {"resource": "aws.amazon.com/neuron", "perNode": 16},
-                  "nodesPerDomain": 4, "probes": {"schedule": ""}}}
+                  "nodesPerDomain": 4, "probes": {"schedule": ""},
+                  # KWOK renews 2,000 simulated Leases in bursts, up to 140 s late on this
+                  # shared machine under load (a kubelet renews every 10 s on its own):
+                  # Lease silence would quarantine healthy simulated nodes mid-run
+                  "quarantine": {"leaseSilenceSeconds": 0}}}
 TEMPLATE = {"spec": {"containers": [{"name": "main", "image": "example.com/app:1"}]}}
 PASS = "goodput_reconcile_pass_seconds"
+TRIALS = 5  # node failures on the fleet with only the jobs, and again during the rollout
 OBJECT = "goodput_reconcile_seconds"
 
 
@@ -143,6 +150,24 @@ def node_failure(box: cluster.Sandbox, job: str) -> dict[str, float]:
             "total_s": round(marks["replaced"] - t0, 2)}
 
 
+def failures(box: cluster.Sandbox, indexes: range, before_each: Any,
+             ready: Any = None) -> dict[str, Any]:
+    """`node_failure` of each job of INDEXES in turn (BEFORE_EACH first): each trial's
+    figures, and the median and worst of the detection and of the whole. READY, if given,
+    counts the endpoints ready at each trial (the rollout still under way)."""
+    trials = []
+    for index in indexes:
+        before_each()
+        trial: dict[str, Any] = node_failure(box, training_job(index)["metadata"]["name"])
+        if ready is not None:
+            trial["endpoints_ready"] = ready()
+        trials.append(trial)
+    return {"trials": trials, **{
+        f"{key}_{name}": round(pick([t[key] for t in trials]), 2)
+        for key in ("detection_s", "total_s")
+        for name, pick in (("median", statistics.median), ("max", max))}}
+
+
 def component_rss(box: cluster.Sandbox, component: str) -> float:
     found = subprocess.run(["pgrep", "-f", f"clusters/{box.name}/bin/{component}"],
                            capture_output=True, text=True).stdout.split()
@@ -170,19 +195,19 @@ def measure(domains: int, jobs: int, endpoints: int, replicas: int, window: floa
             wait_until(lambda: all_running(box, jobs, 0, replicas)[0] == jobs, 1800,
                        "every job running", 2.0)
             result["jobs_running_s"] = round(time.monotonic() - started, 1)
-            result["failure_idle"] = node_failure(box, training_job(0)["metadata"]["name"])
+            result["failure_idle"] = failures(box, range(TRIALS), lambda: None)
 
             started = time.monotonic()
             apply_all(box, [endpoint(i, replicas) for i in range(endpoints)])
             result["apply_s"] = round(time.monotonic() - started, 1)
-            time.sleep(window / 6)  # the rollout is in full swing
-            ready = all_running(box, jobs, endpoints, replicas)[1]
-            failed = time.monotonic()
-            result["failure_rollout"] = {
-                **node_failure(box, training_job(1)["metadata"]["name"]),
-                "at_s": round(failed - started, 1),
-                "endpoints_ready_at_failure": ready,
-                "endpoints_ready_at_placement": all_running(box, jobs, endpoints, replicas)[1]}
+            spacing = random.Random(7)  # trials land at different points of a pass
+
+            def between() -> None:
+                time.sleep(spacing.uniform(window / 20, window / 6))
+
+            result["failure_rollout"] = failures(box, range(TRIALS, 2 * TRIALS), between,
+                                                 lambda: all_running(box, jobs, endpoints,
+                                                                     replicas)[1])
             last = 0.0
 
             def done() -> bool:
@@ -245,6 +270,7 @@ def measure(domains: int, jobs: int, endpoints: int, replicas: int, window: floa
 
 
 def table(r: dict[str, Any]) -> str:
+    idle, rollout = r["failure_idle"], r["failure_rollout"]
     rows = [
         ("operator RSS (steady / peak), MiB", f"{r['rss_mb']} / {r['peak_rss_mb']}", "<= 400",
          f"kube-controller-manager {r['kcm_rss_mb']}",
@@ -261,11 +287,14 @@ def table(r: dict[str, Any]) -> str:
          "", "", ""),
         ("apply -> jobs running / endpoints' apply -> all running, s",
          f"{r['jobs_running_s']} / {r['all_running_s']}", "", "", ""),
-        ("a node failure -> quarantined / new placement, s, during the rollout",
-         f"{r['failure_rollout']['detection_s']} / {r['failure_rollout']['total_s']}",
-         "<= 2x idle", f"idle fleet {r['failure_idle']['detection_s']} / "
-         f"{r['failure_idle']['total_s']}",
-         f"{r['failure_rollout']['total_s'] / max(r['failure_idle']['total_s'], 0.01):.1f}x"),
+        (f"a node failure -> new placement, median / worst of {TRIALS}, s, during the "
+         "rollout", f"{rollout['total_s_median']} / {rollout['total_s_max']}", "<= 2x idle",
+         f"jobs only {idle['total_s_median']} / {idle['total_s_max']}",
+         f"{rollout['total_s_median'] / max(idle['total_s_median'], 0.01):.1f}x / "
+         f"{rollout['total_s_max'] / max(idle['total_s_max'], 0.01):.1f}x"),
+        ("of which detection (quarantined), median / worst, s",
+         f"{rollout['detection_s_median']} / {rollout['detection_s_max']}", "",
+         f"jobs only {idle['detection_s_median']} / {idle['detection_s_max']}", ""),
         ("operator RSS after a restart (a minute in / peak), MiB",
          f"{r['restart_rss_mb']} / {r['restart_peak_rss_mb']}", "", "", ""),
         ("restart -> ready / first full pass, s",
@@ -298,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
             (args.domains, args.jobs, args.endpoints, args.replicas), sizes[:4], strict=True))
     if jobs > domains or jobs * 4 * 16 + endpoints * replicas * 2 > domains * 4 * 16:
         parser.error("that many jobs and replicas do not fit the fleet")
+    if jobs < 2 * TRIALS:
+        parser.error(f"at least {2 * TRIALS} jobs: each node failure trial fails another")
     result = measure(domains, jobs, endpoints, replicas, sizes[4])
     print(table(result))
     if args.json:

@@ -28,6 +28,10 @@ RECONCILE_SECONDS = Histogram("goodput_reconcile_pass_seconds",
                               "One pass over every group, TrainingJob and InferenceEndpoint "
                               "(the longest any change waits to be acted on)",
                               buckets=PASS_BUCKETS)
+URGENT_SECONDS = Histogram("goodput_reconcile_urgent_seconds",
+                           "Groups and TrainingJobs decided and applied again while a pass "
+                           "applies the endpoints' writes, for an urgent change",
+                           buckets=PASS_BUCKETS)
 QUARANTINES = Counter("goodput_quarantines_total",
                       "Nodes quarantined, by group, reason and failure class",
                       ["group", "reason", "failure_class"])

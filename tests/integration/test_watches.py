@@ -150,7 +150,7 @@ def test_nodes_are_followed_slim_from_the_initial_list(crds: Cluster, namespace:
     its slim form (what decisions read), from where that list left off."""
     name = f"watched-{namespace}"
     body = {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {"goodput.dev/ultraserver": "us-w"}},
+            "metadata": {"name": name, "labels": {"topology.k8s.aws/ultraserver-id": "us-w"}},
             "spec": {"taints": [{"key": "example.com/test", "effect": "NoSchedule"}]}}
 
     def labels() -> dict[str, str]:
@@ -170,8 +170,8 @@ def test_nodes_are_followed_slim_from_the_initial_list(crds: Cluster, namespace:
             assert held["kind"] == "Node" and held["metadata"]["uid"]
             assert held["spec"]["taints"][0]["key"] == "example.com/test"
             assert "managedFields" not in held["metadata"]
-            crds.kubectl("label", "node", name, "goodput.dev/role=spare")
-            await until(lambda: labels().get("goodput.dev/role") == "spare", "its new label")
+            crds.kubectl("label", "node", name, "example.com/role=spare")
+            await until(lambda: labels().get("example.com/role") == "spare", "its new label")
             crds.kubectl("delete", "node", name, "--wait=false")
             await until(lambda: name not in state.nodes, "its deletion")
         finally:

@@ -173,8 +173,8 @@ def test_a_healed_node_has_recovered_once_the_lifecycle_taints_are_gone(
     assert faults.recovered(node) is expected
 
 
-def _kwokctl_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                     real_nodes: int) -> tuple[dict[str, object], list[dict[str, object]]]:
+def _kwokctl_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real_nodes: int,
+                     simulated: int = 16) -> tuple[dict[str, object], list[dict[str, object]]]:
     """(options, kube-apiserver extra args) of the sandbox's kwokctl configuration."""
     import yaml
 
@@ -185,7 +185,8 @@ def _kwokctl_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(hostnet, "host_ip", lambda: "192.0.2.7")
     binaries = {name: tmp_path / name for name in (
         "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd", "kwok")}
-    config = next(yaml.safe_load_all(cluster.Sandbox("t").kwokctl_config(binaries, real_nodes)))
+    config = next(yaml.safe_load_all(cluster.Sandbox("t").kwokctl_config(
+        binaries, real_nodes, simulated)))
     apiserver = next(p for p in config["componentsPatches"] if p["name"] == "kube-apiserver")
     return config["options"], apiserver["extraArgs"]
 
@@ -198,6 +199,19 @@ def test_with_real_nodes_pods_reach_the_api_server_through_its_service(
     options, args = _kwokctl_options(tmp_path, monkeypatch, real_nodes=0)
     assert "kubeApiserverCertSANs" not in options, "simulated only: loopback, as before"
     assert not any(a["key"] == "bind-address" for a in args)
+
+
+@pytest.mark.parametrize(("real", "simulated", "factor"), [
+    (0, 2_000, None),  # kwokctl's default (5)
+    (0, cluster.HEARTBEAT_NODES, None),
+    (0, 20_000, 20.0),  # as few Lease renewals in all as 5,000 nodes at the default
+    (2, 20_000, 1),  # real kubelets: Kubernetes' own timing, whatever the fleet
+])
+def test_a_large_simulated_fleet_renews_its_leases_more_rarely(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real: int, simulated: int,
+        factor: float | None) -> None:
+    options, _ = _kwokctl_options(tmp_path, monkeypatch, real, simulated)
+    assert options.get("heartbeatFactor") == factor
 
 
 def test_a_system_node_has_no_accelerators_and_says_what_it_is_for() -> None:

@@ -129,6 +129,12 @@ def slim_node(body: Obj) -> Obj:
     }
 
 
+def ending(pod: Obj) -> bool:
+    """A pod that has finished or is being deleted: a worker's end is news to its job."""
+    return bool(pod["metadata"].get("deletionTimestamp")) or \
+        (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
 def with_reservation(pod: Obj) -> Obj:
     """A pinned pod that has not bound yet counts on the node it is pinned to: ours by the
     node we pinned it to, any other by its node selector or required node affinity."""
@@ -151,6 +157,10 @@ class State:
         self.fleets: dict[str, Fleet] = {}
         self.jobs: dict[tuple[str, str], Obj] = {}
         self.wake = asyncio.Event()
+        # a change the groups' and jobs' decisions must see now (a node's health, a job's
+        # worker ending, a job created or deleted): acted on even while a pass is still
+        # applying the endpoints' writes of a rollout (operator.loop)
+        self.urgent = asyncio.Event()
         self.primed = False  # the initial list of every watched kind has landed
         self.pods_version = ""  # the initial pod list's resourceVersion (the pod watch's start)
         self.groups_version = ""  # the same for UltraServerGroups
@@ -282,6 +292,10 @@ class State:
         """Reports of one job are applied one at a time (each writes what it read)."""
         return self._locks.setdefault(job, asyncio.Lock())
 
+    def wake_urgently(self) -> None:
+        self.wake.set()
+        self.urgent.set()
+
     def wake_at(self, when: float | None) -> None:
         """Ask for a pass at WHEN (a grace period or backoff runs out then)."""
         if when is not None and (self.deadline is None or when < self.deadline):
@@ -369,13 +383,13 @@ class State:
                         self._count_claim(claim)  # and DRA claims allocated on it
             else:
                 fleet.remove_node(name)
-        self.wake.set()
+        self.wake_urgently()
 
     def remove_node(self, name: str) -> None:
         self.nodes.pop(name, None)
         for fleet in self.fleets.values():
             fleet.remove_node(name)
-        self.wake.set()
+        self.wake_urgently()
 
     # ---- node leases -----------------------------------------------------------
     def renew_lease(self, node: str, renewed: float) -> None:
@@ -409,7 +423,7 @@ class State:
             else:
                 self.device_taints.pop(each, None)
         if before != self._slice_taints.get(name):
-            self.wake.set()
+            self.wake_urgently()
 
     # ---- DRA claims ----------------------------------------------------------
     def upsert_claim(self, key: str, use: ClaimUse | None) -> None:
@@ -461,7 +475,10 @@ class State:
         if names.JOB_LABEL in labels:
             job = (body["metadata"].get("namespace", "default"), labels[names.JOB_LABEL])
             self.job_pods[job][body["metadata"]["name"]] = body
-            self.wake.set()
+            if ending(body):
+                self.wake_urgently()
+            else:
+                self.wake.set()
         if names.ENDPOINT_LABEL in labels:
             endpoint = (body["metadata"].get("namespace", "default"), labels[names.ENDPOINT_LABEL])
             self.endpoint_pods[endpoint][body["metadata"]["name"]] = body
@@ -492,7 +509,10 @@ class State:
                 index[owner].pop(body["metadata"]["name"], None)
                 if not index[owner]:
                     del index[owner]
-        self.wake.set()
+        if names.JOB_LABEL in labels:
+            self.wake_urgently()
+        else:
+            self.wake.set()
 
     # ---- jobs ----------------------------------------------------------------
     def upsert_job(self, body: Obj) -> None:
@@ -502,7 +522,7 @@ class State:
         if not _older(body, held):
             self.jobs[key] = body
             if not _echo(body, held):
-                self.wake.set()
+                self.wake_urgently()
 
     def job_spec(self, job: Obj) -> TrainingJobSpec:
         """JOB's spec, parsed once per version of the job's spec (a valid one: the job is
@@ -526,7 +546,7 @@ class State:
         self._locks.pop((namespace, name), None)
         for fleet in self.fleets.values():  # reservations of pods that never bound
             fleet.release_owner(trainingjob_owner(namespace, name))
-        self.wake.set()
+        self.wake_urgently()
 
     # ---- inference endpoints ---------------------------------------------------
     def upsert_endpoint(self, body: Obj) -> None:

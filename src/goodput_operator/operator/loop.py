@@ -4,7 +4,12 @@ each kind's plan before the next kind is decided.
 
 A pass runs whenever anything changed, when a timer (grace period, backoff) runs out, and
 every resync_seconds. Bulk work is spread over passes by the write budget, so a node
-failure never waits behind thousands of pod writes.
+failure never waits behind thousands of pod writes; and it does not wait for the pass that
+is writing them either: while the endpoints' writes of a rollout are applied (most of a
+busy pass), an urgent change (State.urgent: a node's health, a worker's end, a job created
+or deleted, evidence from reports) or a timer running out has the groups and jobs decided
+and applied again at once, in the same order, on a fresh snapshot that holds the
+endpoints' reservations (`_lanes`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ log = logging.getLogger("goodput.loop")
 DEBOUNCE_SECONDS = 0.02  # one pass for a burst of events, not one per event
 TRIM_SECONDS = 60.0  # how often freed memory goes back to the OS
 SLOW_PASS_SECONDS = 1.0  # a pass longer than this is logged with where its time went
+TIMER_CHECK_SECONDS = 0.1  # how often a pass busy with endpoints' writes looks at timers
 
 
 async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> None:
@@ -47,20 +53,26 @@ async def one_pass(state: State, kube: Kube) -> None:
     state.deadline = None
     state.write_budget, state.deferred_writes = PASS_WRITE_BUDGET, 0
     state.fits.clear()
+    state.urgent.clear()
     started = time.perf_counter()
     await ultraservergroup.reconcile_groups(state, kube, time.time())
     grouped = time.perf_counter()
     jobs = await trainingjob.reconcile_jobs(state, kube, time.time())
     applied = time.perf_counter()
-    await inferenceendpoint.reconcile_endpoints(state, kube, time.time())
+    endpoints = asyncio.create_task(
+        inferenceendpoint.reconcile_endpoints(state, kube, time.time()))
+    try:
+        lanes = await _lanes(state, kube, endpoints)
+    finally:
+        endpoints.cancel()  # done already, unless the loop itself is being stopped
     ended = time.perf_counter()
     metrics.RECONCILE_SECONDS.observe(ended - started)
     state.last_pass = time.time()
     if ended - started > SLOW_PASS_SECONDS:
         log.info("slow pass %.2fs: groups %.2fs, %d jobs %.2fs, %d endpoints %.2fs "
-                 "(%d pod writes left for the next pass)", ended - started,
-                 grouped - started, jobs, applied - grouped, len(state.endpoints),
-                 ended - applied, state.deferred_writes)
+                 "(%d pod writes left for the next pass; groups and jobs again %d time(s) "
+                 "meanwhile)", ended - started, grouped - started, jobs, applied - grouped,
+                 len(state.endpoints), ended - applied, state.deferred_writes, lanes)
     phases = {phase: 0 for phase in PHASES}
     for job in state.jobs.values():
         phase = (job.get("status") or {}).get("phase")
@@ -70,3 +82,35 @@ async def one_pass(state: State, kube: Kube) -> None:
         metrics.JOBS.labels(phase).set(count)
     for group, fleet in state.fleets.items():
         metrics.ACCELERATORS.labels(group).set(sum(n.used for n in fleet.nodes.values()))
+
+
+async def _lanes(state: State, kube: Kube, endpoints: asyncio.Task[None]) -> int:
+    """While ENDPOINTS (the pass's endpoint stage) runs: each time something urgent
+    arrives or a timer runs out, decide and apply the groups and then the jobs again (a
+    failed node is quarantined and its job placed anew without waiting for the endpoints'
+    writes). The endpoints' reservations are already in the state, so the jobs see what
+    is left; the endpoints see the jobs' new placements in the next pass, as they would
+    have. Returns how many times the groups and jobs ran."""
+    lanes, handled = 0, None  # the timer a lane ran for: it stays for the next pass
+    while not endpoints.done():
+        urgent = asyncio.ensure_future(state.urgent.wait())
+        done, _ = await asyncio.wait({endpoints, urgent}, timeout=TIMER_CHECK_SECONDS,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        urgent.cancel()
+        if endpoints in done:
+            break
+        if urgent not in done:  # a timer set meanwhile (any decision may set one)
+            due = state.deadline
+            if due is None or due > time.time() or due == handled:
+                continue
+            handled = due  # an endpoint's timer, too, is still the next pass's
+        state.urgent.clear()
+        await asyncio.sleep(DEBOUNCE_SECONDS)
+        state.fits.clear()  # a node's taints may have changed who fits where
+        started = time.perf_counter()
+        await ultraservergroup.reconcile_groups(state, kube, time.time())
+        await trainingjob.reconcile_jobs(state, kube, time.time())
+        metrics.URGENT_SECONDS.observe(time.perf_counter() - started)
+        lanes += 1
+    await endpoints  # its errors, as before
+    return lanes

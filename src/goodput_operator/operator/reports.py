@@ -266,7 +266,7 @@ class ReportServer:
                                 strict_checkpoints(spec))
         await self._write(job, {"sdc": observed, "checkpoint": checkpoint})
         if fired or divergent:  # evidence the pass acts on (a step that agreed is not)
-            self.state.wake.set()
+            self.state.wake_urgently()
         if fired:
             log.warning("%s/%s: guard: %s", meta["namespace"], meta["name"], fired)
             await asyncio.to_thread(self.kube.event, job, "StepGuard", fired, "Warning")
@@ -297,7 +297,7 @@ class ReportServer:
         if {s.node for s in found} == before:
             return
         self.state.stragglers[key] = found
-        self.state.wake.set()
+        self.state.wake_urgently()
         for slow in (s for s in found if s.node not in before):
             log.warning("%s/%s: straggler: %s", meta["namespace"], meta["name"], slow.evidence)
             metrics.STRAGGLERS.labels(meta["namespace"], meta["name"]).inc()
@@ -328,7 +328,7 @@ class ReportServer:
             metrics.SDC_SUSPICIONS.labels(meta["namespace"], meta["name"]).inc()
             log.warning("%s/%s: SDC suspected: %s", meta["namespace"], meta["name"], evidence)
             await asyncio.to_thread(self.kube.event, job, "SdcSuspected", evidence, "Warning")
-        self.state.wake.set()
+        self.state.wake_urgently()
 
     async def _probe(self, pod: Obj, report: ProbeReport) -> Obj:
         """A probe pod's verdict on its own node: a bad device quarantines the node; clean
@@ -379,7 +379,7 @@ class ReportServer:
                                               failure_class="accelerator")
             metrics.PROBES.labels("bad").inc()
             log.warning("probe of %s failed: %s", node, evidence)
-        self.state.wake.set()
+        self.state.wake_urgently()
         return {"accepted": True, "cleanProbes": self.state.clean_probes[node]}
 
     def _ledger(self, job: Obj, spec: TrainingJobSpec) -> sdc.Ledger:

@@ -51,6 +51,7 @@ OWN_STAGES = Path(__file__).parent / "stages"  # ours, e.g. pods that succeed on
 SERVICE_RANGE = "10.96.0.0/16"
 NODE_MONITOR_PERIOD_MS = 5_000
 NODE_MONITOR_GRACE_MS = 50_000
+HEARTBEAT_NODES = 5_000  # above this many simulated nodes, heartbeats slow down
 AUDIT_POLICY = Path(__file__).parent / "audit-policy.yaml"
 Progress = Callable[[str], None]
 
@@ -149,7 +150,8 @@ class Sandbox:
         """What service accounts did (AUDIT_POLICY), one JSON event per line."""
         return build.cache_root() / "kwok" / "clusters" / self.name / "logs" / "audit.log"
 
-    def kwokctl_config(self, binaries: dict[str, Path], real_nodes: int = 0) -> str:
+    def kwokctl_config(self, binaries: dict[str, Path], real_nodes: int = 0,
+                       simulated_nodes: int = 0) -> str:
         """The KwokctlConfiguration plus the stage documents, as one YAML stream."""
         kube_dir = binaries["kube-apiserver"].parent
         options = {
@@ -187,6 +189,11 @@ class Sandbox:
                             NODE_MONITOR_PERIOD_MS,
                         "kubeControllerManagerNodeMonitorGracePeriodMilliseconds":
                             NODE_MONITOR_GRACE_MS}
+        elif simulated_nodes > HEARTBEAT_NODES:
+            # a larger simulated fleet renews its Leases as rarely as HEARTBEAT_NODES nodes
+            # at kwokctl's factor 5 would in all (400 renewals/s at 20,000 nodes would take
+            # a core of this machine); the controller-manager's grace scales with them
+            options["heartbeatFactor"] = 5.0 * simulated_nodes / HEARTBEAT_NODES
         apiserver_args: list[dict[str, object]] = [
             # the default service range is a /24: 254 ClusterIPs, too few for a fleet
             # serving hundreds of InferenceEndpoints
@@ -270,7 +277,8 @@ def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,
         sandbox.kwokctl("delete", "cluster", "--name", sandbox.name, check=False)
     sandbox.home.mkdir(parents=True, exist_ok=True)
     config_path = sandbox.home / "kwokctl.yaml"
-    config_path.write_text(sandbox.kwokctl_config(binaries, real_nodes_wanted))
+    config_path.write_text(sandbox.kwokctl_config(binaries, real_nodes_wanted,
+                                                  chosen.node_count - real_nodes))
     sandbox.kubeconfig.unlink(missing_ok=True)
     progress(f"Starting control plane {sandbox.name!r} (Kubernetes {KUBERNETES}, etcd {ETCD}, "
              f"kwok {KWOK}) on 127.0.0.1...")

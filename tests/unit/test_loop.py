@@ -1,0 +1,108 @@
+"""The loop's lanes: while a pass applies the endpoints' writes, an urgent change or a
+timer running out has the groups and jobs decided and applied again at once; nothing
+else does. And which changes are urgent."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from goodput_operator import names
+from goodput_operator.controllers.state import State
+from goodput_operator.operator import loop
+
+pytestmark = pytest.mark.unit
+
+
+def run_lanes(monkeypatch: pytest.MonkeyPatch, during: Any, endpoint_seconds: float = 0.3
+              ) -> tuple[int, list[str]]:
+    """Run `loop._lanes` beside an endpoint stage of ENDPOINT_SECONDS; DURING(state) acts
+    0.05 s into it. Returns the lanes counted and the stages that ran, in order."""
+    ran: list[str] = []
+
+    async def groups(state: State, kube: Any, now: float) -> None:
+        ran.append("groups")
+
+    async def jobs(state: State, kube: Any, now: float) -> int:
+        ran.append("jobs")
+        return 0
+
+    monkeypatch.setattr(loop.ultraservergroup, "reconcile_groups", groups)
+    monkeypatch.setattr(loop.trainingjob, "reconcile_jobs", jobs)
+
+    async def scenario() -> int:
+        state = State()
+
+        async def endpoints() -> None:
+            await asyncio.sleep(0.05)
+            during(state)
+            await asyncio.sleep(endpoint_seconds)
+            ran.append("endpoints done")
+
+        return await loop._lanes(state, None, asyncio.create_task(endpoints()))  # type: ignore[arg-type]
+
+    return asyncio.run(scenario()), ran
+
+
+@pytest.mark.parametrize(("what", "during", "lanes"), [
+    ("nothing happens", lambda s: None, 0),
+    ("a plain wake (an endpoint pod became ready)", lambda s: s.wake.set(), 0),
+    ("an urgent change", lambda s: s.wake_urgently(), 1),
+    ("a timer that runs out", lambda s: s.wake_at(time.time() + 0.05), 1),
+    ("a timer that runs out after the stage", lambda s: s.wake_at(time.time() + 60), 0),
+])
+def test_groups_and_jobs_run_again_only_for_what_cannot_wait(
+        monkeypatch: pytest.MonkeyPatch, what: str, during: Any, lanes: int) -> None:
+    counted, ran = run_lanes(monkeypatch, during)
+    assert counted == lanes, what
+    assert ran == ["groups", "jobs"] * lanes + ["endpoints done"], what
+
+
+def test_a_burst_of_urgent_changes_during_one_lane_is_one_more_lane(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def burst(state: State) -> None:
+        for _ in range(50):
+            state.wake_urgently()
+
+    counted, _ = run_lanes(monkeypatch, burst)
+    assert counted == 1
+
+
+def node(name: str, **extra: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"zone": "a"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True",
+                                       "lastHeartbeatTime": extra.get("beat", "t0")}]},
+            "spec": {"taints": extra.get("taints", [])}}
+
+
+def pod(name: str, label: str, phase: str = "Running") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "labels": {label: "owner"},
+                         "resourceVersion": "1"},
+            "spec": {"containers": []}, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize(("what", "change", "urgent"), [
+    ("a node's taint", lambda s: s.upsert_node(node("n", taints=[
+        {"key": "k", "effect": "NoSchedule"}])), True),
+    ("a node's heartbeat", lambda s: s.upsert_node(node("n", beat="t1")), False),
+    ("a node leaving", lambda s: s.remove_node("n"), True),
+    ("a worker running", lambda s: s.upsert_pod(pod("w", names.JOB_LABEL)), False),
+    ("a worker failing", lambda s: s.upsert_pod(pod("w", names.JOB_LABEL, "Failed")), True),
+    ("a worker deleted", lambda s: (s.upsert_pod(pod("w", names.JOB_LABEL)), s.urgent.clear(),
+                                    s.remove_pod(pod("w", names.JOB_LABEL))), True),
+    ("an endpoint's pod failing", lambda s: s.upsert_pod(pod("r", names.ENDPOINT_LABEL,
+                                                             "Failed")), False),
+    ("a new job", lambda s: s.upsert_job({"metadata": {"name": "j", "namespace": "ns",
+                                                       "resourceVersion": "3"}}), True),
+    ("a job deleted", lambda s: s.remove_job("ns", "j"), True),
+])
+def test_which_changes_are_urgent(what: str, change: Any, urgent: bool) -> None:
+    state = State()
+    state.upsert_node(node("n"))
+    state.wake.clear()
+    state.urgent.clear()
+    change(state)
+    assert state.urgent.is_set() == urgent, what
