@@ -1,4 +1,5 @@
-"""The scale benchmark's arithmetic: quantiles from a Prometheus histogram."""
+"""The scale benchmark's arithmetic: quantiles from a Prometheus histogram, and the node
+failure trials' summary."""
 
 from __future__ import annotations
 
@@ -35,3 +36,24 @@ def test_buckets_of_a_labelled_histogram_are_summed_over_its_labels() -> None:
                'goodput_reconcile_seconds_bucket{kind="InferenceEndpoint",le="1.0"}': 3.0,
                'goodput_reconcile_pass_seconds_bucket{le="1.0"}': 99.0}
     assert pass_buckets(samples, "goodput_reconcile_seconds") == {1.0: 5.0}
+
+
+def test_failure_trials_fail_one_job_each_and_summarize_median_and_worst(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import bench.scale as scale
+
+    failed: list[str] = []
+    figures = iter([(0.2, 0.3), (0.4, 5.0), (0.3, 0.5)])
+
+    def node_failure(box: object, job: str) -> dict[str, float]:
+        failed.append(job)
+        detection, total = next(figures)
+        return {"detection_s": detection, "placement_s": total - detection, "total_s": total}
+
+    monkeypatch.setattr(scale, "node_failure", node_failure)
+    ready = iter([10, 20, 30])
+    found = scale.failures(None, range(2, 5), lambda: None, lambda: next(ready))  # type: ignore[arg-type]
+    assert failed == ["tj-0002", "tj-0003", "tj-0004"]
+    assert [t["endpoints_ready"] for t in found["trials"]] == [10, 20, 30]
+    assert (found["total_s_median"], found["total_s_max"]) == (0.5, 5.0)
+    assert (found["detection_s_median"], found["detection_s_max"]) == (0.3, 0.4)
