@@ -5,6 +5,7 @@ else does. And which changes are urgent."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -24,6 +25,7 @@ def run_lanes(monkeypatch: pytest.MonkeyPatch, during: Any, endpoint_seconds: fl
     ran: list[str] = []
 
     async def groups(state: State, kube: Any, now: float) -> None:
+        assert not state.bulk_open.is_set(), "the endpoints' pod writes wait meanwhile"
         ran.append("groups")
 
     async def jobs(state: State, kube: Any, now: float) -> int:
@@ -106,3 +108,35 @@ def test_which_changes_are_urgent(what: str, change: Any, urgent: bool) -> None:
     state.urgent.clear()
     change(state)
     assert state.urgent.is_set() == urgent, what
+
+
+def test_the_endpoints_bulk_writes_are_bounded_and_wait_while_a_lane_runs() -> None:
+    """At most BULK_WRITES in flight (the API threads never all queue behind a rollout);
+    none starts while the gate is shut, and all go once it opens again."""
+    from goodput_operator.controllers.state import BULK_WRITES
+
+    in_flight, most, started = 0, 0, []
+    lock = threading.Lock()
+
+    def write(index: int) -> int:
+        nonlocal in_flight, most
+        with lock:
+            in_flight += 1
+            most = max(most, in_flight)
+            started.append(index)
+        time.sleep(0.01)
+        with lock:
+            in_flight -= 1
+        return index
+
+    async def scenario() -> list[int]:
+        state = State()
+        state.bulk_open.clear()
+        writes = asyncio.gather(*(state.bulk(write, i) for i in range(3 * BULK_WRITES)))
+        await asyncio.sleep(0.1)
+        assert started == [], "nothing starts while the gate is shut"
+        state.bulk_open.set()
+        return list(await writes)
+
+    assert asyncio.run(scenario()) == list(range(3 * BULK_WRITES))
+    assert 1 < most <= BULK_WRITES

@@ -73,14 +73,14 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
                 "ServiceCreateFailed", f"cannot create the endpoint's Service: {reason}",
                 meta.get("generation"), stamp(time.time()))
             decided.events.append(Event("Warning", "ServiceCreateFailed", reason))
-    pins = [asyncio.to_thread(kube.patch_pod, meta["namespace"], pod["metadata"]["name"],
-                              pin(pod, node, domain)) for pod, node, domain in decided.pin]
+    pins = [state.bulk(kube.patch_pod, meta["namespace"], pod["metadata"]["name"],
+                       pin(pod, node, domain)) for pod, node, domain in decided.pin]
     for pinned in await asyncio.gather(*pins):  # pinned pods first: they are placed
         state.upsert_pod(pinned)
     refused: list[str] = []
 
     async def create(body: Obj) -> None:
-        created = await unless_refused(asyncio.to_thread(kube.create, body), body, refused)
+        created = await unless_refused(state.bulk(kube.create, body), body, refused)
         if created is not None and body["kind"] == "Pod":
             state.upsert_pod(created)
 
@@ -100,7 +100,7 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
             decided.desired.get("conditions") or [], "Ready", False, "PodCreateRefused",
             f"the API server refused the replicas' pods: {refused[0]}",
             meta.get("generation"), stamp(time.time()))
-    await asyncio.gather(*(asyncio.to_thread(kube.delete_pod, meta["namespace"], name)
+    await asyncio.gather(*(state.bulk(kube.delete_pod, meta["namespace"], name)
                            for name in decided.delete))
     await write_status(kube, PLURAL, ie, decided.status, decided.desired, decided.events)
 

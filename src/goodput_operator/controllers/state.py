@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict, deque
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from goodput_operator import metrics, names
 from goodput_operator.api.trainingjob import TrainingJobSpec
@@ -85,6 +85,8 @@ def _echo(incoming: Obj, held: Obj | None) -> bool:
         (held.get("metadata") or {}).get("resourceVersion") == version
 
 
+T = TypeVar("T")
+BULK_WRITES = 16  # endpoints' pod writes in flight at once (of API_CONNECTIONS threads)
 PASS_WRITE_BUDGET = 256  # label and pod writes per pass: a second or two of API work
 
 
@@ -161,6 +163,11 @@ class State:
         # worker ending, a job created or deleted): acted on even while a pass is still
         # applying the endpoints' writes of a rollout (operator.loop)
         self.urgent = asyncio.Event()
+        # the endpoints' bulk writes: BULK_WRITES at once, and none started while groups
+        # and jobs are applied again for an urgent change (`bulk`)
+        self.bulk_open = asyncio.Event()
+        self.bulk_open.set()
+        self._bulk_writes = asyncio.Semaphore(BULK_WRITES)
         self.primed = False  # the initial list of every watched kind has landed
         self.pods_version = ""  # the initial pod list's resourceVersion (the pod watch's start)
         self.groups_version = ""  # the same for UltraServerGroups
@@ -295,6 +302,14 @@ class State:
     def wake_urgently(self) -> None:
         self.wake.set()
         self.urgent.set()
+
+    async def bulk(self, call: Callable[..., T], *args: Any) -> T:
+        """CALL(*ARGS) in a thread, as one of the endpoints' bulk writes: at most
+        BULK_WRITES at once, so the API threads never all queue behind a rollout, and none
+        starts while `bulk_open` is clear (urgent work is being applied)."""
+        async with self._bulk_writes:
+            await self.bulk_open.wait()
+            return await asyncio.to_thread(call, *args)
 
     def wake_at(self, when: float | None) -> None:
         """Ask for a pass at WHEN (a grace period or backoff runs out then)."""

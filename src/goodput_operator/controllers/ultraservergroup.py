@@ -65,6 +65,7 @@ async def apply_group(state: State, kube: Kube, decision: GroupDecision, now: fl
     if decision.sweep_mark is not None:
         state.last_sweep[name] = decision.sweep_mark
     events = list(decision.events)
+    on_nodes: list[tuple[Obj, Event]] = []
     for quarantine in decision.quarantine:
         patched = await _patch_node(kube, quarantine.node, quarantine.patch)
         if patched is None:
@@ -72,8 +73,7 @@ async def apply_group(state: State, kube: Kube, decision: GroupDecision, now: fl
         state.upsert_node(patched)
         state.blamed.pop(quarantine.node, None)
         log.warning("%s (group %s)", quarantine.message, name)
-        await asyncio.to_thread(kube.event, patched, "Quarantined", quarantine.message,
-                                "Warning")
+        on_nodes.append((patched, Event("Warning", "Quarantined", quarantine.message)))
         events.append(Event("Warning", "NodeQuarantined", quarantine.message))
         metrics.QUARANTINES.labels(name, quarantine.finding.reason,
                                    quarantine.finding.failure_class).inc()
@@ -84,7 +84,7 @@ async def apply_group(state: State, kube: Kube, decision: GroupDecision, now: fl
         state.upsert_node(patched)
         state.clean_probes.pop(release.node, None)
         log.info("%s (group %s)", release.message, name)
-        await asyncio.to_thread(kube.event, patched, "Released", release.message)
+        on_nodes.append((patched, Event("Normal", "Released", release.message)))
         events.append(Event("Normal", "NodeReleased", release.message))
     await _label_nodes(state, kube, decision.labels)
     sweep = [p for p in decision.probes if p.trigger == "schedule"]
@@ -100,8 +100,22 @@ async def apply_group(state: State, kube: Kube, decision: GroupDecision, now: fl
         await patch_status(kube, PLURAL, None, name, decision.desired)
         body["status"] = {**(body.get("status") or {}), **decision.desired}
         state.group_written[name] = now
-    for type_, reason, message in events:
-        await asyncio.to_thread(kube.event, body, reason, message, type_)
+    post_events(kube, [*on_nodes, *((body, event) for event in events)])
+
+
+_posting: set[asyncio.Future[Any]] = set()  # events on their way (a task must be held)
+
+
+def post_events(kube: Kube, events: list[tuple[Obj, Event]]) -> None:
+    """Post EVENTS in the background, all at once: they are best effort, and a quarantine's
+    job must not wait for them (the lane that re-places it follows this group's apply)."""
+    if not events:
+        return
+    task = asyncio.ensure_future(asyncio.gather(*(
+        asyncio.to_thread(kube.event, obj, event.reason, event.message, event.type)
+        for obj, event in events)))
+    _posting.add(task)
+    task.add_done_callback(_posting.discard)
 
 
 async def start_probe(state: State, kube: Kube, probe: ProbeStart) -> None:

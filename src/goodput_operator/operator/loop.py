@@ -88,9 +88,10 @@ async def _lanes(state: State, kube: Kube, endpoints: asyncio.Task[None]) -> int
     """While ENDPOINTS (the pass's endpoint stage) runs: each time something urgent
     arrives or a timer runs out, decide and apply the groups and then the jobs again (a
     failed node is quarantined and its job placed anew without waiting for the endpoints'
-    writes). The endpoints' reservations are already in the state, so the jobs see what
-    is left; the endpoints see the jobs' new placements in the next pass, as they would
-    have. Returns how many times the groups and jobs ran."""
+    writes, which start no new pod write meanwhile). The endpoints' reservations are
+    already in the state, so the jobs see what is left; the endpoints see the jobs' new
+    placements in the next pass, as they would have. Returns how many times the groups
+    and jobs ran."""
     lanes, handled = 0, None  # the timer a lane ran for: it stays for the next pass
     while not endpoints.done():
         urgent = asyncio.ensure_future(state.urgent.wait())
@@ -108,8 +109,12 @@ async def _lanes(state: State, kube: Kube, endpoints: asyncio.Task[None]) -> int
         await asyncio.sleep(DEBOUNCE_SECONDS)
         state.fits.clear()  # a node's taints may have changed who fits where
         started = time.perf_counter()
-        await ultraservergroup.reconcile_groups(state, kube, time.time())
-        await trainingjob.reconcile_jobs(state, kube, time.time())
+        state.bulk_open.clear()  # the endpoints' writes wait: the API is this lane's first
+        try:
+            await ultraservergroup.reconcile_groups(state, kube, time.time())
+            await trainingjob.reconcile_jobs(state, kube, time.time())
+        finally:
+            state.bulk_open.set()
         metrics.URGENT_SECONDS.observe(time.perf_counter() - started)
         lanes += 1
     await endpoints  # its errors, as before
