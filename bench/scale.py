@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 import subprocess
@@ -133,7 +134,10 @@ def node_failure(box: cluster.Sandbox, job: str) -> dict[str, float]:
     """Fail the node of JOB's rank 1 with a health agent's signal (counted at once: no
     NotReady grace period) and time from outside, polling every 50 ms, the quarantine
     (detection) and the job's new placement for its next restart (on a whole free
-    UltraServer: the job fills its own)."""
+    UltraServer: the job fills its own). RECORDED: the same span as the job's incident
+    record says it (the failure's time on the node's condition to the operator's new
+    placement; one clock, this host's), free of the API server's latency under load,
+    which the polls from outside also pay."""
     watched = Bench(box, job, workers=4, namespace=NAMESPACE)
     ranks = {r["rank"]: r["node"] for r in ranks_of(watched.job()["status"]["placement"])}
     t0 = time.monotonic()
@@ -145,9 +149,12 @@ def node_failure(box: cluster.Sandbox, job: str) -> dict[str, float]:
             raise RuntimeError(f"{job}: no new placement 300 s after its node failed ({marks})")
         watched.observe(ranks[1], 1, marks, now)
         time.sleep(POLL)
+    incident = (watched.job()["status"].get("incidents") or [{}])[-1]
     return {"detection_s": round(marks["detected"] - t0, 2),
             "placement_s": round(marks["replaced"] - marks["detected"], 2),
-            "total_s": round(marks["replaced"] - t0, 2)}
+            "total_s": round(marks["replaced"] - t0, 2),
+            "recorded_s": round(float(incident.get("detectionSeconds") or math.nan)
+                                + float(incident.get("replacementSeconds") or math.nan), 2)}
 
 
 def failures(box: cluster.Sandbox, indexes: range, before_each: Any,
@@ -164,7 +171,7 @@ def failures(box: cluster.Sandbox, indexes: range, before_each: Any,
         trials.append(trial)
     return {"trials": trials, **{
         f"{key}_{name}": round(pick([t[key] for t in trials]), 2)
-        for key in ("detection_s", "total_s")
+        for key in ("detection_s", "total_s", "recorded_s")
         for name, pick in (("median", statistics.median), ("max", max))}}
 
 
@@ -292,6 +299,11 @@ def table(r: dict[str, Any]) -> str:
          f"jobs only {idle['total_s_median']} / {idle['total_s_max']}",
          f"{rollout['total_s_median'] / max(idle['total_s_median'], 0.01):.1f}x / "
          f"{rollout['total_s_max'] / max(idle['total_s_max'], 0.01):.1f}x"),
+        ("the same as the job's incident record says, median / worst, s",
+         f"{rollout['recorded_s_median']} / {rollout['recorded_s_max']}", "<= 2x idle",
+         f"jobs only {idle['recorded_s_median']} / {idle['recorded_s_max']}",
+         f"{rollout['recorded_s_median'] / max(idle['recorded_s_median'], 0.01):.1f}x / "
+         f"{rollout['recorded_s_max'] / max(idle['recorded_s_max'], 0.01):.1f}x"),
         ("of which detection (quarantined), median / worst, s",
          f"{rollout['detection_s_median']} / {rollout['detection_s_max']}", "",
          f"jobs only {idle['detection_s_median']} / {idle['detection_s_max']}", ""),
