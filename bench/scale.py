@@ -153,8 +153,15 @@ def node_failure(box: cluster.Sandbox, job: str) -> dict[str, float]:
     return {"detection_s": round(marks["detected"] - t0, 2),
             "placement_s": round(marks["replaced"] - marks["detected"], 2),
             "total_s": round(marks["replaced"] - t0, 2),
-            "recorded_s": round(float(incident.get("detectionSeconds") or math.nan)
-                                + float(incident.get("replacementSeconds") or math.nan), 2)}
+            "recorded_s": round(recorded(incident), 2)}
+
+
+def recorded(incident: dict[str, Any]) -> float:
+    """Detection plus replacement as an incident record says them (NaN when it lacks
+    either; 0 is a figure: a spare decided in the pass that quarantined)."""
+    spans = [incident.get(key) for key in ("detectionSeconds", "replacementSeconds")]
+    return math.fsum(float(span) for span in spans if span is not None) \
+        if None not in spans else math.nan
 
 
 def failures(box: cluster.Sandbox, indexes: range, before_each: Any,

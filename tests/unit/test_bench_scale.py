@@ -58,3 +58,16 @@ def test_failure_trials_fail_one_job_each_and_summarize_median_and_worst(
     assert [t["endpoints_ready"] for t in found["trials"]] == [10, 20, 30]
     assert (found["total_s_median"], found["total_s_max"]) == (0.5, 5.0)
     assert (found["detection_s_median"], found["detection_s_max"]) == (0.3, 0.4)
+
+
+@pytest.mark.parametrize(("incident", "expected"), [
+    ({"detectionSeconds": 0.4, "replacementSeconds": 0}, 0.4),
+    ({"detectionSeconds": 0.4, "replacementSeconds": 0.25}, 0.65),
+    ({"detectionSeconds": 0.4}, math.nan),
+    ({}, math.nan),
+])
+def test_an_incident_s_recorded_span_counts_a_zero_replacement(
+        incident: dict[str, float], expected: float) -> None:
+    from bench.scale import recorded
+
+    assert recorded(incident) == pytest.approx(expected, nan_ok=True)
