@@ -1,6 +1,7 @@
 """The loop's lanes: while a pass applies the endpoints' writes, an urgent change or a
 timer running out has the groups and jobs decided and applied again at once; nothing
-else does. And which changes are urgent."""
+else does. Which changes are urgent, and what keeps a lane's API calls short (the
+endpoints' pod writes bounded and paused, a group's events off its path)."""
 
 from __future__ import annotations
 
@@ -140,3 +141,30 @@ def test_the_endpoints_bulk_writes_are_bounded_and_wait_while_a_lane_runs() -> N
 
     assert asyncio.run(scenario()) == list(range(3 * BULK_WRITES))
     assert 1 < most <= BULK_WRITES
+
+
+def test_a_group_s_events_are_posted_in_the_background_and_a_failure_is_only_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from goodput_operator.controllers.ultraservergroup import _posting, post_events
+    from goodput_operator.decide import Event
+
+    posted: list[str] = []
+
+    class Api:
+        def event(self, obj: Any, reason: str, message: str, type_: str) -> None:
+            if reason == "Broken":
+                raise RuntimeError("connection reset")
+            posted.append(f"{obj['metadata']['name']}: {reason}")
+
+    async def scenario() -> None:
+        node, group = {"metadata": {"name": "n1"}}, {"metadata": {"name": "g"}}
+        post_events(Api(), [(node, Event("Warning", "Quarantined", "m")),  # type: ignore[arg-type]
+                            (group, Event("Warning", "NodeQuarantined", "m"))])
+        post_events(Api(), [(group, Event("Normal", "Broken", "m"))])  # type: ignore[arg-type]
+        assert len(_posting) == 2, "on their way; the caller did not wait"
+        while _posting:
+            await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert sorted(posted) == ["g: NodeQuarantined", "n1: Quarantined"]
+    assert "could not post events: connection reset" in caplog.text

@@ -115,7 +115,13 @@ def post_events(kube: Kube, events: list[tuple[Obj, Event]]) -> None:
         asyncio.to_thread(kube.event, obj, event.reason, event.message, event.type)
         for obj, event in events)))
     _posting.add(task)
-    task.add_done_callback(_posting.discard)
+    task.add_done_callback(_posted)
+
+
+def _posted(task: asyncio.Future[Any]) -> None:
+    _posting.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not post events: %s", task.exception())
 
 
 async def start_probe(state: State, kube: Kube, probe: ProbeStart) -> None:
