@@ -24,6 +24,7 @@ from goodput_operator.health.quarantine import Finding, Renewal
 from goodput_operator.health.sdc import Ledger
 from goodput_operator.health.signals import DeviceTaint
 from goodput_operator.health.straggler import Pace, Straggler
+from goodput_operator.resources.pods import FINISHED
 from goodput_operator.topology.constraints import pinned_node
 from goodput_operator.topology.model import (
     ClaimUse,
@@ -134,7 +135,7 @@ def slim_node(body: Obj) -> Obj:
 def ending(pod: Obj) -> bool:
     """A pod that has finished or is being deleted: a worker's end is news to its job."""
     return bool(pod["metadata"].get("deletionTimestamp")) or \
-        (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        (pod.get("status") or {}).get("phase") in FINISHED
 
 
 def with_reservation(pod: Obj) -> Obj:
