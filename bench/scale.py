@@ -283,6 +283,18 @@ def measure(domains: int, jobs: int, endpoints: int, replicas: int, window: floa
     return result
 
 
+def versus(rollout: dict[str, Any], idle: dict[str, Any], key: str, target: str
+           ) -> tuple[str, str, str, str]:
+    """A failure figure's table cells: the rollout's median / worst, the target, the
+    jobs-only fleet's, and their ratios (none without a target)."""
+    def pair(figures: dict[str, Any]) -> str:
+        return f"{figures[f'{key}_median']} / {figures[f'{key}_max']}"
+
+    ratios = " / ".join(f"{rollout[f'{key}_{end}'] / max(idle[f'{key}_{end}'], 0.01):.1f}x"
+                        for end in ("median", "max"))
+    return pair(rollout), target, f"jobs only {pair(idle)}", ratios if target else ""
+
+
 def table(r: dict[str, Any]) -> str:
     idle, rollout = r["failure_idle"], r["failure_rollout"]
     rows = [
@@ -302,18 +314,11 @@ def table(r: dict[str, Any]) -> str:
         ("apply -> jobs running / endpoints' apply -> all running, s",
          f"{r['jobs_running_s']} / {r['all_running_s']}", "", "", ""),
         (f"a node failure -> new placement, median / worst of {TRIALS}, s, during the "
-         "rollout", f"{rollout['total_s_median']} / {rollout['total_s_max']}", "<= 2x idle",
-         f"jobs only {idle['total_s_median']} / {idle['total_s_max']}",
-         f"{rollout['total_s_median'] / max(idle['total_s_median'], 0.01):.1f}x / "
-         f"{rollout['total_s_max'] / max(idle['total_s_max'], 0.01):.1f}x"),
+         "rollout", *versus(rollout, idle, "total_s", "<= 2x idle")),
         ("the same as the job's incident record says, median / worst, s",
-         f"{rollout['recorded_s_median']} / {rollout['recorded_s_max']}", "<= 2x idle",
-         f"jobs only {idle['recorded_s_median']} / {idle['recorded_s_max']}",
-         f"{rollout['recorded_s_median'] / max(idle['recorded_s_median'], 0.01):.1f}x / "
-         f"{rollout['recorded_s_max'] / max(idle['recorded_s_max'], 0.01):.1f}x"),
+         *versus(rollout, idle, "recorded_s", "<= 2x idle")),
         ("of which detection (quarantined), median / worst, s",
-         f"{rollout['detection_s_median']} / {rollout['detection_s_max']}", "",
-         f"jobs only {idle['detection_s_median']} / {idle['detection_s_max']}", ""),
+         *versus(rollout, idle, "detection_s", "")),
         ("operator RSS after a restart (a minute in / peak), MiB",
          f"{r['restart_rss_mb']} / {r['restart_peak_rss_mb']}", "", "", ""),
         ("restart -> ready / first full pass, s",
