@@ -242,6 +242,14 @@ def test_node_events_reach_the_state_and_a_heartbeat_wakes_no_pass() -> None:
         loop.close()
 
 
+def expire_from_5(watch: Watch, api: Expiring, loop: asyncio.AbstractEventLoop) -> None:
+    """Run WATCH on API from resourceVersion 5 until API stops it (after the relist)."""
+    api.watch_of = watch
+    watch.start("5")
+    assert watch._thread is not None
+    loop.run_until_complete(loop.run_in_executor(None, watch._thread.join, 10))
+
+
 def test_an_expired_place_lists_again_and_the_state_holds_exactly_what_is_there_now(
         ) -> None:
     """410 Gone: the watch lists again, the state drops what went while it was away,
@@ -252,12 +260,8 @@ def test_an_expired_place_lists_again_and_the_state_holds_exactly_what_is_there_
     state.upsert_pod(pod("went-away", "3", devices=1))
     state.upsert_pod(pod("changed", "4", devices=1))
     api = Expiring([pod("changed", "40", devices=2), pod("new", "45", devices=1)])
-    watch = PodWatch(state, api, loop)  # type: ignore[arg-type]
-    api.watch_of = watch
     try:
-        watch.start("5")
-        assert watch._thread is not None
-        loop.run_until_complete(loop.run_in_executor(None, watch._thread.join, 10))
+        expire_from_5(PodWatch(state, api, loop), api, loop)  # type: ignore[arg-type]
         assert api.watched == ["5", "50"], "from the expired place, then the list's"
         assert sorted(state.pods) == ["ns/changed", "ns/new"]
         assert state.pods["ns/changed"]["metadata"]["resourceVersion"] == "40"
@@ -271,12 +275,8 @@ def test_an_expired_node_watch_lists_again_and_drops_the_nodes_that_left() -> No
     for name in ("left", "stays"):
         state.upsert_node(node(name, "3"))
     api = Expiring([node("stays", "41", role="spare"), node("joined", "42")])
-    watch = NodeWatch(state, api, loop)  # type: ignore[arg-type]
-    api.watch_of = watch
     try:
-        watch.start("5")
-        assert watch._thread is not None
-        loop.run_until_complete(loop.run_in_executor(None, watch._thread.join, 10))
+        expire_from_5(NodeWatch(state, api, loop), api, loop)  # type: ignore[arg-type]
         assert api.watched == ["5", "50"]
         assert sorted(state.nodes) == ["joined", "stays"]
         assert state.nodes["stays"]["metadata"]["labels"]["role"] == "spare"
