@@ -130,6 +130,29 @@ def api_requests(samples: dict[str, float]) -> float:
     return sum(v for k, v in samples.items() if k.startswith("goodput_api_requests_total"))
 
 
+CALLS = "goodput_api_request_seconds"
+
+
+def api_calls(after: dict[str, float], before: dict[str, float], top: int = 6
+              ) -> dict[str, dict[str, float]]:
+    """The operator's API calls between two scrapes, by method and resource: how many, and
+    how long the API server took for each on average; the TOP most time-consuming, so a
+    slow rollout shows which calls it waits on."""
+    found: dict[str, dict[str, float]] = {}
+    for key, value in after.items():
+        if not key.startswith(f"{CALLS}_count{{"):
+            continue
+        labels = dict(part.split("=", 1) for part in key[key.index("{") + 1:-1].split(","))
+        call = f"{labels['method'].strip(chr(34))} {labels['resource'].strip(chr(34))}"
+        count = value - before.get(key, 0.0)
+        total = after[key.replace("_count{", "_sum{")] - before.get(
+            key.replace("_count{", "_sum{"), 0.0)
+        if count > 0:
+            found[call] = {"count": int(count), "mean_ms": round(1000 * total / count, 1),
+                           "seconds": round(total, 1)}
+    return dict(sorted(found.items(), key=lambda item: -item[1]["seconds"])[:top])
+
+
 def node_failure(box: cluster.Sandbox, job: str) -> dict[str, float]:
     """Fail the node of JOB's rank 1 with a health agent's signal (counted at once: no
     NotReady grace period) and time from outside, polling every 50 ms, the quarantine
@@ -255,6 +278,8 @@ def measure(domains: int, jobs: int, endpoints: int, replicas: int, window: floa
                                               / (result["all_running_s"]
                                                  + result["jobs_running_s"]), 1)
             result["api_requests_total"] = int(api_requests(after))
+            result["api_calls_rollout"] = api_calls(before, idle)
+            result["api_calls_steady"] = api_calls(after, before)
             result["rss_mb"], result["peak_rss_mb"] = (round(v, 1)
                                                        for v in rss_mb(operator.pid))
             result["kcm_rss_mb"] = round(component_rss(box, "kube-controller-manager"), 1)
@@ -331,6 +356,10 @@ def table(r: dict[str, Any]) -> str:
              f"{r['passes']} passes and {r['reconciles']} object reconciles measured",
              "| metric | ours | target | baseline (same run) | ratio |", "|---|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} | {e} |" for a, b, c, d, e in rows]
+    for stage in ("rollout", "steady"):
+        lines.append(f"API calls, {stage} (the API server's seconds, count x mean): " + ", ".join(
+            f"{call} {c['seconds']} s ({c['count']} x {c['mean_ms']} ms)"
+            for call, c in r[f"api_calls_{stage}"].items()))
     return "\n".join(lines)
 
 

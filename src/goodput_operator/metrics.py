@@ -88,6 +88,12 @@ WATCH_RESTARTS = Counter(
 API_REQUESTS = Counter("goodput_api_requests_total",
                        "Requests the operator sent to the API server (watches not counted)",
                        ["method"])
+API_REQUEST_SECONDS = Histogram(
+    "goodput_api_request_seconds",
+    "How long the API server took to answer the operator, by method and resource (e.g. "
+    "pods, trainingjobs/status): where a busy pass's seconds go",
+    ["method", "resource"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
 
 
 SERIES_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),

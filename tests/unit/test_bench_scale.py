@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from bench.scale import minus, pass_buckets, quantile
+from bench.scale import api_calls, minus, pass_buckets, quantile
 
 INF = math.inf
 
@@ -36,6 +36,22 @@ def test_buckets_of_a_labelled_histogram_are_summed_over_its_labels() -> None:
                'goodput_reconcile_seconds_bucket{kind="InferenceEndpoint",le="1.0"}': 3.0,
                'goodput_reconcile_pass_seconds_bucket{le="1.0"}': 99.0}
     assert pass_buckets(samples, "goodput_reconcile_seconds") == {1.0: 5.0}
+
+
+def test_api_calls_between_two_scrapes_rank_by_the_api_servers_seconds() -> None:
+    def scrape(pods: tuple[float, float], status: tuple[float, float]) -> dict[str, float]:
+        name = "goodput_api_request_seconds"
+        return {f'{name}_count{{method="POST",resource="pods"}}': pods[0],
+                f'{name}_sum{{method="POST",resource="pods"}}': pods[1],
+                f'{name}_count{{method="PATCH",resource="trainingjobs/status"}}': status[0],
+                f'{name}_sum{{method="PATCH",resource="trainingjobs/status"}}': status[1],
+                f'{name}_bucket{{method="POST",resource="pods",le="1.0"}}': 1.0}
+
+    calls = api_calls(scrape((110, 30.0), (7, 0.5)), scrape((10, 10.0), (7, 0.5)))
+    assert calls == {"POST pods": {"count": 100, "mean_ms": 200.0, "seconds": 20.0}}
+    both = api_calls(scrape((110, 30.0), (9, 41.0)), {})
+    assert list(both) == ["PATCH trainingjobs/status", "POST pods"]
+    assert both["PATCH trainingjobs/status"]["mean_ms"] == pytest.approx(4555.6)
 
 
 def test_failure_trials_fail_one_job_each_and_summarize_median_and_worst(

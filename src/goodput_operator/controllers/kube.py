@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -39,6 +40,19 @@ def _json(response: Any) -> Obj:
 REQUEST_TIMEOUT = (5.0, 30.0)  # seconds to connect, and to wait for each read
 
 
+def resource_of(url: str) -> str:
+    """The resource an API URL names, with its subresource: "pods", "trainingjobs/status",
+    "events" (names and namespaces left out, so the metric's labels stay few)."""
+    parts = urlsplit(url).path.strip("/").split("/")
+    # /api/v1/... or /apis/GROUP/VERSION/...; then namespaces/NS/ when namespaced
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    if not rest:
+        return "-"
+    return rest[0] if len(rest) < 3 else f"{rest[0]}/{rest[2]}"
+
+
 def _count_requests(api_client: client.ApiClient) -> None:
     """Count every request this client sends (goodput_api_requests_total{method}): the
     operator's load on the API server, beside kopf's few long-lived watches. Every request
@@ -50,8 +64,13 @@ def _count_requests(api_client: client.ApiClient) -> None:
     def counted(method: str, url: str, headers: Any = None, body: Any = None,
                 post_params: Any = None, _request_timeout: Any = None) -> Any:
         metrics.API_REQUESTS.labels(method).inc()
-        return send(method, url, headers, body, post_params,  # type: ignore[no-untyped-call]
-                    _request_timeout or REQUEST_TIMEOUT)
+        started = time.perf_counter()
+        try:
+            return send(method, url, headers, body,  # type: ignore[no-untyped-call]
+                        post_params, _request_timeout or REQUEST_TIMEOUT)
+        finally:
+            metrics.API_REQUEST_SECONDS.labels(method, resource_of(url)).observe(
+                time.perf_counter() - started)
 
     rest.request = counted  # type: ignore[method-assign]
 
