@@ -3,7 +3,7 @@ reservations and events out. Each case states only what it is about."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -12,6 +12,7 @@ from goodput_operator import names
 from goodput_operator.api.trainingjob import TrainingJobStatus
 from goodput_operator.decide import JobDecision, Snapshot, decide, decide_jobs, trial
 from goodput_operator.decide.types import Refusal
+from goodput_operator.health import badput
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.quarantine import iso
 from goodput_operator.health.straggler import Pace, stragglers
@@ -489,11 +490,32 @@ def test_a_running_job_s_goodput_is_refreshed_and_a_pass_is_asked_for_the_next_r
     assert (goodput["productiveSeconds"], goodput["ratio"], goodput["asOf"]) == (
         600, 1.0, iso(NOW))
     assert decision.wake_at == NOW + 30
-    fresh = job(status={**RUNNING_2, "goodput": goodput})
+    written = {k: v for k, v in {**RUNNING_2, **decision.desired}.items() if v is not None}
+    fresh = job(status=written)
     [again] = decide(world(None, [fresh], running_pods(fresh, "Running", "Running"),
                            clock=NOW + 10)).jobs
-    assert "goodput" not in again.desired, "no write before the refresh is due"
+    assert not {k for k, v in again.desired.items() if written.get(k) != v}, \
+        "no write before the refresh is due"
     assert again.wake_at == NOW + 30
+    moved = job(status={**written, "message": "an older message"})
+    [folded] = decide(world(None, [moved], running_pods(moved, "Running", "Running"),
+                            clock=NOW + 10)).jobs
+    assert folded.desired["goodput"]["productiveSeconds"] == 610, \
+        "a status written anyway carries the figures as of now"
+    assert folded.wake_at == NOW + 40
+
+
+def test_with_thousands_of_jobs_running_their_goodput_refreshes_less_often() -> None:
+    """The refresh period grows with the running jobs, so refresh-only writes stay under
+    badput.BOOK_WRITES_PER_SECOND in all."""
+    running = 3000
+    every = badput.refresh_seconds(running)
+    assert running / every <= badput.BOOK_WRITES_PER_SECOND
+    snapshot = replace(
+        world(None, [RUNNING], running_pods(RUNNING, "Running", "Running")),
+        refresh_seconds=every)
+    [decision] = decide(snapshot).jobs
+    assert decision.wake_at == NOW + every
 
 
 def stepped_until(last: float) -> JobDecision:

@@ -129,3 +129,10 @@ def test_every_second_of_a_job_s_life_is_attributed_and_the_total_is_its_wall_ti
         "productive": 93, "queueing": 20, "suspended": 100, "launch": 6, "checkpoint": 2,
         "detection": 6, "replacement": 5, "restart": 8, "lostWork": 60})
     assert badput.ratio(goodput, T + 300) == pytest.approx(93 / (93 + 87), abs=1e-4)
+
+
+@pytest.mark.parametrize(("running", "every"), [(0, 30.0), (60, 30.0), (200, 100.0),
+                                                (31_000, 15_500.0)])
+def test_the_refresh_period_keeps_refresh_writes_at_two_a_second(running: int,
+                                                                   every: float) -> None:
+    assert badput.refresh_seconds(running) == every

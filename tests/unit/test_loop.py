@@ -114,7 +114,7 @@ def test_which_changes_are_urgent(what: str, change: Any, urgent: bool) -> None:
 def test_the_endpoints_bulk_writes_are_bounded_and_wait_while_a_lane_runs() -> None:
     """At most BULK_WRITES in flight (the API threads never all queue behind a rollout);
     none starts while the gate is shut, and all go once it opens again."""
-    from goodput_operator.controllers.state import BULK_WRITES
+    from goodput_operator.controllers.kube import BULK_WRITES
 
     in_flight, most, started = 0, 0, []
     lock = threading.Lock()
@@ -141,6 +141,31 @@ def test_the_endpoints_bulk_writes_are_bounded_and_wait_while_a_lane_runs() -> N
 
     assert asyncio.run(scenario()) == list(range(3 * BULK_WRITES))
     assert 1 < most <= BULK_WRITES
+
+
+def test_the_bulk_writes_leave_the_api_threads_free_for_a_lane() -> None:
+    """Every bulk thread busy with a slow write: a lane's call (asyncio.to_thread, the
+    API threads) still runs at once."""
+    from goodput_operator.controllers.kube import BULK_WRITES
+
+    release = threading.Event()
+
+    def slow_write() -> str:
+        release.wait(5)
+        return threading.current_thread().name
+
+    async def scenario() -> tuple[str, list[str]]:
+        state = State()
+        writes = asyncio.gather(*(state.bulk(slow_write) for _ in range(BULK_WRITES)))
+        await asyncio.sleep(0.05)
+        lane = await asyncio.wait_for(asyncio.to_thread(
+            lambda: threading.current_thread().name), 1.0)
+        release.set()
+        return lane, list(await writes)
+
+    lane, bulk = asyncio.run(scenario())
+    assert not lane.startswith("bulk")
+    assert all(name.startswith("bulk") for name in bulk)
 
 
 def test_a_group_s_events_are_posted_in_the_background_and_a_failure_is_only_logged(

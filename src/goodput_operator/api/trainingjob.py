@@ -554,8 +554,9 @@ class Goodput(ApiModel):
     since: datetime | None = None
     """Start of the current productive stretch (all workers running); unset while not."""
     as_of: datetime | None = None
-    """When productiveSeconds and ratio were computed: while the job runs, at most 30 s
-    ago (the operator refreshes them), so the ratio a user reads is current."""
+    """When productiveSeconds and ratio were computed: while the job runs, with every
+    status write and at least every 30 s, so the ratio a user reads is current (with more
+    than 60 jobs running, every (running jobs / 2) s: refreshes alone stay at 2 writes/s)."""
 
 
 class WorkerCounts(ApiModel):

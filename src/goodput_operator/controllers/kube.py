@@ -97,7 +97,7 @@ class Kube:
             except config.ConfigException:
                 config.load_kube_config()  # type: ignore[no-untyped-call]
             settings = client.Configuration.get_default_copy()
-            settings.connection_pool_maxsize = API_CONNECTIONS
+            settings.connection_pool_maxsize = API_CONNECTIONS + BULK_WRITES  # one per thread
             api_client = client.ApiClient(settings)
         self.api = api_client
         self.core = client.CoreV1Api(api_client)
@@ -285,7 +285,8 @@ async def unless_refused(write: Awaitable[T], body: Obj, refused: list[str]) -> 
 
 
 APPLY_CONCURRENCY = 16  # objects whose decisions are applied at once (API-bound)
-API_CONNECTIONS = 32  # the client's connection pool; matches the executor's threads
+API_CONNECTIONS = 32  # the executor's threads for API calls
+BULK_WRITES = 32  # the endpoints' pod writes in flight at once, on threads of their own
 
 
 def _failed(kind: str, obj: Obj, error: BaseException | None = None) -> None:

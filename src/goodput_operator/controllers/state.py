@@ -8,16 +8,20 @@ reconcile loop and the handlers never race.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from goodput_operator import metrics, names
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
+from goodput_operator.controllers.kube import BULK_WRITES
 from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.types import Refusal, Reservation
+from goodput_operator.health import badput
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.probing import Inconclusive
 from goodput_operator.health.quarantine import Finding, Renewal
@@ -87,7 +91,6 @@ def _echo(incoming: Obj, held: Obj | None) -> bool:
 
 
 T = TypeVar("T")
-BULK_WRITES = 16  # endpoints' pod writes in flight at once (of API_CONNECTIONS threads)
 PASS_WRITE_BUDGET = 256  # label and pod writes per pass: a second or two of API work
 
 
@@ -169,6 +172,8 @@ class State:
         self.bulk_open = asyncio.Event()
         self.bulk_open.set()
         self._bulk_writes = asyncio.Semaphore(BULK_WRITES)
+        # their own threads: a lane's calls never queue behind them in the operator
+        self._bulk_threads = ThreadPoolExecutor(BULK_WRITES, thread_name_prefix="bulk")
         self.primed = False  # the initial list of every watched kind has landed
         self.pods_version = ""  # the initial pod list's resourceVersion (the pod watch's start)
         self.groups_version = ""  # the same for UltraServerGroups
@@ -245,7 +250,10 @@ class State:
             renewing=self.renewing, device_taints=self.device_taints,
             scaled=self.scaled,
             refused=self.refused, memo=self.fits,
-            report_url=self.report_url, write_budget=self.write_budget)
+            report_url=self.report_url, write_budget=self.write_budget,
+            refresh_seconds=badput.refresh_seconds(sum(
+                1 for job in self.jobs.values()
+                if (job.get("status") or {}).get("phase") == "Running")))
 
     def defer_writes(self, count: int) -> None:
         """COUNT writes wait for the next pass, which is asked for: bulk work (thousands
@@ -305,12 +313,14 @@ class State:
         self.urgent.set()
 
     async def bulk(self, call: Callable[..., T], *args: Any) -> T:
-        """CALL(*ARGS) in a thread, as one of the endpoints' bulk writes: at most
-        BULK_WRITES at once, so the API threads never all queue behind a rollout, and none
-        starts while `bulk_open` is clear (urgent work is being applied)."""
+        """CALL(*ARGS) as one of the endpoints' bulk writes: at most BULK_WRITES at once,
+        on threads of their own (the API threads every other call uses never queue behind
+        a rollout), and none starts while `bulk_open` is clear (urgent work is being
+        applied: its requests are the API server's first)."""
         async with self._bulk_writes:
             await self.bulk_open.wait()
-            return await asyncio.to_thread(call, *args)
+            return await asyncio.get_running_loop().run_in_executor(
+                self._bulk_threads, functools.partial(call, *args))
 
     def wake_at(self, when: float | None) -> None:
         """Ask for a pass at WHEN (a grace period or backoff runs out then)."""

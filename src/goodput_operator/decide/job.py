@@ -162,8 +162,10 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
     result.placement = placement
     result.desired = _complete(desired, status, decided, spec, placement, conditions,
                                generation, clock)
+    _books(result.desired, status, clock, snapshot.refresh_seconds)
     due = badput.refresh_due(result.desired.get("goodput") or status.get("goodput") or {},
-                             clock) if result.desired["phase"] == "Running" else None
+                             clock, snapshot.refresh_seconds) \
+        if result.desired["phase"] == "Running" else None
     result.wake_at = min((w for w in (result.wake_at, due) if w is not None), default=None)
     if desired["phase"] != status.get("phase") and desired["phase"] in (
             "Running", "Succeeded", "Failed", "Suspended"):
@@ -229,13 +231,7 @@ def _complete(desired: Obj, status: Obj, decided: Attempt, spec: TrainingJobSpec
     goodput = desired.get("goodput") or status.get("goodput") or {}
     counted = badput.with_stalls(goodput, status.get("checkpoint") or {}, clock)
     if counted is not goodput:
-        desired["goodput"] = goodput = counted
-    due = badput.refresh_due(goodput, clock)
-    if desired["phase"] == "Running" and due is not None and due <= clock:
-        desired["goodput"] = badput.refreshed(goodput, clock)  # current, not as started
-    elif "goodput" in desired:
-        desired["goodput"] = {**desired["goodput"],
-                              "ratio": badput.ratio(desired["goodput"], clock)}
+        desired["goodput"] = counted
     desired["workers"] = {"desired": decided.workers, "ready": decided.ready,
                           "succeeded": decided.succeeded, "failed": decided.failed}
     live = placement is not None and desired["phase"] not in TERMINAL
@@ -248,6 +244,20 @@ def _complete(desired: Obj, status: Obj, decided: Attempt, spec: TrainingJobSpec
         desired["completionTime"] = stamp(clock)
     desired["observedGeneration"] = generation
     return desired
+
+
+def _books(desired: Obj, status: Obj, clock: float, every: float) -> None:
+    """A running job's goodput figures are refreshed with every status write it makes
+    anyway, and on their own once EVERY seconds old (Snapshot.refresh_seconds: longer when
+    thousands of jobs run); a changed goodput otherwise gets its ratio as of now."""
+    goodput = desired.get("goodput") or status.get("goodput") or {}
+    due = badput.refresh_due(goodput, clock, every)
+    written = any(status.get(key) != value for key, value in desired.items())
+    if desired["phase"] == "Running" and due is not None and (due <= clock or written):
+        desired["goodput"] = badput.refreshed(goodput, clock)  # current, not as started
+    elif "goodput" in desired:
+        desired["goodput"] = {**desired["goodput"],
+                              "ratio": badput.ratio(desired["goodput"], clock)}
 
 
 def lost_nodes(snapshot: Snapshot, fleet: Fleet, job: Obj, pods: list[Obj]) -> dict[str, Lost]:

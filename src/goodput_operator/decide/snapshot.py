@@ -14,6 +14,7 @@ from typing import Any
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.autoscaling.algorithm import Decision as ScalingDecision
 from goodput_operator.decide.types import Refusal
+from goodput_operator.health.badput import REFRESH_SECONDS
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.probing import Inconclusive
 from goodput_operator.health.quarantine import Finding, Renewal
@@ -72,6 +73,7 @@ class Snapshot:
     scaled: Mapping[Key, Scaled] = field(default_factory=dict)  # not yet written
     report_url: str = ""  # where workers report (given to their pods)
     write_budget: int = 256  # pod writes this pass may make; the rest wait for the next
+    refresh_seconds: float = REFRESH_SECONDS  # how old a running job's goodput may grow
     # what one pass works out once and several decisions read (which nodes a pod spec
     # fits, by group and spec, decide.fit): filled as the pass goes (State.fits)
     memo: dict[Any, Any] = field(default_factory=dict)

@@ -7,7 +7,8 @@ Pure, on the job status as plain dicts (camelCase, RFC 3339 times). A job's wall
   after a suspension ends) and `suspended`;
 - productive: every worker running useful steps (a stretch starts when every worker runs,
   `goodput.since`, and ends at a failure; while it runs, `productiveSeconds` counts it up
-  to `goodput.asOf`, refreshed every REFRESH_SECONDS);
+  to `goodput.asOf`, refreshed with every status write and at least every
+  refresh_seconds);
 - lost, holding accelerators to no use: `launch` (placed, until every worker runs),
   `checkpoint` (the save stalls the SDK reports), and per incident its `detection`
   (failure -> the operator acts; a hang's window), `replacement` (-> new placement,
@@ -30,6 +31,7 @@ PHASES = ("detection", "replacement", "restart")
 IDLE = ("queueing", "suspended")  # no accelerators held: not in the ratio
 STAGE_LOST = {"launch"}  # stages that hold accelerators
 REFRESH_SECONDS = 30.0  # a running job's productiveSeconds and ratio are at most this old
+BOOK_WRITES_PER_SECOND = 2.0  # ... unless refreshing every running job that often needs more
 
 
 def settled(goodput: Obj) -> float:
@@ -53,13 +55,21 @@ def refreshed(goodput: Obj, now: float) -> Obj:
     return fresh
 
 
-def refresh_due(goodput: Obj, now: float) -> float | None:
-    """When a running job's goodput is next refreshed (None: nothing runs); a time not
-    after NOW means now."""
+def refresh_seconds(running: int) -> float:
+    """How old a running job's figures may grow when RUNNING jobs run: REFRESH_SECONDS,
+    or longer once refreshing each that often would take more than BOOK_WRITES_PER_SECOND
+    status writes (a refresh is a write of its own when nothing else changed; 200 jobs at
+    30 s were 6.7 writes a second on an idle cluster, each a pass's API call)."""
+    return max(REFRESH_SECONDS, running / BOOK_WRITES_PER_SECOND)
+
+
+def refresh_due(goodput: Obj, now: float, every: float = REFRESH_SECONDS) -> float | None:
+    """When a running job's goodput is next refreshed, EVERY seconds after the last (None:
+    nothing runs); a time not after NOW means now."""
     if not goodput.get("since"):
         return None
     as_of = parse_time(goodput.get("asOf"))
-    return now if as_of is None else as_of + REFRESH_SECONDS
+    return now if as_of is None else as_of + every
 
 
 def _open(goodput: Obj, now: float) -> float:
