@@ -1,15 +1,22 @@
-"""The API client's instrumentation: every request counted and timed by method and
-resource, with names and namespaces left out of the labels."""
+"""The API client's instrumentation (every request counted and timed by method and
+resource, with names and namespaces left out of the labels), and a status write with its
+events."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import threading
+import time
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
 
 from goodput_operator import metrics
-from goodput_operator.controllers.kube import _count_requests, resource_of
+from goodput_operator.controllers.kube import Kube, _count_requests, resource_of, write_status
+from goodput_operator.decide import Event
+
+Obj = dict[str, Any]
 
 pytestmark = pytest.mark.unit
 
@@ -59,3 +66,37 @@ def test_every_request_is_counted_and_timed_even_when_it_fails() -> None:
 
 def _count(histogram: Any) -> float:
     return float(sum(bucket.get() for bucket in histogram._buckets))
+
+
+class RecordingKube:
+    """What write_status calls, recorded with how many events were in flight at once."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.in_flight = self.most = 0
+        self.lock = threading.Lock()
+
+    def patch_status(self, plural: str, namespace: str, name: str, body: Obj) -> str:
+        self.calls.append("status")
+        return "42"
+
+    def event(self, obj: Obj, reason: str, message: str, type_: str) -> None:
+        with self.lock:
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+        time.sleep(0.05)
+        with self.lock:
+            self.in_flight -= 1
+            self.calls.append(reason)
+
+
+def test_a_status_write_comes_first_and_its_events_are_posted_together() -> None:
+    kube = RecordingKube()
+    obj: Obj = {"metadata": {"namespace": "a", "name": "e"}, "status": {"replicas": 1}}
+    events = [Event("Normal", "Placed", f"group {i}") for i in range(8)]
+    changed = asyncio.run(write_status(cast(Kube, kube), "inferenceendpoints", obj,
+                                       obj["status"], {"replicas": 2}, events))
+    assert changed == {"replicas"}
+    assert kube.calls == ["status", *["Placed"] * 8]
+    assert kube.most > 1, "events are posted together, not one after another"
+    assert obj["status"] == {"replicas": 2} and obj["metadata"]["resourceVersion"] == "42"
