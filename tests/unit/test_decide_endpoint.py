@@ -3,20 +3,26 @@ the write budget, the autoscaler's decision and the conditions."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from goodput_operator import names
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec, InferenceEndpointStatus
 from goodput_operator.autoscaling.algorithm import Decision
+from goodput_operator.controllers.inferenceendpoint import reconcile_endpoints
+from goodput_operator.controllers.kube import Kube
+from goodput_operator.controllers.state import State
 from goodput_operator.decide import EndpointDecision, Scaled, decide, decide_endpoints, trial
 from goodput_operator.decide.endpoint import WriteBudget
 from goodput_operator.decide.types import Refusal
+from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import inference as build
-from tests.unit.world import NEURON, NOW, TRN2, conditions, group_spec, world
+from tests.unit.world import NEURON, NOW, TRN2, conditions, group_spec, nodes, world
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
@@ -66,6 +72,9 @@ def outcome(decision: EndpointDecision) -> dict[str, Any]:
     return {
         "create": len(decision.create), "delete": sorted(map(short, decision.delete)),
         "pin": [(short(pod["metadata"]["name"]), node) for pod, node, _ in decision.pin],
+        "created": [(short(pod["metadata"]["name"]),
+                     pod["metadata"].get("annotations", {}).get(names.NODE_ANNOTATION))
+                    for pod in decision.create],
         "events": [e.reason for e in decision.events],
         "reserve": len(decision.reservations), "deferred": decision.deferred,
         "replicas": decision.desired.get("replicas"),
@@ -94,10 +103,21 @@ CASES = [
     Case("a missing group says so on Ready",
          endpoint(ultraServerGroup="elsewhere"),
          {"create": 0, "conditions": {"Ready": ("False", "UltraServerGroupNotFound")}}),
-    Case("a new endpoint creates its replica groups, gated, whole",
-         IE, {"create": 4, "pin": [], "replicas": 0, "desiredReplicas": 2,
+    Case("a new endpoint's replica groups are placed whole and created pinned: a write a pod",
+         IE, {"created": [("ie-0-0", "us0-n0"), ("ie-0-1", "us0-n1"),
+                          ("ie-1-0", "us0-n2"), ("ie-1-1", "us0-n3")],
+              "pin": [], "reserve": 4, "events": ["Placed", "Placed"], "replicas": 0,
+              "desiredReplicas": 2,
               "conditions": {"Ready": ("False", "ReplicasNotReady"),
                              "Progressing": ("True", "RollingOut")}}),
+    Case("a new group that does not fit is created gated, whole, and waits",
+         endpoint(replicas=3, replicaShape={"workers": 4, "acceleratorsPerWorker": 16}),
+         {"created": [("ie-0-0", "us0-n0"), ("ie-0-1", "us0-n1"), ("ie-0-2", "us0-n2"),
+                      ("ie-0-3", "us0-n3"), ("ie-1-0", "us1-n0"), ("ie-1-1", "us1-n1"),
+                      ("ie-1-2", "us1-n2"), ("ie-1-3", "us1-n3"), ("ie-2-0", None),
+                      ("ie-2-1", None), ("ie-2-2", None), ("ie-2-3", None)],
+          "reserve": 8, "limited": True,
+          "conditions": {"ScalingLimited": ("True", "InsufficientCapacity")}}),
     Case("whole gated groups are placed inside one UltraServer each and pinned",
          IE, {"create": 0, "reserve": 4, "events": ["Placed", "Placed"],
               "pin": [("ie-0-0", "us0-n0"), ("ie-0-1", "us0-n1"),
@@ -111,7 +131,7 @@ CASES = [
                              "Progressing": ("False", "Complete")}},
          pods=RUNNING_0 + group(IE, 1, ("us1-n0", "us1-n1"))),
     Case("a stopped member restarts its whole group, with a warning",
-         IE, {"delete": ["ie-0-0", "ie-0-1"], "events": ["GroupRestarted"]},
+         IE, {"delete": ["ie-0-0", "ie-0-1"], "events": ["GroupRestarted", "Placed"]},
          pods=group(IE, 0, ("us0-n0", "us0-n1"), phase="Failed")
          + group(IE, 1, ("us1-n0", "us1-n1"))),
     Case("scaling down removes a group quietly",
@@ -132,7 +152,7 @@ CASES = [
          IE, {"desiredReplicas": 2, "recorded": False},
          pods=RUNNING_0 + group(IE, 1, ("us1-n0", "us1-n1"))),
     Case("a new autoscaler decision is recorded once, with an event",
-         AUTO, {"desiredReplicas": 3, "recorded": True, "events": ["Scaled"],
+         AUTO, {"desiredReplicas": 3, "recorded": True, "events": ["Placed", "Placed", "Scaled"],
                 "conditions": {"MetricsUnavailable": ("False", "MetricsFresh"),
                                "Panic": ("False", "Steady"),
                                "Ready": ("False", "ReplicasNotReady"),
@@ -140,7 +160,7 @@ CASES = [
                                "ScalingLimited": ("False", "WithinLimits")}},
          pods=RUNNING_0, snapshot={"scaled": {("ns", "ie"): scaled(3, 1)}}),
     Case("an autoscaler decision already recorded is not recorded again",
-         AUTO, {"desiredReplicas": 3, "recorded": False, "events": []},
+         AUTO, {"desiredReplicas": 3, "recorded": False, "events": ["Placed", "Placed"]},
          pods=RUNNING_0,
          snapshot={"scaled": {("ns", "ie"): Scaled(scaled(3, 1).decision, 1, NOW - 1,
                                                    written=True)}}),
@@ -245,3 +265,33 @@ def test_an_endpoint_on_a_group_that_claims_devices_by_dra_claims_them_per_membe
             {"name": "accelerators", "resourceClaimTemplateName": "ie-accelerators-16"}]
     [template] = build.claim_sources(decision.ie, decision.create, "neuron.aws.com")
     assert template["metadata"]["ownerReferences"][0]["kind"] == "InferenceEndpoint"
+
+
+class RefusingKube:
+    """The API server as apply_endpoint meets it: Services created, every pod refused for
+    good (a quota, a tenant's admission policy), status writes and events taken."""
+
+    def create(self, body: Obj) -> Obj:
+        if body["kind"] == "Pod":
+            raise ApiException(status=403, reason="Forbidden")
+        return body
+
+    def patch_status(self, *args: Any) -> str:
+        return "2"
+
+    def event(self, *args: Any) -> None:
+        return None
+
+
+def test_a_pod_created_pinned_and_refused_gives_its_node_back() -> None:
+    """Pods created pinned reserve their nodes in the decision; when the API server
+    refuses them, nothing holds those nodes: the next endpoint (or job) may use them."""
+    state = State()
+    for body in nodes(1).values():
+        state.upsert_node(body)
+    state.upsert_group({"metadata": {"name": "trn2", "creationTimestamp": iso(NOW - 60)},
+                        "spec": group_spec().model_dump(by_alias=True)})
+    state.upsert_endpoint(endpoint(replicas=1))
+    asyncio.run(reconcile_endpoints(state, cast(Kube, RefusingKube()), NOW))
+    assert state.fleets["trn2"].pods == {}, "no reservation outlives its refused pod"
+    assert state.refused[("ns", "ie")].times == 1

@@ -80,9 +80,16 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
     refused: list[str] = []
 
     async def create(body: Obj) -> None:
-        created = await unless_refused(state.bulk(kube.create, body), body, refused)
-        if created is not None and body["kind"] == "Pod":
-            state.upsert_pod(created)
+        key = f"{meta['namespace']}/{body['metadata']['name']}"
+        created = None
+        try:
+            created = await unless_refused(state.bulk(kube.create, body), body, refused)
+        finally:
+            if body["kind"] == "Pod":  # a pod created pinned holds its node from now on;
+                if created is not None:  # one refused gives back what was reserved for it
+                    state.upsert_pod(created)
+                elif key not in state.pods:
+                    state.release_reservation(key)
 
     group = state.groups.get(ie["spec"].get("ultraServerGroup", ""))
     sources = build.claim_sources(ie, decided.create, group.accelerator.device_class

@@ -26,7 +26,7 @@ from goodput_operator.decide.types import Event, Reservation
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import inference as build
 from goodput_operator.resources.fabric import Fabric
-from goodput_operator.resources.pods import FINISHED, owned
+from goodput_operator.resources.pods import FINISHED, owned, pinned
 from goodput_operator.topology.model import Fleet, endpoint_owner
 from goodput_operator.topology.placement import Request, place
 
@@ -141,14 +141,15 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
     if not writes or budget.spend(writes):  # else the next pass, right after
         result.writes = writes
         fabric = Fabric.of(snapshot.groups[spec.ultra_server_group])
-        for index, revision in decided.create:
-            result.create += build.group_pods(ie, spec, index, revision, fabric)
         for index in decided.complete:
             group = decided.groups[index]
             result.create += [
                 p for p in build.group_pods(ie, spec, index, group.revision, fabric)
                 if int(p["metadata"]["labels"][names.MEMBER_LABEL]) not in group.pods]
-        waiting = _place(snapshot, fleet, spec, decided, result, fabric)
+        new = {index: {int(p["metadata"]["labels"][names.MEMBER_LABEL]): p
+                       for p in build.group_pods(ie, spec, index, revision, fabric)}
+               for index, revision in decided.create}
+        waiting = _place(snapshot, fleet, spec, decided, result, fabric, new)
     result.deferred = budget.deferred - deferred_before
     limited = [*([scaled.decision.limited] if scaled and scaled.decision.limited else []),
                *waiting]
@@ -169,32 +170,40 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
 
 
 def _place(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
-           decided: EndpointPlan, result: EndpointDecision, fabric: Fabric) -> list[str]:
-    """Place each whole, gated group inside one domain, on nodes its pods fit (as the
-    group's FABRIC dresses them); reserve it at once so the next group (and the next
-    endpoint) sees it. Groups that do not fit stay gated, whole."""
+           decided: EndpointPlan, result: EndpointDecision, fabric: Fabric,
+           new: dict[int, dict[int, Obj]]) -> list[str]:
+    """Place each whole, gated group, then each NEW one (its pods by rank, not created
+    yet), inside one domain, on nodes its pods fit (as the group's FABRIC dresses them);
+    reserve it at once so the next group (and the next endpoint) sees it. A gated group
+    is pinned; a new one placed now is created pinned, one write per pod instead of a
+    gated create and a pin a pass later. Groups that do not fit stay (or are created)
+    gated, whole."""
     namespace, name = result.key
     owner = endpoint_owner(namespace, name)
     group_name = spec.ultra_server_group
     waiting: list[str] = []
-    if not decided.place:
+    if not decided.place and not new:
         return waiting
     member = build.group_pods(result.ie, spec, 0, "0", fabric)[0]
     request = request_of(spec, *pod_fit(snapshot.nodes, snapshot.memo, fleet, group_name,
                                         member["spec"]))
-    for index in decided.place:
-        group = decided.groups[index]
+    for index in [*decided.place, *new]:  # the groups waiting longest first
+        pods = new[index] if index in new else decided.groups[index].pods
         placed = place(fleet, request)
         if not placed.ok:
             waiting.append(f"group {index}: {placed.reason}")
+            result.create += new.get(index, {}).values()
             continue
         for rank in placed.ranks:
-            pod = group.pods[rank.rank]
+            pod = pods[rank.rank]
             key = f"{namespace}/{pod['metadata']['name']}"
             fleet.bind(key, rank.node, request.accelerators, owner)
             result.reservations.append(Reservation(group_name, key, rank.node,
                                                    request.accelerators, owner))
-            result.pin.append((pod, rank.node, rank.domain))
+            if index in new:
+                result.create.append(pinned(pod, rank.node, rank.domain))
+            else:
+                result.pin.append((pod, rank.node, rank.domain))
         result.events.append(Event("Normal", "Placed", f"group {index}: {placed.reason}"))
     return waiting
 
