@@ -106,7 +106,7 @@ CASES = [
     Case("a new endpoint's replica groups are placed whole and created pinned: a write a pod",
          IE, {"created": [("ie-0-0", "us0-n0"), ("ie-0-1", "us0-n1"),
                           ("ie-1-0", "us0-n2"), ("ie-1-1", "us0-n3")],
-              "pin": [], "reserve": 4, "events": ["Placed", "Placed"], "replicas": 0,
+              "pin": [], "reserve": 4, "events": ["Placed"], "replicas": 0,
               "desiredReplicas": 2,
               "conditions": {"Ready": ("False", "ReplicasNotReady"),
                              "Progressing": ("True", "RollingOut")}}),
@@ -119,7 +119,7 @@ CASES = [
           "reserve": 8, "limited": True,
           "conditions": {"ScalingLimited": ("True", "InsufficientCapacity")}}),
     Case("whole gated groups are placed inside one UltraServer each and pinned",
-         IE, {"create": 0, "reserve": 4, "events": ["Placed", "Placed"],
+         IE, {"create": 0, "reserve": 4, "events": ["Placed"],
               "pin": [("ie-0-0", "us0-n0"), ("ie-0-1", "us0-n1"),
                       ("ie-1-0", "us0-n2"), ("ie-1-1", "us0-n3")]},
          pods=group(IE, 0) + group(IE, 1)),
@@ -152,7 +152,7 @@ CASES = [
          IE, {"desiredReplicas": 2, "recorded": False},
          pods=RUNNING_0 + group(IE, 1, ("us1-n0", "us1-n1"))),
     Case("a new autoscaler decision is recorded once, with an event",
-         AUTO, {"desiredReplicas": 3, "recorded": True, "events": ["Placed", "Placed", "Scaled"],
+         AUTO, {"desiredReplicas": 3, "recorded": True, "events": ["Placed", "Scaled"],
                 "conditions": {"MetricsUnavailable": ("False", "MetricsFresh"),
                                "Panic": ("False", "Steady"),
                                "Ready": ("False", "ReplicasNotReady"),
@@ -160,7 +160,7 @@ CASES = [
                                "ScalingLimited": ("False", "WithinLimits")}},
          pods=RUNNING_0, snapshot={"scaled": {("ns", "ie"): scaled(3, 1)}}),
     Case("an autoscaler decision already recorded is not recorded again",
-         AUTO, {"desiredReplicas": 3, "recorded": False, "events": ["Placed", "Placed"]},
+         AUTO, {"desiredReplicas": 3, "recorded": False, "events": ["Placed"]},
          pods=RUNNING_0,
          snapshot={"scaled": {("ns", "ie"): Scaled(scaled(3, 1).decision, 1, NOW - 1,
                                                    written=True)}}),
@@ -295,3 +295,12 @@ def test_a_pod_created_pinned_and_refused_gives_its_node_back() -> None:
     asyncio.run(reconcile_endpoints(state, cast(Kube, RefusingKube()), NOW))
     assert state.fleets["trn2"].pods == {}, "no reservation outlives its refused pod"
     assert state.refused[("ns", "ie")].times == 1
+
+
+def test_the_groups_a_pass_places_are_one_event_not_one_each() -> None:
+    snapshot = world(None, endpoints=[endpoint(replicas=3)])
+    with trial(snapshot):
+        [decision] = decide_endpoints(snapshot, [])
+    assert [(e.reason, e.message) for e in decision.events] == [
+        ("Placed", "3 groups placed, each inside one UltraServer: 0 in us-0, 1 in us-0, "
+                   "2 in us-1")]

@@ -187,6 +187,7 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
     member = build.group_pods(result.ie, spec, 0, "0", fabric)[0]
     request = request_of(spec, *pod_fit(snapshot.nodes, snapshot.memo, fleet, group_name,
                                         member["spec"]))
+    done: list[tuple[int, str, str]] = []  # (group, domain, why)
     for index in [*decided.place, *new]:  # the groups waiting longest first
         pods = new[index] if index in new else decided.groups[index].pods
         placed = place(fleet, request)
@@ -194,6 +195,7 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
             waiting.append(f"group {index}: {placed.reason}")
             result.create += new.get(index, {}).values()
             continue
+        done.append((index, placed.ranks[0].domain, placed.reason))
         for rank in placed.ranks:
             pod = pods[rank.rank]
             key = f"{namespace}/{pod['metadata']['name']}"
@@ -204,7 +206,12 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
                 result.create.append(pinned(pod, rank.node, rank.domain))
             else:
                 result.pin.append((pod, rank.node, rank.domain))
-        result.events.append(Event("Normal", "Placed", f"group {index}: {placed.reason}"))
+    if done:  # one event a pass, not one a group: a rollout's 9,000 groups were 9,000 POSTs
+        result.events.append(Event("Normal", "Placed", f"group {done[0][0]}: {done[0][2]}"
+                                   if len(done) == 1 else
+                                   f"{len(done)} groups placed, each inside one "
+                                   f"{fleet.shape.domain_noun}: "
+                                   + ", ".join(f"{i} in {d}" for i, d, _ in done)))
     return waiting
 
 
