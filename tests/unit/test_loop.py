@@ -14,7 +14,9 @@ import pytest
 
 from goodput_operator import names
 from goodput_operator.controllers.state import State
+from goodput_operator.health.quarantine import iso
 from goodput_operator.operator import loop
+from tests.unit.world import NOW, group_spec, nodes
 
 pytestmark = pytest.mark.unit
 
@@ -25,9 +27,10 @@ def run_lanes(monkeypatch: pytest.MonkeyPatch, during: Any, endpoint_seconds: fl
     0.05 s into it. Returns the lanes counted and the stages that ran, in order."""
     ran: list[str] = []
 
-    async def groups(state: State, kube: Any, now: float) -> None:
+    async def groups(state: State, kube: Any, now: float) -> asyncio.Future[Any]:
         assert not state.bulk_open.is_set(), "the endpoints' pod writes wait meanwhile"
         ran.append("groups")
+        return asyncio.ensure_future(asyncio.sleep(0))
 
     async def jobs(state: State, kube: Any, now: float) -> int:
         ran.append("jobs")
@@ -193,3 +196,39 @@ def test_a_group_s_events_are_posted_in_the_background_and_a_failure_is_only_log
     asyncio.run(scenario())
     assert sorted(posted) == ["g: NodeQuarantined", "n1: Quarantined"]
     assert "could not post events: connection reset" in caplog.text
+
+
+def test_the_jobs_are_decided_while_the_groups_status_writes_are_on_their_way(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group's status write (over a second on a busy API server) does not hold up the
+    jobs: they are decided and applied meanwhile, and the pass waits for the write before
+    it ends."""
+    release, ran = threading.Event(), []
+
+    class SlowStatusKube:
+        def patch_status(self, *args: Any) -> str:
+            ran.append("group status written" if release.wait(5) else "timed out")
+            return "7"
+
+        def event(self, *args: Any) -> None:
+            return None
+
+        def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+            body = nodes(1)[name]  # the group's label on its members
+            body["metadata"]["labels"].update(patch["metadata"]["labels"])
+            return body
+
+    async def jobs(state: State, kube: Any, now: float) -> int:
+        ran.append("jobs")
+        release.set()
+        return 0
+
+    monkeypatch.setattr(loop.trainingjob, "reconcile_jobs", jobs)
+    state = State()
+    for body in nodes(1).values():
+        state.upsert_node(body)
+    state.upsert_group({"metadata": {"name": "trn2", "creationTimestamp": iso(NOW - 60)},
+                        "spec": group_spec().model_dump(by_alias=True)})
+    asyncio.run(loop.groups_then_jobs(state, SlowStatusKube()))  # type: ignore[arg-type]
+    assert ran == ["jobs", "group status written"]
+    assert "trn2" in state.group_written

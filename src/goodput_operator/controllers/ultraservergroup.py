@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Awaitable, Mapping
+from typing import Any, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
@@ -23,6 +23,7 @@ from goodput_operator.health import quarantine as q
 from goodput_operator.resources.probe import probe_job
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 log = logging.getLogger("goodput.ultraservergroup")
 PLURAL = "ultraservergroups"
 LABEL_CONCURRENCY = 16
@@ -38,26 +39,46 @@ def observe_health(state: State, members: Mapping[str, Mapping[str, Obj]], now: 
             q.observe(node_name, unhealthy, now, state.seen_unhealthy, state.healthy_since)
 
 
-async def reconcile_groups(state: State, kube: Kube, now: float) -> None:
+async def reconcile_groups(state: State, kube: Kube, now: float) -> asyncio.Future[Any]:
+    """Decide every group and apply what the jobs' decisions read (quarantines, releases,
+    labels: the nodes); returns the groups' status writes, started but not awaited: the
+    caller decides the jobs first (a quarantined node's job is re-placed without waiting
+    for its group's status write, over a second on a busy API server) and awaits them
+    before its pass ends."""
     snapshot = state.snapshot(now, with_members=True)
     observe_health(state, snapshot.members, now)  # the snapshot sees it: views, not copies
     failures: list[Failure] = []
     decisions = decide_groups(snapshot, failures)
     log_failures(failures)
+    writes = []
     for decision in decisions:
-        try:
-            await apply_group(state, kube, decision, now)
-        except asyncio.CancelledError:
-            raise
-        except Gone as gone:
-            log.info("%s is gone: forgotten", gone)
-            state.remove_group(decision.name)
-        except Exception:  # one bad group must not stop the others or the jobs
-            metrics.RECONCILE_ERRORS.labels("UltraServerGroup").inc()
-            log.exception("reconcile of UltraServerGroup %s failed", decision.name)
+        events = await _guarded(state, decision.name, apply_group(state, kube, decision, now))
+        if events is not None:
+            writes.append(_guarded(state, decision.name,
+                                   write_group(state, kube, decision, events, now)))
+    return asyncio.ensure_future(asyncio.gather(*writes))
 
 
-async def apply_group(state: State, kube: Kube, decision: GroupDecision, now: float) -> None:
+async def _guarded(state: State, name: str, work: Awaitable[T]) -> T | None:
+    """WORK for group NAME; None when it failed: a gone group is forgotten, and one bad
+    group must not stop the others or the jobs."""
+    try:
+        return await work
+    except asyncio.CancelledError:
+        raise
+    except Gone as gone:
+        log.info("%s is gone: forgotten", gone)
+        state.remove_group(name)
+    except Exception:
+        metrics.RECONCILE_ERRORS.labels("UltraServerGroup").inc()
+        log.exception("reconcile of UltraServerGroup %s failed", name)
+    return None
+
+
+async def apply_group(state: State, kube: Kube, decision: GroupDecision, now: float
+                      ) -> list[tuple[Obj, Event]]:
+    """What the jobs read: quarantines, releases, labels (and probes started); the events
+    to post after the group's status write."""
     name, body = decision.name, decision.body
     for node in decision.forget_blame:  # out of service already, orphaned or expired
         state.blamed.pop(node, None)
@@ -96,11 +117,17 @@ async def apply_group(state: State, kube: Kube, decision: GroupDecision, now: fl
         log.error("group %s: %s", name, decision.storm)
     metrics.QUARANTINED.labels(name).set(decision.desired["totals"]["quarantined"])
     metrics.STORM_GUARD.labels(name).set(1 if decision.storm else 0)
+    return [*on_nodes, *((body, event) for event in events)]
+
+
+async def write_group(state: State, kube: Kube, decision: GroupDecision,
+                      events: list[tuple[Obj, Event]], now: float) -> None:
+    """The group's status write, then EVENTS (in the background)."""
     if decision.write:
-        await patch_status(kube, PLURAL, None, name, decision.desired)
-        body["status"] = {**(body.get("status") or {}), **decision.desired}
-        state.group_written[name] = now
-    post_events(kube, [*on_nodes, *((body, event) for event in events)])
+        await patch_status(kube, PLURAL, None, decision.name, decision.desired)
+        decision.body["status"] = {**(decision.body.get("status") or {}), **decision.desired}
+        state.group_written[decision.name] = now
+    post_events(kube, events)
 
 
 _posting: set[asyncio.Future[Any]] = set()  # events on their way (a task must be held)

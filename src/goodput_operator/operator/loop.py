@@ -55,9 +55,7 @@ async def one_pass(state: State, kube: Kube) -> None:
     state.fits.clear()
     state.urgent.clear()
     started = time.perf_counter()
-    await ultraservergroup.reconcile_groups(state, kube, time.time())
-    grouped = time.perf_counter()
-    jobs = await trainingjob.reconcile_jobs(state, kube, time.time())
+    grouped, jobs = await groups_then_jobs(state, kube)
     applied = time.perf_counter()
     endpoints = asyncio.create_task(
         inferenceendpoint.reconcile_endpoints(state, kube, time.time()))
@@ -82,6 +80,19 @@ async def one_pass(state: State, kube: Kube) -> None:
         metrics.JOBS.labels(phase).set(count)
     for group, fleet in state.fleets.items():
         metrics.ACCELERATORS.labels(group).set(sum(n.used for n in fleet.nodes.values()))
+
+
+async def groups_then_jobs(state: State, kube: Kube) -> tuple[float, int]:
+    """The groups decided and their nodes' changes applied, then the jobs decided and
+    applied, while the groups' status writes (started) are still on their way: a
+    quarantined node's job is re-placed without waiting for them. Returns when the groups'
+    stage ended (perf_counter) and how many jobs there were."""
+    status_writes = await ultraservergroup.reconcile_groups(state, kube, time.time())
+    grouped = time.perf_counter()
+    try:
+        return grouped, await trainingjob.reconcile_jobs(state, kube, time.time())
+    finally:
+        await status_writes  # within the pass: the next pass never writes a group twice
 
 
 async def _lanes(state: State, kube: Kube, endpoints: asyncio.Task[None]) -> int:
@@ -111,8 +122,7 @@ async def _lanes(state: State, kube: Kube, endpoints: asyncio.Task[None]) -> int
         started = time.perf_counter()
         state.bulk_open.clear()  # the endpoints' writes wait: the API is this lane's first
         try:
-            await ultraservergroup.reconcile_groups(state, kube, time.time())
-            await trainingjob.reconcile_jobs(state, kube, time.time())
+            await groups_then_jobs(state, kube)
         finally:
             state.bulk_open.set()
         metrics.URGENT_SECONDS.observe(time.perf_counter() - started)
