@@ -286,7 +286,7 @@ async def unless_refused(write: Awaitable[T], body: Obj, refused: list[str]) -> 
 
 APPLY_CONCURRENCY = 16  # objects whose decisions are applied at once (API-bound)
 API_CONNECTIONS = 32  # the executor's threads for API calls
-BULK_WRITES = 32  # the endpoints' pod writes in flight at once, on threads of their own
+BULK_WRITES = 16  # the endpoints' pod writes in flight at once, on threads of their own
 
 
 def _failed(kind: str, obj: Obj, error: BaseException | None = None) -> None:
