@@ -45,6 +45,7 @@ NAMESPACE = "reports"
 JOB = "reporters"
 TARGET_RATE = 31_000 / 5.0  # reports/s: 31k workers, a 5 s step
 TARGET_P99 = 0.100  # seconds
+GC = "goodput_gc_pause_seconds"
 GROUP = {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
          "metadata": {"name": "reports-trn2"},
          "spec": {"nodeSelector": {"node.kubernetes.io/instance-type": "trn2u.48xlarge"},
@@ -257,9 +258,16 @@ def measure(workers: int, rates: Sequence[float], seconds: float, close: bool
             result["idle_cores"] = round(idle, 3)
             before = operator.metrics()
             result["levels"] = ramp(url, tokens, rates, seconds, close, operator.pid, "ours")
-            passes = minus(pass_buckets(operator.metrics()), pass_buckets(before))
+            after = operator.metrics()
+            passes = minus(pass_buckets(after), pass_buckets(before))
             result["pass_p50_s"] = round(quantile(passes, 0.5), 3)
             result["pass_p99_s"] = round(quantile(passes, 0.99), 3)
+            full = minus(*(pass_buckets({k: v for k, v in samples.items()
+                                         if 'generation="2"' in k}, GC)
+                           for samples in (after, before)))
+            result["gc_full"] = {"count": int(full.get(float("inf"), 0)),
+                                 "p50_s": round(quantile(full, 0.5), 3),
+                                 "max_bucket_s": longest(full)}
             for lv in result["levels"]:  # what the reports themselves cost
                 lv["report_cpu_ms"] = round(1000 * (lv["server_cores"] - idle) * seconds
                                             / max(1, lv["sent"]), 3)
@@ -280,6 +288,13 @@ def measure(workers: int, rates: Sequence[float], seconds: float, close: bool
     return result
 
 
+def longest(buckets: dict[float, float]) -> float:
+    """The smallest bucket bound of cumulative BUCKETS that holds every observation: the
+    longest one took at most that (0 when there were none)."""
+    count = buckets.get(float("inf"), 0.0)
+    return min((b for b, n in buckets.items() if n >= count and count), default=0.0)
+
+
 def _reviews(operator: Any) -> float:
     samples: dict[str, float] = operator.metrics()
     return sum(v for k, v in samples.items() if k.startswith("goodput_token_reviews_total"))
@@ -296,7 +311,9 @@ def table(r: dict[str, Any]) -> str:
     lines = [f"{r['workers']} workers, {r['seconds_per_level']:.0f} s per level, "
              f"{'kept-alive connections' if r['keepalive'] else 'a connection per report'}",
              f"the leader idle (its passes, no reports): {r['idle_cores']} cores; its "
-             f"passes during the levels: p50 {r['pass_p50_s']} s, p99 {r['pass_p99_s']} s",
+             f"passes during the levels: p50 {r['pass_p50_s']} s, p99 {r['pass_p99_s']} s; "
+             f"full garbage collections: {r['gc_full']['count']}, median "
+             f"{r['gc_full']['p50_s']} s, the longest up to {r['gc_full']['max_bucket_s']} s",
              "", "| offered /s | ours /s | p50 ms | p99 ms | leader cores | CPU-ms/report "
              "(above idle) | bare /s | bare p99 ms | bare CPU-ms/report | ratio ours/bare |",
              "|---|---|---|---|---|---|---|---|---|---|"]

@@ -88,6 +88,11 @@ WATCH_RESTARTS = Counter(
 API_REQUESTS = Counter("goodput_api_requests_total",
                        "Requests the operator sent to the API server (watches not counted)",
                        ["method"])
+GC_PAUSE_SECONDS = Histogram(
+    "goodput_gc_pause_seconds",
+    "The operator's cyclic garbage collections, by generation: each stops every request "
+    "and pass while it runs (a full one walks the whole cache)",
+    ["generation"], buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
 API_REQUEST_SECONDS = Histogram(
     "goodput_api_request_seconds",
     "How long the API server took to answer the operator, by method and resource (e.g. "

@@ -42,3 +42,10 @@ def test_the_driver_sends_every_report_of_the_offered_rate_to_a_server_that_keep
         server.wait(timeout=10)
     assert result["codes"] == {"200": 9}
     assert result["sent"] == 9 and result["offered_per_s"] == result["per_s"] == 4.1
+
+
+def test_the_longest_observation_is_bounded_by_the_first_bucket_holding_them_all() -> None:
+    from bench.reports import longest
+
+    assert longest({0.1: 0.0, 0.25: 2.0, 0.5: 3.0, float("inf"): 3.0}) == 0.5
+    assert longest({0.1: 0.0, float("inf"): 0.0}) == 0.0

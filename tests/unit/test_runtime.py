@@ -87,3 +87,43 @@ def test_independent_writes_take_what_is_left_of_the_budget() -> None:
     assert state.take_writes(10) == 6
     assert state.deferred_writes == 4 and state.wake.is_set()
     assert state.take_writes(3) == 0
+
+
+def test_every_cyclic_collection_is_timed_by_generation() -> None:
+    import gc
+
+    from goodput_operator import metrics
+    from goodput_operator.operator import runtime
+
+    full = metrics.GC_PAUSE_SECONDS.labels("2")
+    before = sum(bucket.get() for bucket in full._buckets)  # type: ignore[attr-defined]
+    runtime.time_collections()
+    try:
+        gc.collect()
+        assert sum(bucket.get() for bucket in full._buckets) == before + 1  # type: ignore[attr-defined]
+    finally:
+        gc.callbacks.pop()
+
+
+def test_a_trim_freezes_what_lives_and_a_thorough_one_still_finds_frozen_cycles() -> None:
+    import gc
+    import weakref
+
+    from goodput_operator.operator import runtime
+
+    class Node:
+        other: Any = None
+
+    cycle = Node()
+    cycle.other = cycle  # cyclic: only the collector frees it
+    alive = weakref.ref(cycle)
+    try:
+        runtime.release_freed_memory()
+        assert gc.get_freeze_count() > 0, "what lives now is left out of full collections"
+        del cycle
+        gc.collect()
+        assert alive() is not None, "frozen: a plain collection does not walk it"
+        runtime.release_freed_memory(thorough=True)
+        assert alive() is None, "a thorough trim unfreezes first and finds it"
+    finally:
+        gc.unfreeze()

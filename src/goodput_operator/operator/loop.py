@@ -29,12 +29,14 @@ from goodput_operator.operator import runtime
 log = logging.getLogger("goodput.loop")
 DEBOUNCE_SECONDS = 0.02  # one pass for a burst of events, not one per event
 TRIM_SECONDS = 60.0  # how often freed memory goes back to the OS
+THOROUGH_TRIMS = 10  # every tenth trim, a full collection of everything (runtime)
 SLOW_PASS_SECONDS = 1.0  # a pass longer than this is logged with where its time went
 TIMER_CHECK_SECONDS = 0.1  # how often a pass busy with endpoints' writes looks at timers
 
 
 async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> None:
     trimmed = time.time()  # the first trim a minute in: after the initial listings
+    trims = 0
     while True:
         timeout = resync_seconds
         if state.deadline is not None:
@@ -44,8 +46,8 @@ async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> Non
         await asyncio.sleep(DEBOUNCE_SECONDS)  # let a burst of watch events land first
         await one_pass(state, kube)
         if state.last_pass - trimmed > TRIM_SECONDS:
-            trimmed = state.last_pass
-            runtime.release_freed_memory()
+            trimmed, trims = state.last_pass, trims + 1
+            runtime.release_freed_memory(thorough=trims % THOROUGH_TRIMS == 0)
 
 
 async def one_pass(state: State, kube: Kube) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 import kopf
 from prometheus_client import start_http_server
 
+from goodput_operator.operator import runtime
 from goodput_operator.operator.flags import add_flags
 
 
@@ -92,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     else Path(args.report_tls_cert)).read_text()
     if args.metrics_port:
         start_http_server(args.metrics_port, addr="0.0.0.0")
+        runtime.time_collections()
     namespaces = options.namespaces
     try:
         asyncio.run(kopf.operator(

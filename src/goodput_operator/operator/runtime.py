@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from goodput_operator import names
+from goodput_operator import metrics, names
 from goodput_operator.api.base import GROUP, VERSION, describe_errors
 from goodput_operator.controllers.kube import Kube, Obj
 from goodput_operator.controllers.state import State
@@ -45,11 +45,35 @@ def _libc_trim() -> Callable[[int], object] | None:
 _TRIM = _libc_trim()
 
 
-def release_freed_memory() -> None:
+def time_collections() -> None:
+    """Time every cyclic collection (goodput_gc_pause_seconds{generation}): a full one
+    stops the report channel and the loop for as long as it walks the cache."""
+    started: list[float] = []
+
+    def timed(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[:] = [time.perf_counter()]
+        elif started:
+            metrics.GC_PAUSE_SECONDS.labels(str(info["generation"])).observe(
+                time.perf_counter() - started.pop())
+
+    gc.callbacks.append(timed)
+
+
+def release_freed_memory(thorough: bool = False) -> None:
     """Hand freed heap back to the OS. After a burst (the initial listing of a 10k-pod
     cluster: the operator's list and kopf's, full bodies) glibc keeps the peak resident
-    although the cache needs a third of it."""
+    although the cache needs a third of it.
+
+    What is alive then is frozen out of the collector (gc.freeze): a full collection walked
+    the whole cache, 0.4 s with a 2,048-worker job, every 15 s under its reports, and each
+    held every report and the loop. The cache is plain JSON (no cycles), freed by reference
+    counts when replaced; THOROUGH (the caller's every tenth call) unfreezes first, so
+    cyclic garbage that was alive at a freeze is still found."""
+    if thorough:
+        gc.unfreeze()
     gc.collect()
+    gc.freeze()
     if _TRIM is not None:
         _TRIM(0)
 
