@@ -143,7 +143,8 @@ def api_calls(after: dict[str, float], before: dict[str, float], top: int = 6
         if not key.startswith(f"{CALLS}_count{{"):
             continue
         labels = dict(part.split("=", 1) for part in key[key.index("{") + 1:-1].split(","))
-        call = f"{labels['method'].strip(chr(34))} {labels['resource'].strip(chr(34))}"
+        method, resource = (labels[name].strip('"') for name in ("method", "resource"))
+        call = f"{method} {resource}"
         count = value - before.get(key, 0.0)
         total = after[key.replace("_count{", "_sum{")] - before.get(
             key.replace("_count{", "_sum{"), 0.0)

@@ -22,6 +22,7 @@ from kubernetes.watch.watch import iter_resp_lines
 from goodput_operator import metrics
 from goodput_operator.api.base import GROUP, VERSION
 from goodput_operator.decide import Event, Failure
+from goodput_operator.decide.types import changed_keys
 from goodput_operator.resources import claims, computedomain
 
 Obj = dict[str, Any]
@@ -361,7 +362,7 @@ async def write_status(kube: Kube, plural: str, obj: Obj, current: Obj, desired:
     (never before), posted together; the keys that differed. The write lands on the live
     status held for OBJ: other writers (the report handlers) may have changed other keys
     meanwhile; None removes a key."""
-    changed = {key for key, value in desired.items() if current.get(key) != value}
+    changed = changed_keys(current, desired)
     if changed:
         meta = obj["metadata"]
         written = await patch_status(kube, plural, meta.get("namespace"), meta["name"], desired)

@@ -53,6 +53,7 @@ from goodput_operator.decide.types import (
     ProbeStart,
     Refusal,
     apply_conditions,
+    changed_keys,
 )
 from goodput_operator.health import badput
 from goodput_operator.health.hang import from_progress
@@ -252,7 +253,7 @@ def _books(desired: Obj, status: Obj, clock: float, every: float) -> None:
     thousands of jobs run); a changed goodput otherwise gets its ratio as of now."""
     goodput = desired.get("goodput") or status.get("goodput") or {}
     due = badput.refresh_due(goodput, clock, every)
-    written = any(status.get(key) != value for key, value in desired.items())
+    written = bool(changed_keys(status, desired))
     if desired["phase"] == "Running" and due is not None and (due <= clock or written):
         desired["goodput"] = badput.refreshed(goodput, clock)  # current, not as started
     elif "goodput" in desired:

@@ -63,3 +63,9 @@ class Refusal(NamedTuple):
 
     def retry_at(self) -> float:
         return self.at + 2.0 ** self.times
+
+
+def changed_keys(current: dict[str, Any], desired: dict[str, Any]) -> set[str]:
+    """The keys of DESIRED a status write would change in CURRENT: what kube.write_status
+    writes, and what a decision folding a refresh into that write must agree with."""
+    return {key for key, value in desired.items() if current.get(key) != value}
