@@ -64,8 +64,8 @@ def test_failure_trials_fail_one_job_each_and_summarize_median_and_worst(
     def node_failure(box: object, job: str) -> dict[str, float]:
         failed.append(job)
         detection, total = next(figures)
-        return {"detection_s": detection, "placement_s": total - detection, "total_s": total,
-                "recorded_s": detection}
+        return {"detection_s": detection, "placement_s": round(total - detection, 2),
+                "total_s": total, "recorded_s": detection, "kubectl_s": 1.0}
 
     monkeypatch.setattr(scale, "node_failure", node_failure)
     ready = iter([10, 20, 30])
@@ -74,6 +74,7 @@ def test_failure_trials_fail_one_job_each_and_summarize_median_and_worst(
     assert [t["endpoints_ready"] for t in found["trials"]] == [10, 20, 30]
     assert (found["total_s_median"], found["total_s_max"]) == (0.5, 5.0)
     assert (found["detection_s_median"], found["detection_s_max"]) == (0.3, 0.4)
+    assert (found["placement_s_median"], found["placement_s_max"]) == (0.2, 4.6)
 
 
 @pytest.mark.parametrize(("incident", "expected"), [

@@ -127,3 +127,33 @@ def test_a_trim_freezes_what_lives_and_a_thorough_one_still_finds_frozen_cycles(
         assert alive() is None, "a thorough trim unfreezes first and finds it"
     finally:
         gc.unfreeze()
+
+
+def test_survivors_of_a_pass_are_frozen_and_young_cycles_are_collected_first() -> None:
+    import gc
+    import weakref
+
+    from goodput_operator.operator import runtime
+
+    class Node:
+        other: Any = None
+
+    cycle = Node()
+    cycle.other = cycle
+    gone = weakref.ref(cycle)
+    del cycle  # garbage already: the young collection frees it before anything is frozen
+    kept = Node()
+    kept.other = kept
+    alive = weakref.ref(kept)
+    gc.unfreeze()
+    try:
+        runtime.freeze_survivors()
+        assert gone() is None, "young cyclic garbage is not frozen"
+        assert gc.get_freeze_count() > 0, "what survives is left out of full collections"
+        del kept
+        gc.collect()
+        assert alive() is not None, "frozen: only a thorough trim finds it"
+        runtime.release_freed_memory(thorough=True)
+        assert alive() is None
+    finally:
+        gc.unfreeze()

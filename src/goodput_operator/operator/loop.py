@@ -45,6 +45,7 @@ async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> Non
             await asyncio.wait_for(state.wake.wait(), timeout=timeout)
         await asyncio.sleep(DEBOUNCE_SECONDS)  # let a burst of watch events land first
         await one_pass(state, kube)
+        runtime.freeze_survivors()
         if state.last_pass - trimmed > TRIM_SECONDS:
             trimmed, trims = state.last_pass, trims + 1
             runtime.release_freed_memory(thorough=trims % THOROUGH_TRIMS == 0)

@@ -78,6 +78,16 @@ def release_freed_memory(thorough: bool = False) -> None:
         _TRIM(0)
 
 
+def freeze_survivors() -> None:
+    """After every pass: the young generations collected (milliseconds) and what survives
+    frozen, so a full collection the allocator triggers between passes (under a large job's
+    reports) walks only what changed since the last pass, not the whole cache: 0.088 s at
+    the median when frozen only at the minute's trim. Cycles that become garbage once
+    frozen wait for the next thorough trim."""
+    gc.collect(1)
+    gc.freeze()
+
+
 def tracked_pod(pod: Obj) -> bool:
     """Pods the operator keeps: ours, and any that request a device (they occupy nodes)."""
     labels = pod["metadata"].get("labels") or {}

@@ -88,15 +88,20 @@ SIGNALS: dict[str, Signal] = {
 
 def _set_condition(sandbox: Sandbox, nodes: tuple[str, ...], kind: str, status: str,
                    reason: str, message: str) -> None:
-    """Write a node condition as an agent does: a strategic merge patch of the status, merged
-    by type, so the kubelet's (or KWOK's) own conditions stay as they are."""
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    patch = {"status": {"conditions": [{
-        "type": kind, "status": status, "reason": reason, "message": message,
-        "lastHeartbeatTime": now, "lastTransitionTime": now}]}}
+    """Write a node condition as an agent does (`condition_patch`)."""
+    patch = condition_patch(kind, status, reason, message)
     for node in nodes:
         sandbox.kubectl("patch", "node", node, "--subresource=status", "--type=strategic",
                         "-p", json.dumps(patch))
+
+
+def condition_patch(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
+    """A node status patch setting one condition, to be sent as a strategic merge patch:
+    merged by type, so the kubelet's (or KWOK's) own conditions stay as they are."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {"status": {"conditions": [{
+        "type": kind, "status": status, "reason": reason, "message": message,
+        "lastHeartbeatTime": now, "lastTransitionTime": now}]}}
 
 
 DEVICE_TAINT = "sandbox.goodput.dev/unhealthy"
