@@ -19,6 +19,7 @@ from tests.e2e.conftest import (
     TRN2_TYPE,
     Operator,
     apply,
+    delete_all,
     get_job,
     job_pods,
     training_job,
@@ -32,9 +33,11 @@ POOL = "preempt"  # the pool of this test's own six UltraServers
 
 
 @pytest.fixture
-def six_ultraservers(crds: Cluster) -> Iterator[str]:
+def six_ultraservers(crds: Cluster, namespace: str) -> Iterator[str]:
     """Six Trn2 UltraServers of KWOK nodes of the test's own (the session fleet has two),
-    one network block, and a group over exactly them; all deleted afterwards."""
+    one network block, and a group over exactly them; all deleted afterwards, the test's
+    jobs and their pods first: a pod left on a deleted node waits for the pod garbage
+    collector (40-60 s), which outlasted the jobs' cleanup once on a loaded machine."""
     fleet = fleets.parse({
         "apiVersion": fleets.FLEET_API_VERSION, "kind": fleets.FLEET_KIND,
         "metadata": {"name": OWN_FLEET},
@@ -64,6 +67,7 @@ def six_ultraservers(crds: Cluster) -> Iterator[str]:
                               "nodesPerDomain": 4, "probes": {"schedule": ""}}})
         yield group
     finally:
+        delete_all(crds, "tj", namespace)
         crds.kubectl("delete", "usg", group, "--ignore-not-found")
         crds.kubectl("delete", "node", *names, "--ignore-not-found")
 

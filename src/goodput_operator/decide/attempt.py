@@ -115,10 +115,17 @@ def attempt(job: Obj, pods: list[Obj], fabric: Fabric, lost: Mapping[str, Lost] 
     placement = status.get("placement") or {}
     spots = Spots(placement)
     ranks = spots.ranks
-    current = {index_of(p): p for p in pods if attempt_of(p) == restart and not pod_set_of(p)}
-    companions = {companion_key(p): p for p in pods if attempt_of(p) == restart and pod_set_of(p)}
+    current: dict[int, Obj] = {}  # this attempt's workers by rank
+    companions: dict[tuple[str, int], Obj] = {}  # and its companions by (set, index)
+    stale: list[str] = []  # pods of an earlier attempt
+    for p in pods:  # one look at each pod's labels: a pass sees every worker of every job
+        if attempt_of(p) != restart:
+            stale.append(p["metadata"]["name"])
+        elif pod_set_of(p):
+            companions[companion_key(p)] = p
+        else:
+            current[index_of(p)] = p
     held = spots.nodes()  # every node the placed gang holds: its ranks' and companions'
-    stale = [p["metadata"]["name"] for p in pods if attempt_of(p) != restart]
     resumed = [ConditionUpdate("Suspended", False, "Resumed", "")] if phase == "Suspended" else []
     result = Attempt("Pending", "", delete=stale, hold=bool(stale),
                      workers=len(ranks) or spec.workers, conditions=resumed)
@@ -195,7 +202,7 @@ def pins(spots: Spots, pods: list[Obj], restart: int) -> list[tuple[str, str, st
     on its rank's node, a companion on its recorded node."""
     found = []
     for pod in pods:
-        if attempt_of(pod) != restart or not is_gated(pod):
+        if not is_gated(pod) or attempt_of(pod) != restart:
             continue
         spot = spots.of(pod)
         if spot is not None:

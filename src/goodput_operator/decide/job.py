@@ -290,8 +290,8 @@ def _refused_since(pod: Obj, restart: int) -> tuple[str, float, str] | None:
     """(node, since, the scheduler's message) when POD is a pinned, unbound worker of
     attempt RESTART that kube-scheduler marks Unschedulable; else None."""
     node = (pod["metadata"].get("annotations") or {}).get(names.NODE_ANNOTATION)
-    if not node or attempt_of(pod) != restart or is_gated(pod) or \
-            pod.get("spec", {}).get("nodeName"):
+    if not node or pod.get("spec", {}).get("nodeName") or is_gated(pod) or \
+            attempt_of(pod) != restart:
         return None
     for condition in pod.get("status", {}).get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
