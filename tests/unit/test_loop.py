@@ -232,3 +232,49 @@ def test_the_jobs_are_decided_while_the_groups_status_writes_are_on_their_way(
     asyncio.run(loop.groups_then_jobs(state, SlowStatusKube()))  # type: ignore[arg-type]
     assert ran == ["jobs", "group status written"]
     assert "trn2" in state.group_written
+
+
+def test_members_are_labelled_in_the_background_a_few_at_a_time_never_asked_twice() -> None:
+    """The groups stage does not wait for its members' goodput.dev labels (for kubectl:
+    20,000 new nodes held every pass 6-11 s): LABEL_CONCURRENCY writers drain what the
+    last pass asked for, and a node being written is not asked for again meanwhile."""
+    from goodput_operator.controllers import ultraservergroup
+
+    bodies = nodes(10)  # 40 members, none labelled yet
+    release, in_flight, most, patched = threading.Event(), [0], [0], []
+    lock = threading.Lock()
+
+    class SlowKube:
+        def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+            with lock:
+                in_flight[0] += 1
+                most[0] = max(most[0], in_flight[0])
+            release.wait(5)
+            with lock:
+                in_flight[0] -= 1
+                patched.append(name)
+            body = bodies[name]
+            body["metadata"]["labels"].update(patch["metadata"]["labels"])
+            return body
+
+    async def scenario() -> State:
+        state = State()
+        for body in bodies.values():
+            state.upsert_node(body)
+        wanted = [(name, {names.GROUP_LABEL: "trn2"}) for name in bodies]
+        ultraservergroup.label_nodes(state, SlowKube(), wanted)  # type: ignore[arg-type]
+        await asyncio.sleep(0.2)  # the pass goes on; the writers wait on the API
+        assert len(state.labels_writing) == ultraservergroup.LABEL_CONCURRENCY
+        ultraservergroup.label_nodes(state, SlowKube(), wanted)  # the next pass asks again
+        assert not state.labels_writing & set(state.labels_wanted), "never asked twice"
+        assert len(state.labels_wanted) == 40 - ultraservergroup.LABEL_CONCURRENCY
+        release.set()
+        while state.labelers:
+            await asyncio.sleep(0.01)
+        return state
+
+    state = asyncio.run(scenario())
+    assert sorted(patched) == sorted(bodies), "each member labelled once"
+    assert most[0] == ultraservergroup.LABEL_CONCURRENCY
+    assert all(state.nodes[n]["metadata"]["labels"].get(names.GROUP_LABEL) == "trn2"
+               for n in bodies)

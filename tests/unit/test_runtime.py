@@ -79,16 +79,6 @@ def test_a_pass_spends_its_write_budget_then_asks_for_another_pass() -> None:
     assert state.wake.is_set() and state.deferred_writes == 1
 
 
-def test_independent_writes_take_what_is_left_of_the_budget() -> None:
-    from goodput_operator.controllers.state import PASS_WRITE_BUDGET
-
-    state = State()
-    assert state.take_writes(PASS_WRITE_BUDGET - 6) == PASS_WRITE_BUDGET - 6
-    assert state.take_writes(10) == 6
-    assert state.deferred_writes == 4 and state.wake.is_set()
-    assert state.take_writes(3) == 0
-
-
 def test_every_cyclic_collection_is_timed_by_generation() -> None:
     import gc
 

@@ -179,7 +179,12 @@ class State:
         self.groups_version = ""  # the same for UltraServerGroups
         self.nodes_version = ""  # and for nodes
         self.last_pass = 0.0  # when the reconcile loop last finished a pass (liveness)
-        self.write_budget = PASS_WRITE_BUDGET  # node labels and pod writes left this pass
+        self.write_budget = PASS_WRITE_BUDGET  # endpoints' pod writes left this pass
+        # the members' goodput.dev labels (ultraservergroup.label_nodes): asked for, being
+        # written, and the tasks writing them
+        self.labels_wanted: dict[str, dict[str, str]] = {}
+        self.labels_writing: set[str] = set()
+        self.labelers: set[asyncio.Future[None]] = set()
         self.deferred_writes = 0  # writes pushed to the next pass (logged)
         self.deadline: float | None = None  # earliest timer (grace, backoff) of this pass
         # node health as the operator saw it change (health/quarantine.observe)
@@ -262,16 +267,6 @@ class State:
         if count:
             self.deferred_writes += count
             self.wake.set()
-
-    def take_writes(self, count: int) -> int:
-        """Up to COUNT writes of independent objects (node labels) from this pass's budget;
-        the rest wait for the next pass, which is asked for."""
-        allowed = min(count, max(0, self.write_budget))
-        if allowed < count:
-            self.deferred_writes += count - allowed
-            self.wake.set()
-        self.write_budget -= allowed
-        return allowed
 
     def reserve(self, reservations: Iterable[Reservation]) -> None:
         """Make a decision's reservations: its pods count on their nodes from now on,

@@ -99,9 +99,7 @@ def decide(snapshot: Snapshot) -> PassPlan:
     the reservations of the kinds before it. The fleets are left as they were."""
     plan = PassPlan()
     plan.groups = decide_groups(snapshot, plan.failures)
-    labels = sum(len(g.labels) for g in plan.groups)
     with trial(snapshot):
         plan.jobs = decide_jobs(snapshot, plan.failures)
-        plan.endpoints = decide_endpoints(snapshot, plan.failures,
-                                          WriteBudget(snapshot.write_budget - labels))
+        plan.endpoints = decide_endpoints(snapshot, plan.failures)
     return plan
