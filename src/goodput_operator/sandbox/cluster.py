@@ -345,12 +345,13 @@ def create_nodes(sandbox: Sandbox, nodes: list[dict[str, Any]], fleet_name: str,
         sandbox.kubectl("create", "-f", "-", input_text=json.dumps(document), timeout=300)
 
 
-def node_readiness(sandbox: Sandbox) -> tuple[int, int]:
-    """(ready, total) nodes as the API server reports them."""
-    proc = sandbox.kubectl("get", "nodes", "-o", "json", timeout=60)
-    items: list[dict[str, Any]] = json.loads(proc.stdout)["items"]
-    ready = sum(1 for node in items if is_node_ready(node))
-    return ready, len(items)
+def node_readiness(sandbox: Sandbox, expected: int = 0) -> tuple[int, int]:
+    """(ready, total) nodes as the API server reports them, read from its table (name and
+    status columns), not whole objects: 20,000 nodes' JSON, listed every half second, took
+    over a minute a list on this machine and slowed the fleet's start for everything."""
+    proc = sandbox.kubectl("get", "nodes", "--no-headers", timeout=max(60.0, expected / 100))
+    statuses = [line.split()[1] for line in proc.stdout.splitlines() if len(line.split()) > 1]
+    return sum(1 for status in statuses if "Ready" in status.split(",")), len(statuses)
 
 
 def is_node_ready(node: dict[str, Any]) -> bool:
@@ -364,7 +365,7 @@ def wait_nodes_ready(sandbox: Sandbox, expected: int, timeout: float, progress: 
     deadline = time.monotonic() + timeout
     last = (-1, -1)
     while True:
-        ready, total = node_readiness(sandbox)
+        ready, total = node_readiness(sandbox, expected)
         if ready >= expected and total >= expected:
             progress(f"All {expected} nodes are Ready.")
             return
@@ -377,7 +378,7 @@ def wait_nodes_ready(sandbox: Sandbox, expected: int, timeout: float, progress: 
                 f"see `kwokctl logs kwok-controller --name {sandbox.name}` "
                 f"(KWOK_WORKDIR={build.cache_root() / 'kwok'})"
             )
-        time.sleep(0.5)
+        time.sleep(max(0.5, expected / 2000))  # a list of 20,000 nodes is work for the API
 
 
 def add_real_node(sandbox: Sandbox, name: str | None = None,
