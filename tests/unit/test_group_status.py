@@ -31,3 +31,25 @@ def test_a_storm_is_a_condition() -> None:
     storm = next(c for c in status["conditions"] if c["type"] == "StormGuard")
     assert (storm["status"], storm["reason"]) == ("True", "TooManyFailing")
     assert status["totals"]["healthyDomains"] == 2 and status["health"] == "Healthy"
+
+
+def test_a_large_group_lists_its_notable_domains_first_and_counts_the_rest() -> None:
+    """At most MAX_LISTED_DOMAINS domains in status.domains (every domain of a 5,000-domain
+    group made a 1.4 MB object): the degraded and quarantined ones always among them,
+    fabric order kept; totals count every domain."""
+    from goodput_operator.api.ultraservergroup import MAX_LISTED_DOMAINS
+
+    count = MAX_LISTED_DOMAINS + 44
+    fleet = trn2(count, spares=1)
+    last = f"us-{count - 1}"
+    fleet.upsert_node(node(f"us{count - 1}-n0", last, fleet.domains[last].path[1],
+                           ready=False))
+    status = group_status(SPEC, fleet, [], None, 3, AT)
+    UltraServerGroupStatus.model_validate(status)
+    listed = [d["id"] for d in status["domains"]]
+    assert len(listed) == MAX_LISTED_DOMAINS and status["domainsOmitted"] == 44
+    assert last in listed, "a degraded domain is listed whatever its place"
+    assert listed == [d.id for d in fleet.ordered_domains() if d.id in set(listed)]
+    assert status["totals"]["domains"] == count
+    small = group_status(SPEC, trn2(3, spares=1), [], None, 3, AT)
+    assert len(small["domains"]) == 3 and small["domainsOmitted"] == 0

@@ -17,7 +17,7 @@ from typing import Any
 
 from goodput_operator import names
 from goodput_operator.api.conditions import is_true, set_condition, stamp
-from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
+from goodput_operator.api.ultraservergroup import MAX_LISTED_DOMAINS, UltraServerGroupSpec
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.types import Event, ProbeStart
 from goodput_operator.health import cron
@@ -288,8 +288,22 @@ def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj]
         conditions, "ProbesInconclusive", bool(inconclusive),
         "AcceleratorNotExercised" if inconclusive else "NoneInconclusive", inconclusive,
         generation, at)
+    listed = listed_domains(domains)
     return {"observedGeneration": generation, "health": group_health,
             "totals": {k: totals[k] for k in ("domains", "healthyDomains", "nodes",
                                               "readyNodes", "accelerators",
                                               "freeAccelerators", "quarantined", "spares")},
-            "domains": domains, "conditions": conditions}
+            "domains": listed, "domainsOmitted": len(domains) - len(listed),
+            "conditions": conditions}
+
+
+def listed_domains(domains: list[Obj]) -> list[Obj]:
+    """What status.domains shows of DOMAINS (in fabric order): at most MAX_LISTED_DOMAINS,
+    those a person looks for first (not Healthy, or a node in quarantine), then the rest;
+    fabric order kept, so the list does not reorder as health changes."""
+    if len(domains) <= MAX_LISTED_DOMAINS:
+        return domains
+    notable = [d["id"] for d in domains if d["health"] != "Healthy" or d["quarantinedNodes"]]
+    rest = [d["id"] for d in domains if d["health"] == "Healthy" and not d["quarantinedNodes"]]
+    chosen = set((notable + rest)[:MAX_LISTED_DOMAINS])
+    return [d for d in domains if d["id"] in chosen]
