@@ -201,17 +201,25 @@ def test_with_real_nodes_pods_reach_the_api_server_through_its_service(
     assert not any(a["key"] == "bind-address" for a in args)
 
 
-@pytest.mark.parametrize(("real", "simulated", "factor"), [
-    (0, 2_000, None),  # kwokctl's default (5)
-    (0, cluster.HEARTBEAT_NODES, None),
-    (0, 20_000, 20.0),  # as few Lease renewals in all as 5,000 nodes at the default
-    (2, 20_000, 1),  # real kubelets: Kubernetes' own timing, whatever the fleet
+@pytest.mark.parametrize(("real", "simulated", "factor", "heartbeats"), [
+    (0, 2_000, None, True),  # kwokctl's default (5)
+    (0, cluster.HEARTBEAT_NODES, None, True),
+    (0, 20_000, None, False),  # no Lease renewals at all; a week's grace
+    (2, 20_000, 1, True),  # real kubelets: Kubernetes' own timing, whatever the fleet
 ])
-def test_a_large_simulated_fleet_renews_its_leases_more_rarely(
+def test_a_large_simulated_fleet_has_no_heartbeats_and_a_long_grace(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real: int, simulated: int,
-        factor: float | None) -> None:
+        factor: float | None, heartbeats: bool) -> None:
     options, _ = _kwokctl_options(tmp_path, monkeypatch, real, simulated)
     assert options.get("heartbeatFactor") == factor
+    grace = options.get("kubeControllerManagerNodeMonitorGracePeriodMilliseconds")
+    assert (grace == cluster.QUIET_GRACE_MS) is (not heartbeats)
+    (tmp_path / cluster.HEARTBEAT_STAGE).write_text("kind: Stage\nmetadata: {name: beat}\n")
+    stream = cluster.Sandbox("t").kwokctl_config(
+        {name: tmp_path / name for name in ("kube-apiserver", "kube-controller-manager",
+                                            "kube-scheduler", "kubectl", "etcd", "kwok")},
+        real, simulated)
+    assert ("name: beat" in stream) is heartbeats
 
 
 def test_a_system_node_has_no_accelerators_and_says_what_it_is_for() -> None:
