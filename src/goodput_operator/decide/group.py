@@ -303,7 +303,6 @@ def listed_domains(domains: list[Obj]) -> list[Obj]:
     fabric order kept, so the list does not reorder as health changes."""
     if len(domains) <= MAX_LISTED_DOMAINS:
         return domains
-    notable = [d["id"] for d in domains if d["health"] != "Healthy" or d["quarantinedNodes"]]
-    rest = [d["id"] for d in domains if d["health"] == "Healthy" and not d["quarantinedNodes"]]
-    chosen = set((notable + rest)[:MAX_LISTED_DOMAINS])
+    plain = sorted(domains, key=lambda d: d["health"] == "Healthy" and not d["quarantinedNodes"])
+    chosen = {d["id"] for d in plain[:MAX_LISTED_DOMAINS]}  # a stable sort: notable first
     return [d for d in domains if d["id"] in chosen]
