@@ -76,6 +76,17 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(fraction * len(ordered)) - 1)]
 
 
+def quarantined(node: dict[str, Any]) -> bool:
+    """The operator has quarantined NODE (its label)."""
+    return names.QUARANTINE_LABEL in (node["metadata"].get("labels") or {})
+
+
+def replaced(job: dict[str, Any], restart: int) -> bool:
+    """JOB has a placement for attempt RESTART."""
+    status = job.get("status") or {}
+    return status.get("restarts") == restart and bool(status.get("placement"))
+
+
 class Bench:
     """One TrainingJob (NAME, WORKERS workers) in NAMESPACE, watched through the API."""
 
@@ -122,11 +133,11 @@ class Bench:
                 t.get("key") in faults.LIFECYCLE_TAINTS and t.get("effect") == "NoExecute"
                 for t in body["spec"].get("taints") or []):
             marks["k8s_noexecute"] = now
-        if "detected" not in marks and names.QUARANTINE_LABEL in body["metadata"].get("labels", {}):
+        if "detected" not in marks and quarantined(body):
             marks["detected"] = now
-        status: dict[str, Any] = self.job().get("status") or {}
-        if "replaced" not in marks and status.get("restarts") == restart and \
-                status.get("placement"):
+        job = self.job()
+        status: dict[str, Any] = job.get("status") or {}
+        if "replaced" not in marks and replaced(job, restart):
             marks["replaced"] = now
         if "replaced" in marks and "running" not in marks and self.running(restart):
             marks["running"] = now

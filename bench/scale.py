@@ -39,8 +39,7 @@ from typing import Any
 from kubernetes import watch
 
 from bench.harness import OperatorProcess, rss_mb, sandbox, wait_until
-from bench.recovery import Bench
-from goodput_operator import names
+from bench.recovery import Bench, quarantined, replaced
 from goodput_operator.sandbox import cluster, faults
 from goodput_operator.topology.record import ranks_of
 
@@ -169,12 +168,10 @@ class Sightings:
         self.marks: dict[str, float] = {}
         self._live = {"detected": threading.Event(), "replaced": threading.Event()}
         follow = [
-            ("detected", watched.core.list_node, (),
-             lambda n: names.QUARANTINE_LABEL in (n["metadata"].get("labels") or {}), node),
+            ("detected", watched.core.list_node, (), quarantined, node),
             ("replaced", watched.custom.list_namespaced_custom_object,
              ("goodput.dev", "v1alpha1", watched.namespace, "trainingjobs"),
-             lambda j: (j.get("status") or {}).get("restarts") == restart
-             and bool((j.get("status") or {}).get("placement")), watched.name)]
+             lambda job: replaced(job, restart), watched.name)]
         for mark, call, args, seen, name in follow:
             threading.Thread(target=self._follow, args=(mark, call, args, seen, name),
                              daemon=True).start()
