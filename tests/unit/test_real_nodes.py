@@ -173,20 +173,26 @@ def test_a_healed_node_has_recovered_once_the_lifecycle_taints_are_gone(
     assert faults.recovered(node) is expected
 
 
+def _kwokctl_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real_nodes: int,
+                    simulated: int = 16) -> str:
+    """The sandbox's kwokctl configuration and stage documents; each stage names its file."""
+    for stage in cluster.STAGE_FILES:  # kwok's stage files, as the module cache holds them
+        (tmp_path / stage).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / stage).write_text(f"kind: Stage\nmetadata: {{name: {stage}}}\n")
+    monkeypatch.setattr(build, "module_dir", lambda component: tmp_path)
+    monkeypatch.setattr(hostnet, "host_ip", lambda: "192.0.2.7")
+    binaries = {name: tmp_path / name for name in (
+        "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd", "kwok")}
+    return cluster.Sandbox("t").kwokctl_config(binaries, real_nodes, simulated)
+
+
 def _kwokctl_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real_nodes: int,
                      simulated: int = 16) -> tuple[dict[str, object], list[dict[str, object]]]:
     """(options, kube-apiserver extra args) of the sandbox's kwokctl configuration."""
     import yaml
 
-    for stage in cluster.STAGE_FILES:  # kwok's stage files, as the module cache holds them
-        (tmp_path / stage).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / stage).write_text("kind: Stage\n")
-    monkeypatch.setattr(build, "module_dir", lambda component: tmp_path)
-    monkeypatch.setattr(hostnet, "host_ip", lambda: "192.0.2.7")
-    binaries = {name: tmp_path / name for name in (
-        "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "etcd", "kwok")}
-    config = next(yaml.safe_load_all(cluster.Sandbox("t").kwokctl_config(
-        binaries, real_nodes, simulated)))
+    config = next(yaml.safe_load_all(_kwokctl_config(tmp_path, monkeypatch, real_nodes,
+                                                     simulated)))
     apiserver = next(p for p in config["componentsPatches"] if p["name"] == "kube-apiserver")
     return config["options"], apiserver["extraArgs"]
 
@@ -214,12 +220,8 @@ def test_a_large_simulated_fleet_has_no_heartbeats_and_a_long_grace(
     assert options.get("heartbeatFactor") == factor
     grace = options.get("kubeControllerManagerNodeMonitorGracePeriodMilliseconds")
     assert (grace == cluster.QUIET_GRACE_MS) is (not heartbeats)
-    (tmp_path / cluster.HEARTBEAT_STAGE).write_text("kind: Stage\nmetadata: {name: beat}\n")
-    stream = cluster.Sandbox("t").kwokctl_config(
-        {name: tmp_path / name for name in ("kube-apiserver", "kube-controller-manager",
-                                            "kube-scheduler", "kubectl", "etcd", "kwok")},
-        real, simulated)
-    assert ("name: beat" in stream) is heartbeats
+    stream = _kwokctl_config(tmp_path, monkeypatch, real, simulated)
+    assert (f"name: {cluster.HEARTBEAT_STAGE}" in stream) is heartbeats
 
 
 def test_a_system_node_has_no_accelerators_and_says_what_it_is_for() -> None:
