@@ -6,14 +6,19 @@ import asyncio
 import base64
 import json
 import math
+import socket
+import threading
+import urllib.error
+import urllib.request
 
 import pytest
 
 from goodput_operator import names
 from goodput_operator.api.reports import StepReport
 from goodput_operator.api.trainingjob import Progress
+from goodput_operator.controllers.state import State
 from goodput_operator.operator import tokens as tokens_module
-from goodput_operator.operator.reports import inside, progress_of, save_request
+from goodput_operator.operator.reports import ReportServer, inside, progress_of, save_request
 from goodput_operator.operator.tokens import (
     POD_NAME,
     POD_UID,
@@ -161,3 +166,41 @@ def test_a_full_memory_of_tokens_forgets_the_lapsed_ones_and_keeps_the_live_ones
         remember(reviews, f"live-{i}", (50.0, {}), limit=20, now=10.0)
     remember(reviews, "new", (50.0, {}), limit=20, now=10.0)
     assert sorted(reviews) == sorted([*(f"live-{i}" for i in range(10)), "new"])
+
+
+def test_reports_are_answered_while_the_operators_loop_is_busy_and_wake_it_on_its_own_loop(
+        ) -> None:
+    """The report server runs on a thread of its own: a worker is answered while a long
+    pass holds the operator's loop (here: the loop waits, without yielding, for the
+    answer), and what a report wakes is set on the operator's loop, not the server's."""
+    state = State()
+
+    async def scenario() -> tuple[bool, list[int], bool]:
+        server = ReportServer(state, Reviewer())  # type: ignore[arg-type]
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        await server.start(port, host="127.0.0.1")
+        answered, statuses = threading.Event(), []
+
+        def post() -> None:
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/reports/step", data=b"{}", method="POST")
+            try:
+                urllib.request.urlopen(request, timeout=30)
+            except urllib.error.HTTPError as err:
+                statuses.append(err.code)
+            answered.set()
+
+        threading.Thread(target=post).start()
+        while_busy = answered.wait(timeout=30)  # blocks this loop, as a long pass does
+        waker = threading.Thread(target=server._wake, kwargs={"urgent": True})
+        waker.start()
+        waker.join()
+        woken = await asyncio.wait_for(state.urgent.wait(), timeout=30)
+        await server.stop()
+        return while_busy, statuses, woken and state.wake.is_set()
+
+    while_busy, statuses, woken = asyncio.run(scenario())
+    assert while_busy and statuses == [401]  # no bearer token: refused, but answered
+    assert woken

@@ -234,7 +234,8 @@ class State:
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     def snapshot(self, clock: float, with_members: bool = False) -> Snapshot:
-        """What the decisions read (decide.Snapshot): views of these caches, not copies.
+        """What the decisions read (decide.Snapshot): views of these caches, not copies
+        (but for the small books the report thread writes).
         WITH_MEMBERS: each group's nodes and overlaps (a scan of every node; the group pass
         needs it)."""
         members, overlaps = self.membership() if with_members else ({}, {})
@@ -247,11 +248,14 @@ class State:
             jobs=self.ordered_jobs(), job_pods=self.job_pods,
             endpoints=list(self.endpoints.values()), endpoint_pods=self.endpoint_pods,
             seen_unhealthy=self.seen_unhealthy, healthy_since=self.healthy_since,
-            blamed=self.blamed, clean_probes=self.clean_probes, probe_runs=self.probe_runs,
-            probed_at=self.probed_at, inconclusive=self.inconclusive,
+            # what the report thread writes (operator.reports): copies, so that no
+            # decision iterates a dict while a report adds to it
+            blamed=dict(self.blamed), clean_probes=dict(self.clean_probes),
+            probe_runs=dict(self.probe_runs), probed_at=dict(self.probed_at),
+            inconclusive=dict(self.inconclusive), progress=dict(self.progress),
+            steps=dict(self.steps), paces=dict(self.paces), stragglers=dict(self.stragglers),
             probe_image=self.probe_image, last_sweep=self.last_sweep,
-            group_written=self.group_written, progress=self.progress, steps=self.steps,
-            paces=self.paces, stragglers=self.stragglers,
+            group_written=self.group_written,
             renewing=self.renewing, device_taints=self.device_taints,
             scaled=self.scaled,
             refused=self.refused, memo=self.fits,

@@ -60,7 +60,8 @@ def _stragglers(snapshot: Snapshot, key: tuple[str, str], spec: TrainingJobSpec,
                   else "")
         return ConditionUpdate("Straggler", True, "SlowRank", "; ".join(
             s.evidence for s in found[:3]) + more + action)
-    basis = (straggler.METRIC if any(p.measured for p in pace.ranks.values())
+    ranks = list(pace.ranks.values())  # at once: a report may add a rank meanwhile
+    basis = (straggler.METRIC if any(p.measured for p in ranks)
              else "the time between step reports")
     return ConditionUpdate("Straggler", False, "NoneFound",
                            f"ranks compared by {basis}: none over {policy.factor:g} x its "

@@ -8,16 +8,26 @@ most report for its own job, until its pod is gone (bound tokens die with the po
 401: no or invalid token; 403: a token of no current worker; 400: a malformed body;
 409: a worker of an older attempt; 429: too many new tokens from one address; 503: the
 token could not be checked in time, or this replica is a standby.
+
+The server runs on a thread of its own, with its own event loop: a report never waits for
+the operator's pass (a 2,048-worker job's decision holds the operator's loop for about
+0.1 s, and the reports that arrived meanwhile all waited for it). What the two threads
+share stays safe under the GIL: a report reads the caches by single lookups and copies
+(never iterates a dict the watches change), replaces the job's status rather than
+changing it in place, and sets the operator's wake events on the operator's loop
+(`_wake`). The books the pass iterates are copied into its snapshot (State.snapshot).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import math
 import posixpath
 import ssl
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -99,6 +109,9 @@ class ReportServer:
         self.leading = leading  # a standby replica refuses (503): only the leader writes
         self.tokens = TokenGate(kube)
         self.runner: web.AppRunner | None = None
+        self.operator_loop: asyncio.AbstractEventLoop | None = None  # where State's events live
+        self.loop: asyncio.AbstractEventLoop | None = None  # the report thread's
+        self.thread: threading.Thread | None = None
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY)
@@ -107,16 +120,59 @@ class ReportServer:
 
     async def start(self, port: int, host: str = "0.0.0.0",
                     tls: ssl.SSLContext | None = None) -> None:
-        self.runner = web.AppRunner(self.app(), access_log=None)
-        await self.runner.setup()
-        await web.TCPSite(self.runner, host, port, ssl_context=tls).start()
+        """Serve on a thread of its own; returns once listening (OSError: the port is
+        taken)."""
+        self.operator_loop = asyncio.get_running_loop()
+        listening: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self.thread = threading.Thread(target=self._serve, args=(port, host, tls, listening),
+                                       name="reports", daemon=True)
+        self.thread.start()
+        await asyncio.wrap_future(listening)
         log.info("worker reports on %s://%s:%d/v1/reports", "https" if tls else "http", host,
                  port)
 
-    async def stop(self) -> None:
+    def _serve(self, port: int, host: str, tls: ssl.SSLContext | None,
+               listening: concurrent.futures.Future[None]) -> None:
+        loop = self.loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(self._listen(port, host, tls))
+        except BaseException as err:
+            listening.set_exception(err)
+            loop.close()
+            return
+        listening.set_result(None)
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(self._close())
+            loop.close()
+
+    async def _listen(self, port: int, host: str, tls: ssl.SSLContext | None) -> None:
+        self.runner = web.AppRunner(self.app(), access_log=None)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, host, port, ssl_context=tls).start()
+
+    async def _close(self) -> None:
         if self.runner is not None:
             await self.runner.cleanup()
+
+    async def stop(self) -> None:
+        loop, thread = self.loop, self.thread
+        if loop is not None and thread is not None and thread.is_alive():
+            loop.call_soon_threadsafe(loop.stop)
+            await asyncio.to_thread(thread.join, 10.0)
+        elif self.runner is not None:  # served on this loop (app() in a test)
+            await self.runner.cleanup()
         self.tokens.close()
+
+    def _wake(self, urgent: bool = False) -> None:
+        """Wake the operator's pass (URGENT: its lanes too) from the report thread: the
+        events belong to the operator's loop, and are set there."""
+        wake = self.state.wake_urgently if urgent else self.state.wake.set
+        if self.operator_loop is None:  # the app served on the operator's own loop
+            wake()
+        else:
+            self.operator_loop.call_soon_threadsafe(wake)
 
     async def handle(self, request: web.Request) -> web.Response:
         kind = request.match_info["kind"]
@@ -194,7 +250,7 @@ class ReportServer:
             raise Refused(400, f"checkpoint path {report.path!r} is not inside the job's "
                                f"spec.checkpoint.dir ({spec.checkpoint.dir or 'unset'}): "
                                "workers resume only from the job's own checkpoints")
-        status = job.setdefault("status", {})
+        status = job.get("status") or {}
         current = dict(status.get("checkpoint") or {})
         now = time.time()
         if report.corrupt:
@@ -216,7 +272,7 @@ class ReportServer:
         checkpoint = sdc.settle(current, status.get("sdc") or {}, ledger.unanimous,
                                 strict_checkpoints(spec))
         await self._write(job, {"checkpoint": checkpoint})
-        self.state.wake.set()  # a new resume point; the pass counts the save's stall
+        self._wake()  # a new resume point; the pass counts the save's stall
         if report.corrupt:
             resume = badput.resume_point(dict(checkpoint), strict_checkpoints(spec))
             message = (f"checkpoint step {report.step} at {report.path} is corrupt "
@@ -242,7 +298,7 @@ class ReportServer:
         clock = self.state.steps.get(key)
         if clock is None or clock.attempt != attempt:
             clock = self.state.steps[key] = StepClock(attempt)
-            self.state.wake.set()  # the attempt's first step: its hangs are judged from now
+            self._wake()  # the attempt's first step: its hangs are judged from now
         # later steps wake nothing: the pass writes the progress when it runs (at least
         # every resync) and judges a hang from the clock whenever it looks; a pass per
         # report would be thousands a second from a large gang
@@ -259,14 +315,14 @@ class ReportServer:
             ledger.losses.append(report.metrics["loss"])
         if not votes and fired is None:
             return {"accepted": True}
-        status = job.setdefault("status", {})
+        status = job.get("status") or {}
         observed, divergent = sdc.absorb(status.get("sdc") or {"attempt": ledger.attempt},
                                          votes, fired, report.step, ledger.unanimous)
         checkpoint = sdc.settle(status.get("checkpoint") or {}, observed, ledger.unanimous,
                                 strict_checkpoints(spec))
         await self._write(job, {"sdc": observed, "checkpoint": checkpoint})
         if fired or divergent:  # evidence the pass acts on (a step that agreed is not)
-            self.state.wake_urgently()
+            self._wake(urgent=True)
         if fired:
             log.warning("%s/%s: guard: %s", meta["namespace"], meta["name"], fired)
             await asyncio.to_thread(self.kube.event, job, "StepGuard", fired, "Warning")
@@ -297,7 +353,7 @@ class ReportServer:
         if {s.node for s in found} == before:
             return
         self.state.stragglers[key] = found
-        self.state.wake_urgently()
+        self._wake(urgent=True)
         for slow in (s for s in found if s.node not in before):
             log.warning("%s/%s: straggler: %s", meta["namespace"], meta["name"], slow.evidence)
             metrics.STRAGGLERS.labels(meta["namespace"], meta["name"]).inc()
@@ -312,8 +368,8 @@ class ReportServer:
         recovers from its verified checkpoint. Blaming again on every later divergent step
         would quarantine the node anew after an operator released it by hand."""
         meta = job["metadata"]
-        pods = owned(self.state.job_pods.get((meta["namespace"], meta["name"]), {}).values(),
-                     job)
+        pods = owned(list(self.state.job_pods.get((meta["namespace"], meta["name"]),
+                                                  {}).values()), job)  # a copy: see above
         restart = int((job.get("status") or {}).get("restarts", 0))
         for rank in ranks:
             pod = next((p for p in pods if index_of(p) == rank and attempt_of(p) == restart),
@@ -328,7 +384,7 @@ class ReportServer:
             metrics.SDC_SUSPICIONS.labels(meta["namespace"], meta["name"]).inc()
             log.warning("%s/%s: SDC suspected: %s", meta["namespace"], meta["name"], evidence)
             await asyncio.to_thread(self.kube.event, job, "SdcSuspected", evidence, "Warning")
-        self.state.wake_urgently()
+        self._wake(urgent=True)
 
     async def _probe(self, pod: Obj, report: ProbeReport) -> Obj:
         """A probe pod's verdict on its own node: a bad device quarantines the node; clean
@@ -360,7 +416,7 @@ class ReportServer:
             await asyncio.to_thread(self.kube.event, self.state.nodes.get(node) or pod,
                                     "ProbeInconclusive", f"probe {meta['name']} of {node} "
                                     f"inconclusive: {why}", "Warning")
-            self.state.wake.set()
+            self._wake()
             return {"accepted": True, "inconclusive": why,
                     "cleanProbes": self.state.clean_probes.get(node, 0)}
         self.state.inconclusive.pop(node, None)
@@ -379,7 +435,7 @@ class ReportServer:
                                               failure_class="accelerator")
             metrics.PROBES.labels("bad").inc()
             log.warning("probe of %s failed: %s", node, evidence)
-        self.state.wake_urgently()
+        self._wake(urgent=True)
         return {"accepted": True, "cleanProbes": self.state.clean_probes[node]}
 
     def _ledger(self, job: Obj, spec: TrainingJobSpec) -> sdc.Ledger:
@@ -400,10 +456,11 @@ class ReportServer:
         written = await asyncio.to_thread(self.kube.patch_status, "trainingjobs",
                                           meta["namespace"], meta["name"], fields)
         wrote(job, written)
-        status = job.setdefault("status", {})
-        for key, value in fields.items():
+        status = {**(job.get("status") or {})}  # replaced, never changed in place: the
+        for key, value in fields.items():       # operator's pass may be reading the old one
             if value is None:
                 status.pop(key, None)
             else:
                 status[key] = {k: v for k, v in value.items() if v is not None} \
                     if isinstance(value, dict) else value
+        job["status"] = status
