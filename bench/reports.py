@@ -14,7 +14,10 @@ report in flight (the SDK blocks the step on it), over one kept-alive connection
 held for S seconds; measured per level: reports/s sustained, latency p50/p99, the
 operator's CPU (cores busy, CPU-ms per report) and RSS, TokenReviews sent.
 
-The load to carry (issue 22): a 31,000-worker job at a 5 s step sends 6,200 reports/s.
+The load to carry (issue 22): a 31,000-worker job at a 5 s step sends 6,200 reports/s if
+every worker reports every step. Last, that load is offered again with the workers
+reporting every k-th step as the leader's answers ask (health.cadence, as the SDK does):
+what the channel carries of a Rainier-sized job.
 Baseline, measured in the same run by the same driver: a bare aiohttp server that reads
 each body as JSON and answers {"accepted": true} (no token, no state) — what Python's HTTP
 stack on this machine carries at all.
@@ -45,6 +48,7 @@ NAMESPACE = "reports"
 JOB = "reporters"
 TARGET_RATE = 31_000 / 5.0  # reports/s: 31k workers, a 5 s step
 TARGET_P99 = 0.100  # seconds
+SETTLE_SECONDS = 5.0  # with the cadence: the leader times two steps, then k settles
 GC = "goodput_gc_pause_seconds"
 GROUP = {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
          "metadata": {"name": "reports-trn2"},
@@ -70,15 +74,22 @@ def source_address(index: int) -> str:
 
 # ---- the driver (a process of its own: its CPU is not the server's) -----------------------
 async def _drive(url: str, workers: list[dict[str, str]], rate: float, seconds: float,
-                 keepalive: bool) -> dict[str, Any]:
+                 keepalive: bool, cadence: bool = False,
+                 settle: float = SETTLE_SECONDS) -> dict[str, Any]:
+    """Each worker steps at RATE/len(WORKERS) a second and reports every step, or with
+    CADENCE every k-th as the answers say (as the SDK does); then the first SETTLE seconds
+    (every worker at k=1 until the leader has timed two steps) are measured apart."""
     import aiohttp
 
     latencies: list[float] = []
+    settling: list[float] = []  # with CADENCE: before the leader's k has settled
     slots: list[int] = []  # the reports each worker had to send in the window
     codes: dict[str, int] = {}
+    asked: list[int] = []  # the k each worker was last asked for
     interval = len(workers) / rate  # each worker's step time at this rate
     started = time.perf_counter()
-    deadline = started + seconds
+    settled = started + (settle if cadence else 0.0)
+    deadline = settled + seconds
 
     async def worker(index: int, who: dict[str, str]) -> None:
         connector = aiohttp.TCPConnector(limit=1, force_close=not keepalive,
@@ -86,7 +97,7 @@ async def _drive(url: str, workers: list[dict[str, str]], rate: float, seconds: 
         headers = {"Authorization": f"Bearer {who['token']}"}
         offset = interval * index / len(workers)  # the gang's reports spread over a step
         async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
-            step = 0
+            step, every = 0, 1
             while True:
                 # the gang's step at this time (the ranks step together, as their
                 # collectives make them); a rank behind skips to it: its reports of the
@@ -99,18 +110,25 @@ async def _drive(url: str, workers: list[dict[str, str]], rate: float, seconds: 
                     while started + due * interval + offset < deadline:
                         due += 1
                     slots.append(due)
+                    asked.append(every)
                     return
+                if step % every:
+                    continue  # a step the leader does not ask for
                 body = {"step": step, "metrics": {"loss": 1.0 / step},
                         "fingerprint": "f" * 16, "shard": "0", "rank": index}
                 sent = time.perf_counter()
                 try:
                     async with session.post(url, json=body) as response:
-                        await response.read()
+                        answer = await response.read()
                         code = str(response.status)
+                    if cadence and code == "200":
+                        every = int(json.loads(answer).get("every") or 1)
                 except aiohttp.ClientError as err:
                     code = type(err).__name__
-                latencies.append(time.perf_counter() - sent)
-                codes[code] = codes.get(code, 0) + 1
+                (latencies if sent >= settled else settling).append(
+                    time.perf_counter() - sent)
+                if sent >= settled:
+                    codes[code] = codes.get(code, 0) + 1
 
     await asyncio.gather(*(worker(i, w) for i, w in enumerate(workers)))
     latencies.sort()
@@ -118,16 +136,23 @@ async def _drive(url: str, workers: list[dict[str, str]], rate: float, seconds: 
     def pct(q: float) -> float:
         return latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies \
             else float("nan")
-    return {"rate": rate, "sent": len(latencies), "per_s": round(len(latencies) / seconds, 1),
-            "offered_per_s": round(sum(slots) / seconds, 1),
-            "p50_ms": round(pct(0.50) * 1000, 2), "p99_ms": round(pct(0.99) * 1000, 2),
-            "codes": codes}
+    result = {"rate": rate, "sent": len(latencies),
+              "per_s": round(len(latencies) / seconds, 1),
+              "offered_per_s": round(sum(slots) / (seconds + settled - started), 1),
+              "p50_ms": round(pct(0.50) * 1000, 2), "p99_ms": round(pct(0.99) * 1000, 2),
+              "codes": codes}
+    if cadence:
+        settling.sort()
+        result["every"] = sorted(set(asked))
+        result["settling"] = {"sent": len(settling), "p99_ms": round(
+            settling[int(0.99 * (len(settling) - 1))] * 1000, 2) if settling else None}
+    return result
 
 
 def drive_main(args: argparse.Namespace) -> int:
     workers = json.loads(Path(args.drive).read_text())
     print(json.dumps(asyncio.run(_drive(args.url, workers, args.rate, args.seconds,
-                                        not args.close))))
+                                        not args.close, args.cadence))))
     return 0
 
 
@@ -176,13 +201,15 @@ def mint_tokens(box: cluster.Sandbox, workers: int) -> list[dict[str, str]]:
 
 
 def level(url: str, tokens: Path, rate: float, seconds: float, close: bool,
-          pid: int | None) -> dict[str, Any]:
-    """One rate held for SECONDS: the driver's figures and, with PID, the server's CPU."""
+          pid: int | None, cadence: bool = False) -> dict[str, Any]:
+    """One rate held for SECONDS: the driver's figures and, with PID, the server's CPU.
+    CADENCE: the workers report every k-th step, as the leader's answers ask."""
     cpu0 = cpu_seconds(pid) if pid else 0.0
     t0 = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "bench.reports", "--drive", str(tokens),
                           "--url", url, "--rate", str(rate), "--seconds", str(seconds),
-                          *(["--close"] if close else [])],
+                          *(["--close"] if close else []),
+                          *(["--cadence"] if cadence else [])],
                          capture_output=True, text=True, timeout=seconds + 600, check=True)
     result: dict[str, Any] = json.loads(out.stdout)
     if pid:
@@ -190,7 +217,8 @@ def level(url: str, tokens: Path, rate: float, seconds: float, close: bool,
         result["server_cores"] = round(busy / (time.monotonic() - t0), 2)
         result["server_cpu_ms_per_report"] = round(1000 * busy / max(1, result["sent"]), 3)
         result["server_rss_mb"] = round(rss_mb(pid)[0], 1)
-    result["sustained"] = (result["per_s"] >= 0.95 * result["offered_per_s"] and
+    wanted = result["per_s"] if cadence else result["offered_per_s"]  # k is the leader's
+    result["sustained"] = (result["per_s"] >= 0.95 * wanted and
                            result["p99_ms"] <= TARGET_P99 * 1000 and
                            set(result["codes"]) == {"200"})
     return result
@@ -271,6 +299,10 @@ def measure(workers: int, rates: Sequence[float], seconds: float, close: bool
             for lv in result["levels"]:  # what the reports themselves cost
                 lv["report_cpu_ms"] = round(1000 * (lv["server_cores"] - idle) * seconds
                                             / max(1, lv["sent"]), 3)
+            # the Rainier job's load per job (every step), the workers reporting every
+            # k-th step as the leader asks: what the channel carries of it
+            result["cadence"] = level(url, tokens, TARGET_RATE, seconds, close,
+                                      operator.pid, cadence=True)
             result["token_reviews_during_levels"] = _reviews(operator) - reviews0
             result["rss_mb"] = dict(zip(("now", "peak"), rss_mb(operator.pid), strict=True))
             wait_until(lambda: _listening(bare_port), 30, "bare server")
@@ -329,6 +361,13 @@ def table(r: dict[str, Any]) -> str:
               f"{r['sustained_per_s']}/s; target {TARGET_RATE:.0f}/s; "
               f"leader cores the target needs at the measured cost (idle + reports): "
               f"{r['cores_for_target']}",
+              f"the Rainier job's load ({TARGET_RATE:.0f}/s, every step), its workers "
+              f"reporting every k-th step as the leader asks (k = "
+              f"{', '.join(map(str, r['cadence']['every']))}): {r['cadence']['per_s']}/s, "
+              f"p50 {r['cadence']['p50_ms']} ms, p99 {r['cadence']['p99_ms']} ms, codes "
+              f"{r['cadence']['codes']}; the first {SETTLE_SECONDS:.0f} s, before k "
+              f"settled: {r['cadence']['settling']['sent']} reports, p99 "
+              f"{r['cadence']['settling']['p99_ms']} ms",
               f"warm-up (each token's first report, its TokenReview): "
               f"{r['warmup']['token_reviews']:.0f} reviews, p99 {r['warmup']['p99_ms']} ms; "
               f"TokenReviews during the levels: {r['token_reviews_during_levels']:.0f}",
@@ -351,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--rate", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--bare", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--cadence", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.drive:
         return drive_main(args)

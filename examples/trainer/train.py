@@ -237,13 +237,14 @@ def main() -> int:
             with torch.no_grad():  # a bad device: one replica's math silently goes wrong
                 next(model.parameters()).add_(1e-3)
             log(f"corrupted my parameters at step {step} (--corrupt-at-step)")
-        try:
+        scheduled = step % args.checkpoint_every == 0
+        try:  # every rank says so at a checkpoint's step: its vote verifies the checkpoint
             report_step(step, {"loss": float(loss), "computeSeconds": compute},
-                        fingerprint=fingerprint(list(model.parameters())))
+                        fingerprint=fingerprint(list(model.parameters())),
+                        checkpoint=scheduled)
         except ReportError as err:  # reports are advisory: training goes on without them
             log(f"report of step {step} failed: {err}")
-        if (step % args.checkpoint_every == 0 or save_now(step)) and \
-                (args.sharded or rank == 0):
+        if (scheduled or save_now(step)) and (args.sharded or rank == 0):
             save(args, step, rank, world, {"step": step, "model": model.state_dict(),
                                            "optimizer": optimizer.state_dict()})
         if step % 10 == 0:

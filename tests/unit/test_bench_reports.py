@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import socket
 import subprocess
 import sys
 import time
+from typing import ClassVar
 
 import pytest
 from bench.harness import free_port
 from bench.reports import _drive, source_address
+
+from tests.unit.local_http import Handler, serving
 
 pytestmark = pytest.mark.unit
 
@@ -49,3 +53,26 @@ def test_the_longest_observation_is_bounded_by_the_first_bucket_holding_them_all
 
     assert longest({0.1: 0.0, 0.25: 2.0, 0.5: 3.0, float("inf"): 3.0}) == 0.5
     assert longest({0.1: 0.0, float("inf"): 0.0}) == 0.0
+
+
+class EveryOther(Handler):
+    """A leader that asks for every other step."""
+
+    steps: ClassVar[list[int]] = []
+
+    def do_POST(self) -> None:
+        self.steps.append(json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                          ["step"])
+        self.answer(200, {"accepted": True, "every": 2})
+
+
+def test_with_the_cadence_the_driver_reports_the_steps_the_leader_asks_for() -> None:
+    """One worker at 4 steps a second for 0.5 s of settling and 2 s measured: step 1 (k is
+    1 until the first answer), then only the even steps; the settling apart."""
+    EveryOther.steps.clear()
+    with serving(EveryOther) as url:
+        result = asyncio.run(_drive(f"{url}/v1/reports/step", [{"token": "t0"}], rate=4.0,
+                                    seconds=2.0, keepalive=True, cadence=True, settle=0.5))
+    assert EveryOther.steps == [1, 2, 4, 6, 8, 10]  # slots at 0, .25, .5, ... 2.25 s
+    assert result["every"] == [2]
+    assert result["settling"]["sent"] == 2 and result["sent"] == 4  # steps 1, 2 settling

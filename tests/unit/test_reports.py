@@ -18,7 +18,13 @@ from goodput_operator.api.reports import StepReport
 from goodput_operator.api.trainingjob import Progress
 from goodput_operator.controllers.state import State
 from goodput_operator.operator import tokens as tokens_module
-from goodput_operator.operator.reports import ReportServer, inside, progress_of, save_request
+from goodput_operator.operator.reports import (
+    ReportServer,
+    inside,
+    progress_of,
+    save_request,
+    step_answer,
+)
 from goodput_operator.operator.tokens import (
     POD_NAME,
     POD_UID,
@@ -107,6 +113,16 @@ def test_a_step_answer_asks_for_a_checkpoint_only_while_the_job_is_preempted() -
     assert save_request({"status": {"phase": "Running"}}) == {}
     assert save_request({"status": {"preemption": preemption}}) == {"save": {
         "reason": "Preemption", "by": "ns/high", "deadline": "2027-01-15T08:02:00Z"}}
+
+
+def test_a_step_answer_says_how_often_to_report_and_every_step_while_a_save_is_asked() -> None:
+    """The vote of the step a preempted job saves at must happen: while a save is asked
+    for, the answer asks for every step whatever the job's k."""
+    running = {"status": {"phase": "Running"}}
+    preempted = {"status": {"preemption": {"by": "ns/high", "deadline": "soon"}}}
+    assert step_answer({"accepted": True}, running, 16) == {"accepted": True, "every": 16}
+    assert step_answer({"accepted": True}, preempted, 16)["every"] == 1
+    assert step_answer({"accepted": True}, preempted, 16)["save"]["by"] == "ns/high"
 
 
 class Reviewer:

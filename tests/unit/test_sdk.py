@@ -107,3 +107,33 @@ def test_reports_share_one_kept_alive_connection_and_a_dropped_one_is_reopened()
     assert len(KeepAlive.ports) == 5, "each report arrived once (none lost, none doubled)"
     assert len(set(KeepAlive.ports[:3])) == 1, "one connection for the first three"
     assert len(set(KeepAlive.ports[3:])) == 1 and KeepAlive.ports[3] != KeepAlive.ports[0]
+
+
+class Cadenced(Handler):
+    """An operator that asks for every 4th step, and for a save from step 12 on."""
+
+    sent: ClassVar[list[int]] = []
+
+    def do_POST(self) -> None:
+        step = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["step"]
+        self.sent.append(step)
+        save = {"save": {"reason": "Preemption"}} if step >= 12 else {}
+        self.answer(200, {"accepted": True, "every": 1 if save else 4, **save})
+
+
+def test_the_reporter_sends_every_kth_step_and_always_checkpoints_bad_numbers_and_saves(
+        ) -> None:
+    """k from the operator's answer; a checkpoint's step (every rank says so), a step with
+    a non-finite number and every step while a save is asked for are sent whatever k."""
+    Cadenced.sent.clear()
+    with serving(Cadenced) as url:
+        reporter = Reporter(url=url, token="t")
+        answers = {}
+        for step in range(1, 15):
+            answers[step] = reporter.report_step(
+                step, {"loss": float("nan") if step == 6 else 1.0},
+                checkpoint=step == 10)
+    assert Cadenced.sent == [1, 4, 6, 8, 10, 12, 13, 14]
+    #   1: k is 1 until the first answer; 6: NaN; 10: a checkpoint; 12 on: a save is asked
+    assert answers[2] == answers[3] == {"skipped": True}
+    assert reporter.every == 1 and reporter.save_request == {"reason": "Preemption"}

@@ -399,6 +399,10 @@ class Progress(ApiModel):
     """When it was reported."""
     metrics: dict[str, float] = Field(default_factory=dict)
     """Numbers the worker reported with it (loss, tokens/s, ...), the finite ones."""
+    every: int | None = Field(default=None, ge=1)
+    """The job's workers report every this many steps (and every step a checkpoint is
+    taken at), as the operator asks to keep a large gang at about 500 reports a second;
+    absent: every step."""
     non_finite: dict[str, Literal["NaN", "+Inf", "-Inf"]] = Field(default_factory=dict)
     """Numbers it reported that were NaN or infinite, by name: JSON (and so the API server)
     has no such numbers, and they are the very evidence the SDC guard looks for."""

@@ -1,8 +1,9 @@
 """Hang detection from the step reports workers already send: a collective that hangs
 leaves every pod Running and would count as goodput for ever.
 
-A job's attempt is hung when its newest step is older than max(k x its recent median time
-per step, a floor): k absorbs ordinary jitter, the floor checkpoint saves and compilation.
+A job's attempt is hung when its newest step is older than max(m x its recent median time
+per step x the steps between its reports, a floor): m absorbs ordinary jitter, the floor
+checkpoint saves and compilation.
 Only an attempt that has reported a step is judged, so jobs that never report keep the
 behaviour they had. Pure: the operator keeps one StepClock per job, fed by the reports.
 """
@@ -29,6 +30,7 @@ class StepClock:
     step: int = -1
     at: float = 0.0
     per_step: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    every: int = 1  # the attempt reports every k-th step (health.cadence): k steps a report
 
     def advance(self, step: int, at: float) -> None:
         if step <= self.step:
@@ -49,7 +51,9 @@ def from_progress(progress: Mapping[str, Any] | None) -> StepClock | None:
     at = parse_time((progress or {}).get("time"))
     if not isinstance(restart, int) or not isinstance(step, int) or at is None:
         return None
-    return StepClock(restart, step, at)
+    every = (progress or {}).get("every")
+    return StepClock(restart, step, at, every=every if isinstance(every, int) and every > 1
+                     else 1)
 
 
 def judged(clock: StepClock | None, attempt: int) -> bool:
@@ -58,9 +62,10 @@ def judged(clock: StepClock | None, attempt: int) -> bool:
 
 
 def window(clock: StepClock, multiple: int, floor: float) -> float:
-    """Seconds without a new step after which the attempt is hung."""
+    """Seconds without a new step after which the attempt is hung: MULTIPLE times the
+    time between two reports (k steps, when the job reports every k-th)."""
     median = clock.median()
-    return max(floor, multiple * median) if median is not None else floor
+    return max(floor, multiple * median * clock.every) if median is not None else floor
 
 
 def hung(clock: StepClock | None, attempt: int, multiple: int, floor: float, now: float
@@ -72,8 +77,9 @@ def hung(clock: StepClock | None, attempt: int, multiple: int, floor: float, now
     if now - clock.at < limit:
         return None
     median = clock.median()
-    basis = (f"{multiple} x the median step time {median:.2f}s" if median is not None
-             else "no step time measured yet")
+    reports = f" x {clock.every} steps a report" if clock.every > 1 else ""
+    basis = (f"{multiple} x the median step time {median:.2f}s{reports}"
+             if median is not None else "no step time measured yet")
     return (f"no step for {now - clock.at:.0f}s after step {clock.step} (hang window "
             f"{limit:.0f}s: {basis}, at least {floor:.0f}s)")
 

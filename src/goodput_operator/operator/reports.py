@@ -49,6 +49,7 @@ from goodput_operator.controllers.kube import Kube, wrote
 from goodput_operator.controllers.state import State
 from goodput_operator.decide.attempt import strict_checkpoints
 from goodput_operator.health import badput, sdc, straggler
+from goodput_operator.health.cadence import report_every
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.probing import Inconclusive, inconclusive
 from goodput_operator.health.quarantine import SDC, STRAGGLER, Finding, iso
@@ -63,7 +64,8 @@ MAX_BODY = 64 * 1024
 JUDGE_SECONDS = 5.0  # how often a job's ranks' paces are compared (a gang has thousands)
 
 
-def progress_of(report: StepReport, rank: int, now: float, restart: int = 0) -> Obj:
+def progress_of(report: StepReport, rank: int, now: float, restart: int = 0,
+                every: int = 1) -> Obj:
     """status.progress for a step report. NaN and infinities (what a diverging step sends)
     are kept by name under nonFinite: JSON has no such numbers, and a status patch that
     carried one would be refused whole, on every pass, phase and restarts with it."""
@@ -71,8 +73,16 @@ def progress_of(report: StepReport, rank: int, now: float, restart: int = 0) -> 
     odd = {k: "NaN" if math.isnan(v) else "+Inf" if v > 0 else "-Inf"
            for k, v in report.metrics.items() if not math.isfinite(v)}
     return {"step": report.step, "rank": rank, "restart": restart, "time": iso(now),
-            "metrics": finite,
+            "metrics": finite, **({"every": every} if every > 1 else {}),
             **({"nonFinite": odd} if odd else {})}
+
+
+def step_answer(decided: Obj, job: Obj, every: int) -> Obj:
+    """The answer to a step report: what was decided of it, the save the job asks for
+    while it is preempted, and how often to report (health.cadence): every step while a
+    save is asked for, so the step it is saved at is voted on."""
+    save = save_request(job)
+    return {**decided, "every": 1 if save else every, **save}
 
 
 def inside(path: str, root: str) -> bool:
@@ -214,7 +224,9 @@ class ReportServer:
             if isinstance(report, CheckpointReport):
                 return await self._checkpoint(job, pod, report)
             assert isinstance(report, StepReport)
-            return {**await self._step(job, pod, report), **save_request(job)}
+            decided = await self._step(job, pod, report)
+            clock = self.state.steps.get((meta["namespace"], meta["name"]))
+            return step_answer(decided, job, clock.every if clock is not None else 1)
 
     def _pod_of(self, review: Obj) -> Obj:
         """The pod an authenticated token is bound to: it must exist with the same UID."""
@@ -294,7 +306,6 @@ class ReportServer:
         rank = index_of(pod)
         now = time.time()
         attempt = int((job.get("status") or {}).get("restarts", 0))
-        self.state.progress[key] = progress_of(report, rank, now, attempt)
         clock = self.state.steps.get(key)
         if clock is None or clock.attempt != attempt:
             clock = self.state.steps[key] = StepClock(attempt)
@@ -303,6 +314,8 @@ class ReportServer:
         # every resync) and judges a hang from the clock whenever it looks; a pass per
         # report would be thousands a second from a large gang
         clock.advance(report.step, now)
+        clock.every = report_every(clock.every, self._workers(job, spec), clock.median())
+        self.state.progress[key] = progress_of(report, rank, now, attempt, clock.every)
         await self._pace(job, spec, pod, rank, report, attempt, now)
         if report.fingerprint is None and not report.metrics:
             return {"accepted": True}
@@ -445,11 +458,16 @@ class ReportServer:
         attempt = int((job.get("status") or {}).get("restarts", 0))
         ledger = self.state.ledgers.get(key)
         if ledger is None or ledger.attempt != attempt:
-            placement = (job.get("status") or {}).get("placement") or {}
-            workers = int(placement.get("workers") or spec.workers)
+            workers = self._workers(job, spec)
             ledger = sdc.Ledger(max(1, workers // spec.sdc.shards), attempt=attempt)
             self.state.ledgers[key] = ledger
         return ledger
+
+    @staticmethod
+    def _workers(job: Obj, spec: TrainingJobSpec) -> int:
+        """The attempt's workers: as placed (an elastic job may run fewer than asked)."""
+        placement = (job.get("status") or {}).get("placement") or {}
+        return int(placement.get("workers") or spec.workers)
 
     async def _write(self, job: Obj, fields: Obj) -> None:
         meta = job["metadata"]

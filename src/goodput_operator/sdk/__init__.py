@@ -2,7 +2,8 @@
 
     from goodput_operator.sdk import checkpoint, fingerprint, report_step
     point = checkpoint.resume_point()       # where the operator says this attempt resumes
-    report_step(step, {"loss": 1.93}, fingerprint=fingerprint(model.parameters()))
+    report_step(step, {"loss": 1.93}, fingerprint=fingerprint(model.parameters()),
+                checkpoint=step % 100 == 0)     # every rank, at a step it will checkpoint
     checkpoint.save(step, lambda folder: torch.save(state, folder / "state.pt"))  # commits
 
 (examples/trainer/train.py is a whole trainer built on these.)
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import math
 import os
 import ssl
 import time
@@ -65,6 +67,9 @@ class Reporter:
         # the operator's latest ask, from the last step report's answer: {"reason":
         # "Preemption", "by", "deadline"} while the job is being preempted; else None
         self.save_request: dict[str, Any] | None = None
+        # report every this many steps, as the operator's last answer asked (it keeps a
+        # large gang's reports at about 500 a second); 1 until it says otherwise
+        self.every = 1
         self._connection: http.client.HTTPConnection | None = None
 
     def _token(self) -> str:
@@ -154,15 +159,29 @@ class Reporter:
                                         "rank": self.rank, "job": self.job})
 
     def report_step(self, step: int, metrics: Mapping[str, float] | None = None,
-                    fingerprint: str | None = None, shard: str | int = 0) -> dict[str, Any]:
+                    fingerprint: str | None = None, shard: str | int = 0,
+                    checkpoint: bool = False) -> dict[str, Any]:
         """Report progress; with FINGERPRINT (sdk.fingerprint of this replica's parameters
-        or all-reduced gradients) the step is voted on across the replicas of SHARD."""
-        body: dict[str, Any] = {"step": step, "metrics": dict(metrics or {}),
+        or all-reduced gradients) the step is voted on across the replicas of SHARD.
+
+        Only every k-th step is sent, k as the operator's last answer said (`every`; 1 for
+        most jobs, more for a gang of thousands): the others return {"skipped": True}
+        without a request. Sent whatever k: a step a checkpoint is taken at (CHECKPOINT,
+        on every rank, so that its vote verifies the checkpoint), a step whose numbers are
+        NaN or infinite (the SDC guard's evidence), and every step while the operator asks
+        for a save."""
+        numbers = dict(metrics or {})
+        if step % self.every and not checkpoint and self.save_request is None and \
+                all(math.isfinite(v) for v in numbers.values()):
+            return {"skipped": True}
+        body: dict[str, Any] = {"step": step, "metrics": numbers,
                                 "rank": self.rank, "job": self.job, "shard": str(shard)}
         if fingerprint is not None:
             body["fingerprint"] = fingerprint
         answer = self.send("step", body)
         self.save_request = answer.get("save")
+        every = answer.get("every")
+        self.every = every if isinstance(every, int) and every >= 1 else 1
         return answer
 
 
@@ -193,6 +212,8 @@ def save_requested() -> dict[str, Any] | None:
 
 
 def report_step(step: int, metrics: Mapping[str, float] | None = None,
-                fingerprint: str | None = None, shard: str | int = 0) -> dict[str, Any]:
-    """Report a training step to the operator (see Reporter.report_step)."""
-    return _reporter().report_step(step, metrics, fingerprint, shard)
+                fingerprint: str | None = None, shard: str | int = 0,
+                checkpoint: bool = False) -> dict[str, Any]:
+    """Report a training step to the operator (see Reporter.report_step). Pass
+    CHECKPOINT=True on every rank at a step that will be checkpointed."""
+    return _reporter().report_step(step, metrics, fingerprint, shard, checkpoint)
