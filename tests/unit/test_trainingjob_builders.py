@@ -14,6 +14,7 @@ from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.resources import pods
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.fabric import Fabric
+from goodput_operator.topology.constraints import pinned_node
 
 pytestmark = pytest.mark.unit
 NEURON = "aws.amazon.com/neuron"
@@ -158,9 +159,10 @@ def test_pin_narrows_affinity_and_removes_only_our_gate() -> None:
     terms = patch["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert len(terms) == 2
-    for term in terms:
-        assert {"key": "kubernetes.io/hostname", "operator": "In",
-                "values": ["trn2-00-3"]} in term["matchExpressions"]
+    for term in terms:  # the tenant's own requirement kept, the node named by its name
+        assert len(term["matchExpressions"]) == 1
+        assert term["matchFields"] == [{"key": "metadata.name", "operator": "In",
+                                        "values": ["trn2-00-3"]}]
     assert patch["spec"]["schedulingGates"] == [{"name": "example.com/other"}]
     assert patch["metadata"]["annotations"] == {names.DOMAIN_ANNOTATION: "us-1",
                                                names.NODE_ANNOTATION: "trn2-00-3"}
@@ -216,8 +218,9 @@ def test_a_placed_rank_is_created_pinned_and_ungated() -> None:
     assert not pods.is_gated(ready) and pods.is_gated(pod)   # the original is untouched
     term = ready["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
-    assert term["matchExpressions"] == [{"key": "kubernetes.io/hostname", "operator": "In",
-                                         "values": ["trn2-00-1"]}]
+    assert term["matchFields"] == [{"key": "metadata.name", "operator": "In",
+                                    "values": ["trn2-00-1"]}]  # the scheduler checks one node
+    assert pinned_node(ready["spec"]) == "trn2-00-1"  # and the capacity books see it there
     assert ready["metadata"]["annotations"] == {names.DOMAIN_ANNOTATION: "us-0",
                                                 names.NODE_ANNOTATION: "trn2-00-1"}
 
