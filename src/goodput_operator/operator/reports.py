@@ -167,12 +167,11 @@ class ReportServer:
             await self.runner.cleanup()
 
     async def stop(self) -> None:
+        """Stop the report thread (it closes its server, answering what is in flight)."""
         loop, thread = self.loop, self.thread
         if loop is not None and thread is not None and thread.is_alive():
             loop.call_soon_threadsafe(loop.stop)
             await asyncio.to_thread(thread.join, 10.0)
-        elif self.runner is not None:  # served on this loop (app() in a test)
-            await self.runner.cleanup()
         self.tokens.close()
 
     def _wake(self, urgent: bool = False) -> None:
