@@ -20,23 +20,50 @@ long (health.hang.window), the paces are per step already (health.straggler). Pu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 REPORTS_PER_SECOND = 500.0  # per job: what one leader answers at p99 well under 100 ms
 MAX_EVERY = 1024  # a job never goes quieter than this many steps between reports
+WINDOW_SECONDS = 5.0  # the job's reports are counted over this long before k is judged
 
 
-def report_every(current: int, workers: int, step_seconds: float | None,
-                 target: float = REPORTS_PER_SECOND) -> int:
-    """The k a job of WORKERS ranks, at STEP_SECONDS a step (None: not yet measured),
-    should report at, given CURRENT (a power of two, 1 at first)."""
-    if step_seconds is None or step_seconds <= 0 or workers <= 0:
-        return max(1, current)
+def report_every(current: int, rate: float, target: float = REPORTS_PER_SECOND) -> int:
+    """The k a job should report at, given CURRENT (a power of two, 1 at first) and the
+    RATE of reports a second it sent at CURRENT: every k-th step sends about
+    RATE x CURRENT / k a second."""
     every = max(1, current)
+    if rate <= 0:
+        return every
 
-    def rate(k: int) -> float:
-        return workers / (k * step_seconds)
+    def at(k: int) -> float:
+        return rate * every / k
 
-    while rate(every) > target and every < MAX_EVERY:
-        every *= 2
-    while every > 1 and rate(every // 2) <= target / 2:
-        every //= 2
-    return every
+    chosen = every
+    while at(chosen) > target and chosen < MAX_EVERY:
+        chosen *= 2
+    while chosen > 1 and at(chosen // 2) <= target / 2:
+        chosen //= 2
+    return chosen
+
+
+@dataclass
+class Cadence:
+    """One job's k, judged from the reports the leader received: counted over at least
+    WINDOW_SECONDS (a burst of a few reports is no rate), then k is set anew. Measuring
+    what arrives, not guessing from the step time, keeps a trainer that reports only
+    every hundredth step by its own choice at k = 1."""
+
+    every: int = 1
+    since: float | None = None  # when the current window began
+    count: int = 0  # reports in it
+
+    def heard(self, now: float) -> int:
+        """One report received at NOW; returns k."""
+        if self.since is None:
+            self.since = now
+        self.count += 1
+        elapsed = now - self.since
+        if elapsed >= WINDOW_SECONDS:
+            self.every = report_every(self.every, self.count / elapsed)
+            self.since, self.count = now, 0
+        return self.every

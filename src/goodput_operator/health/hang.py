@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from goodput_operator.health.cadence import Cadence
 from goodput_operator.health.quarantine import parse_time
 
 HISTORY = 32  # recent advances the median is taken over
@@ -30,7 +31,8 @@ class StepClock:
     step: int = -1
     at: float = 0.0
     per_step: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
-    every: int = 1  # the attempt reports every k-th step (health.cadence): k steps a report
+    # how often the attempt reports (health.cadence): every k-th step, k steps a report
+    cadence: Cadence = field(default_factory=Cadence)
 
     def advance(self, step: int, at: float) -> None:
         if step <= self.step:
@@ -38,6 +40,10 @@ class StepClock:
         if self.step >= 0 and at > self.at:
             self.per_step.append((at - self.at) / (step - self.step))
         self.step, self.at = step, at
+
+    @property
+    def every(self) -> int:
+        return self.cadence.every
 
     def median(self) -> float | None:
         return statistics.median(self.per_step) if self.per_step else None
@@ -52,8 +58,8 @@ def from_progress(progress: Mapping[str, Any] | None) -> StepClock | None:
     if not isinstance(restart, int) or not isinstance(step, int) or at is None:
         return None
     every = (progress or {}).get("every")
-    return StepClock(restart, step, at, every=every if isinstance(every, int) and every > 1
-                     else 1)
+    return StepClock(restart, step, at, cadence=Cadence(
+        every if isinstance(every, int) and every > 1 else 1))
 
 
 def judged(clock: StepClock | None, attempt: int) -> bool:

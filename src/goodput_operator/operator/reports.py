@@ -49,7 +49,6 @@ from goodput_operator.controllers.kube import Kube, wrote
 from goodput_operator.controllers.state import State
 from goodput_operator.decide.attempt import strict_checkpoints
 from goodput_operator.health import badput, sdc, straggler
-from goodput_operator.health.cadence import report_every
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.probing import Inconclusive, inconclusive
 from goodput_operator.health.quarantine import SDC, STRAGGLER, Finding, iso
@@ -313,7 +312,7 @@ class ReportServer:
         # every resync) and judges a hang from the clock whenever it looks; a pass per
         # report would be thousands a second from a large gang
         clock.advance(report.step, now)
-        clock.every = report_every(clock.every, self._workers(job, spec), clock.median())
+        clock.cadence.heard(now)
         self.state.progress[key] = progress_of(report, rank, now, attempt, clock.every)
         await self._pace(job, spec, pod, rank, report, attempt, now)
         if report.fingerprint is None and not report.metrics:
@@ -457,16 +456,11 @@ class ReportServer:
         attempt = int((job.get("status") or {}).get("restarts", 0))
         ledger = self.state.ledgers.get(key)
         if ledger is None or ledger.attempt != attempt:
-            workers = self._workers(job, spec)
+            placement = (job.get("status") or {}).get("placement") or {}
+            workers = int(placement.get("workers") or spec.workers)
             ledger = sdc.Ledger(max(1, workers // spec.sdc.shards), attempt=attempt)
             self.state.ledgers[key] = ledger
         return ledger
-
-    @staticmethod
-    def _workers(job: Obj, spec: TrainingJobSpec) -> int:
-        """The attempt's workers: as placed (an elastic job may run fewer than asked)."""
-        placement = (job.get("status") or {}).get("placement") or {}
-        return int(placement.get("workers") or spec.workers)
 
     async def _write(self, job: Obj, fields: Obj) -> None:
         meta = job["metadata"]
