@@ -4,15 +4,16 @@ Every worker of a gang reports every step it is asked to, and blocks its step on
 answer; a 31,000-worker job at a 5 s step reporting every step would send 6,200 reports a
 second, more than one process can judge. So the leader asks each job for every k-th step
 (and every step a checkpoint is taken at: its vote verifies the checkpoint), with k the
-smallest power of two that keeps the job at or under REPORTS_PER_SECOND.
+smallest power of two that keeps the job at or under REPORTS_PER_SECOND, judged from the
+reports it sent over the last WINDOW_SECONDS (`Cadence`).
 
 Why a power of two: every rank reports the steps that are multiples of its k, and ranks
 learn a new k one answer apart. While k doubles or halves, the steps both old and new k
 report are the multiples of the larger one, so every such step still gets every rank's
 vote; the others are judged with the votes that came (health.sdc.Ledger). k grows as soon
 as the job's rate passes the target, and halves only once the rate it would then give is
-at most half the target (the rate now a quarter of it), so a step time near a boundary
-does not flip it to and fro.
+at most half the target (the rate now a quarter of it), so a rate near a boundary does
+not flip it to and fro.
 
 The hang window and the straggler paces read what is reported: the window is k times as
 long (health.hang.window), the paces are per step already (health.straggler). Pure.
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-REPORTS_PER_SECOND = 500.0  # per job: what one leader answers at p99 well under 100 ms
+REPORTS_PER_SECOND = 500.0  # per job: one leader answered 500/s at 1 ms p50 (bench.reports)
 MAX_EVERY = 1024  # a job never goes quieter than this many steps between reports
 WINDOW_SECONDS = 5.0  # the job's reports are counted over this long before k is judged
 
