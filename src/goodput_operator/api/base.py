@@ -28,6 +28,7 @@ RESOURCE_NAME = rf"^{_PREFIX}[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
 CONDITION_TYPE = rf"^{_PREFIX}(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
 PERCENT_OR_COUNT = r"^(100|[1-9]?[0-9])%$"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+NODE_NAME_FIELD = "metadata.name"  # a node selector field (matchFields): the node's name
 
 K8S_EXTRA = "x-kubernetes-validations"
 JsonDict = dict[str, Any]

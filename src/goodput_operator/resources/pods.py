@@ -10,10 +10,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from goodput_operator import names
+from goodput_operator.api.base import NODE_NAME_FIELD
 
 Obj = dict[str, Any]
 FINISHED = ("Succeeded", "Failed")
-NODE_NAME_FIELD = "metadata.name"  # a node selector field: the node's name
 MAX_NAME = 63  # a label value, a Service name, a hostname
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")

@@ -15,7 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from goodput_operator import names
-from goodput_operator.api.base import HOSTNAME_LABEL
+from goodput_operator.api.base import HOSTNAME_LABEL, NODE_NAME_FIELD
 from goodput_operator.topology.model import QuantityError, parse_quantity
 
 Obj = Mapping[str, Any]
@@ -51,7 +51,7 @@ def _term_node(term: Obj) -> str | None:
     DaemonSet controller writes it) or by hostname In [one value]; else None."""
     named = [e for e in [*(term.get("matchFields") or []), *(term.get("matchExpressions")
                                                                 or [])]
-             if e.get("key") in ("metadata.name", HOSTNAME_LABEL) and e.get("operator") == "In"
+             if e.get("key") in (NODE_NAME_FIELD, HOSTNAME_LABEL) and e.get("operator") == "In"
              and len(e.get("values") or []) == 1]
     nodes = {e["values"][0] for e in named}
     return nodes.pop() if len(nodes) == 1 else None

@@ -17,6 +17,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
 from goodput_operator import names
+from goodput_operator.api.base import NODE_NAME_FIELD
 from goodput_operator.api.ultraservergroup import LEMON_HALF_LIFE_DAYS
 from goodput_operator.health.quarantine import decayed, lemon_of
 
@@ -249,7 +250,7 @@ def claim_use(claim: Mapping[str, Any]) -> ClaimUse:
     node = None
     for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
         for field_ in term.get("matchFields") or []:
-            if field_.get("key") == "metadata.name" and field_.get("values"):
+            if field_.get("key") == NODE_NAME_FIELD and field_.get("values"):
                 node = str(field_["values"][0])
     drivers: dict[str, int] = {}
     for result in (allocation.get("devices") or {}).get("results") or []:
