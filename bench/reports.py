@@ -134,9 +134,8 @@ async def _drive(url: str, workers: list[dict[str, str]], rate: float, seconds: 
     await asyncio.gather(*(worker(i, w) for i, w in enumerate(workers)))
     latencies.sort()
 
-    def pct(q: float) -> float:
-        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] if latencies \
-            else float("nan")
+    def pct(q: float, values: list[float] = latencies) -> float:
+        return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
     result = {"rate": rate, "sent": len(latencies),
               "per_s": round(len(latencies) / seconds, 1),
               "offered_per_s": round(sum(slots) / (seconds + settled - started), 1),
@@ -145,8 +144,8 @@ async def _drive(url: str, workers: list[dict[str, str]], rate: float, seconds: 
     if cadence:
         settling.sort()
         result["every"] = sorted(set(asked))
-        result["settling"] = {"sent": len(settling), "p99_ms": round(
-            settling[int(0.99 * (len(settling) - 1))] * 1000, 2) if settling else None}
+        result["settling"] = {"sent": len(settling),
+                              "p99_ms": round(pct(0.99, settling) * 1000, 2)}
     return result
 
 
