@@ -53,6 +53,23 @@ def test_stragglers(case: str, per_rank: dict[int, list[float]], measured: bool,
         assert f"rank {straggler.rank} on n{straggler.rank}" in straggler.evidence
 
 
+def test_a_rank_slower_by_a_sliver_of_the_step_is_no_straggler() -> None:
+    """Seen on real nodes: rank 0 worked 6 ms a step against its peers' 4 ms (1.5x) in a
+    300 ms step, beside a truly slow rank 2 (304 ms of work). Only rank 2 costs the gang."""
+    pace = Pace(0)
+    work = {0: 0.0062, 1: 0.004, 2: 0.304, 3: 0.004}
+    for step in range(20):
+        for rank, seconds in work.items():
+            pace.record(rank, f"n{rank}", step, 0.31 * step + rank * 1e-4, seconds)
+    assert pace.step_seconds() == pytest.approx(0.31)
+    assert [s.rank for s in stragglers(pace, factor=1.5, min_steps=8)] == [2]
+    fast = Pace(0)  # the same work in a 10 ms step: rank 0's 2 ms is a fifth of it
+    for step in range(20):
+        for rank, seconds in {0: 0.0062, 1: 0.004, 2: 0.004}.items():
+            fast.record(rank, f"n{rank}", step, 0.01 * step + rank * 1e-4, seconds)
+    assert [s.rank for s in stragglers(fast, factor=1.5, min_steps=8)] == [0]
+
+
 def test_the_evidence_says_how_much_slower_and_by_which_measure() -> None:
     [found] = stragglers(paced({0: STEADY, 1: STEADY, 2: [2 * s for s in STEADY]}), 1.5, 8)
     assert found.evidence == ("rank 2 on n2: 2.000s per step against its peers' 1.000s "

@@ -181,7 +181,8 @@ class StragglerDetection(ApiModel):
     off. Jobs whose workers report no steps are not judged."""
     factor: float = Field(default=1.5, ge=1.1, le=100)
     """A rank whose median seconds per step exceed this multiple of its peers' median is a
-    straggler."""
+    straggler (when the excess is at least 5% of the gang's step: below, it costs nothing
+    worth acting on)."""
     min_steps: int = Field(default=16, ge=3, le=32)
     """Steps of each rank the medians need before anything is judged (a few slow steps
     are not a straggler)."""

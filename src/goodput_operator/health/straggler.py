@@ -8,8 +8,11 @@ the slow rank in synchronous training), else the time between its consecutive re
 (which tells ranks apart only where they report before they synchronise). A rank is a
 straggler when the median of its recent paces is more than `factor` times the median of
 its peers' medians, over at least `min_steps` steps of each: a median over many steps, so a
-single slow step (a checkpoint, a collection) is not one. Pure: the operator keeps one
-Pace per job attempt, fed by the reports.
+single slow step (a checkpoint, a collection) is not one. And only when what it costs the
+gang, its excess over its peers, is at least MIN_SHARE of the gang's step: a rank at 6 ms of
+work against its peers' 4 ms is 1.5x as slow, but in a 300 ms step it costs nothing worth a
+condition, let alone a quarantine. Pure: the operator keeps one Pace per job attempt, fed
+by the reports.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 
 WINDOW = 32  # recent steps per rank the median is taken over
 METRIC = "computeSeconds"  # the step metric that gives a rank's own time per step
+MIN_SHARE = 0.05  # a straggler costs the gang at least this share of its step
 
 
 @dataclass
@@ -43,6 +47,12 @@ class Pace:
 
     attempt: int
     ranks: dict[int, RankPace] = field(default_factory=dict)
+    # the gang's recent seconds per step, from the time between any rank's reports
+    steps: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
+
+    def step_seconds(self) -> float:
+        """The gang's seconds per step (0 until two reports of a rank have come)."""
+        return statistics.median(self.steps) if self.steps else 0.0
 
     def record(self, rank: int, node: str, step: int, at: float,
                compute_seconds: float | None = None) -> None:
@@ -53,13 +63,17 @@ class Pace:
             pace = self.ranks[rank] = RankPace(node)
         if step <= pace.step:
             return
+        between = (at - pace.at) / (step - pace.step) if pace.step >= 0 and at > pace.at \
+            else None
+        if between is not None:
+            self.steps.append(between)
         if compute_seconds is not None and compute_seconds >= 0:
             if not pace.measured:
                 pace.paces.clear()  # never mix the two measures
             pace.measured = True
             pace.paces.append(compute_seconds)
-        elif not pace.measured and pace.step >= 0 and at > pace.at:
-            pace.paces.append((at - pace.at) / (step - pace.step))
+        elif not pace.measured and between is not None:
+            pace.paces.append(between)
         pace.step, pace.at = step, at
 
 
@@ -79,10 +93,11 @@ class Straggler:
 
 
 def stragglers(pace: Pace, factor: float, min_steps: int) -> list[Straggler]:
-    """The ranks persistently slower than FACTOR x their peers, slowest first. Needs at
-    least two ranks with MIN_STEPS paces each (one rank has no peers to be slower than);
-    compares only ranks measured the same way."""
+    """The ranks persistently slower than FACTOR x their peers, and by at least MIN_SHARE
+    of the gang's step, slowest first. Needs at least two ranks with MIN_STEPS paces each
+    (one rank has no peers to be slower than); compares only ranks measured the same way."""
     found: list[Straggler] = []
+    worth = MIN_SHARE * pace.step_seconds()
     for measured in (True, False):
         medians = {rank: (p.median(), p.node) for rank, p in pace.ranks.items()
                    if p.measured == measured and len(p.paces) >= min_steps}
@@ -91,7 +106,7 @@ def stragglers(pace: Pace, factor: float, min_steps: int) -> list[Straggler]:
         ordered = sorted(m for m, _ in medians.values())
         for rank, (median, node) in medians.items():
             peers = _median_without(ordered, median)
-            if peers > 0 and median > factor * peers:
+            if peers > 0 and median > factor * peers and median - peers >= worth:
                 found.append(Straggler(rank, node, median, peers, measured))
     return sorted(found, key=lambda s: -s.median / s.peers)
 
