@@ -10,11 +10,12 @@ resume (GOODPUT_RESUME_*), where to save (GOODPUT_CHECKPOINT_DIR) and the report
 - trains deterministically (seeded data per step and rank, one thread, gradients averaged
   as one flat all-reduce in a fixed order): a run interrupted and resumed ends with the same
   parameters as an uninterrupted one, bit for bit,
-- reports every step with a fingerprint of its parameters (the replicas vote on them: a
-  replica that disagrees points at silent data corruption on its node),
+- reports its steps with a fingerprint of its parameters (the replicas vote on them: a
+  replica that disagrees points at silent data corruption on its node): every step, or
+  every k-th when the operator asks (a large gang), and always a checkpoint's step,
 - saves a checkpoint every --checkpoint-every steps on rank 0, atomically, and commits it;
   and at once when the operator asks (sdk.save_requested: the job is being preempted),
-- prints `FINAL step=N fingerprint=F` and exits 0,
+- prints `FINAL step=N fingerprint=F reported=R` (R: the steps it reported) and exits 0,
 - exits at once on SIGTERM, even while stuck in a collective (see exit_on_sigterm).
 
 The backend is gloo on CPU; the same script runs with NCCL (or Neuron's XLA backend)
@@ -66,6 +67,25 @@ from goodput_operator.sdk import (  # noqa: E402
     report_step,
     save_requested,
 )
+
+
+class Reports:
+    """This rank's step reports: the SDK sends every k-th step, as the operator asks
+    (always a checkpoint's step, so that its vote verifies the checkpoint); it says when k
+    changes, and counts what was sent."""
+
+    def __init__(self) -> None:
+        self.every, self.sent = 1, 0
+
+    def step(self, step: int, numbers: dict[str, float], parameters: str, scheduled: bool
+             ) -> None:
+        answer = report_step(step, numbers, fingerprint=parameters, checkpoint=scheduled)
+        if answer.get("skipped"):
+            return
+        self.sent += 1
+        if answer.get("every", 1) != self.every:
+            self.every = answer.get("every", 1)
+            log(f"step {step}: reporting every {self.every} steps, as the operator asks")
 
 
 def parse() -> argparse.Namespace:
@@ -217,6 +237,7 @@ def main() -> int:
         start = int(state["step"])
         log(f"resumed from step {start} ({point.path}, digest verified)")
 
+    reports = Reports()
     for step in range(start + 1, args.steps + 1):
         began = time.monotonic()
         x, y = (t.to(device) for t in batch(args.seed, step, rank, args.hidden))
@@ -239,9 +260,8 @@ def main() -> int:
             log(f"corrupted my parameters at step {step} (--corrupt-at-step)")
         scheduled = step % args.checkpoint_every == 0
         try:  # every rank says so at a checkpoint's step: its vote verifies the checkpoint
-            report_step(step, {"loss": float(loss), "computeSeconds": compute},
-                        fingerprint=fingerprint(list(model.parameters())),
-                        checkpoint=scheduled)
+            reports.step(step, {"loss": float(loss), "computeSeconds": compute},
+                         fingerprint(list(model.parameters())), scheduled)
         except ReportError as err:  # reports are advisory: training goes on without them
             log(f"report of step {step} failed: {err}")
         if (scheduled or save_now(step)) and (args.sharded or rank == 0):
@@ -252,7 +272,7 @@ def main() -> int:
         time.sleep(max(0.0, args.step_seconds - (time.monotonic() - began)))
 
     final = fingerprint(list(model.parameters()))
-    log(f"FINAL step={args.steps} fingerprint={final}")
+    log(f"FINAL step={args.steps} fingerprint={final} reported={reports.sent}")
     results = os.environ.get("GOODPUT_CHECKPOINT_DIR")
     if results:
         folder = Path(results) / "final"

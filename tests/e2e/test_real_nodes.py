@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import urllib.request
 import uuid
 from typing import Any
@@ -366,8 +367,12 @@ def test_deleting_the_leader_pod_mid_job_changes_nothing_for_the_job(
     operator.wait_rolled_out()  # the ReplicaSet's new pod is the standby now
 
 
-def test_helm_upgrade_to_a_new_image_tag_and_rollback_keep_a_running_job_running(
+def test_helm_upgrade_to_a_new_image_and_setting_and_rollback_keep_a_running_job_running(
         real: Real, reference: dict[str, Any], ns: str) -> None:
+    """The upgrade also lowers `reports.perJob` to 1 a second: the job's 4 workers, a step a
+    second, are then asked for every 4th step (health.cadence) and skip the others, except
+    the checkpoints' steps, whose votes verify them; the rollback asks for every step
+    again. None of it restarts the job or changes what it computes."""
     operator = real.operator
     new_tag = f"{__version__}-next"
     incluster.build_and_load(real.box, new_tag)
@@ -377,9 +382,11 @@ def test_helm_upgrade_to_a_new_image_tag_and_rollback_keep_a_running_job_running
     name = f"upg-{uuid.uuid4().hex[:6]}"
     apply(real.cluster, trainer_job(real, name, "--step-seconds", "1"), ns)
     wait_for(lambda: _latest_step(real, ns, name), timeout=180, what="a first checkpoint")
-    operator.install(image=operator.values["image"] | {"tag": new_tag})
+    operator.install(image=operator.values["image"] | {"tag": new_tag}, reports={"perJob": 1})
     assert {p["spec"]["containers"][0]["image"] for p in operator.pods()} == \
         {f"{operator_image.REPOSITORY}:{new_tag}"}
+    wait_for(lambda: _progress(real, ns, name).get("every", 1) >= 4, timeout=60,
+             what="status.progress.every at 4 or more under reports.perJob=1")
     assert (get_job(real.cluster, ns, name)["status"]).get("restarts", 0) == 0
     operator.rollback(revision)
     assert {p["spec"]["containers"][0]["image"] for p in operator.pods()} == \
@@ -390,6 +397,20 @@ def test_helm_upgrade_to_a_new_image_tag_and_rollback_keep_a_running_job_running
                for p in job_pods(real.cluster, ns, name))
     assert {r["fingerprint"] for r in results(name).values()} == \
         {reference["results"][0]["fingerprint"]}
+    # the workers heard k, skipped steps, and still sent every checkpoint's step
+    trainer_log = logs(real, ns, job_pods(real.cluster, ns, name)[0]["metadata"]["name"])
+    assert re.search(r"reporting every (4|8|16) steps, as the operator asks", trainer_log), \
+        trainer_log[-2000:]
+    reported = int(re.findall(r"FINAL step=\d+ fingerprint=\S+ reported=(\d+)",
+                              trainer_log)[-1])
+    assert STEPS // 10 <= reported < STEPS, trainer_log[-2000:]
+    assert done["status"]["checkpoint"]["latestVerified"]["step"] == STEPS
+
+
+def _progress(real: Real, namespace: str, name: str) -> dict[str, Any]:
+    progress: dict[str, Any] = (get_job(real.cluster, namespace, name).get("status") or {}
+                                ).get("progress") or {}
+    return progress
 
 
 def _latest_step(real: Real, namespace: str, name: str) -> int | None:

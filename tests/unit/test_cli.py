@@ -89,6 +89,20 @@ def test_operator_without_a_cluster_fails_fast_with_one_line(
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(("given", "parsed"), [([], 500), (["--reports-per-job", "2"], 2)])
+def test_reports_per_job_defaults_to_what_one_leader_answers(
+        given: list[str], parsed: int) -> None:
+    assert operator_main.parse(given).reports_per_job == parsed
+
+
+def test_reports_per_job_below_one_is_refused_by_name(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        operator_main.parse(["--reports-per-job", "0"])
+    assert exited.value.code == 2
+    assert "--reports-per-job must be at least 1, not 0" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("error", ["ImageError", "RealNodeError", "HostError"])
 def test_a_real_node_failure_is_one_line_not_a_traceback(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, error: str) -> None:

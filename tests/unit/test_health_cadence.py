@@ -55,6 +55,15 @@ def test_k_is_judged_from_what_arrived_over_a_window_never_from_a_burst() -> Non
     assert k == 16 and busy.count == 0  # judged, and a new window begun
 
 
+def test_the_operator_s_target_replaces_the_default() -> None:
+    """--reports-per-job: 4 workers at a step a second (4/s) are over a target of 1/s, so
+    they are asked for every 4th step; at the default they report every step."""
+    low, default = Cadence(), Cadence()
+    for i in range(int(WINDOW_SECONDS * 4) + 1):
+        k_low, k_default = low.heard(100.0 + i / 4, target=1), default.heard(100.0 + i / 4)
+    assert (k_low, k_default) == (4, 1)
+
+
 def test_the_hang_window_spans_k_steps_when_the_job_reports_every_kth() -> None:
     """A job reporting every 16th 5 s step is quiet for 80 s between reports: its hang
     window is 16 times its per-step window, and survives an operator restart."""

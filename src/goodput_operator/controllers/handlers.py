@@ -27,6 +27,7 @@ from goodput_operator.api.base import GROUP, VERSION
 from goodput_operator.controllers import inferenceendpoint
 from goodput_operator.controllers.kube import API_CONNECTIONS, Kube
 from goodput_operator.controllers.state import State
+from goodput_operator.health.cadence import REPORTS_PER_SECOND
 from goodput_operator.operator import loop
 from goodput_operator.operator.leader import LeaderElection
 from goodput_operator.operator.reports import ReportServer
@@ -54,6 +55,7 @@ class Options:
     health_port: int = 0
     report_port: int = 0  # the workers' report channel (0: off)
     report_tls: ssl.SSLContext | None = None
+    reports_per_job: int = REPORTS_PER_SECOND  # health.cadence: above it, every k-th step
     leader_election: bool = False
     lease_namespace: str = "goodput-system"
     lease_name: str = "goodput-operator"
@@ -122,8 +124,8 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
             watch.start(version)
             _watches.append(watch)
     if OPTIONS.report_port and not any(isinstance(s, ReportServer) for s in _servers):
-        await _serve(ReportServer(STATE, kube, leading), OPTIONS.report_port,
-                     OPTIONS.report_tls)
+        await _serve(ReportServer(STATE, kube, leading, OPTIONS.reports_per_job),
+                     OPTIONS.report_port, OPTIONS.report_tls)
 
     async def lead() -> None:
         await _label_own_pod(kube, True)

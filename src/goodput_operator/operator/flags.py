@@ -52,6 +52,10 @@ FLAGS: tuple[Flag, ...] = (
          "(given to them beside the hostfile and in the probe namespace); a missing file "
          "falls back to the certificate itself (self-signed)",
          shown="`--report-tls-cert`"),
+    Flag("--reports-per-job", "GOODPUT_REPORTS_PER_JOB", "500", "int",
+         "the most step reports a second the leader asks of one job: above it the job's "
+         "workers report every k-th step, k a power of two "
+         "([the report channel at scale](#the-report-channel-at-scale))"),
     Flag("--probe-namespace", "GOODPUT_PROBE_NAMESPACE", "goodput-system", "str",
          "namespace of the SDC probe Jobs (its pods may report probes)"),
     Flag("--probe-image", "GOODPUT_PROBE_IMAGE", f"goodput-operator:{__version__}", "str",

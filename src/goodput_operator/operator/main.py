@@ -40,6 +40,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_flags(parser)
     args = parser.parse_args(argv)
+    if args.reports_per_job < 1:
+        parser.error(f"--reports-per-job must be at least 1, not {args.reports_per_job}")
     args.lease_namespace = (args.lease_namespace or os.environ.get("POD_NAMESPACE")
                             or "goodput-system")
     return args
@@ -71,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     options.report_port = args.report_port
+    options.reports_per_job = args.reports_per_job
     options.health_port = args.health_port
     options.namespaces = args.namespace or None
     options.leader_election = args.leader_election

@@ -49,6 +49,7 @@ from goodput_operator.controllers.kube import Kube, wrote
 from goodput_operator.controllers.state import State
 from goodput_operator.decide.attempt import strict_checkpoints
 from goodput_operator.health import badput, sdc, straggler
+from goodput_operator.health.cadence import REPORTS_PER_SECOND
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.probing import Inconclusive, inconclusive
 from goodput_operator.health.quarantine import SDC, STRAGGLER, Finding, iso
@@ -112,10 +113,12 @@ def save_request(job: Obj) -> Obj:
 
 class ReportServer:
     def __init__(self, state: State, kube: Kube,
-                 leading: Callable[[], bool] = lambda: True) -> None:
+                 leading: Callable[[], bool] = lambda: True,
+                 reports_per_job: float = REPORTS_PER_SECOND) -> None:
         self.state = state
         self.kube = kube
         self.leading = leading  # a standby replica refuses (503): only the leader writes
+        self.reports_per_job = reports_per_job  # above it a job reports every k-th step
         self.tokens = TokenGate(kube)
         self.runner: web.AppRunner | None = None
         self.operator_loop: asyncio.AbstractEventLoop | None = None  # where State's events live
@@ -312,7 +315,7 @@ class ReportServer:
         # every resync) and judges a hang from the clock whenever it looks; a pass per
         # report would be thousands a second from a large gang
         clock.advance(report.step, now)
-        clock.cadence.heard(now)
+        clock.cadence.heard(now, self.reports_per_job)
         self.state.progress[key] = progress_of(report, rank, now, attempt, clock.every)
         await self._pace(job, spec, pod, rank, report, attempt, now)
         if report.fingerprint is None and not report.metrics:
