@@ -48,10 +48,10 @@ def test_k_is_judged_from_what_arrived_over_a_window_never_from_a_burst() -> Non
     rate: k changes only once a whole window of reports has been counted."""
     burst = Cadence()
     for i in range(9):
-        assert burst.heard(100.0 + i * 0.001) == 1
+        assert burst.heard(100.0 + i * 0.001, step=100 * (i + 1)) == 1
     busy = Cadence()
     for i in range(int(WINDOW_SECONDS * 6_200) + 1):  # 6,200 reports a second
-        k = busy.heard(100.0 + i / 6_200)
+        k = busy.heard(100.0 + i / 6_200, step=i // 2_048 * 16)  # as asked
     assert k == 16 and busy.count == 0  # judged, and a new window begun
 
 
@@ -60,8 +60,32 @@ def test_the_operator_s_target_replaces_the_default() -> None:
     they are asked for every 4th step; at the default they report every step."""
     low, default = Cadence(), Cadence()
     for i in range(int(WINDOW_SECONDS * 4) + 1):
-        k_low, k_default = low.heard(100.0 + i / 4, target=1), default.heard(100.0 + i / 4)
+        k_low = low.heard(100.0 + i / 4, step=(i // 4) * low.every, target=1)
+        k_default = default.heard(100.0 + i / 4, step=i // 4)
     assert (k_low, k_default) == (4, 1)
+
+
+def test_a_job_that_ignores_k_is_not_pushed_to_ever_larger_k() -> None:
+    """Seen in bench.reports: a client that reports every step whatever k (not the SDK)
+    sent 925/s; counting all of its reports, k doubled every window, 2 to 256, and its hang
+    window grew with it. Only the steps k asks for count: half of them at k = 2."""
+    ignoring = Cadence()
+    for i in range(int(12 * WINDOW_SECONDS * 925)):  # twelve windows, every step
+        k = ignoring.heard(100.0 + i / 925, step=i // 4)
+    assert k == 2
+
+
+def test_the_extra_steps_sent_whatever_k_do_not_raise_it() -> None:
+    """At k = 4, 64 ranks at 20 steps a second send 320 reports a second, plus every
+    rank's checkpoint step every 5 steps (not a multiple of 4): those are no reason for
+    k = 8."""
+    cadence = Cadence(every=4)
+    for second in range(30):
+        for step in range(20 * second, 20 * (second + 1)):
+            if step % 4 == 0 or step % 5 == 0:
+                for rank in range(64):
+                    cadence.heard(100.0 + step / 20 + rank * 1e-5, step=step)
+    assert cadence.every == 4
 
 
 def test_the_hang_window_spans_k_steps_when_the_job_reports_every_kth() -> None:

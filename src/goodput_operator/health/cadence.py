@@ -5,7 +5,7 @@ answer; a 31,000-worker job at a 5 s step reporting every step would send 6,200 
 second, more than one process can judge. So the leader asks each job for every k-th step
 (and every step a checkpoint is taken at: its vote verifies the checkpoint), with k the
 smallest power of two that keeps the job at or under REPORTS_PER_SECOND, judged from the
-reports it sent over the last WINDOW_SECONDS (`Cadence`).
+reports of the steps it asked for over the last WINDOW_SECONDS (`Cadence`).
 
 Why a power of two: every rank reports the steps that are multiples of its k, and ranks
 learn a new k one answer apart. While k doubles or halves, the steps both old and new k
@@ -59,12 +59,17 @@ class Cadence:
     since: float | None = None  # when the current window began
     count: int = 0  # reports in it
 
-    def heard(self, now: float, target: float = REPORTS_PER_SECOND) -> int:
-        """One report received at NOW; returns k, judged against TARGET reports a second."""
+    def heard(self, now: float, step: int, target: float = REPORTS_PER_SECOND) -> int:
+        """A report of STEP received at NOW; returns k, judged against TARGET reports a
+        second. Only the steps k asks for count: the others (a checkpoint's, a NaN's, or
+        every step of a client that ignores k) are not what k can thin, and counting them
+        would double k every window for nothing (and stretch the job's hang window with
+        it)."""
         if self.since is None:  # the window opens; it counts the reports after this one
             self.since = now
             return self.every
-        self.count += 1
+        if step % self.every == 0:
+            self.count += 1
         elapsed = now - self.since
         if elapsed >= WINDOW_SECONDS:
             self.every = report_every(self.every, self.count / elapsed, target)

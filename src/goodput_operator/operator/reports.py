@@ -315,7 +315,7 @@ class ReportServer:
         # every resync) and judges a hang from the clock whenever it looks; a pass per
         # report would be thousands a second from a large gang
         clock.advance(report.step, now)
-        clock.cadence.heard(now, self.reports_per_job)
+        clock.cadence.heard(now, report.step, self.reports_per_job)
         self.state.progress[key] = progress_of(report, rank, now, attempt, clock.every)
         await self._pace(job, spec, pod, rank, report, attempt, now)
         if report.fingerprint is None and not report.metrics:
