@@ -36,6 +36,9 @@ QUARANTINES = Counter("goodput_quarantines_total",
                       "Nodes quarantined, by group, reason and failure class",
                       ["group", "reason", "failure_class"])
 QUARANTINED = Gauge("goodput_quarantined_nodes", "Nodes in quarantine", ["group"])
+BULK_LIMIT = Gauge("goodput_bulk_write_limit",
+                   "The endpoints' pod writes allowed in flight at once: halved while the API "
+                   "server answers slowly, grown back one a round while it is quick")
 RECOVERY_SECONDS = Histogram(
     "goodput_recovery_seconds", "Each recovery's phases: detection, replacement, restart",
     ["phase"], buckets=(0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 900))

@@ -146,6 +146,38 @@ def test_the_endpoints_bulk_writes_are_bounded_and_wait_while_a_lane_runs() -> N
     assert 1 < most <= BULK_WRITES
 
 
+def test_while_the_api_server_is_slow_fewer_bulk_writes_are_in_flight() -> None:
+    """Every write slower than the limit's threshold: after the first round, the writes
+    in flight fall to half and on to the floor (controllers.pacing); all still land."""
+    from goodput_operator.controllers.kube import BULK_WRITES
+    from goodput_operator.controllers.pacing import FLOOR, WriteLimit
+
+    in_flight, peaks = 0, []
+    lock = threading.Lock()
+
+    def slow_write(index: int) -> int:
+        nonlocal in_flight
+        with lock:
+            in_flight += 1
+            peaks.append(in_flight)
+        time.sleep(0.1)  # slower than the threshold below
+        with lock:
+            in_flight -= 1
+        return index
+
+    async def scenario() -> list[int]:
+        state = State()
+        state.bulk_limit = WriteLimit(BULK_WRITES)
+        state.bulk_limit.quickest = 0.005  # an idle server's pace: 0.1 s is 20 times it
+        return list(await asyncio.gather(*(state.bulk(slow_write, i)
+                                           for i in range(3 * BULK_WRITES))))
+
+    # 16 at once, then 8, 4, and the last 20 two at a time
+    assert asyncio.run(scenario()) == list(range(3 * BULK_WRITES))
+    assert max(peaks[:BULK_WRITES]) == BULK_WRITES  # the first round: all at once
+    assert max(peaks[-BULK_WRITES:]) <= FLOOR  # by the end: the floor
+
+
 def test_the_bulk_writes_leave_the_api_threads_free_for_a_lane() -> None:
     """Every bulk thread busy with a slow write: a lane's call (asyncio.to_thread, the
     API threads) still runs at once."""

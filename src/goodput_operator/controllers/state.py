@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,7 @@ from goodput_operator import metrics, names
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.controllers.kube import BULK_WRITES
+from goodput_operator.controllers.pacing import WriteLimit
 from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.types import Refusal, Reservation
 from goodput_operator.health import badput
@@ -167,11 +169,13 @@ class State:
         # worker ending, a job created or deleted): acted on even while a pass is still
         # applying the endpoints' writes of a rollout (operator.loop)
         self.urgent = asyncio.Event()
-        # the endpoints' bulk writes: BULK_WRITES at once, and none started while groups
-        # and jobs are applied again for an urgent change (`bulk`)
+        # the endpoints' bulk writes: at most BULK_WRITES at once, fewer while the API
+        # server is slow (controllers.pacing), and none started while groups and jobs are
+        # applied again for an urgent change (`bulk`)
         self.bulk_open = asyncio.Event()
         self.bulk_open.set()
-        self._bulk_writes = asyncio.Semaphore(BULK_WRITES)
+        self.bulk_limit = WriteLimit(BULK_WRITES)
+        self._bulk_slots = asyncio.Condition()
         # their own threads: a lane's calls never queue behind them in the operator
         self._bulk_threads = ThreadPoolExecutor(BULK_WRITES, thread_name_prefix="bulk")
         self.primed = False  # the initial list of every watched kind has landed
@@ -312,14 +316,27 @@ class State:
         self.urgent.set()
 
     async def bulk(self, call: Callable[..., T], *args: Any) -> T:
-        """CALL(*ARGS) as one of the endpoints' bulk writes: at most BULK_WRITES at once,
-        on threads of their own (the API threads every other call uses never queue behind
-        a rollout), and none starts while `bulk_open` is clear (urgent work is being
+        """CALL(*ARGS) as one of the endpoints' bulk writes: as many at once as
+        `bulk_limit` admits (at most BULK_WRITES; fewer while the API server is slow), on
+        threads of their own (the API threads every other call uses never queue behind a
+        rollout), and none starts while `bulk_open` is clear (urgent work is being
         applied: its requests are the API server's first)."""
-        async with self._bulk_writes:
+        async with self._bulk_slots:
+            await self._bulk_slots.wait_for(self.bulk_limit.admits)
+            self.bulk_limit.in_flight += 1
+        try:
             await self.bulk_open.wait()
-            return await asyncio.get_running_loop().run_in_executor(
-                self._bulk_threads, functools.partial(call, *args))
+            started = time.monotonic()
+            try:
+                return await asyncio.get_running_loop().run_in_executor(
+                    self._bulk_threads, functools.partial(call, *args))
+            finally:
+                self.bulk_limit.observe(started, time.monotonic())
+                metrics.BULK_LIMIT.set(int(self.bulk_limit.limit))
+        finally:
+            async with self._bulk_slots:
+                self.bulk_limit.in_flight -= 1
+                self._bulk_slots.notify_all()
 
     def wake_at(self, when: float | None) -> None:
         """Ask for a pass at WHEN (a grace period or backoff runs out then)."""
