@@ -172,7 +172,7 @@ def test_while_the_api_server_is_slow_fewer_bulk_writes_are_in_flight() -> None:
         return list(await asyncio.gather(*(state.bulk(slow_write, i)
                                            for i in range(3 * BULK_WRITES))))
 
-    # 16 at once, then 8, 4, and the last 20 two at a time
+    # 16 at once, then halved round by round, and the last ones at the floor
     assert asyncio.run(scenario()) == list(range(3 * BULK_WRITES))
     assert max(peaks[:BULK_WRITES]) == BULK_WRITES  # the first round: all at once
     assert max(peaks[-BULK_WRITES:]) <= FLOOR  # by the end: the floor

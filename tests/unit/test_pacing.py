@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from goodput_operator.controllers.pacing import SLOW_FACTOR, SLOW_FLOOR, WriteLimit
+from goodput_operator.controllers.pacing import FLOOR, SLOW_FACTOR, SLOW_FLOOR, WriteLimit
 
 pytestmark = pytest.mark.unit
 QUICK = 0.02  # an idle API server's pod create
@@ -25,10 +25,10 @@ def test_slow_writes_halve_the_limit_once_per_round_down_to_the_floor() -> None:
         limit.observe(started=0.0, ended=SLOW + i * 0.001)
     assert limit.limit == 8  # one halving for the round, not 16
     limit.observe(started=1.0, ended=1.0 + SLOW)  # a write of the next round: news
-    assert limit.limit == 4
+    assert limit.limit == max(4, FLOOR)
     for round_ in range(2, 10):
         limit.observe(started=float(round_), ended=round_ + SLOW)
-    assert limit.limit == limit.floor == 2
+    assert limit.limit == limit.floor == FLOOR
 
 
 def test_quick_writes_grow_it_back_by_about_one_a_round_up_to_the_ceiling() -> None:
