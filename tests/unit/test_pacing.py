@@ -11,11 +11,11 @@ QUICK = 0.02  # an idle API server's pod create
 SLOW = QUICK * SLOW_FACTOR * 3
 
 
-def paced(**given: float) -> WriteLimit:
-    """A limit that has seen a quick write (its pace)."""
-    limit = WriteLimit(16, **given)  # type: ignore[arg-type]
-    limit.quickest = QUICK
-    return limit
+def paced(limit: float = 0.0) -> WriteLimit:
+    """A limit (the ceiling, unless LIMIT) that has seen a quick write (its pace)."""
+    paced_ = WriteLimit(16, limit=limit)
+    paced_.quickest = QUICK
+    return paced_
 
 
 def test_slow_writes_halve_the_limit_once_per_round_down_to_the_floor() -> None:
@@ -56,7 +56,7 @@ def test_a_write_is_admitted_only_under_the_whole_limit(in_flight: int, limit: f
 @pytest.mark.parametrize(("case", "quickest", "took", "halves"), [
     ("4x an idle 20 ms create: queueing", 0.02, 0.081, True),
     ("3x it: not yet", 0.02, 0.06, False),
-    ("a 2 ms server's 10 ms write is jitter, under the floor", 0.002, SLOW_FLOOR * 0.9, False),
+    ("a 2 ms server's 45 ms write is jitter, under the floor", 0.002, SLOW_FLOOR * 0.9, False),
     ("a slow machine's 100 ms pace: 300 ms is no queue", 0.1, 0.3, False),
     ("... and 500 ms is", 0.1, 0.5, True),
 ])
