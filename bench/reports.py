@@ -43,6 +43,7 @@ from bench.scale import minus, pass_buckets, quantile
 from goodput_operator import names
 from goodput_operator.health.cadence import WINDOW_SECONDS
 from goodput_operator.sandbox import cluster
+from goodput_operator.sdk import spread_phase
 
 NAME = "bench-reports"
 NAMESPACE = "reports"
@@ -78,12 +79,13 @@ def source_address(index: int) -> str:
 
 # ---- the driver (a process of its own: its CPU is not the server's) -----------------------
 async def _drive(url: str, workers: list[dict[str, str]], rate: float, seconds: float,
-                 keepalive: bool, cadence: bool = False,
+                 keepalive: bool, cadence: str | None = None,
                  settle: float = SETTLE_SECONDS) -> dict[str, Any]:
     """Each worker steps at RATE/len(WORKERS) a second and reports every step, or with
-    CADENCE every k-th as the answers say (as the SDK does); then the first SETTLE seconds
-    (every worker at k=1 until the leader has counted a window of reports) are measured
-    apart."""
+    CADENCE every k-th as the answers say: "spread", each rank its spread_phase of steps
+    after the voted step (as the SDK does), or "burst", every rank at the voted step (as
+    the SDK did); then the first SETTLE seconds (every worker at k=1 until the leader has
+    counted a window of reports) are measured apart."""
     import aiohttp
 
     latencies: list[float] = []
@@ -117,9 +119,10 @@ async def _drive(url: str, workers: list[dict[str, str]], rate: float, seconds: 
                     slots.append(due)
                     asked.append(every)
                     return
-                if step % every:
-                    continue  # a step the leader does not ask for
-                body = {"step": step, "metrics": {"loss": 1.0 / step},
+                voted = step - (spread_phase(index, every) if cadence == "spread" else 0)
+                if voted < 1 or voted % every:
+                    continue  # no voted step's report is this rank's to send now
+                body = {"step": voted, "metrics": {"loss": 1.0 / step},
                         "fingerprint": "f" * 16, "shard": "0", "rank": index}
                 sent = time.perf_counter()
                 try:
@@ -156,7 +159,7 @@ async def _drive(url: str, workers: list[dict[str, str]], rate: float, seconds: 
 def drive_main(args: argparse.Namespace) -> int:
     workers = json.loads(Path(args.drive).read_text())
     print(json.dumps(asyncio.run(_drive(args.url, workers, args.rate, args.seconds,
-                                        not args.close, args.cadence))))
+                                        not args.close, args.cadence or None))))
     return 0
 
 
@@ -205,15 +208,16 @@ def mint_tokens(box: cluster.Sandbox, workers: int) -> list[dict[str, str]]:
 
 
 def level(url: str, tokens: Path, rate: float, seconds: float, close: bool,
-          pid: int | None, cadence: bool = False) -> dict[str, Any]:
+          pid: int | None, cadence: str | None = None) -> dict[str, Any]:
     """One rate held for SECONDS: the driver's figures and, with PID, the server's CPU.
-    CADENCE: the workers report every k-th step, as the leader's answers ask."""
+    CADENCE: the workers report every k-th step, as the leader's answers ask ("spread" or
+    "burst", see _drive)."""
     cpu0 = cpu_seconds(pid) if pid else 0.0
     t0 = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "bench.reports", "--drive", str(tokens),
                           "--url", url, "--rate", str(rate), "--seconds", str(seconds),
                           *(["--close"] if close else []),
-                          *(["--cadence"] if cadence else [])],
+                          *(["--cadence", cadence] if cadence else [])],
                          capture_output=True, text=True, timeout=seconds + 600, check=True)
     result: dict[str, Any] = json.loads(out.stdout)
     if pid:
@@ -304,9 +308,12 @@ def measure(workers: int, rates: Sequence[float], seconds: float, close: bool
                 lv["report_cpu_ms"] = round(1000 * (lv["server_cores"] - idle) * seconds
                                             / max(1, lv["sent"]), 3)
             # the Rainier job's load per job (every step), the workers reporting every
-            # k-th step as the leader asks: what the channel carries of it
+            # k-th step as the leader asks: what the channel carries of it, each rank's
+            # report at its phase (the SDK), and all at the voted step (the SDK before)
             result["cadence"] = level(url, tokens, TARGET_RATE, seconds, close,
-                                      operator.pid, cadence=True)
+                                      operator.pid, cadence="spread")
+            result["cadence_burst"] = level(url, tokens, TARGET_RATE, seconds, close,
+                                            operator.pid, cadence="burst")
             result["token_reviews_during_levels"] = _reviews(operator) - reviews0
             result["rss_mb"] = dict(zip(("now", "peak"), rss_mb(operator.pid), strict=True))
             wait_until(lambda: _listening(bare_port), 30, "bare server")
@@ -365,13 +372,16 @@ def table(r: dict[str, Any]) -> str:
               f"{r['sustained_per_s']}/s; target {TARGET_RATE:.0f}/s; "
               f"leader cores the target needs at the measured cost (idle + reports): "
               f"{r['cores_for_target']}",
-              f"the Rainier job's load ({TARGET_RATE:.0f}/s, every step), its workers "
-              f"reporting every k-th step as the leader asks (k = "
-              f"{', '.join(map(str, r['cadence']['every']))}): {r['cadence']['per_s']}/s, "
-              f"p50 {r['cadence']['p50_ms']} ms, p99 {r['cadence']['p99_ms']} ms, codes "
-              f"{r['cadence']['codes']}; the first {SETTLE_SECONDS:.0f} s, before k "
-              f"settled: {r['cadence']['settling']['sent']} reports, p99 "
-              f"{r['cadence']['settling']['p99_ms']} ms",
+              *(f"the Rainier job's load ({TARGET_RATE:.0f}/s, every step), its workers "
+                f"reporting every k-th step as the leader asks, {how} (k = "
+                f"{', '.join(map(str, c['every']))}): {c['per_s']}/s, p50 {c['p50_ms']} ms, "
+                f"p99 {c['p99_ms']} ms, codes {c['codes']}, leader {c['server_cores']} "
+                f"cores; the first {SETTLE_SECONDS:.0f} s, before k settled: "
+                f"{c['settling']['sent']} reports, p99 {c['settling']['p99_ms']} ms"
+                for how, c in (("each rank at its phase", r["cadence"]),
+                               ("every rank at the voted step", r["cadence_burst"]))),
+              f"p99, at the voted step / at the phase: "
+              f"{r['cadence_burst']['p99_ms'] / max(0.01, r['cadence']['p99_ms']):.1f}x",
               f"warm-up (each token's first report, its TokenReview): "
               f"{r['warmup']['token_reviews']:.0f} reviews, p99 {r['warmup']['p99_ms']} ms; "
               f"TokenReviews during the levels: {r['token_reviews_during_levels']:.0f}",
@@ -394,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--rate", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--bare", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--cadence", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cadence", choices=("spread", "burst"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.drive:
         return drive_main(args)

@@ -64,6 +64,7 @@ from goodput_operator.sdk import (  # noqa: E402
     ReportError,
     checkpoint,
     fingerprint,
+    flush_reports,
     report_step,
     save_requested,
 )
@@ -71,8 +72,8 @@ from goodput_operator.sdk import (  # noqa: E402
 
 class Reports:
     """This rank's step reports: the SDK sends every k-th step, as the operator asks
-    (always a checkpoint's step, so that its vote verifies the checkpoint); it says when k
-    changes, and counts what was sent."""
+    (always a checkpoint's step, so that its vote verifies the checkpoint), each rank its
+    phase of steps later; it says when k changes, and counts the steps that sent."""
 
     def __init__(self) -> None:
         self.every, self.sent = 1, 0
@@ -86,6 +87,14 @@ class Reports:
         if answer.get("every", 1) != self.every:
             self.every = answer.get("every", 1)
             log(f"step {step}: reporting every {self.every} steps, as the operator asks")
+
+    def finish(self) -> None:
+        """Send what the SDK still holds back: the last voted steps' reports."""
+        try:
+            if not flush_reports().get("skipped"):
+                self.sent += 1
+        except ReportError as err:
+            log(f"last reports failed: {err}")
 
 
 def parse() -> argparse.Namespace:
@@ -271,6 +280,7 @@ def main() -> int:
             log(f"step {step} loss {float(loss):.6f}")
         time.sleep(max(0.0, args.step_seconds - (time.monotonic() - began)))
 
+    reports.finish()
     final = fingerprint(list(model.parameters()))
     log(f"FINAL step={args.steps} fingerprint={final} reported={reports.sent}")
     results = os.environ.get("GOODPUT_CHECKPOINT_DIR")

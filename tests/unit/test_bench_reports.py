@@ -56,23 +56,54 @@ def test_the_longest_observation_is_bounded_by_the_first_bucket_holding_them_all
 
 
 class EveryOther(Handler):
-    """A leader that asks for every other step."""
+    """A leader that asks for every other step; records (rank, step) as they arrive."""
 
-    steps: ClassVar[list[int]] = []
+    sent: ClassVar[list[tuple[int, int]]] = []
 
     def do_POST(self) -> None:
-        self.steps.append(json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                          ["step"])
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.sent.append((body["rank"], body["step"]))
         self.answer(200, {"accepted": True, "every": 2})
 
 
 def test_with_the_cadence_the_driver_reports_the_steps_the_leader_asks_for() -> None:
     """One worker at 4 steps a second for 0.5 s of settling and 2 s measured: step 1 (k is
     1 until the first answer), then only the even steps; the settling apart."""
-    EveryOther.steps.clear()
+    EveryOther.sent.clear()
     with serving(EveryOther) as url:
         result = asyncio.run(_drive(f"{url}/v1/reports/step", [{"token": "t0"}], rate=4.0,
-                                    seconds=2.0, keepalive=True, cadence=True, settle=0.5))
-    assert EveryOther.steps == [1, 2, 4, 6, 8, 10]  # slots at 0, .25, .5, ... 2.25 s
-    assert result["every"] == [2]
+                                    seconds=2.0, keepalive=True, cadence="burst",
+                                    settle=0.5))
+    assert [step for _, step in EveryOther.sent] == [1, 2, 4, 6, 8, 10]  # slots at 0, .25,
+    assert result["every"] == [2]                                        # .5, ... 2.25 s
     assert result["settling"]["sent"] == 2 and result["sent"] == 4  # steps 1, 2 settling
+
+
+@pytest.mark.parametrize(("cadence", "lag"), [
+    ("burst", 0.25),   # every rank at the voted step: rank 1 only its 0.25 s behind rank 0
+    ("spread", 0.75),  # rank 1 a step later (its phase, as the SDK does)
+])
+def test_the_driver_sends_each_rank_s_report_at_the_step_the_sdk_would(
+        cadence: str, lag: float) -> None:
+    """Two workers at 4 reports a second (each steps every 0.5 s, rank 1 0.25 s after rank
+    0), k = 2 after the first answer, 1.9 s measured after 0.5 s settling: steps 1 to 5,
+    the voted steps 2 and 4 sent by both ranks, rank 1 LAG seconds after rank 0."""
+    EveryOther.sent.clear()
+    arrived: dict[tuple[int, int], float] = {}
+    original = EveryOther.do_POST
+
+    def timed(self: EveryOther) -> None:
+        original(self)
+        arrived[EveryOther.sent[-1]] = time.perf_counter()
+
+    EveryOther.do_POST = timed  # type: ignore[method-assign]
+    try:
+        with serving(EveryOther) as url:
+            asyncio.run(_drive(f"{url}/v1/reports/step", [{"token": "t0"}, {"token": "t1"}],
+                               rate=4.0, seconds=1.9, keepalive=True, cadence=cadence,
+                               settle=0.5))
+    finally:
+        EveryOther.do_POST = original  # type: ignore[method-assign]
+    assert EveryOther.sent == [(0, 1), (1, 1), (0, 2), (1, 2), (0, 4), (1, 4)]
+    for step in (2, 4):
+        assert abs(arrived[1, step] - arrived[0, step] - lag) < 0.2, (step, arrived)

@@ -137,3 +137,50 @@ def test_the_reporter_sends_every_kth_step_and_always_checkpoints_bad_numbers_an
     #   1: k is 1 until the first answer; 6: NaN; 10: a checkpoint; 12 on: a save is asked
     assert answers[2] == answers[3] == {"skipped": True}
     assert reporter.every == 1 and reporter.save_request == {"reason": "Preemption"}
+
+
+class EveryFourth(Handler):
+    """An operator that asks every rank for every 4th step; records (rank, step) sent."""
+
+    sent: ClassVar[list[tuple[int, int]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.sent.append((body["rank"], body["step"]))
+        self.answer(200, {"accepted": True, "every": 4})
+
+
+def test_each_rank_sends_a_voted_step_its_phase_of_steps_later_and_flushes_before_urgent(
+        ) -> None:
+    """With k = 4, rank r sends its report of step 4n at step 4n + r % 4: the gang's reports
+    of a voted step arrive over the 4 steps to the next, a quarter of the ranks a step. A
+    checkpoint's step is sent at once, after what the rank still held (so that the older
+    step's vote completes first); flush() sends what is held when training ends."""
+    EveryFourth.sent.clear()
+    calls: dict[int, list[tuple[int, list[tuple[int, int]]]]] = {}
+    with serving(EveryFourth) as url:
+        reporters = [Reporter(url=url, token="t") for _ in range(8)]
+        for rank, reporter in enumerate(reporters):
+            reporter.rank = rank
+        for step in range(1, 12):  # the ranks step together, as their collectives make them
+            for rank, reporter in enumerate(reporters):
+                before = len(EveryFourth.sent)
+                reporter.report_step(step, {"loss": 1.0}, checkpoint=step == 10)
+                calls.setdefault(rank, []).append((step, EveryFourth.sent[before:]))
+        held = {rank: [at for at, _ in r.deferred] for rank, r in enumerate(reporters)}
+        for reporter in reporters:
+            reporter.flush()
+    sent_at = {rank: {step: [s for _, s in got] for step, got in steps if got}
+               for rank, steps in calls.items()}
+    # step 1: k is 1 until the first answer. Then step 4 at 4 + rank % 4; step 8 likewise,
+    # except that rank 3 still holds 8 at step 10 (a checkpoint) and sends it first
+    assert sent_at[0] == {1: [1], 4: [4], 8: [8], 10: [10]}
+    assert sent_at[1] == {1: [1], 5: [4], 9: [8], 10: [10]}
+    assert sent_at[2] == {1: [1], 6: [4], 10: [8, 10]}
+    assert sent_at[3] == {1: [1], 7: [4], 10: [8, 10]}
+    assert sent_at[5] == sent_at[1] and sent_at[7] == sent_at[3], "phase = rank % k"
+    per_step = [sum(1 for r in sent_at.values() for s in r if s == step) for step in (4, 5, 6, 7)]
+    assert per_step == [2, 2, 2, 2], "a quarter of the 8 ranks a step, not all at step 4"
+    # at the end the ranks still hold no step 12 (not reached); flush sends nothing new
+    assert held == {rank: [] for rank in range(8)}
+    assert sorted(s for _, s in EveryFourth.sent).count(8) == 8, "every rank's vote of 8"

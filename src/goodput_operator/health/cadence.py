@@ -15,6 +15,10 @@ as the job's rate passes the target, and halves only once the rate it would then
 at most half the target (the rate now a quarter of it), so a rate near a boundary does
 not flip it to and fro.
 
+Each rank sends its report of a voted step rank % k steps later (sdk.spread_phase), so
+the gang's reports of one voted step come over the k steps to the next, not all at once:
+what is counted here is the voted steps' reports, whenever they arrive.
+
 The hang window and the straggler paces read what is reported: the window is k times as
 long (health.hang.window), the paces are per step already (health.straggler). Pure.
 """

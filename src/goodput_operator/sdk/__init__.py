@@ -1,10 +1,11 @@
 """Worker-side helpers for training code: tell the operator about checkpoints and steps.
 
-    from goodput_operator.sdk import checkpoint, fingerprint, report_step
+    from goodput_operator.sdk import checkpoint, fingerprint, flush_reports, report_step
     point = checkpoint.resume_point()       # where the operator says this attempt resumes
     report_step(step, {"loss": 1.93}, fingerprint=fingerprint(model.parameters()),
                 checkpoint=step % 100 == 0)     # every rank, at a step it will checkpoint
     checkpoint.save(step, lambda folder: torch.save(state, folder / "state.pt"))  # commits
+    flush_reports()                         # once training ends: the reports held back
 
 (examples/trainer/train.py is a whole trainer built on these.)
 
@@ -33,7 +34,7 @@ from goodput_operator import names
 from goodput_operator.sdk.fingerprint import fingerprint
 
 __all__ = ["AUDIENCE", "ReportError", "Reporter", "commit_checkpoint", "fingerprint",
-           "report_step", "save_requested"]
+           "flush_reports", "report_step", "save_requested", "spread_phase"]
 
 
 class ReportError(RuntimeError):
@@ -70,6 +71,9 @@ class Reporter:
         # report every this many steps, as the operator's last answer asked (it keeps a
         # large gang's reports at about 500 a second); 1 until it says otherwise
         self.every = 1
+        # reports of voted steps held back to their rank's phase (spread_phase): (the step
+        # they are sent at, the body)
+        self.deferred: list[tuple[int, dict[str, Any]]] = []
         self._connection: http.client.HTTPConnection | None = None
 
     def _token(self) -> str:
@@ -164,25 +168,60 @@ class Reporter:
         """Report progress; with FINGERPRINT (sdk.fingerprint of this replica's parameters
         or all-reduced gradients) the step is voted on across the replicas of SHARD.
 
-        Only every k-th step is sent, k as the operator's last answer said (`every`; 1 for
-        most jobs, more for a gang of thousands): the others return {"skipped": True}
-        without a request. Sent whatever k: a step a checkpoint is taken at (CHECKPOINT,
-        on every rank, so that its vote verifies the checkpoint), a step whose numbers are
-        NaN or infinite (the SDC guard's evidence), and every step while the operator asks
-        for a save."""
+        Only every k-th step is reported, k as the operator's last answer said (`every`; 1
+        for most jobs, more for a gang of thousands), and each rank sends its report of such
+        a step spread_phase steps later: the gang's reports of one voted step arrive over
+        the k steps to the next, not all at once. A step that sends nothing returns
+        {"skipped": True} without a request; one that sends returns the last answer.
+        Sent at once whatever k, after any report still held back (so that the step they
+        vote on is complete first): a step a checkpoint is taken at (CHECKPOINT, on every
+        rank, so that its vote verifies the checkpoint), a step whose numbers are NaN or
+        infinite (the SDC guard's evidence), and every step while the operator asks for a
+        save."""
         numbers = dict(metrics or {})
-        if step % self.every and not checkpoint and self.save_request is None and \
-                all(math.isfinite(v) for v in numbers.values()):
-            return {"skipped": True}
         body: dict[str, Any] = {"step": step, "metrics": numbers,
                                 "rank": self.rank, "job": self.job, "shard": str(shard)}
         if fingerprint is not None:
             body["fingerprint"] = fingerprint
-        answer = self.send("step", body)
-        self.save_request = answer.get("save")
-        every = answer.get("every")
-        self.every = every if isinstance(every, int) and every >= 1 else 1
+        if checkpoint or self.save_request is not None or \
+                not all(math.isfinite(v) for v in numbers.values()):
+            return self._deliver([*self._held(None), body])
+        if step % self.every == 0:
+            self.deferred.append((step + spread_phase(self.rank, self.every), body))
+        due = self._held(step)
+        return self._deliver(due) if due else {"skipped": True}
+
+    def flush(self) -> dict[str, Any]:
+        """Send the reports still held back (a trainer's last steps, before it exits)."""
+        return self._deliver(self._held(None))
+
+    def _held(self, step: int | None) -> list[dict[str, Any]]:
+        """Take the held-back reports due by STEP (None: all of them), oldest first."""
+        due = [body for at, body in self.deferred if step is None or at <= step]
+        self.deferred = [(at, body) for at, body in self.deferred
+                         if step is not None and at > step]
+        return due
+
+    def _deliver(self, bodies: list[dict[str, Any]]) -> dict[str, Any]:
+        """Send BODIES in order; the operator's answers set `every` and the save ask."""
+        answer: dict[str, Any] = {"skipped": True}
+        for body in bodies:
+            answer = self.send("step", body)
+            self.save_request = answer.get("save")
+            every = answer.get("every")
+            self.every = every if isinstance(every, int) and every >= 1 else 1
         return answer
+
+
+def spread_phase(rank: int, every: int) -> int:
+    """How many steps after a voted step RANK sends its report of it, when the operator
+    asks for every EVERY-th step: ranks 0, k, 2k, ... at once, ranks 1, k+1, ... a step
+    later, and so on, so that each step carries 1/k of the gang's reports. All ranks at
+    once, k steps apart, was a burst of the whole gang (bench/reports.py): the leader's
+    queue, not its rate, set the latency. The votes still compare the same step on every
+    rank, complete k - 1 steps later; the hang clock reads the newest step reported
+    (rank 0 sends on time); a rank's pace, the time between its own reports, is kept."""
+    return rank % every if every > 1 else 0
 
 
 _default: Reporter | None = None
@@ -217,3 +256,9 @@ def report_step(step: int, metrics: Mapping[str, float] | None = None,
     """Report a training step to the operator (see Reporter.report_step). Pass
     CHECKPOINT=True on every rank at a step that will be checkpointed."""
     return _reporter().report_step(step, metrics, fingerprint, shard, checkpoint)
+
+
+def flush_reports() -> dict[str, Any]:
+    """Send the step reports still held back to this rank's phase (see
+    Reporter.report_step): call it once training ends, before the process exits."""
+    return _reporter().flush()
