@@ -220,3 +220,32 @@ def test_reports_are_answered_while_the_operators_loop_is_busy_and_wake_it_on_it
     while_busy, statuses, woken = asyncio.run(scenario())
     assert while_busy and statuses == [401]  # no bearer token: refused, but answered
     assert woken
+
+
+def test_progress_is_the_newest_step_and_a_late_report_of_an_older_one_does_not_replace_it(
+        ) -> None:
+    """With k = 4 rank 3 sends its report of step 4 three steps late (sdk.spread_phase): it
+    may arrive after rank 0's report of step 8, and status.progress stays at step 8."""
+    state = State()
+    server = ReportServer(state, Reviewer())  # type: ignore[arg-type]
+    job = {"metadata": {"namespace": "ns", "name": "j"},
+           "spec": {"ultraServerGroup": "g", "workers": 4, "acceleratorsPerWorker": 16,
+                    "template": {"spec": {
+               "containers": [{"name": "main", "image": "trainer:1"}]}}}}
+
+    def pod(rank: int) -> dict[str, object]:
+        return {"metadata": {"name": f"j-{rank}", "labels": {names.RANK_LABEL: str(rank)}},
+                "spec": {"nodeName": f"node-{rank}"}}
+
+    async def report(rank: int, step: int) -> None:
+        await server._step(job, pod(rank), StepReport.model_validate({"step": step}))
+
+    async def scenario() -> list[tuple[int, int]]:
+        seen = []
+        for rank, step in [(0, 4), (0, 8), (3, 4), (1, 8)]:
+            await report(rank, step)
+            progress = state.progress["ns", "j"]
+            seen.append((progress["step"], progress["rank"]))
+        return seen
+
+    assert asyncio.run(scenario()) == [(4, 0), (8, 0), (8, 0), (8, 1)]

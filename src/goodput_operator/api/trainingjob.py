@@ -387,7 +387,8 @@ class CheckpointRef(ApiModel):
 
 
 class Progress(ApiModel):
-    """A worker's latest step report."""
+    """The report of the newest step the workers reported (a report of an older step, sent
+    later at its rank's phase, does not replace it)."""
 
     step: int = Field(ge=0)
     """Training step."""

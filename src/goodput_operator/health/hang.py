@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from goodput_operator.health.cadence import Cadence
+from goodput_operator.health.cadence import REPORTS_PER_SECOND, Cadence
 from goodput_operator.health.quarantine import parse_time
 
 HISTORY = 32  # recent advances the median is taken over
@@ -40,6 +40,12 @@ class StepClock:
         if self.step >= 0 and at > self.at:
             self.per_step.append((at - self.at) / (step - self.step))
         self.step, self.at = step, at
+
+    def heard(self, step: int, at: float, target: float = REPORTS_PER_SECOND) -> int:
+        """A report of STEP received at AT: the newest step advances and the cadence counts
+        it (against TARGET reports a second); returns the k to answer with."""
+        self.advance(step, at)
+        return self.cadence.heard(at, step, target)
 
     @property
     def every(self) -> int:

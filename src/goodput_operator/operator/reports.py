@@ -314,9 +314,9 @@ class ReportServer:
         # later steps wake nothing: the pass writes the progress when it runs (at least
         # every resync) and judges a hang from the clock whenever it looks; a pass per
         # report would be thousands a second from a large gang
-        clock.advance(report.step, now)
-        clock.cadence.heard(now, report.step, self.reports_per_job)
-        self.state.progress[key] = progress_of(report, rank, now, attempt, clock.every)
+        every = clock.heard(report.step, now, self.reports_per_job)
+        if report.step >= clock.step:  # not a late report of an older step (sdk.spread_phase)
+            self.state.progress[key] = progress_of(report, rank, now, attempt, every)
         await self._pace(job, spec, pod, rank, report, attempt, now)
         if report.fingerprint is None and not report.metrics:
             return {"accepted": True}
