@@ -66,6 +66,7 @@ from goodput_operator.sdk import (  # noqa: E402
     fingerprint,
     flush_reports,
     report_step,
+    reporting_every,
     save_requested,
 )
 
@@ -73,7 +74,8 @@ from goodput_operator.sdk import (  # noqa: E402
 class Reports:
     """This rank's step reports: the SDK sends every k-th step, as the operator asks
     (always a checkpoint's step, so that its vote verifies the checkpoint), each rank its
-    phase of steps later; it says when k changes, and counts the steps that sent."""
+    phase of steps later, from a thread of its own (the step never waits for the operator);
+    this says when k changes, and counts the steps that sent."""
 
     def __init__(self) -> None:
         self.every, self.sent = 1, 0
@@ -81,15 +83,14 @@ class Reports:
     def step(self, step: int, numbers: dict[str, float], parameters: str, scheduled: bool
              ) -> None:
         answer = report_step(step, numbers, fingerprint=parameters, checkpoint=scheduled)
-        if answer.get("skipped"):
-            return
-        self.sent += 1
-        if answer.get("every", 1) != self.every:
-            self.every = answer.get("every", 1)
+        if not answer.get("skipped"):
+            self.sent += 1
+        if reporting_every() != self.every:
+            self.every = reporting_every()
             log(f"step {step}: reporting every {self.every} steps, as the operator asks")
 
     def finish(self) -> None:
-        """Send what the SDK still holds back: the last voted steps' reports."""
+        """Send what the SDK still holds back (the last voted steps' reports) or queued."""
         try:
             if not flush_reports().get("skipped"):
                 self.sent += 1

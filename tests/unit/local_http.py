@@ -7,7 +7,7 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from typing import Any
 
 
@@ -25,9 +25,10 @@ class Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    """HANDLER serving on a free local port, for the block: its base URL."""
-    httpd = HTTPServer(("127.0.0.1", 0), handler)
+def serving(handler: type[BaseHTTPRequestHandler], threaded: bool = False) -> Iterator[str]:
+    """HANDLER serving on a free local port, for the block: its base URL. THREADED: each
+    connection on a thread of its own (clients with requests in flight at once)."""
+    httpd = (ThreadingHTTPServer if threaded else HTTPServer)(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}"

@@ -29,6 +29,7 @@ from goodput_operator.operator.tokens import (
     POD_NAME,
     POD_UID,
     REVIEW_TTL,
+    STALE_SECONDS,
     Buckets,
     Refused,
     TokenGate,
@@ -131,9 +132,14 @@ class Reviewer:
 
     def __init__(self) -> None:
         self.reviewed: list[str] = []
+        self.answer: str = "authenticated"  # or "rejected", or "away" (an error)
 
     def review_token(self, token: str, audiences: list[str]) -> dict[str, object]:
         self.reviewed.append(token)
+        if self.answer == "away":
+            raise ConnectionError("the API server is away")
+        if self.answer == "rejected":
+            return {"authenticated": False, "error": "service account deleted"}
         return {"authenticated": True, "audiences": audiences, "user": {
             "username": "system:serviceaccount:ns:default", "uid": "sa-uid",
             "groups": ["system:serviceaccounts", "system:authenticated"],
@@ -167,9 +173,55 @@ def test_an_accepted_token_is_trusted_until_its_ttl_or_its_own_expiry_whichever_
     with pytest.raises(Refused, match="expired"):  # its own expiry came first
         asyncio.run(tokens.review(short_lived, "10.0.0.9"))
     clock[0] += REVIEW_TTL / 4 + 1
-    asyncio.run(tokens.review(long_lived, "10.0.0.9"))
+
+    async def lapsed() -> None:
+        await tokens.review(long_lived, "10.0.0.9")
+        await tokens.renewed()
+    asyncio.run(lapsed())
     assert reviewer.reviewed[-1] == long_lived, "asked again after the TTL"
     tokens.close()
+
+
+@pytest.mark.parametrize(("answer", "then"), [
+    ("authenticated", "trusted anew"),
+    ("rejected", "refused"),
+    ("away", "answered by the lapsed review until STALE_SECONDS, then 503"),
+])
+def test_a_lapsed_review_answers_the_report_while_the_token_is_reviewed_again(
+        answer: str, then: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past its trust, a token's report does not wait for a TokenReview: the lapsed review
+    answers it and the token is reviewed again off the report's path, with what that finds
+    holding for its later reports."""
+    reviewer = Reviewer()
+    tokens = gate(reviewer)
+    clock = [1000.0]
+    monkeypatch.setattr(tokens_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(tokens_module.time, "time", lambda: NOW + clock[0] - 1000.0)
+    token = jwt(aud=[names.REPORT_AUDIENCE], exp=NOW + 3600, **{"kubernetes.io": BOUND})
+
+    async def scenario() -> list[str]:
+        await tokens.review(token, "10.0.0.9")
+        clock[0] += REVIEW_TTL + 1
+        reviewer.answer = answer
+        assert (await tokens.review(token, "10.0.0.9"))["authenticated"]
+        assert len(reviewer.reviewed) == 1, "the report did not wait for the review"
+        await tokens.renewed()
+        assert len(reviewer.reviewed) == 2, "reviewed again, once"
+        outcomes = []
+        for later in (1.0, STALE_SECONDS):
+            clock[0] += later
+            try:
+                await tokens.review(token, "10.0.0.9")
+                outcomes.append("200")
+            except Refused as err:
+                outcomes.append(str(err.status))
+            await tokens.renewed()
+        return outcomes
+
+    outcomes = asyncio.run(scenario())
+    tokens.close()
+    assert outcomes == {"authenticated": ["200", "200"], "rejected": ["401", "401"],
+                        "away": ["200", "503"]}[answer], then
 
 
 def test_a_full_memory_of_tokens_forgets_the_lapsed_ones_and_keeps_the_live_ones() -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from typing import ClassVar
 
 import pytest
 
-from goodput_operator.sdk import Reporter, ReportError
+from goodput_operator.sdk import QUEUED, Reporter, ReportError
 from tests.unit.local_http import Handler, serving
 
 
@@ -184,3 +185,86 @@ def test_each_rank_sends_a_voted_step_its_phase_of_steps_later_and_flushes_befor
     # at the end the ranks still hold no step 12 (not reached); flush sends nothing new
     assert held == {rank: [] for rank in range(8)}
     assert sorted(s for _, s in EveryFourth.sent).count(8) == 8, "every rank's vote of 8"
+
+
+class Holding(Handler):
+    """An operator that holds each step report until `release` is set (a slow leader, a
+    hand-over) and asks for every 2nd step; a checkpoint commit is answered at once."""
+
+    steps: ClassVar[list[int]] = []
+    received: ClassVar[threading.Event] = threading.Event()
+    release: ClassVar[threading.Event] = threading.Event()
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path.endswith("/checkpoint"):
+            self.answer(200, {"accepted": True})
+            return
+        self.steps.append(body["step"])
+        self.received.set()
+        if not self.release.wait(timeout=30):  # a client that waited for it never gets here
+            self.answer(504, {"error": "held too long"})
+            return
+        self.answer(200, {"accepted": True, "every": 2})
+
+
+@pytest.fixture
+def holding() -> Iterator[str]:
+    Holding.steps, Holding.received, Holding.release = [], threading.Event(), threading.Event()
+    with serving(Holding, threaded=True) as url:
+        yield url
+        Holding.release.set()
+
+
+def test_a_background_reporter_returns_while_the_operator_still_holds_the_report(
+        holding: str) -> None:
+    """The step goes on: report_step returns while the operator has not answered; k from
+    the answer applies once it arrives; flush waits for what is queued."""
+    reporter = Reporter(url=holding, token="t", background=True)
+    assert reporter.report_step(1) == {"queued": True}
+    assert Holding.received.wait(timeout=30), "the operator has the report"
+    assert not Holding.release.is_set()  # ... and has not answered it: the step went on
+    assert reporter.report_step(2) == {"queued": True}, "k is still 1: no answer yet"
+    Holding.release.set()
+    reporter.flush()
+    assert Holding.steps == [1, 2] and reporter.every == 2
+    assert reporter.report_step(3) == {"skipped": True}
+
+
+def test_a_checkpoint_commit_is_not_held_behind_a_step_report_in_flight(holding: str
+                                                                        ) -> None:
+    """The caller's commit and the background sender's step each have a connection."""
+    reporter = Reporter(url=holding, token="t", background=True)
+    reporter.report_step(1)
+    assert Holding.received.wait(timeout=30)
+    assert reporter.commit_checkpoint(1, "/ckpt/step-1") == {"accepted": True}
+    assert not Holding.release.is_set()
+    Holding.release.set()
+    reporter.flush()
+    assert Holding.steps == [1]
+
+
+def test_while_the_operator_is_stuck_the_oldest_step_sends_go_and_the_newest_stay(
+        holding: str) -> None:
+    reporter = Reporter(url=holding, token="t", background=True)
+    reporter.report_step(1)
+    assert Holding.received.wait(timeout=30), "step 1 in flight"
+    last = QUEUED + 6
+    for step in range(2, last + 1):  # k is 1 until the held answer comes
+        assert reporter.report_step(step) == {"queued": True}
+    Holding.release.set()
+    reporter.flush()
+    assert reporter.dropped == 5
+    assert Holding.steps == [1, *range(7, last + 1)], "steps 2-6 went, the newest stayed"
+
+
+def test_a_background_send_s_failure_is_raised_once_by_the_next_call(server: str) -> None:
+    Scripted.answers = [403, 200]
+    reporter = Reporter(url=server, token="t", background=True)
+    assert reporter.report_step(1) == {"queued": True}
+    with pytest.raises(ReportError) as err:
+        reporter.flush()
+    assert err.value.status == 403
+    assert reporter.report_step(2) == {"queued": True}
+    reporter.flush()
+    assert len(Scripted.seen) == 2

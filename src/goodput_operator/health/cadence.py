@@ -1,11 +1,11 @@
 """How often a job's workers report: every k-th step, k chosen by the leader.
 
-Every worker of a gang reports every step it is asked to, and blocks its step on the
-answer; a 31,000-worker job at a 5 s step reporting every step would send 6,200 reports a
-second, more than one process can judge. So the leader asks each job for every k-th step
-(and every step a checkpoint is taken at: its vote verifies the checkpoint), with k the
-smallest power of two that keeps the job at or under REPORTS_PER_SECOND, judged from the
-reports of the steps it asked for over the last WINDOW_SECONDS (`Cadence`).
+Every worker of a gang reports every step it is asked to; a 31,000-worker job at a 5 s
+step reporting every step would send 6,200 reports a second, more than one process can
+judge. So the leader asks each job for every k-th step (and every step a checkpoint is
+taken at: its vote verifies the checkpoint), with k the smallest power of two that keeps
+the job at or under REPORTS_PER_SECOND, judged from the reports of the steps it asked for
+over the last WINDOW_SECONDS (`Cadence`).
 
 Why a power of two: every rank reports the steps that are multiples of its k, and ranks
 learn a new k one answer apart. While k doubles or halves, the steps both old and new k

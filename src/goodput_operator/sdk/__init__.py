@@ -24,8 +24,10 @@ import json
 import math
 import os
 import ssl
+import threading
 import time
 import urllib.parse
+from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,8 +35,11 @@ from typing import Any
 from goodput_operator import names
 from goodput_operator.sdk.fingerprint import fingerprint
 
-__all__ = ["AUDIENCE", "ReportError", "Reporter", "commit_checkpoint", "fingerprint",
-           "flush_reports", "report_step", "save_requested", "spread_phase"]
+__all__ = ["ReportError", "Reporter", "commit_checkpoint", "fingerprint", "flush_reports",
+           "report_step", "reporting_every", "save_requested", "spread_phase"]
+
+QUEUED = 64  # step sends a background reporter holds while the operator is slow or away;
+# past it the oldest go (the newest steps are what hang detection and the votes need)
 
 
 class ReportError(RuntimeError):
@@ -47,12 +52,18 @@ class ReportError(RuntimeError):
 
 class Reporter:
     """One worker's channel to the operator; reads its settings from the environment the
-    operator gave the pod, or takes them explicitly (tests, custom launchers)."""
+    operator gave the pod, or takes them explicitly (tests, custom launchers).
+
+    BACKGROUND: step reports are sent by a thread of the reporter's own and report_step
+    returns at once, so a training step never waits for the operator (a leader hand-over's
+    503s and backoff, a slow answer); the answer's `every` and save ask take effect when it
+    arrives, as ranks already learn them a report apart. The module's helpers
+    (report_step, flush_reports) use such a reporter."""
 
     def __init__(self, url: str | None = None, token: str | None = None,
                  token_path: str | None = None, timeout: float = 10.0,
-                 ca_file: str | None = None, job: str | None = None, retries: int = 3
-                 ) -> None:
+                 ca_file: str | None = None, job: str | None = None, retries: int = 3,
+                 background: bool = False) -> None:
         self.url = (url or os.environ.get(names.ENV_REPORT_URL, "")).rstrip("/")
         self.token = token
         self.token_path = token_path or os.environ.get(names.ENV_REPORT_TOKEN,
@@ -74,7 +85,16 @@ class Reporter:
         # reports of voted steps held back to their rank's phase (spread_phase): (the step
         # they are sent at, the body)
         self.deferred: list[tuple[int, dict[str, Any]]] = []
-        self._connection: http.client.HTTPConnection | None = None
+        # one kept-alive connection per thread (the background sender's and the caller's
+        # checkpoint commits may be in flight at once; a connection is not shared)
+        self._connections: dict[int, http.client.HTTPConnection] = {}
+        self.background = background
+        self.dropped = 0  # step sends the background queue let go (it held QUEUED)
+        self.failure: ReportError | None = None  # the background sender's, not yet raised
+        self._queue: deque[list[dict[str, Any]]] = deque(maxlen=QUEUED)
+        self._ready = threading.Condition()
+        self._sending = False
+        self._sender: threading.Thread | None = None
 
     def _token(self) -> str:
         # re-read each time: the kubelet rotates projected tokens
@@ -103,14 +123,14 @@ class Reporter:
         headers = {"Content-Type": "application/json",
                    "Authorization": f"Bearer {self._token()}"}
         path = f"{urllib.parse.urlsplit(self.url).path}/v1/reports/{kind}"
-        for reused in (self._connection is not None, False):
+        for reused in (threading.get_ident() in self._connections, False):
             connection = self._connect()
             try:
                 connection.request("POST", path, body=data, headers=headers)
                 response = connection.getresponse()
                 payload = response.read()
             except (http.client.HTTPException, OSError) as err:
-                self.close()
+                self._drop()
                 if reused:  # a kept-alive connection the operator had closed: a new one
                     continue
                 raise ReportError(None, f"cannot reach the operator at {self.url}: "
@@ -128,23 +148,32 @@ class Reporter:
         """The connection reports go over, kept alive between them: a large gang's workers
         each report every step, and a new TCP (and TLS) connection per report was most of
         a report's cost at the operator (bench/reports.py)."""
-        if self._connection is None:
+        connection = self._connections.get(threading.get_ident())
+        if connection is None:
             parts = urllib.parse.urlsplit(self.url)
             host = parts.hostname or "localhost"
             if parts.scheme == "https":
-                self._connection = http.client.HTTPSConnection(
+                connection = http.client.HTTPSConnection(
                     host, parts.port or 443, timeout=self.timeout,
                     context=self.context or ssl.create_default_context())
             else:
-                self._connection = http.client.HTTPConnection(host, parts.port or 80,
-                                                              timeout=self.timeout)
-        return self._connection
+                connection = http.client.HTTPConnection(host, parts.port or 80,
+                                                        timeout=self.timeout)
+            self._connections[threading.get_ident()] = connection
+        return connection
+
+    def _drop(self) -> None:
+        """Close this thread's connection (its next report opens a new one)."""
+        connection = self._connections.pop(threading.get_ident(), None)
+        if connection is not None:
+            connection.close()
 
     def close(self) -> None:
-        """Close the kept-alive connection (the next report opens a new one)."""
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        """Close the kept-alive connections (the next report opens a new one)."""
+        for key in list(self._connections):
+            connection = self._connections.pop(key, None)
+            if connection is not None:
+                connection.close()
 
     def commit_checkpoint(self, step: int, path: str, digest: str | None = None,
                           save_seconds: float | None = None) -> dict[str, Any]:
@@ -172,12 +201,13 @@ class Reporter:
         for most jobs, more for a gang of thousands), and each rank sends its report of such
         a step spread_phase steps later: the gang's reports of one voted step arrive over
         the k steps to the next, not all at once. A step that sends nothing returns
-        {"skipped": True} without a request; one that sends returns the last answer.
-        Sent at once whatever k, after any report still held back (so that the step they
-        vote on is complete first): a step a checkpoint is taken at (CHECKPOINT, on every
-        rank, so that its vote verifies the checkpoint), a step whose numbers are NaN or
-        infinite (the SDC guard's evidence), and every step while the operator asks for a
-        save."""
+        {"skipped": True} without a request; one that sends returns the last answer, or
+        with BACKGROUND {"queued": True} at once (and raises, once, the ReportError an
+        earlier send met). Sent at once whatever k, after any report still held back (so
+        that the step they vote on is complete first): a step a checkpoint is taken at
+        (CHECKPOINT, on every rank, so that its vote verifies the checkpoint), a step whose
+        numbers are NaN or infinite (the SDC guard's evidence), and every step while the
+        operator asks for a save."""
         numbers = dict(metrics or {})
         body: dict[str, Any] = {"step": step, "metrics": numbers,
                                 "rank": self.rank, "job": self.job, "shard": str(shard)}
@@ -185,15 +215,63 @@ class Reporter:
             body["fingerprint"] = fingerprint
         if checkpoint or self.save_request is not None or \
                 not all(math.isfinite(v) for v in numbers.values()):
-            return self._deliver([*self._held(None), body])
+            return self._dispatch([*self._held(None), body])
         if step % self.every == 0:
             self.deferred.append((step + spread_phase(self.rank, self.every), body))
         due = self._held(step)
-        return self._deliver(due) if due else {"skipped": True}
+        return self._dispatch(due) if due else {"skipped": True}
 
-    def flush(self) -> dict[str, Any]:
-        """Send the reports still held back (a trainer's last steps, before it exits)."""
-        return self._deliver(self._held(None))
+    def flush(self, timeout: float = 30.0) -> dict[str, Any]:
+        """Send the reports still held back (a trainer's last steps, before it exits); with
+        BACKGROUND, wait up to TIMEOUT seconds for everything queued to be sent."""
+        if not self.background:
+            return self._deliver(self._held(None))
+        held = self._held(None)
+        if held:
+            self._enqueue(held)
+        with self._ready:
+            self._ready.wait_for(lambda: not self._queue and not self._sending, timeout)
+        self._raise_failure()
+        return {"queued": True} if held else {"skipped": True}
+
+    def _dispatch(self, bodies: list[dict[str, Any]]) -> dict[str, Any]:
+        if not self.background:
+            return self._deliver(bodies)
+        self._enqueue(bodies)
+        self._raise_failure()
+        return {"queued": True}
+
+    def _enqueue(self, bodies: list[dict[str, Any]]) -> None:
+        with self._ready:
+            if len(self._queue) == self._queue.maxlen:
+                self.dropped += 1  # the oldest, as the deque appends
+            self._queue.append(bodies)
+            self._ready.notify_all()
+        if self._sender is None:
+            self._sender = threading.Thread(target=self._send_queued, daemon=True,
+                                            name="goodput-reports")
+            self._sender.start()
+
+    def _raise_failure(self) -> None:
+        failure, self.failure = self.failure, None
+        if failure is not None:
+            raise failure
+
+    def _send_queued(self) -> None:
+        """The background sender: the queued step sends, oldest first, one at a time."""
+        while True:
+            with self._ready:
+                self._ready.wait_for(lambda: bool(self._queue))
+                bodies = self._queue.popleft()
+                self._sending = True
+            try:
+                self._deliver(bodies)
+            except ReportError as err:
+                self.failure = err
+            finally:
+                with self._ready:
+                    self._sending = False
+                    self._ready.notify_all()
 
     def _held(self, step: int | None) -> list[dict[str, Any]]:
         """Take the held-back reports due by STEP (None: all of them), oldest first."""
@@ -230,7 +308,7 @@ _default: Reporter | None = None
 def _reporter() -> Reporter:
     global _default
     if _default is None:
-        _default = Reporter()
+        _default = Reporter(background=True)
     return _default
 
 
@@ -253,12 +331,19 @@ def save_requested() -> dict[str, Any] | None:
 def report_step(step: int, metrics: Mapping[str, float] | None = None,
                 fingerprint: str | None = None, shard: str | int = 0,
                 checkpoint: bool = False) -> dict[str, Any]:
-    """Report a training step to the operator (see Reporter.report_step). Pass
+    """Report a training step to the operator (see Reporter.report_step), from a thread
+    of its own: it returns at once, {"queued": True} or {"skipped": True}. Pass
     CHECKPOINT=True on every rank at a step that will be checkpointed."""
     return _reporter().report_step(step, metrics, fingerprint, shard, checkpoint)
 
 
-def flush_reports() -> dict[str, Any]:
-    """Send the step reports still held back to this rank's phase (see
-    Reporter.report_step): call it once training ends, before the process exits."""
-    return _reporter().flush()
+def reporting_every() -> int:
+    """Every how many steps this rank reports, as the operator's latest answer asks."""
+    return _reporter().every
+
+
+def flush_reports(timeout: float = 30.0) -> dict[str, Any]:
+    """Send the step reports still held back to this rank's phase or queued (see
+    Reporter.report_step), waiting up to TIMEOUT seconds: call it once training ends,
+    before the process exits."""
+    return _reporter().flush(timeout)
