@@ -197,8 +197,9 @@ _saved_for: list[object] = []  # the preemption asks already answered with a che
 
 def save_now(step: int) -> bool:
     """Whether the operator asks for a checkpoint now (this job is being preempted), agreed
-    by every rank: ranks may see the ask a step apart, and a sharded checkpoint needs the
-    same step from each. Once per ask."""
+    by every rank: ranks see the ask steps apart (their reports are answered in the
+    background, at their phases), and a sharded checkpoint needs the same step from each.
+    Once per ask."""
     ask = save_requested()
     wanted = torch.tensor([1 if ask and ask not in _saved_for else 0])
     dist.all_reduce(wanted, op=dist.ReduceOp.MAX)
