@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -22,6 +22,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *_: object) -> None:
         pass
+
+
+class AskingEvery(Handler):
+    """An operator that asks for every `every`-th step; records (rank, step) of each step
+    report as it arrives (subclasses set both)."""
+
+    every: ClassVar[int] = 1
+    sent: ClassVar[list[tuple[int, int]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.sent.append((body["rank"], body["step"]))
+        self.answer(200, {"accepted": True, "every": self.every})
 
 
 @contextmanager

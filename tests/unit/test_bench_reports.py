@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import socket
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import pytest
 from bench.harness import free_port
 from bench.reports import _drive, source_address
 
-from tests.unit.local_http import Handler, serving
+from tests.unit.local_http import AskingEvery, serving
 
 pytestmark = pytest.mark.unit
 
@@ -55,15 +54,9 @@ def test_the_longest_observation_is_bounded_by_the_first_bucket_holding_them_all
     assert longest({0.1: 0.0, float("inf"): 0.0}) == 0.0
 
 
-class EveryOther(Handler):
-    """A leader that asks for every other step; records (rank, step) as they arrive."""
-
+class EveryOther(AskingEvery):
+    every = 2
     sent: ClassVar[list[tuple[int, int]]] = []
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.sent.append((body["rank"], body["step"]))
-        self.answer(200, {"accepted": True, "every": 2})
 
 
 def test_with_the_cadence_the_driver_reports_the_steps_the_leader_asks_for() -> None:

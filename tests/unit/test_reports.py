@@ -153,13 +153,20 @@ def gate(reviewer: Reviewer) -> TokenGate:
     return made
 
 
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The gate's clocks, moved by the test: monotonic seconds from 1000, wall time from
+    NOW."""
+    now = [1000.0]
+    monkeypatch.setattr(tokens_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(tokens_module.time, "time", lambda: NOW + now[0] - 1000.0)
+    return now
+
+
 def test_an_accepted_token_is_trusted_until_its_ttl_or_its_own_expiry_whichever_is_first(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        clock: list[float]) -> None:
     reviewer = Reviewer()
     tokens = gate(reviewer)
-    clock = [1000.0]
-    monkeypatch.setattr(tokens_module.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(tokens_module.time, "time", lambda: NOW + clock[0] - 1000.0)
     long_lived = jwt(aud=[names.REPORT_AUDIENCE], exp=NOW + 3600, **{"kubernetes.io": BOUND})
     short_lived = jwt(aud=[names.REPORT_AUDIENCE], exp=NOW + 20, **{"kubernetes.io": BOUND})
     for token in (long_lived, short_lived):
@@ -188,15 +195,12 @@ def test_an_accepted_token_is_trusted_until_its_ttl_or_its_own_expiry_whichever_
     ("away", "answered by the lapsed review until STALE_SECONDS, then 503"),
 ])
 def test_a_lapsed_review_answers_the_report_while_the_token_is_reviewed_again(
-        answer: str, then: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        answer: str, then: str, clock: list[float]) -> None:
     """Past its trust, a token's report does not wait for a TokenReview: the lapsed review
     answers it and the token is reviewed again off the report's path, with what that finds
     holding for its later reports."""
     reviewer = Reviewer()
     tokens = gate(reviewer)
-    clock = [1000.0]
-    monkeypatch.setattr(tokens_module.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(tokens_module.time, "time", lambda: NOW + clock[0] - 1000.0)
     token = jwt(aud=[names.REPORT_AUDIENCE], exp=NOW + 3600, **{"kubernetes.io": BOUND})
 
     async def scenario() -> list[str]:

@@ -10,7 +10,7 @@ from typing import ClassVar
 import pytest
 
 from goodput_operator.sdk import QUEUED, Reporter, ReportError
-from tests.unit.local_http import Handler, serving
+from tests.unit.local_http import AskingEvery, Handler, serving
 
 
 class Scripted(Handler):
@@ -140,15 +140,9 @@ def test_the_reporter_sends_every_kth_step_and_always_checkpoints_bad_numbers_an
     assert reporter.every == 1 and reporter.save_request == {"reason": "Preemption"}
 
 
-class EveryFourth(Handler):
-    """An operator that asks every rank for every 4th step; records (rank, step) sent."""
-
+class EveryFourth(AskingEvery):
+    every = 4
     sent: ClassVar[list[tuple[int, int]]] = []
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.sent.append((body["rank"], body["step"]))
-        self.answer(200, {"accepted": True, "every": 4})
 
 
 def test_each_rank_sends_a_voted_step_its_phase_of_steps_later_and_flushes_before_urgent(
