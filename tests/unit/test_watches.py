@@ -124,6 +124,35 @@ def test_an_older_event_never_undoes_a_status_write_the_operator_made() -> None:
     assert held["metadata"]["resourceVersion"] == "9"
 
 
+def test_a_report_s_write_reaches_the_job_an_echo_put_in_the_cache_while_it_was_on_its_way(
+        ) -> None:
+    """Reports of a job are written one after another. The echo of one write (its own
+    version) replaces the cached job while the next write is on its way; that next write
+    must land in the job the cache now holds, or the report after it reads the status
+    from before it and writes that back (a commit undone: the job's latest checkpoint
+    stayed at step 10 of 60, fresh-clone run of 58d6cbf)."""
+    def job(version: str, latest: int, uid: str = "u") -> dict[str, Any]:
+        return {"metadata": {"name": "j", "namespace": "ns", "uid": uid,
+                             "resourceVersion": version},
+                "spec": {}, "status": {"checkpoint": {"latest": {"step": latest}}}}
+
+    for current_version, uid, reached in [
+        ("100", "u", True),    # the echo of the write before: older than this one
+        ("102", "u", False),   # someone's write after this one: it holds this one already
+        ("100", "v", False),   # a new job of the same name
+    ]:
+        state = State()
+        held = job("100", 50)  # what the report read, before the echo replaced it
+        state.jobs[("ns", "j")] = job(current_version, 50, uid)
+        state.wrote_job_status(held, "101", {"checkpoint": {"latest": {"step": 60}}})
+        assert held["status"]["checkpoint"]["latest"]["step"] == 60
+        assert held["metadata"]["resourceVersion"] == "101"
+        cached = state.jobs[("ns", "j")]
+        assert (cached["status"]["checkpoint"]["latest"]["step"] == 60) is reached, uid
+        assert cached["metadata"]["resourceVersion"] == ("101" if reached
+                                                         else current_version)
+
+
 def test_the_echo_of_the_operator_s_own_status_write_wakes_no_pass() -> None:
     """A pass writes the job's progress; the watch's echo of that write (the version it
     made) must not start the next pass, or passes run back to back while workers report.

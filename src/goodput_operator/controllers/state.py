@@ -566,6 +566,31 @@ class State:
             if not _echo(body, held):
                 self.wake_urgently()
 
+    def wrote_job_status(self, job: Obj, version: str, fields: Obj) -> None:
+        """The report channel's status write of FIELDS (None removes one), which made
+        VERSION, applied to JOB as the report held it, and to the job the cache holds now
+        when a watch event older than the write replaced it while the write was on its
+        way: the next report of the job reads what this one wrote (a checkpoint it
+        committed was undone by the next report's write of what it read before)."""
+        meta = job["metadata"]
+        current = self.jobs.get((meta["namespace"], meta["name"]))
+        held = [job]
+        if current is not None and current is not job and \
+                current["metadata"].get("uid") == meta.get("uid") and \
+                _older(current, {"metadata": {"resourceVersion": version}}):
+            held.append(current)
+        for obj in held:
+            if version:
+                obj["metadata"]["resourceVersion"] = version
+            status = {**(obj.get("status") or {})}  # replaced, never changed in place:
+            for key, value in fields.items():       # the pass may be reading the old one
+                if value is None:
+                    status.pop(key, None)
+                else:
+                    status[key] = {k: v for k, v in value.items() if v is not None} \
+                        if isinstance(value, dict) else value
+            obj["status"] = status
+
     def job_spec(self, job: Obj) -> TrainingJobSpec:
         """JOB's spec, parsed once per version of the job's spec (a valid one: the job is
         a current worker's)."""

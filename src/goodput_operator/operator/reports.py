@@ -45,7 +45,7 @@ from goodput_operator.api.reports import (
     StepReport,
 )
 from goodput_operator.api.trainingjob import TrainingJobSpec
-from goodput_operator.controllers.kube import Kube, wrote
+from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import State
 from goodput_operator.decide.attempt import strict_checkpoints
 from goodput_operator.health import badput, sdc, straggler
@@ -225,6 +225,9 @@ class ReportServer:
             raise Refused(403, f"the token belongs to a worker of {meta['namespace']}/"
                                f"{meta['name']}, not of {report.job}")
         async with self.state.report_lock((meta["namespace"], meta["name"])):
+            # the job as it is now: a report that waited here behind others must not write
+            # back what it read before them (a checkpoint committed meanwhile was undone)
+            job = self._job_of(pod)
             if isinstance(report, CheckpointReport):
                 return await self._checkpoint(job, pod, report)
             assert isinstance(report, StepReport)
@@ -472,12 +475,4 @@ class ReportServer:
         meta = job["metadata"]
         written = await asyncio.to_thread(self.kube.patch_status, "trainingjobs",
                                           meta["namespace"], meta["name"], fields)
-        wrote(job, written)
-        status = {**(job.get("status") or {})}  # replaced, never changed in place: the
-        for key, value in fields.items():       # operator's pass may be reading the old one
-            if value is None:
-                status.pop(key, None)
-            else:
-                status[key] = {k: v for k, v in value.items() if v is not None} \
-                    if isinstance(value, dict) else value
-        job["status"] = status
+        self.state.wrote_job_status(job, written, fields)
