@@ -41,7 +41,7 @@ from typing import Any
 from bench.harness import OperatorProcess, free_port, rss_mb, sandbox, wait_until
 from bench.scale import minus, pass_buckets, quantile
 from goodput_operator import names
-from goodput_operator.health.cadence import WINDOW_SECONDS
+from goodput_operator.health.cadence import WINDOW_SECONDS, report_every
 from goodput_operator.sandbox import cluster
 from goodput_operator.sdk import spread_phase
 
@@ -56,6 +56,13 @@ WARM_RATE = 400.0  # first reports a second (each a TokenReview) in the warm-up:
 # a gang the leader's answers hold back shows it only part of its load: k doubles a window
 # at a time, 1 to 16 in four
 SETTLE_SECONDS = 4 * WINDOW_SECONDS + 1.0
+
+
+def settle_seconds(workers: int, rate: float) -> float:
+    """How long k takes to settle for WORKERS offering RATE reports a second (every step):
+    SETTLE_SECONDS, and then k steps for every worker to hear it in an answer (a worker at
+    k reports once every k steps: 21 s for 8,192 workers at Rainier's rate)."""
+    return SETTLE_SECONDS + report_every(1, rate) * workers / rate
 GC = "goodput_gc_pause_seconds"
 GROUP = {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
          "metadata": {"name": "reports-trn2"},
@@ -153,7 +160,7 @@ async def _drive(url: str, workers: list[dict[str, str]], rate: float, seconds: 
     if cadence:
         settling.sort()
         result["every"] = sorted(set(asked))
-        result["settling"] = {"sent": len(settling),
+        result["settling"] = {"seconds": round(settle, 1), "sent": len(settling),
                               "p99_ms": round(pct(0.99, settling) * 1000, 2)}
     return result
 
@@ -161,7 +168,8 @@ async def _drive(url: str, workers: list[dict[str, str]], rate: float, seconds: 
 def drive_main(args: argparse.Namespace) -> int:
     workers = json.loads(Path(args.drive).read_text())
     print(json.dumps(asyncio.run(_drive(args.url, workers, args.rate, args.seconds,
-                                        not args.close, args.cadence or None))))
+                                        not args.close, args.cadence or None,
+                                        settle_seconds(len(workers), args.rate)))))
     return 0
 
 
@@ -380,7 +388,8 @@ def table(r: dict[str, Any]) -> str:
                 f"reporting every k-th step as the leader asks, {how} (k = "
                 f"{', '.join(map(str, c['every']))}): {c['per_s']}/s, p50 {c['p50_ms']} ms, "
                 f"p99 {c['p99_ms']} ms, codes {c['codes']}, leader {c['server_cores']} "
-                f"cores; the first {SETTLE_SECONDS:.0f} s, before k settled: "
+                f"cores; the first {c['settling'].get('seconds', SETTLE_SECONDS):.0f} s, "
+                f"before k settled: "
                 f"{c['settling']['sent']} reports, p99 {c['settling']['p99_ms']} ms"
                 for how, c in (("each rank at its phase", r["cadence"]),
                                ("every rank at the voted step", r["cadence_burst"]))),

@@ -100,3 +100,13 @@ def test_the_driver_sends_each_rank_s_report_at_the_step_the_sdk_would(
     assert EveryOther.sent == [(0, 1), (1, 1), (0, 2), (1, 2), (0, 4), (1, 4)]
     for step in (2, 4):
         assert abs(arrived[1, step] - arrived[0, step] - lag) < 0.2, (step, arrived)
+
+
+def test_k_is_given_time_to_reach_every_worker_before_the_cadence_level_is_measured() -> None:
+    """Four windows for k to climb to the rule's 16 at Rainier's rate, then 16 steps: a
+    worker at k = 16 hears of it only in the answer to its next report."""
+    from bench.reports import SETTLE_SECONDS, settle_seconds
+
+    assert settle_seconds(2048, 6200.0) == pytest.approx(SETTLE_SECONDS + 16 * 2048 / 6200)
+    assert settle_seconds(8192, 6200.0) == pytest.approx(SETTLE_SECONDS + 16 * 8192 / 6200)
+    assert settle_seconds(100, 400.0) == pytest.approx(SETTLE_SECONDS + 100 / 400)  # k = 1
