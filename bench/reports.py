@@ -56,13 +56,6 @@ WARM_RATE = 400.0  # first reports a second (each a TokenReview) in the warm-up:
 # a gang the leader's answers hold back shows it only part of its load: k doubles a window
 # at a time, 1 to 16 in four
 SETTLE_SECONDS = 4 * WINDOW_SECONDS + 1.0
-
-
-def settle_seconds(workers: int, rate: float) -> float:
-    """How long k takes to settle for WORKERS offering RATE reports a second (every step):
-    SETTLE_SECONDS, and then k steps for every worker to hear it in an answer (a worker at
-    k reports once every k steps: 21 s for 8,192 workers at Rainier's rate)."""
-    return SETTLE_SECONDS + report_every(1, rate) * workers / rate
 GC = "goodput_gc_pause_seconds"
 GROUP = {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
          "metadata": {"name": "reports-trn2"},
@@ -79,6 +72,13 @@ def training_job(workers: int) -> dict[str, Any]:
                      "acceleratorsPerWorker": 1, "sdc": {"crossReplicaCheck": True},
                      "template": {"spec": {"containers": [
                          {"name": "main", "image": "example.com/trainer:1"}]}}}}
+
+
+def settle_seconds(workers: int, rate: float) -> float:
+    """How long k takes to settle for WORKERS offering RATE reports a second (every step):
+    SETTLE_SECONDS, and then k steps for every worker to hear it in an answer (a worker at
+    k reports once every k steps: 21 s more for 8,192 workers at Rainier's rate)."""
+    return SETTLE_SECONDS + report_every(1, rate) * workers / rate
 
 
 def source_address(index: int) -> str:

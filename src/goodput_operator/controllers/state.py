@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from goodput_operator import metrics, names
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
-from goodput_operator.controllers.kube import BULK_WRITES
+from goodput_operator.controllers.kube import BULK_WRITES, wrote
 from goodput_operator.controllers.pacing import WriteLimit
 from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.types import Refusal, Reservation
@@ -580,8 +580,7 @@ class State:
                 _older(current, {"metadata": {"resourceVersion": version}}):
             held.append(current)
         for obj in held:
-            if version:
-                obj["metadata"]["resourceVersion"] = version
+            wrote(obj, version)
             status = {**(obj.get("status") or {})}  # replaced, never changed in place:
             for key, value in fields.items():       # the pass may be reading the old one
                 if value is None:

@@ -165,9 +165,7 @@ class ReportServer:
         await web.TCPSite(self.runner, host, port, ssl_context=tls).start()
 
     async def _close(self) -> None:
-        for renewal in list(self.tokens.renewing.values()):  # tokens reviewed again
-            renewal.cancel()
-        await self.tokens.renewed()
+        await self.tokens.renewed(cancel=True)  # tokens being reviewed again
         if self.runner is not None:
             await self.runner.cleanup()
 

@@ -135,8 +135,10 @@ class TokenGate:
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
-    async def renewed(self) -> None:
-        """Wait for the re-reviews under way (tests; a clean stop)."""
+    async def renewed(self, cancel: bool = False) -> None:
+        """Wait for the re-reviews under way (tests), or CANCEL them first (a stop)."""
+        for renewal in list(self.renewing.values()) if cancel else []:
+            renewal.cancel()
         await asyncio.gather(*self.renewing.values(), return_exceptions=True)
 
     async def review(self, token: str, source: str) -> Obj:
