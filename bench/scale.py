@@ -268,8 +268,9 @@ def measure(domains: int, jobs: int, endpoints: int, replicas: int, window: floa
     result: dict[str, Any] = {"nodes": domains * 4, "trainingjobs": jobs,
                               "inferenceendpoints": endpoints,
                               "pods": jobs * 4 + endpoints * replicas}
+    pods = result["pods"]
     with sandbox(NAME, f"synthetic:trn2:{domains}", GROUP, [NAMESPACE],
-                 wait_seconds=1200) as box:
+                 wait_seconds=max(1200.0, domains * 0.6)) as box:
         operator = OperatorProcess(box, Path(box.home) / "operator.log")
         try:
             operator.start()
@@ -281,8 +282,8 @@ def measure(domains: int, jobs: int, endpoints: int, replicas: int, window: floa
 
             started = time.monotonic()
             apply_all(box, [training_job(i) for i in range(jobs)])
-            wait_until(lambda: all_running(box, jobs, 0, replicas)[0] == jobs, 1800,
-                       "every job running", 2.0)
+            wait_until(lambda: all_running(box, jobs, 0, replicas)[0] == jobs,
+                       max(1800.0, jobs * 4 / 2), "every job running", 2.0)
             result["jobs_running_s"] = round(time.monotonic() - started, 1)
             result["failure_idle"] = failures(box, range(TRIALS), lambda: None)
 
@@ -309,7 +310,8 @@ def measure(domains: int, jobs: int, endpoints: int, replicas: int, window: floa
                           f"{rss_mb(operator.pid)[0]:.0f} MiB", file=sys.stderr, flush=True)
                 return running == jobs and full == endpoints
 
-            wait_until(done, 3600, "everything running", 5.0)
+            # a pod a second at worst: the bulk writes' pace is the API server's
+            wait_until(done, max(3600.0, float(pods)), "everything running", 5.0)
             result["all_running_s"] = round(time.monotonic() - started, 1)
             before, t0 = operator.metrics(), time.monotonic()
             time.sleep(window)
