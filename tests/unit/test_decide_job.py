@@ -420,6 +420,14 @@ def test_the_reported_progress_goes_into_the_status() -> None:
     assert decision.desired["progress"] == progress
 
 
+def test_a_placement_recorded_before_the_domains_column_gets_its_summary() -> None:
+    assert "domainSummary" not in RUNNING_2["placement"]  # as an older operator wrote it
+    snapshot: Snapshot = world(None, [RUNNING], running_pods(RUNNING, "Running", "Running"))
+    [decision] = decide(snapshot).jobs
+    assert decision.desired["placement"]["domainSummary"] == "us-0"
+    assert decision.desired["placement"]["slices"] == RUNNING_2["placement"]["slices"]
+
+
 @pytest.mark.parametrize(("order", "ranks"), [
     ("fabric", ["us0-n3", "us0-n2", "us0-n1", "us0-n0"]),   # the slots the labels give
     ("index", ["us0-n0", "us0-n1", "us0-n2", "us0-n3"]),    # the nodes' names

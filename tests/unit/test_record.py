@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from goodput_operator.decide.gang import domain_summary
 from goodput_operator.topology.record import (
     MAX_RANKS,
     compress,
@@ -112,3 +113,13 @@ def test_the_cli_prints_one_rank_per_line_or_one_rank_s_node() -> None:
     assert placement_lines(record) == ["0 trn2-00-0 us-a", "1 trn2-00-1 us-a", "2 spare-7 -"]
     assert placement_lines(record, rank=1) == ["trn2-00-1"]
     assert placement_lines(None) == [] and placement_lines(record, rank=9) == []
+
+
+@pytest.mark.parametrize(("domains", "column"), [
+    ([], ""),
+    (["us-0001"], "us-0001"),
+    (["us-0001", "us-0002", "us-0003"], "us-0001,us-0002,us-0003"),
+    ([f"us-{i:04d}" for i in range(1, 130)], "us-0001,us-0002,us-0003 +126"),  # 8,192 workers
+])
+def test_the_domains_column_stays_one_short_line(domains: list[str], column: str) -> None:
+    assert domain_summary(domains) == column

@@ -355,6 +355,9 @@ class Placement(ApiModel):
 
     domains: list[str] = Field(default_factory=list)
     """Domains the gang occupies."""
+    domain_summary: str | None = None
+    """The domains for `kubectl get`'s DOMAINS column: up to three names, then how many
+    more (`us-0001,us-0002,us-0003 +126`), so a large gang's row stays one line."""
     workers: int | None = Field(default=None, ge=0, le=8192)
     """Ranks placed (the sum of the slices' lengths)."""
     slices: list[PlacementSlice] = Field(default_factory=list, max_length=8192)

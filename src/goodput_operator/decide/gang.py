@@ -139,13 +139,24 @@ def companions_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job:
     return found
 
 
+SUMMARY_NAMES = 3  # domain names a placement's summary shows before "+N"
+
+
+def domain_summary(domains: Sequence[str]) -> str:
+    """DOMAINS for a printer column: the first SUMMARY_NAMES names, then how many more."""
+    shown = ",".join(domains[:SUMMARY_NAMES])
+    rest = len(domains) - SUMMARY_NAMES
+    return f"{shown} +{rest}" if rest > 0 else shown
+
+
 def placement_record(placed: Placement, clock: float,
                      companions: Sequence[CompanionSlot] | None = None) -> Obj:
     """The placement as the status records it (and the next attempt reads it back).
     COMPANIONS: the pod sets' pods, when not the placement's own."""
     ranks = placed.ranks
     domains = placed.domains or tuple(dict.fromkeys(r.domain for r in ranks))
-    record: Obj = {"domains": list(domains), "reason": placed.reason,
+    record: Obj = {"domains": list(domains), "domainSummary": domain_summary(domains),
+                   "reason": placed.reason,
                    "placedAt": iso(clock), "workers": len(ranks),
                    "slices": to_slices({"rank": r.rank, "node": r.node, "domain": r.domain}
                                        for r in ranks)}

@@ -35,6 +35,7 @@ from goodput_operator.decide.attempt import (
 from goodput_operator.decide.gang import (
     JobDecision,
     companions_for,
+    domain_summary,
     fabric_of,
     placement_record,
     recorded_companions,
@@ -227,6 +228,9 @@ def _complete(desired: Obj, status: Obj, decided: Attempt, spec: TrainingJobSpec
               placement: Obj | None, conditions: list[Obj], generation: int | None,
               clock: float) -> Obj:
     """The rest of the status: placement, conditions, counts, times."""
+    if placement and placement.get("domains") and "domainSummary" not in placement:
+        # recorded by an operator before the column (placement_record writes it)
+        placement = {**placement, "domainSummary": domain_summary(placement["domains"])}
     desired["placement"] = placement
     desired["conditions"] = conditions
     goodput = desired.get("goodput") or status.get("goodput") or {}
