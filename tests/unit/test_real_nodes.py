@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 
 from goodput_operator import names
 from goodput_operator.sandbox import build, cluster, fleet, hostnet, images, kubeproxy, realnode
@@ -145,7 +146,6 @@ def test_the_worker_images_modules_import_only_each_other() -> None:
 
 
 def test_the_example_trainer_manifest_runs_the_image_the_sandbox_builds() -> None:
-    import yaml
 
     root = Path(__file__).resolve().parents[2]
     job = yaml.safe_load((root / "examples" / "trn2" / "trainingjob-trainer.yaml").read_text())
@@ -189,7 +189,6 @@ def _kwokctl_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real_nodes:
 def _kwokctl_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real_nodes: int,
                      simulated: int = 16) -> tuple[dict[str, object], list[dict[str, object]]]:
     """(options, kube-apiserver extra args) of the sandbox's kwokctl configuration."""
-    import yaml
 
     config = next(yaml.safe_load_all(_kwokctl_config(tmp_path, monkeypatch, real_nodes,
                                                      simulated)))
@@ -222,6 +221,14 @@ def test_a_large_simulated_fleet_has_no_heartbeats_and_a_long_grace(
     assert (grace == cluster.QUIET_GRACE_MS) is (not heartbeats)
     stream = _kwokctl_config(tmp_path, monkeypatch, real, simulated)
     assert (f"name: {cluster.HEARTBEAT_STAGE}" in stream) is heartbeats
+    config, *rest = yaml.safe_load_all(stream)
+    kwok = next(p for p in config["componentsPatches"] if p["name"] == "kwok-controller")
+    no_leases = {"key": "node-lease-duration-seconds", "value": "0", "override": True}
+    assert (no_leases in kwok["extraArgs"]) is (not heartbeats)
+    workers = [d["options"] for d in rest if d.get("kind") == "KwokConfiguration"]
+    assert workers == ([] if heartbeats else [{
+        "nodePlayStageParallelism": cluster.QUIET_PARALLELISM,
+        "podPlayStageParallelism": cluster.QUIET_PARALLELISM}])
 
 
 def test_a_system_node_has_no_accelerators_and_says_what_it_is_for() -> None:

@@ -55,6 +55,7 @@ NODE_MONITOR_PERIOD_MS = 5_000
 NODE_MONITOR_GRACE_MS = 50_000
 HEARTBEAT_NODES = 5_000  # above this many simulated nodes (and no real node): no heartbeats
 QUIET_GRACE_MS = 7 * 24 * 3600 * 1000  # a heartbeat-free node turns Unknown after a week
+QUIET_PARALLELISM = 16  # KWOK's stage workers for nodes and for pods on such a fleet
 AUDIT_POLICY = Path(__file__).parent / "audit-policy.yaml"
 Progress = Callable[[str], None]
 
@@ -208,6 +209,7 @@ class Sandbox:
             # Injected failures still flip Ready at once (the chaos stage), and the operator
             # never judges a node that has no Lease by Lease silence.
             options["kubeControllerManagerNodeMonitorGracePeriodMilliseconds"] = QUIET_GRACE_MS
+        quiet = not self.heartbeats(real_nodes, simulated_nodes)
         apiserver_args: list[dict[str, object]] = [
             # the default service range is a /24: 254 ClusterIPs, too few for a fleet
             # serving hundreds of InferenceEndpoints
@@ -226,7 +228,14 @@ class Sandbox:
                 {"name": "kwok-controller", "extraArgs": [
                     {"key": "manage-all-nodes", "value": "false"},
                     {"key": "manage-nodes-with-annotation-selector",
-                     "value": fleet.FAKE_NODE_SELECTOR}]},
+                     "value": fleet.FAKE_NODE_SELECTOR},
+                    # quiet: no Lease either. Without its heartbeat stage KWOK still
+                    # created and renewed every node's Lease (a quarter of 200 s apart:
+                    # 20,000 renewals queued on four workers, all run long), and an
+                    # operator's restart listed them; 0 turns KWOK's Lease controller off
+                    # (kwokctl would default a 0 in the options back to 40)
+                    *([{"key": "node-lease-duration-seconds", "value": "0",
+                        "override": True}] if quiet else [])]},
             ],
         }
         if real_nodes:
@@ -239,7 +248,16 @@ class Sandbox:
         stages = [(source / rel).read_text() for rel in STAGE_FILES
                   if rel != HEARTBEAT_STAGE or self.heartbeats(real_nodes, simulated_nodes)]
         stages += [p.read_text() for p in sorted(OWN_STAGES.glob("*.yaml"))]
-        return "---\n".join([yaml.safe_dump(config, sort_keys=False), *stages])
+        documents = [config]
+        if quiet:
+            # KWOK plays each node's and pod's stages on 4 workers by default: 20,000 nodes'
+            # initialisation took 10 a second here, each worker waiting on one PATCH
+            documents.append({"apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+                              "kind": "KwokConfiguration",
+                              "options": {"nodePlayStageParallelism": QUIET_PARALLELISM,
+                                          "podPlayStageParallelism": QUIET_PARALLELISM}})
+        return "---\n".join([*(yaml.safe_dump(d, sort_keys=False) for d in documents),
+                             *stages])
 
 
 def api_service_ip() -> str:
