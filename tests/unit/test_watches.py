@@ -255,11 +255,17 @@ def test_node_events_reach_the_state_and_a_heartbeat_wakes_no_pass() -> None:
         loop.run_until_complete(asyncio.sleep(0))
         assert "images" not in state.nodes["n1"]["status"] and watch.resource_version == "10"
         state.wake.clear()
+        state.urgent.clear()
         watch.apply({"type": "MODIFIED", "object": node("n1", "20")})  # a heartbeat
         watch.apply({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "25"}}})
         loop.run_until_complete(asyncio.sleep(0))
         assert not state.wake.is_set() and watch.resource_version == "25"
         assert state.nodes["n1"]["metadata"]["resourceVersion"] == "20"
+        own = {names.GROUP_LABEL: "g", names.NODE_DOMAIN_LABEL: "us-0", names.SLOT_LABEL: "0"}
+        watch.apply({"type": "MODIFIED", "object": node("n1", "26", **own)})  # our labels' echo
+        loop.run_until_complete(asyncio.sleep(0))
+        assert not state.wake.is_set() and not state.urgent.is_set()
+        assert state.nodes["n1"]["metadata"]["labels"][names.SLOT_LABEL] == "0", "kept"
         watch.apply({"type": "MODIFIED", "object": node("n1", "30", role="spare")})
         loop.run_until_complete(asyncio.sleep(0))
         assert state.wake.is_set() and state.nodes["n1"]["metadata"]["labels"]["role"] == \
