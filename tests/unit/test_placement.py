@@ -7,7 +7,13 @@ from collections.abc import Callable
 import pytest
 
 from goodput_operator.topology.model import Fleet
-from goodput_operator.topology.placement import Request, commit, place, slice_start
+from goodput_operator.topology.placement import (
+    Request,
+    commit,
+    domain_capacity,
+    place,
+    slice_start,
+)
 from tests.unit.fleets import node, nvl72, trn2
 
 pytestmark = pytest.mark.unit
@@ -328,3 +334,21 @@ def test_a_gang_that_is_not_whole_slices_is_refused_with_the_reason() -> None:
                              "UltraServer of 4 workers")
     too_big = place(trn2(4), Request(8, 16, slice=8))
     assert not too_big.ok and "whole slices of 8" in too_big.reason
+
+
+@pytest.mark.parametrize(("eligible", "capacity"), [
+    (None, [4, 4]),
+    (frozenset({"us0-n0", "us0-n1", "us0-n2", "us0-n3", "us1-n0", "us1-n1", "us1-n2",
+                "us1-n3"}), [4, 4]),                                # every node: as None
+    (frozenset({"us0-n0", "us0-n1", "us0-n2", "us0-n3", "us1-n1"}), [4, 1]),  # us1 cut
+    (frozenset(), [0, 0]),
+])
+def test_a_domain_s_capacity_counts_only_the_nodes_a_pod_may_run_on(
+        eligible: frozenset[str] | None, capacity: list[int]) -> None:
+    fleet = trn2(2)
+    domains = fleet.ordered_domains()
+    for domain in domains:  # the unconstrained count is cached first
+        domain_capacity(domain, 16)
+    assert [domain_capacity(d, 16, eligible) for d in domains] == capacity
+    used(fleet, "us1-n1")
+    assert domain_capacity(domains[1], 16, eligible) == max(capacity[1] - 1, 0)

@@ -135,9 +135,12 @@ def workers_on(node: Node, accelerators: int, eligible: frozenset[str] | None = 
 
 def domain_capacity(domain: Domain, accelerators: int,
                     eligible: frozenset[str] | None = None) -> int:
-    """Workers of ACCELERATORS the domain takes now; cached per domain for unconstrained
-    gangs (most), counted afresh for gangs limited to ELIGIBLE nodes."""
-    if eligible is not None:
+    """Workers of ACCELERATORS the domain takes now; cached per domain, and counted afresh
+    only for a gang limited to ELIGIBLE nodes that leave out one of this domain's. A few
+    tainted nodes (a quarantine) make every pod's eligible set a list of all the others:
+    counting the whole fleet node by node for every replica placed was 80 ms a replica
+    at 20,000 nodes."""
+    if eligible is not None and not all(n.name in eligible for n in domain.nodes):
         return sum(workers_on(n, accelerators, eligible) for n in domain.nodes)
     cached = domain.capacity_cache.get(accelerators)
     if cached is None:
