@@ -350,5 +350,8 @@ def test_a_domain_s_capacity_counts_only_the_nodes_a_pod_may_run_on(
     for domain in domains:  # the unconstrained count is cached first
         domain_capacity(domain, 16)
     assert [domain_capacity(d, 16, eligible) for d in domains] == capacity
+    only_us0 = frozenset({"us0-n0", "us0-n1", "us0-n2", "us0-n3"})  # another set in turn
+    assert [domain_capacity(d, 16, only_us0) for d in domains] == [4, 0]
+    assert [domain_capacity(d, 16, eligible) for d in domains] == capacity
     used(fleet, "us1-n1")
     assert domain_capacity(domains[1], 16, eligible) == max(capacity[1] - 1, 0)

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from goodput_operator.topology.model import Fleet, GroupShape
 from goodput_operator.topology.placement import (
     Request,
+    _best_in_groups,
+    _tightest_domain,
     commit,
     domain_capacity,
     fewest_even,
@@ -229,3 +231,29 @@ def test_replacement_never_leaves_a_required_domain(data: st.DataObject) -> None
         assert not {r.node for r in result.ranks} & failed
     else:
         assert result.action == "wait" and result.reason
+
+
+@given(st.data())
+@SETTINGS
+def test_a_gang_one_domain_holds_goes_where_the_selection_per_network_group_puts_it(
+        data: st.DataObject) -> None:
+    """The one-scan choice for a gang that fits one domain (`_tightest_domain`) is the
+    choice of the general selection (`_best_in_groups` at the innermost groups, k = 1),
+    on fleets partly used by earlier gangs."""
+    fleet = data.draw(fleets())
+    for _ in range(data.draw(st.integers(0, 4))):  # earlier gangs leave fragments
+        earlier = data.draw(requests(fleet))
+        placed = place(fleet, earlier)
+        if placed.ok:
+            commit(fleet, placed, earlier, f"tj/ns/{len(fleet.pods)}")
+    accelerators = data.draw(st.sampled_from([1, 2, 4, 8, 16]))
+    caps = [(d, c) for d in fleet.ordered_domains()
+            if (c := domain_capacity(d, accelerators)) >= 1]
+    workers = data.draw(st.integers(1, max(c for _, c in caps))) if caps else 1
+    assume(any(c >= workers for _, c in caps))
+    levels = len(fleet.shape.network_levels)
+    general = _best_in_groups(caps, workers, depth=levels, k=1)
+    assert general is not None
+    fast = _tightest_domain(caps, workers, levels)
+    assert [(d.id, n) for d, n in fast.domains] == [(d.id, n) for d, n in general.domains]
+    assert fast.score == general.score

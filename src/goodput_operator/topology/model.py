@@ -118,6 +118,9 @@ class Domain:
     fill_cache: dict[int, list[tuple[Node, int]]] = field(default_factory=dict)
     pristine_cache: bool | None = None
     unhealthy_cache: list[str] | None = None
+    # (an eligible set of node names, whether it holds every node here): a pass's pods of
+    # one template share one set (decide.fit memo), so the answer is asked once a domain
+    eligible_cache: tuple[frozenset[str], bool] | None = None
     lemon: float = 0.0  # its nodes' incident scores: placement prefers clean domains
     # path[:depth] for each depth, made once: placement groups every domain by them per solve
     prefixes: tuple[tuple[str, ...], ...] = ()
@@ -135,6 +138,7 @@ class Domain:
         self.fill_cache.clear()
         self.pristine_cache = None
         self.unhealthy_cache = None
+        self.eligible_cache = None
 
     def sum_lemons(self) -> None:
         self.lemon = sum(n.lemon for n in self.nodes)

@@ -140,13 +140,22 @@ def domain_capacity(domain: Domain, accelerators: int,
     tainted nodes (a quarantine) make every pod's eligible set a list of all the others:
     counting the whole fleet node by node for every replica placed was 80 ms a replica
     at 20,000 nodes."""
-    if eligible is not None and not all(n.name in eligible for n in domain.nodes):
+    if eligible is not None and not all_eligible(domain, eligible):
         return sum(workers_on(n, accelerators, eligible) for n in domain.nodes)
     cached = domain.capacity_cache.get(accelerators)
     if cached is None:
         cached = sum(workers_on(n, accelerators) for n in domain.nodes)
         domain.capacity_cache[accelerators] = cached
     return cached
+
+
+def all_eligible(domain: Domain, eligible: frozenset[str]) -> bool:
+    """Whether ELIGIBLE holds every node of DOMAIN (cached for the last set asked)."""
+    cached = domain.eligible_cache
+    if cached is None or cached[0] is not eligible:
+        cached = domain.eligible_cache = (eligible, all(n.name in eligible
+                                                        for n in domain.nodes))
+    return cached[1]
 
 
 def unhealthy(domain: Domain) -> list[str]:
@@ -219,6 +228,8 @@ def _fewest_domains(fleet: Fleet, caps: list[tuple[Domain, int]], request: Reque
         choice = _best_in_groups(caps, request.workers, depth=levels, k=None, balance=balance)
         if choice is not None or request.policy == "required":
             return choice
+    if not balance and any(c >= request.workers for _, c in caps):
+        return _tightest_domain(caps, request.workers, levels)
     descending = sorted((c for _, c in caps), reverse=True)
     k_star = (fewest_even if balance else fewest)(descending, request.workers)
     if k_star > len(descending) or (request.policy == "required" and request.unit == "domain"
@@ -230,6 +241,27 @@ def _fewest_domains(fleet: Fleet, caps: list[tuple[Domain, int]], request: Reque
         if choice is not None:
             return choice
     return None  # unreachable: depth 0 is the whole fleet
+
+
+def _tightest_domain(caps: list[tuple[Domain, int]], workers: int, levels: int) -> _Choice:
+    """What `_best_in_groups` chooses when one domain holds the whole gang (one replica,
+    most often), in one scan instead of a sort and a selection per network group: in each
+    innermost group `_select` takes the domain of the tightest fit (a used one before a
+    whole one), and of those the best score wins. Every replica placed scanned the fleet
+    that way: 40 ms a replica at 5,000 domains."""
+    tightest: dict[tuple[str, ...], tuple[tuple[bool, int, float, object], Domain, int]] = {}
+    for domain, cap in caps:
+        if cap < workers:
+            continue
+        key = (is_pristine(domain), cap - workers, domain.lemon, domain.order)
+        group = domain.prefixes[levels]
+        held = tightest.get(group)
+        if held is None or key < held[0]:
+            tightest[group] = (key, domain, cap)
+    choices = [_Choice([(domain, workers)],
+                       (1, int(key[0] and key[1] > 0), key[1], domain.lemon, domain.order))
+               for key, domain, _ in tightest.values()]
+    return min(choices, key=lambda choice: choice.score)
 
 
 def fewest(descending: Iterable[int], n: int) -> int:
