@@ -1,6 +1,7 @@
 """Scale benchmark: the operator on a large simulated fleet.
 
     python -m bench.scale [--quick] [--json] [--domains N] [--jobs J] [--endpoints E]
+                          [--replicas R] [--namespaces N]
 
 On a sandbox with a synthetic Trn2 fleet (default 500 UltraServers = 2,000 nodes), apply J
 TrainingJobs (4 workers x 16 chips, one UltraServer each; default 200) and E
@@ -70,9 +71,15 @@ def training_job(index: int) -> dict[str, Any]:
                      "acceleratorsPerWorker": 16, "template": TEMPLATE}}
 
 
-def endpoint(index: int, replicas: int) -> dict[str, Any]:
+def endpoint_namespace(index: int, namespaces: int) -> str:
+    """The endpoints' namespaces: NAMESPACE, or NAMESPACE-0.. in turn."""
+    return NAMESPACE if namespaces <= 1 else f"{NAMESPACE}-{index % namespaces}"
+
+
+def endpoint(index: int, replicas: int, namespaces: int = 1) -> dict[str, Any]:
     return {"apiVersion": "goodput.dev/v1alpha1", "kind": "InferenceEndpoint",
-            "metadata": {"name": f"ie-{index:04d}", "namespace": NAMESPACE},
+            "metadata": {"name": f"ie-{index:04d}",
+                         "namespace": endpoint_namespace(index, namespaces)},
             "spec": {"ultraServerGroup": "scale-trn2", "model": {"name": f"m-{index}"},
                      "replicaShape": {"workers": 1, "acceleratorsPerWorker": 2},
                      "replicas": replicas, "template": TEMPLATE}}
@@ -85,7 +92,7 @@ def apply_all(box: cluster.Sandbox, objects: list[dict[str, Any]]) -> None:
 
 
 def listed(box: cluster.Sandbox, plural: str) -> list[dict[str, Any]]:
-    out = box.kubectl("get", plural, "-n", NAMESPACE, "-o", "json", timeout=300)
+    out = box.kubectl("get", plural, "-A", "-o", "json", timeout=300)
     return list(json.loads(out.stdout)["items"])
 
 
@@ -264,12 +271,14 @@ def component_rss(box: cluster.Sandbox, component: str) -> float:
 
 
 def measure(domains: int, jobs: int, endpoints: int, replicas: int, window: float,
-            progress: bool = True) -> dict[str, Any]:
+            progress: bool = True, namespaces: int = 1) -> dict[str, Any]:
     result: dict[str, Any] = {"nodes": domains * 4, "trainingjobs": jobs,
-                              "inferenceendpoints": endpoints,
+                              "inferenceendpoints": endpoints, "namespaces": namespaces,
                               "pods": jobs * 4 + endpoints * replicas}
     pods = result["pods"]
-    with sandbox(NAME, f"synthetic:trn2:{domains}", GROUP, [NAMESPACE],
+    spaces = sorted({NAMESPACE, *(endpoint_namespace(i, namespaces)
+                                  for i in range(min(endpoints, namespaces)))})
+    with sandbox(NAME, f"synthetic:trn2:{domains}", GROUP, spaces,
                  wait_seconds=max(1200.0, domains * 0.6)) as box:
         operator = OperatorProcess(box, Path(box.home) / "operator.log")
         try:
@@ -288,7 +297,7 @@ def measure(domains: int, jobs: int, endpoints: int, replicas: int, window: floa
             result["failure_idle"] = failures(box, range(TRIALS), lambda: None)
 
             started = time.monotonic()
-            apply_all(box, [endpoint(i, replicas) for i in range(endpoints)])
+            apply_all(box, [endpoint(i, replicas, namespaces) for i in range(endpoints)])
             result["apply_s"] = round(time.monotonic() - started, 1)
             spacing = random.Random(7)  # trials land at different points of a pass
 
@@ -430,6 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int)
     parser.add_argument("--endpoints", type=int)
     parser.add_argument("--replicas", type=int, help="replicas per endpoint")
+    parser.add_argument("--namespaces", type=int, default=1,
+                        help="spread the endpoints over this many namespaces (the jobs "
+                             "stay in one): kube-controller-manager's Service endpoints "
+                             "controllers scan a namespace's pods for each Service sync")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     sizes = (50, 20, 50, 8, 20.0) if args.quick else (500, 200, 500, 18, 60.0)
@@ -440,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("that many jobs and replicas do not fit the fleet")
     if jobs < 2 * TRIALS:
         parser.error(f"at least {2 * TRIALS} jobs: each node failure trial fails another")
-    result = measure(domains, jobs, endpoints, replicas, sizes[4])
+    result = measure(domains, jobs, endpoints, replicas, sizes[4],
+                     namespaces=args.namespaces)
     print(table(result))
     if args.json:
         print(json.dumps(result, indent=1))

@@ -88,3 +88,11 @@ def test_an_incident_s_recorded_span_counts_a_zero_replacement(
     from bench.scale import recorded
 
     assert recorded(incident) == pytest.approx(expected, nan_ok=True)
+
+
+def test_endpoints_spread_over_namespaces_in_turn_and_stay_in_one_by_default() -> None:
+    from bench.scale import NAMESPACE, endpoint
+
+    assert {endpoint(i, 3)["metadata"]["namespace"] for i in range(5)} == {NAMESPACE}
+    assert [endpoint(i, 3, namespaces=2)["metadata"]["namespace"] for i in range(4)] == [
+        f"{NAMESPACE}-0", f"{NAMESPACE}-1", f"{NAMESPACE}-0", f"{NAMESPACE}-1"]
