@@ -426,6 +426,8 @@ def test_a_placement_recorded_before_the_domains_column_gets_its_summary() -> No
     [decision] = decide(snapshot).jobs
     assert decision.desired["placement"]["domainSummary"] == "us-0"
     assert decision.desired["placement"]["slices"] == RUNNING_2["placement"]["slices"]
+    [placing] = decide(world(None, [job(workers=2, acceleratorsPerWorker=16)])).jobs
+    assert placing.desired["placement"]["domainSummary"] == "us-0", "a new placement too"
 
 
 @pytest.mark.parametrize(("order", "ranks"), [

@@ -155,8 +155,7 @@ def placement_record(placed: Placement, clock: float,
     COMPANIONS: the pod sets' pods, when not the placement's own."""
     ranks = placed.ranks
     domains = placed.domains or tuple(dict.fromkeys(r.domain for r in ranks))
-    record: Obj = {"domains": list(domains), "domainSummary": domain_summary(domains),
-                   "reason": placed.reason,
+    record: Obj = {"domains": list(domains), "reason": placed.reason,
                    "placedAt": iso(clock), "workers": len(ranks),
                    "slices": to_slices({"rank": r.rank, "node": r.node, "domain": r.domain}
                                        for r in ranks)}

@@ -229,7 +229,7 @@ def _complete(desired: Obj, status: Obj, decided: Attempt, spec: TrainingJobSpec
               clock: float) -> Obj:
     """The rest of the status: placement, conditions, counts, times."""
     if placement and placement.get("domains") and "domainSummary" not in placement:
-        # recorded by an operator before the column (placement_record writes it)
+        # a new placement, or one an operator recorded before the DOMAINS column
         placement = {**placement, "domainSummary": domain_summary(placement["domains"])}
     desired["placement"] = placement
     desired["conditions"] = conditions
