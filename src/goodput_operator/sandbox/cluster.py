@@ -164,6 +164,7 @@ class Sandbox:
     def kwokctl_config(self, binaries: dict[str, Path], real_nodes: int = 0,
                        simulated_nodes: int = 0) -> str:
         """The KwokctlConfiguration plus the stage documents, as one YAML stream."""
+        quiet = not self.heartbeats(real_nodes, simulated_nodes)  # no heartbeats, no Leases
         kube_dir = binaries["kube-apiserver"].parent
         options = {
             "runtime": "binary",
@@ -200,7 +201,7 @@ class Sandbox:
                             NODE_MONITOR_PERIOD_MS,
                         "kubeControllerManagerNodeMonitorGracePeriodMilliseconds":
                             NODE_MONITOR_GRACE_MS}
-        elif not self.heartbeats(real_nodes, simulated_nodes):
+        elif quiet:
             # no heartbeats: 20,000 simulated Leases renewed on two shared cores fell
             # behind whenever anything else ran, and the node lifecycle controller took the
             # nodes for dead (191 quarantined in 3 minutes; bench/README.md). Without KWOK's
@@ -209,7 +210,6 @@ class Sandbox:
             # Injected failures still flip Ready at once (the chaos stage), and the operator
             # never judges a node that has no Lease by Lease silence.
             options["kubeControllerManagerNodeMonitorGracePeriodMilliseconds"] = QUIET_GRACE_MS
-        quiet = not self.heartbeats(real_nodes, simulated_nodes)
         apiserver_args: list[dict[str, object]] = [
             # the default service range is a /24: 254 ClusterIPs, too few for a fleet
             # serving hundreds of InferenceEndpoints
@@ -246,7 +246,7 @@ class Sandbox:
             options["kubeApiserverCertSANs"] = [api_service_ip(), hostnet.host_ip()]
         source = build.module_dir(KWOK_COMPONENT)
         stages = [(source / rel).read_text() for rel in STAGE_FILES
-                  if rel != HEARTBEAT_STAGE or self.heartbeats(real_nodes, simulated_nodes)]
+                  if rel != HEARTBEAT_STAGE or not quiet]
         stages += [p.read_text() for p in sorted(OWN_STAGES.glob("*.yaml"))]
         documents = [config]
         if quiet:
