@@ -12,6 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from goodput_operator import names
 from goodput_operator.controllers.kube import wrote
+from goodput_operator.controllers.shapes import Decode
 from goodput_operator.controllers.state import State, node_digest, slim_node
 from goodput_operator.controllers.trainingjob import follow_up
 from goodput_operator.health.quarantine import Renewal, record_of
@@ -195,7 +196,8 @@ class Expiring:
         self.listed, self.watched = listed, []
         self.watch_of: Watch | None = None
 
-    def watch(self, path: str, query: list[tuple[str, Any]], seconds: int) -> Any:
+    def watch(self, path: str, query: list[tuple[str, Any]], seconds: int,
+              decode: Decode) -> Any:
         self.watched.append(dict(query)["resourceVersion"])
         if len(self.watched) == 1:
             raise ApiException(status=410, reason="Gone")
@@ -203,9 +205,11 @@ class Expiring:
         self.watch_of.stop()
         return iter(())
 
-    def get_json(self, path: str, query: list[tuple[str, Any]]) -> dict[str, Any]:
-        return {"kind": "PodList", "metadata": {"resourceVersion": "50"},
-                "items": self.listed}
+    def get_json(self, path: str, query: list[tuple[str, Any]],
+                 decode: Decode) -> dict[str, Any]:
+        """The list as the API server writes it, read the way the watch asks."""
+        return decode(json.dumps({"kind": "PodList", "metadata": {"resourceVersion": "50"},
+                                  "items": self.listed}))
 
 
 def node(name: str, version: str, **labels: str) -> dict[str, Any]:

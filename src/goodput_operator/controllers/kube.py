@@ -21,6 +21,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from goodput_operator import metrics
 from goodput_operator.api.base import GROUP, VERSION
+from goodput_operator.controllers.shapes import Decode
 from goodput_operator.decide import Event, Failure
 from goodput_operator.decide.types import changed_keys
 from goodput_operator.resources import claims, computedomain
@@ -107,9 +108,11 @@ class Kube:
         self.batch = client.BatchV1Api(api_client)
         _count_requests(api_client)
 
-    def get_json(self, path: str, query: list[tuple[str, Any]] | None = None) -> Obj:
+    def get_json(self, path: str, query: list[tuple[str, Any]] | None = None,
+                 decode: Decode = json.loads) -> Obj:
         """GET an API PATH as plain JSON (no model round trip: lists of thousands of pods
-        stay cheap). Raises ApiException on an error status."""
+        stay cheap), or as DECODE makes it (a shape of controllers.shapes keeps only what
+        the operator reads). Raises ApiException on an error status."""
         request = self.api.param_serialize(method="GET", resource_path=path,
                                            query_params=query or [],
                                            header_params={"Accept": "application/json"},
@@ -118,12 +121,13 @@ class Kube:
         data = response.read()  # type: ignore[no-untyped-call]
         if not 200 <= response.status < 300:
             raise ApiException(status=response.status, reason=response.reason)
-        return cast(Obj, json.loads(data))
+        return decode(data)
 
-    def watch(self, path: str, query: list[tuple[str, Any]], seconds: int) -> Iterator[Obj]:
+    def watch(self, path: str, query: list[tuple[str, Any]], seconds: int,
+              decode: Decode = json.loads) -> Iterator[Obj]:
         """The events of a watch on PATH from the query's resourceVersion, for at most
-        SECONDS (the server ends the request then), each as a plain JSON dict. Raises
-        ApiException on an error status."""
+        SECONDS (the server ends the request then), each as a plain JSON dict (or as DECODE
+        makes it). Raises ApiException on an error status."""
         request = self.api.param_serialize(
             method="GET", resource_path=path,
             query_params=[*query, ("watch", "true"), ("timeoutSeconds", seconds)],
@@ -134,7 +138,7 @@ class Kube:
                 raise ApiException(status=response.status, reason=response.reason)
             for line in iter_resp_lines(response.response):  # type: ignore[no-untyped-call]
                 if line:
-                    yield cast(Obj, json.loads(line))
+                    yield decode(line)
         finally:
             response.response.release_conn()
 

@@ -21,6 +21,7 @@ from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.controllers.kube import BULK_WRITES, wrote
 from goodput_operator.controllers.pacing import WriteLimit
+from goodput_operator.controllers.shapes import NODE_METADATA_KEPT, POD_SPEC_KEPT
 from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.types import Refusal, Reservation
 from goodput_operator.health import badput
@@ -111,10 +112,6 @@ def slim(body: Obj) -> Obj:
     return body
 
 
-POD_SPEC_KEPT = ("nodeName", "schedulingGates", "priority", "affinity", "tolerations",
-                 "nodeSelector")
-
-
 def slim_pod(body: Obj) -> Obj:
     """A pod as the operator keeps it: metadata, status, and of its spec only what
     placement and accounting read (node, gates, affinity, each container's resources).
@@ -124,10 +121,6 @@ def slim_pod(body: Obj) -> Obj:
     kept["containers"] = [{"name": c.get("name"), "resources": c.get("resources") or {}}
                           for c in spec.get("containers") or []]
     return {**slim(body), "spec": kept}
-
-
-NODE_METADATA_KEPT = ("name", "uid", "resourceVersion", "labels", "annotations",
-                      "creationTimestamp", "deletionTimestamp")
 
 
 def slim_node(body: Obj) -> Obj:

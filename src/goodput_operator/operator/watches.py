@@ -25,6 +25,7 @@ changes happen.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -34,6 +35,13 @@ from kubernetes.client.exceptions import ApiException
 
 from goodput_operator import metrics
 from goodput_operator.controllers.kube import Kube, Obj
+from goodput_operator.controllers.shapes import (
+    Decode,
+    decode_node_event,
+    decode_nodes,
+    decode_pod_event,
+    decode_pods,
+)
 from goodput_operator.controllers.state import State, pod_key, slim_node, slim_pod
 from goodput_operator.health.quarantine import parse_time
 from goodput_operator.health.signals import device_taints
@@ -65,6 +73,9 @@ class Watch:
 
     path = ""
     kind = ""
+    # how a list page and a watch event are decoded (shapes: only what the state keeps)
+    decode_list: Decode = staticmethod(json.loads)
+    decode_event: Decode = staticmethod(json.loads)
 
     def __init__(self, state: State, kube: Kube, loop: asyncio.AbstractEventLoop) -> None:
         self.state, self.kube, self.loop = state, kube, loop
@@ -83,7 +94,8 @@ class Watch:
     def listed(self) -> tuple[list[Obj], str]:
         """Every object at PATH, and the list's resourceVersion."""
         version: Obj = {}
-        items = [item for page in pages(self.kube, self.path, version) for item in page]
+        items = [item for page in pages(self.kube, self.path, version, self.decode_list)
+                 for item in page]
         return items, version.get("resourceVersion", "")
 
     async def replace(self, items: list[Obj]) -> None:
@@ -124,7 +136,7 @@ class Watch:
         query: list[tuple[str, Any]] = [("resourceVersion", self.resource_version),
                                         ("allowWatchBookmarks", "true")]
         try:
-            for event in self.kube.watch(self.path, query, WATCH_SECONDS):
+            for event in self.kube.watch(self.path, query, WATCH_SECONDS, self.decode_event):
                 if self._stop.is_set():
                     return
                 self.apply(event)
@@ -163,6 +175,7 @@ class PodWatch(Watch):
     """Pods, cluster-wide: the tracked ones (the operator's, and any requesting a device)."""
 
     path, kind = PODS, "pods"
+    decode_list, decode_event = staticmethod(decode_pods), staticmethod(decode_pod_event)
 
     def changed(self, body: Obj) -> None:
         if tracked_pod(body):
@@ -187,6 +200,7 @@ class NodeWatch(Watch):
     """Nodes, slimmed on arrival (State.upsert_node stores them; heartbeats wake nothing)."""
 
     path, kind = NODES, "nodes"
+    decode_list, decode_event = staticmethod(decode_nodes), staticmethod(decode_node_event)
 
     def changed(self, body: Obj) -> None:
         self.loop.call_soon_threadsafe(self.state.upsert_node, slim_node(body))
