@@ -287,6 +287,9 @@ BAD: list[tuple[str, Callable[[str], Doc], list[Mutation], list[str]]] = [
      ["spec.slotOrder.label", "slotOrder.label is required when slotOrder.by is 'label'"]),
     ("empty node selector", G, [put("spec.nodeSelector", {})],
      ["spec.nodeSelector", "at least 1"]),
+    ("a node selector on a label the operator writes", G,
+     [put("spec.nodeSelector", {names.SLOT_LABEL: "0"})],
+     ["spec.nodeSelector", "nodeSelector may not select on goodput.dev/group"]),
     ("a device class without DRA", G, [put("spec.accelerator", {
         "perNode": 16, "deviceClassName": "neuron.aws.com"})],
      ["spec.accelerator.deviceClassName", "requestStyle ResourceClaim only"]),

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from goodput_operator import generate
+from goodput_operator import generate, names
 from goodput_operator.api import crds
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
 from goodput_operator.api.trainingjob import TrainingJobSpec
@@ -117,6 +117,17 @@ def test_models_read_what_the_api_server_stores() -> None:
     with pytest.raises(ValidationError, match="workers"):
         TrainingJobSpec.model_validate({"workers": 0, "acceleratorsPerWorker": 1,
                                         "template": {"spec": {"containers": []}}})
+
+
+@pytest.mark.parametrize("key", [names.GROUP_LABEL, names.NODE_DOMAIN_LABEL, names.SLOT_LABEL])
+def test_a_group_may_not_select_on_the_labels_the_operator_writes(key: str) -> None:
+    """The schema refuses it at admission (tests/integration/test_api.py); a group stored
+    before that rule is refused by the model too, and the operator then ignores it."""
+    spec = {"nodeSelector": {"pool": "trn2", key: "x"}, "accelerator": {"perNode": 16},
+            "nodesPerDomain": 4}
+    with pytest.raises(ValidationError, match="nodeSelector may not select on"):
+        UltraServerGroupSpec.model_validate(spec)
+    UltraServerGroupSpec.model_validate({**spec, "nodeSelector": {"pool": "trn2"}})
 
 
 def test_nested_defaults_match_the_schema_defaults() -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from goodput_operator import names
 from goodput_operator.api.base import (
     LABEL_KEY,
     RESOURCE_NAME,
@@ -206,12 +207,21 @@ DOMAIN_LABELS: dict[str, str] = {
 }
 
 
+# labels the operator writes on each member from the group's membership: selecting on
+# them would be circular, and their changes are not watched (state.OWN_NODE_LABELS)
+OWN_LABELS = (names.GROUP_LABEL, names.NODE_DOMAIN_LABEL, names.SLOT_LABEL)
+OWN_LABELS_MESSAGE = (f"nodeSelector may not select on {', '.join(OWN_LABELS)}: the "
+                      "operator writes those labels from the group's membership")
+
+
 class UltraServerGroupSpec(ApiModel):
     """Which nodes form the group and how they are shaped, spared and quarantined."""
 
     model_config = rules(
         cel("self.spares.perDomain < self.nodesPerDomain",
             "spares.perDomain must be less than nodesPerDomain", ".spares.perDomain"),
+        cel("!self.nodeSelector.exists(k, k in [" + ", ".join(f"'{k}'" for k in OWN_LABELS)
+            + "])", OWN_LABELS_MESSAGE, ".nodeSelector"),
     )
 
     node_selector: dict[str, str] = Field(min_length=1, max_length=32)
@@ -247,6 +257,14 @@ class UltraServerGroupSpec(ApiModel):
     holding GPUs a claim on its IMEX channel, so that the gang shares GPU memory across
     nodes over NVLink. false: for clusters without the driver (a gang then uses NVLink only
     inside each node)."""
+
+    @field_validator("node_selector")
+    @classmethod
+    def _not_on_own_labels(cls, selector: dict[str, str]) -> dict[str, str]:
+        """A group stored before the schema refused these keys is refused here instead."""
+        if set(selector) & set(OWN_LABELS):
+            raise ValueError(OWN_LABELS_MESSAGE)
+        return selector
 
     @property
     def domain_key(self) -> str:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from goodput_operator import metrics, names
 from goodput_operator.api.trainingjob import TrainingJobSpec
-from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
+from goodput_operator.api.ultraservergroup import OWN_LABELS, UltraServerGroupSpec
 from goodput_operator.controllers.kube import BULK_WRITES, wrote
 from goodput_operator.controllers.pacing import WriteLimit
 from goodput_operator.controllers.shapes import NODE_METADATA_KEPT, POD_SPEC_KEPT
@@ -59,7 +59,7 @@ def pod_key(pod: Obj) -> str:
 # _labels), which no decision reads: their echoes change nothing the fleet reads. Counted,
 # a fleet's first labelling (20,000 nodes) woke the groups' and jobs' urgent lane with
 # every write, and the endpoints' pod writes, which wait while it runs, nearly stopped.
-OWN_NODE_LABELS = frozenset({names.GROUP_LABEL, names.NODE_DOMAIN_LABEL, names.SLOT_LABEL})
+OWN_NODE_LABELS = frozenset(OWN_LABELS)
 
 
 def node_digest(node: Obj) -> tuple[object, ...]:
