@@ -5,9 +5,10 @@ Capacity is only right if every pod that holds accelerators on a group's nodes c
 namespace, whoever made it (a namespaced operator, a user's plain pod, a Job, a DaemonSet).
 So pods are watched cluster-wide, always, by a watch of the operator's own rather than
 kopf's: it starts from the resourceVersion of the initial list (runtime.prime), so a start
-does not list every pod a second time; each event is slimmed on arrival (only pods the
-operator tracks are kept: its own, and any requesting a device). Nodes the same way, each
-slimmed to what placement and health read (kopf would keep every full body, a real node's
+does not list every pod a second time; each event is decoded straight into the shape the
+state keeps (controllers.shapes: the rest of the JSON is skipped, never built), and only
+pods the operator tracks are kept: its own, and any requesting a device. Nodes the same way,
+each to what placement and health read (kopf would keep every full body, a real node's
 image list included, queued per object after a restart).
 
 A kubelet renews its node's Lease (kube-node-lease) every 10 s; a node whose renewals stop
