@@ -59,11 +59,21 @@ class OperatorProcess:
                 env={**os.environ, "KUBECONFIG": str(self.box.kubeconfig)}, stdout=out,
                 stderr=subprocess.STDOUT)
 
-    def stop(self) -> None:
+    def stop(self) -> float:
+        """SIGTERM; the seconds the operator took to exit. One still there after 60 s is
+        killed, and said so: a stop that hangs must not lose a run's figures."""
+        started = time.monotonic()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
-            self.proc.wait(timeout=60)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                print("# the operator had not exited 60 s after SIGTERM: killed",
+                      file=sys.stderr, flush=True)
+                self.proc.kill()
+                self.proc.wait()
         self.proc = None
+        return time.monotonic() - started
 
     def ready(self) -> bool:
         try:

@@ -350,7 +350,8 @@ def measure(domains: int, jobs: int, endpoints: int, replicas: int, window: floa
 
             restarts = sum(int((j.get("status") or {}).get("restarts", 0))
                            for j in listed(box, "trainingjobs"))
-            operator.stop()
+            print(f"# before the restart: {json.dumps(result)}", file=sys.stderr, flush=True)
+            result["stop_s"] = round(operator.stop(), 1)
             operator.start()
             result["restart_ready_s"] = round(wait_until(operator.ready, 600, "ready again"), 1)
             result["restart_first_pass_s"] = round(wait_until(
@@ -413,6 +414,7 @@ def table(r: dict[str, Any]) -> str:
          *versus(rollout, idle, "kubectl_s", "")),
         ("operator RSS after a restart (a minute in / peak), MiB",
          f"{r['restart_rss_mb']} / {r['restart_peak_rss_mb']}", "", "", ""),
+        ("SIGTERM -> the operator exited, s", r["stop_s"], "< 60 (else killed)", "", ""),
         ("restart -> ready / first full pass, s",
          f"{r['restart_ready_s']} / {r['restart_first_pass_s']}", "", "", ""),
         ("jobs restarted by the operator restart", r["jobs_restarted_by_operator_restart"],

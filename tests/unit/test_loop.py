@@ -310,3 +310,39 @@ def test_members_are_labelled_in_the_background_a_few_at_a_time_never_asked_twic
     assert most[0] == ultraservergroup.LABEL_CONCURRENCY
     assert all(state.nodes[n]["metadata"]["labels"].get(names.GROUP_LABEL) == "trn2"
                for n in bodies)
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 3])
+def test_a_stop_is_never_lost_while_the_loop_waits_for_a_wake(steps: int) -> None:
+    """At scale the wake is set again by the end of nearly every pass. Python 3.11's
+    asyncio.wait_for, cancelled in the steps after its awaited future finished, returned
+    normally: the shutdown's cancellation was lost and the operator never stopped."""
+    async def stopped() -> bool:
+        state = State()
+        state.wake.set()
+        waiting = asyncio.create_task(loop.woken_or(state, 5.0))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        waiting.cancel()
+        try:
+            await waiting
+        except asyncio.CancelledError:
+            return True
+        return False
+
+    assert asyncio.run(stopped())
+
+
+def test_the_wait_ends_on_a_wake_or_at_its_timeout() -> None:
+    async def waited() -> tuple[float, float]:
+        state = State()
+        started = time.monotonic()
+        await loop.woken_or(state, 0.05)  # nothing wakes it
+        timed_out = time.monotonic() - started
+        asyncio.get_running_loop().call_later(0.01, state.wake.set)
+        started = time.monotonic()
+        await loop.woken_or(state, 30.0)
+        return timed_out, time.monotonic() - started
+
+    timed_out, woken = asyncio.run(waited())
+    assert timed_out >= 0.05 and woken < 30.0

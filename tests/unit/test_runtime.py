@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
 
 from goodput_operator import names
 from goodput_operator.controllers.state import State
-from goodput_operator.operator.runtime import Health, tracked_pod
+from goodput_operator.operator.runtime import Health, cancelled, tracked_pod
 
 
 def pod(labels: dict[str, str] | None = None, requests: dict[str, str] | None = None
@@ -147,3 +148,39 @@ def test_survivors_of_a_pass_are_frozen_and_young_cycles_are_collected_first() -
         assert alive() is None
     finally:
         gc.unfreeze()
+
+
+def test_a_shutdown_cancels_again_until_the_loops_end(caplog: pytest.LogCaptureFixture) -> None:
+    """One cancellation can be lost (Python 3.11's wait_for); a loop that lost it ends at
+    the next one, and one that never ends is named and left behind after the bound."""
+    async def stopped() -> tuple[list[str], bool, bool]:
+        lost: list[str] = []
+        holding = True
+
+        async def loses_one() -> None:
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                lost.append("once")  # as if the cancellation had been swallowed
+            await asyncio.sleep(30)
+
+        async def stubborn() -> None:
+            while holding:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(30)
+
+        losing = asyncio.create_task(loses_one(), name="losing")
+        holds = asyncio.create_task(stubborn(), name="stubborn")
+        await asyncio.sleep(0)
+        await cancelled([losing], seconds=5.0)
+        await cancelled([holds], seconds=0.6)
+        left_behind = not holds.done()
+        holding = False
+        holds.cancel()
+        await asyncio.wait({holds})
+        return lost, losing.cancelled(), left_behind
+
+    with caplog.at_level("ERROR"):
+        lost, ended, left_behind = asyncio.run(stopped())
+    assert lost == ["once"] and ended and left_behind
+    assert "stubborn did not stop within 1s" in caplog.text

@@ -31,7 +31,7 @@ from goodput_operator.health.cadence import REPORTS_PER_SECOND
 from goodput_operator.operator import loop
 from goodput_operator.operator.leader import LeaderElection
 from goodput_operator.operator.reports import ReportServer
-from goodput_operator.operator.runtime import Health, prime
+from goodput_operator.operator.runtime import Health, cancelled, prime
 from goodput_operator.operator.watches import (
     ClaimWatch,
     GroupWatch,
@@ -199,9 +199,7 @@ async def stop(**_: Any) -> None:
 async def shutdown() -> None:
     """Graceful shutdown: stop the loops between API calls, close the servers, give the
     lease back so the standby takes over within seconds. Idempotent."""
-    for task in _tasks:
-        task.cancel()
-    await asyncio.gather(*_tasks, return_exceptions=True)
+    await cancelled(_tasks)
     _tasks.clear()
     for server in _servers:
         await server.stop()

@@ -15,7 +15,6 @@ endpoints' reservations (`_lanes`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
@@ -41,14 +40,26 @@ async def run_loop(state: State, kube: Kube, resync_seconds: float = 5.0) -> Non
         timeout = resync_seconds
         if state.deadline is not None:
             timeout = min(timeout, max(0.0, state.deadline - time.time()))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(state.wake.wait(), timeout=timeout)
+        await woken_or(state, timeout)
         await asyncio.sleep(DEBOUNCE_SECONDS)  # let a burst of watch events land first
         await one_pass(state, kube)
         runtime.freeze_survivors()
         if state.last_pass - trimmed > TRIM_SECONDS:
             trimmed, trims = state.last_pass, trims + 1
             runtime.release_freed_memory(thorough=trims % THOROUGH_TRIMS == 0)
+
+
+async def woken_or(state: State, timeout: float) -> None:
+    """Until something wakes the loop, or TIMEOUT seconds. Not `asyncio.wait_for`: on
+    Python 3.11 it returns normally when it is cancelled in the few steps after the awaited
+    future finished, and at scale the wake is set again by the end of nearly every pass, so
+    a shutdown's cancellation was lost and the operator never stopped (bench/README.md,
+    attempt 10)."""
+    woken = asyncio.ensure_future(state.wake.wait())
+    try:
+        await asyncio.wait({woken}, timeout=timeout)
+    finally:
+        woken.cancel()
 
 
 async def one_pass(state: State, kube: Kube) -> None:

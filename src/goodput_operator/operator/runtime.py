@@ -31,6 +31,7 @@ from goodput_operator.controllers.state import State
 
 log = logging.getLogger("goodput.runtime")
 PAGE = 500  # objects per list request: bounded memory per response on large fleets
+STOP_SECONDS = 10.0  # how long a shutdown waits for the loops to end
 PODS = "/api/v1/pods"
 NODES = "/api/v1/nodes"
 GROUPS = f"/apis/{GROUP}/{VERSION}/ultraservergroups"
@@ -191,6 +192,22 @@ async def prime(state: State, kube: Kube, namespaces: list[str] | None = None) -
              counts["trainingjobs"], counts["inferenceendpoints"],
              time.perf_counter() - started,
              ", ".join(f"{phase} {seconds:.1f}s" for phase, seconds in took.items()))
+
+
+async def cancelled(tasks: list[asyncio.Task[None]], seconds: float = STOP_SECONDS) -> None:
+    """Cancel TASKS, again every half second until they end: on Python 3.11 one
+    cancellation can be lost (`asyncio.wait_for` returns normally when cancelled just
+    after its future finished; kopf's own stop repeats its cancellations too). After
+    SECONDS the ones left are logged and left: the process is exiting."""
+    pending = {task for task in tasks if not task.done()}
+    deadline = time.monotonic() + seconds
+    while pending and time.monotonic() < deadline:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=0.5)
+    if pending:
+        log.error("%s did not stop within %.0fs", ", ".join(t.get_name() for t in pending),
+                  seconds)
 
 
 @dataclass
