@@ -198,7 +198,7 @@ async def cancelled(tasks: list[asyncio.Task[None]], seconds: float = STOP_SECON
     """Cancel TASKS, again every half second until they end: on Python 3.11 one
     cancellation can be lost (`asyncio.wait_for` returns normally when cancelled just
     after its future finished; kopf's own stop repeats its cancellations too). After
-    SECONDS the ones left are logged and left: the process is exiting."""
+    SECONDS the ones left are named in the log, and the shutdown goes on without them."""
     pending = {task for task in tasks if not task.done()}
     deadline = time.monotonic() + seconds
     while pending and time.monotonic() < deadline:
