@@ -24,7 +24,8 @@ Obj = dict[str, Any]
 
 
 class ObjectMeta(TypedDict, total=False):
-    """Every ObjectMeta field but managedFields (often the biggest part of an object)."""
+    """Every ObjectMeta field but managedFields (often the biggest part of an object): a
+    pod's and a node's."""
 
     name: Any
     generateName: Any
@@ -67,16 +68,6 @@ class Pod(TypedDict, total=False):
     status: Any
 
 
-class NodeMeta(TypedDict, total=False):
-    name: Any
-    uid: Any
-    resourceVersion: Any
-    labels: Any
-    annotations: Any
-    creationTimestamp: Any
-    deletionTimestamp: Any
-
-
 class NodeSpec(TypedDict, total=False):
     taints: Any
     unschedulable: Any
@@ -94,7 +85,7 @@ class NodeStatus(TypedDict, total=False):
 class Node(TypedDict, total=False):
     apiVersion: Any
     kind: Any
-    metadata: NodeMeta | None
+    metadata: ObjectMeta | None
     spec: NodeSpec | None
     status: NodeStatus | None
 
@@ -120,7 +111,7 @@ class Event(TypedDict, total=False):
 
 
 POD_SPEC_KEPT = tuple(k for k in PodSpec.__annotations__ if k != "containers")
-NODE_METADATA_KEPT = tuple(NodeMeta.__annotations__)
+NODE_METADATA_KEPT = tuple(ObjectMeta.__annotations__)
 Decode = Callable[[bytes | str], Obj]
 
 
