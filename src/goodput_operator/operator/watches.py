@@ -43,7 +43,7 @@ from goodput_operator.controllers.shapes import (
     decode_pod_event,
     decode_pods,
 )
-from goodput_operator.controllers.state import State, pod_key, slim_node, slim_pod
+from goodput_operator.controllers.state import State, pod_key
 from goodput_operator.health.quarantine import parse_time
 from goodput_operator.health.signals import device_taints
 from goodput_operator.operator.runtime import (
@@ -180,14 +180,14 @@ class PodWatch(Watch):
 
     def changed(self, body: Obj) -> None:
         if tracked_pod(body):
-            self.loop.call_soon_threadsafe(self.state.upsert_pod, slim_pod(body))
+            self.loop.call_soon_threadsafe(self.state.upsert_pod, body)
 
     def deleted(self, body: Obj) -> None:
-        self.loop.call_soon_threadsafe(self.state.remove_pod, slim_pod(body))
+        self.loop.call_soon_threadsafe(self.state.remove_pod, body)
 
     def listed(self) -> tuple[list[Obj], str]:
         pods, version = super().listed()
-        return [slim_pod(pod) for pod in pods if tracked_pod(pod)], version
+        return [pod for pod in pods if tracked_pod(pod)], version
 
     async def replace(self, items: list[Obj]) -> None:
         listed = {pod_key(pod) for pod in items}
@@ -198,20 +198,17 @@ class PodWatch(Watch):
 
 
 class NodeWatch(Watch):
-    """Nodes, slimmed on arrival (State.upsert_node stores them; heartbeats wake nothing)."""
+    """Nodes, decoded to what the state keeps (State.upsert_node stores them; heartbeats
+    wake nothing)."""
 
     path, kind = NODES, "nodes"
     decode_list, decode_event = staticmethod(decode_nodes), staticmethod(decode_node_event)
 
     def changed(self, body: Obj) -> None:
-        self.loop.call_soon_threadsafe(self.state.upsert_node, slim_node(body))
+        self.loop.call_soon_threadsafe(self.state.upsert_node, body)
 
     def deleted(self, body: Obj) -> None:
         self.loop.call_soon_threadsafe(self.state.remove_node, body["metadata"]["name"])
-
-    def listed(self) -> tuple[list[Obj], str]:
-        nodes, version = super().listed()
-        return [slim_node(node) for node in nodes], version
 
     async def replace(self, items: list[Obj]) -> None:
         names = {node["metadata"]["name"] for node in items}
