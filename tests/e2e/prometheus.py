@@ -5,18 +5,26 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
+import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    generate_latest,
+)
 
 from tests.conftest import wait_for
 from tests.e2e.conftest import free_port
 
 
 class Exporter:
-    """vLLM-named gauges per endpoint, served to Prometheus; tests set the values.
+    """vLLM-named series per endpoint, served to Prometheus; tests set the gauges and the
+    rate at which the finished-requests counter grows.
 
     Served in the classic text format, as vLLM serves them: prometheus_client's
     OpenMetrics output rewrites the `:` in vLLM's names to `_`."""
@@ -25,6 +33,14 @@ class Exporter:
         self.registry = CollectorRegistry()
         self.waiting = Gauge("vllm:num_requests_waiting", "queued requests",
                              ["namespace", "endpoint"], registry=self.registry)
+        self.in_flight = Gauge("vllm:num_requests_running", "requests being served",
+                               ["namespace", "endpoint"], registry=self.registry)
+        self.finished = Counter("vllm:request_success", "finished requests",
+                                ["namespace", "endpoint"], registry=self.registry)
+        self.sglang_cache = Gauge("sglang:token_usage", "KV-cache use (SGLang's name)",
+                                  ["namespace", "endpoint", "pod"], registry=self.registry)
+        self.rates: dict[tuple[str, str], float] = {}
+        threading.Thread(target=self._finish, daemon=True).start()
         registry = self.registry
 
         class Handler(BaseHTTPRequestHandler):
@@ -45,6 +61,27 @@ class Exporter:
 
     def queue(self, namespace: str, endpoint: str, depth: float) -> None:
         self.waiting.labels(namespace, endpoint).set(depth)
+
+    def serving(self, namespace: str, endpoint: str, running: float,
+                finished_per_second: float) -> None:
+        """RUNNING requests in flight, and FINISHED_PER_SECOND added to
+        vllm:request_success_total from now on."""
+        self.in_flight.labels(namespace, endpoint).set(running)
+        self.rates[(namespace, endpoint)] = finished_per_second
+
+    def sglang_cache_use(self, namespace: str, endpoint: str, *per_server: float) -> None:
+        """KV-cache use of each of the endpoint's servers, under SGLang's metric name."""
+        for index, use in enumerate(per_server):
+            self.sglang_cache.labels(namespace, endpoint, f"server-{index}").set(use)
+
+    def _finish(self) -> None:
+        last = time.monotonic()
+        while True:
+            time.sleep(0.1)
+            now = time.monotonic()
+            for key, rate in list(self.rates.items()):
+                self.finished.labels(*key).inc(rate * (now - last))
+            last = now
 
 
 class Prometheus:

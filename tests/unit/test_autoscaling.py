@@ -129,3 +129,69 @@ def test_lookahead_judges_a_growing_queue_where_it_is_heading() -> None:
     assert draining.desired == 1 and draining.reason.startswith("QueueDepth 0 ")  # no window
     first = recommend(queue(24), 5, scaling(lookaheadSeconds=30), History(), now=0)
     assert first.desired == 3                                     # no trend yet: as it is
+
+
+def arrivals(rate: float, waiting: float | None = None) -> list[Sample]:
+    """A RequestRate sample (one replica serves 4 requests/s), and a queue if WAITING."""
+    queued = [] if waiting is None else queue(waiting)
+    return [Sample("RequestRate", 4, rate), *queued]
+
+
+def by_rate(**spec: Any) -> Scaling:
+    return scaling(metrics=[{"type": "RequestRate", "target": 4},
+                            {"type": "QueueDepth", "target": 8}], **spec)
+
+
+@pytest.mark.parametrize(
+    ("rate", "waiting", "current", "desired"),
+    [
+        (40, None, 10, 10),    # arrivals alone: 40 / 4 served per replica
+        (60, None, 10, 15),
+        (40, 0, 10, 10),       # an empty queue adds nothing
+        (40, 40, 10, 15),      # 10 keep up, 40 queued / 8 per replica drain it: 5 more
+        (4, 80, 10, 11),       # a backlog but few arrivals: 1 + 10
+        (0, 0, 3, 1),          # no demand at all: the floor of one
+    ],
+)
+def test_the_arrival_rate_sizes_and_the_backlog_adds_what_drains_it(
+        rate: float, waiting: float | None, current: int, desired: int) -> None:
+    spec = by_rate(scaleDown={"stabilizationSeconds": 0},
+                   scaleUp={"stabilizationSeconds": 0,
+                            "policies": [{"type": "Percent", "value": 1000,
+                                         "periodSeconds": 15}]})
+    decision = recommend(arrivals(rate, waiting), current, spec, History(), now=0)
+    assert decision.desired == desired
+    assert ("backlog" in decision.reason) == bool(waiting and desired > current)
+
+
+def test_the_backlogs_peak_is_released_once_drained_but_the_arrivals_need_is_held() -> None:
+    spec, history = by_rate(), History()  # scale-down window 300 s
+    burst = recommend(arrivals(40, 80), 10, spec, history, now=0)
+    assert burst.desired == 20                                      # 10 + 80 / 8
+    drained = recommend(arrivals(40, 0), 20, spec, history, now=15)
+    assert drained.desired == 10                                    # at once, not in 300 s
+    quieter = recommend(arrivals(20, 0), 10, spec, history, now=30)
+    assert quieter.desired == 10 and "window" in quieter.reason     # arrivals' need held
+    assert recommend(arrivals(20, 0), 10, spec, history, now=316).desired == 5
+
+
+def test_on_the_queue_alone_the_window_keeps_the_backlogs_peak() -> None:
+    spec, history = scaling(), History()  # QueueDepth only: as the HPA does
+    assert recommend(queue(160), 10, spec, history, now=0).desired == 20
+    assert recommend(queue(0), 20, spec, history, now=15).desired == 20
+
+
+def test_kv_cache_use_scales_by_its_ratio_and_the_largest_need_wins() -> None:
+    spec = scaling(scaleUp={"stabilizationSeconds": 0, "policies": [
+        {"type": "Percent", "value": 1000, "periodSeconds": 15}]})
+    cache = [Sample("KVCacheUtilization", 0.8, 0.95), Sample("QueueDepth", 8, 16)]
+    decision = recommend(cache, 4, spec, History(), now=0)
+    assert decision.desired == 5 and decision.reason.startswith("KVCacheUtilization")
+    busy = recommend([*cache[:1], Sample("QueueDepth", 8, 64)], 4, spec, History(), now=0)
+    assert busy.desired == 8 and busy.reason.startswith("QueueDepth")
+
+
+def test_panic_judges_demand_never_a_level_like_cache_use() -> None:
+    spec = scaling(panic={"enabled": True, "threshold": 2, "windowSeconds": 1})
+    full = recommend([Sample("KVCacheUtilization", 0.4, 0.95)], 1, spec, History(), now=0)
+    assert not full.panic and full.desired == 3                 # ceil(1 x 0.95 / 0.4)

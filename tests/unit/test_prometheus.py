@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import pytest
 
+from goodput_operator.api.inferenceendpoint import MetricTarget
 from goodput_operator.autoscaling import prometheus
 from tests.unit.local_http import Handler, serving
 
@@ -62,3 +63,24 @@ def test_an_answer_that_is_not_one_number_is_an_error_never_a_crash(
     Answers.body = body
     with pytest.raises(prometheus.PrometheusError, match=error):
         prometheus.instant(server, "up", timeout=5)
+
+
+@pytest.mark.parametrize(("kind", "vllm", "sglang"), [
+    ("QueueDepth", ["vllm:num_requests_waiting"], ["sglang:num_queue_reqs"]),
+    ("Concurrency", ["vllm:num_requests_running"], ["sglang:num_running_reqs"]),
+    ("TTFTp95", ["vllm:time_to_first_token_seconds_bucket"],
+     ["sglang:time_to_first_token_seconds_bucket"]),
+    ("TokensPerSecond", ["vllm:generation_tokens_total"], ["sglang:generation_tokens_total"]),
+    ("RequestRate", ["vllm:request_success_total", "vllm:num_requests_waiting",
+                     "vllm:num_requests_running"],
+     ["sglang:num_requests_total", "sglang:num_queue_reqs", "sglang:num_running_reqs"]),
+    ("KVCacheUtilization", ["vllm:kv_cache_usage_perc"], ["sglang:token_usage"]),
+])
+def test_default_queries_read_each_engines_names_for_this_endpoint_only(
+        kind: str, vllm: list[str], sglang: list[str]) -> None:
+    metric = MetricTarget.model_validate({"type": kind, "target": 0.5})
+    for names, expected, other in (("vLLM", vllm, "sglang:"), ("SGLang", sglang, "vllm:")):
+        query = prometheus.query_for(metric, "team-a", "chat", names)
+        selector = '{namespace="team-a",endpoint="chat"}'
+        assert all(f"{name}{selector}" in query for name in expected), query
+        assert query.count(selector) == len(expected) and other not in query, query

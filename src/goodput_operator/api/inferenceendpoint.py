@@ -22,7 +22,8 @@ from goodput_operator.api.base import (
     schema_default,
 )
 
-MetricType = Literal["QueueDepth", "Concurrency", "TTFTp95", "TokensPerSecond", "PromQL"]
+MetricType = Literal["QueueDepth", "Concurrency", "TTFTp95", "TokensPerSecond", "RequestRate",
+                     "KVCacheUtilization", "PromQL"]
 
 MAX_REPLICAS = 4096  # replica groups of one endpoint
 MAX_PODS = 8192  # pods of one endpoint at its largest: replica groups x pods per group
@@ -55,13 +56,21 @@ class MetricTarget(ApiModel):
             reason="FieldValueRequired"),
         cel("self.type == 'PromQL' || !has(self.query)",
             "scaling.metrics[].query is only allowed when type is PromQL", ".query"),
+        cel("self.type != 'KVCacheUtilization' || self.target <= 1.0",
+            "scaling.metrics[].target of KVCacheUtilization is a fraction of the cache: "
+            "at most 1", ".target"),
     )
 
     type: MetricType
     """QueueDepth (waiting requests per replica), Concurrency (in-flight per replica),
-    TTFTp95 (seconds), TokensPerSecond (per replica), or PromQL (your query)."""
+    TTFTp95 (seconds), TokensPerSecond (generated, per replica), RequestRate (arriving
+    requests/s; target: what one replica serves; with a QueueDepth metric too, replicas
+    for the arrivals plus replicas that drain the queue), KVCacheUtilization (the
+    replicas' average KV-cache use, 0-1), or PromQL (your query)."""
     target: float = Field(gt=0, le=1_000_000_000)
-    """Target value per replica; for TTFTp95, seconds."""
+    """Target value per replica; for TTFTp95, seconds; for RequestRate, the requests/s one
+    replica serves within your latency objective; for KVCacheUtilization, the fraction of
+    the cache to keep in use (e.g. 0.8)."""
     query: str | None = Field(default=None, min_length=1, max_length=4096)
     """PromQL returning one number for the whole endpoint (PromQL type only)."""
 
@@ -119,6 +128,9 @@ class Scaling(ApiModel):
     """Most replicas; also capped by what free whole domains can host."""
     metrics: list[MetricTarget] = Field(min_length=1, max_length=8)
     """Signals to scale on; the largest recommendation wins."""
+    metric_names: Literal["vLLM", "SGLang"] = "vLLM"
+    """Whose metric names the default queries read: vLLM's (`vllm:num_requests_waiting`,
+    ...) or SGLang's (`sglang:num_queue_reqs`, ...)."""
     tolerance: float = Field(default=0.1, ge=0, lt=1)
     """Ignore ratios within 1 +/- tolerance of the target (no flapping)."""
     lookahead_seconds: int = Field(default=0, ge=0, le=3600)

@@ -8,6 +8,12 @@ panic mode (a burst beyond `threshold` x capacity scales up at once, skipping th
 and the rate limit, and blocks scale-down for a while), and capacity awareness (never
 more replicas than free domains can host; the caller reports ScalingLimited).
 Missing or stale metrics hold the current size; scale to zero only after a measured idle.
+
+RequestRate sizes from the arrival rate (arrivals / what one replica serves): the replicas
+that keep up. With a QueueDepth metric beside it, the backlog adds the replicas that drain
+the queue within its target (queue / per-replica queue target), and only while it lasts:
+the scale-down window remembers the arrival rate's need, not the backlog's, so the peak a
+burst's backlog asked for is released as soon as the queue has drained.
 """
 
 from __future__ import annotations
@@ -24,13 +30,15 @@ PANIC_HOLD_SECONDS = 60.0  # no scale-down this long after the last panic
 # The HPA's default rate limits (behavior unset): up max(4 pods, 100%)/15 s, down 100%/15 s
 DEFAULT_UP = (("Replicas", 4, 15), ("Percent", 100, 15))
 DEFAULT_DOWN = (("Percent", 100, 15),)
-PER_REPLICA = ("QueueDepth", "Concurrency", "TokensPerSecond")
+PER_REPLICA = ("QueueDepth", "Concurrency", "TokensPerSecond", "RequestRate")
+RATIO = ("TTFTp95", "KVCacheUtilization")  # not a total: the replicas' level against target
 
 
 @dataclass(frozen=True)
 class Sample:
     """One metric's value now. TOTAL for the endpoint (queue depth summed over replicas,
-    tokens/s summed), or the latency itself for TTFTp95; None when missing or stale."""
+    tokens/s summed), or the level itself for the RATIO types (TTFTp95's latency, the
+    average KV-cache use); None when missing or stale."""
 
     type: str
     target: float
@@ -42,7 +50,8 @@ class Sample:
 class History:
     """What the autoscaler remembers between evaluations (per endpoint)."""
 
-    recommendations: list[tuple[float, int]] = field(default_factory=list)
+    # time, replicas wanted, of which lasting (without a backlog that drains)
+    recommendations: list[tuple[float, int, int]] = field(default_factory=list)
     changes: list[tuple[float, int, int]] = field(default_factory=list)  # time, from, to
     panic_until: float = 0.0
     idle_since: float | None = None
@@ -66,7 +75,7 @@ def metric_recommendation(sample: Sample, current: int) -> float:
     assert sample.value is not None
     if sample.type in PER_REPLICA or sample.type == "PromQL":
         return sample.value / sample.target  # totals: replicas = total / per-replica target
-    return max(current, 1) * sample.value / sample.target  # latency: scale by the ratio
+    return max(current, 1) * sample.value / sample.target  # a level: scale by the ratio
 
 
 def recommend(samples: Sequence[Sample], current: int, spec: Scaling, history: History,
@@ -80,25 +89,33 @@ def recommend(samples: Sequence[Sample], current: int, spec: Scaling, history: H
         return Decision(current, f"holding {current}: no fresh value for "
                         f"{', '.join(missing)}", values,
                         unavailable=f"metric(s) {', '.join(missing)} missing or stale")
+    # a latency is no demand (it outlives the requests); cache in use is
     demand = sum(s.value or 0.0 for s in samples if s.type != "TTFTp95")
     samples = [_ahead(s, spec, history, now) for s in samples]
-    wanted = 0
+    backlog = _backlog(samples)
+    wanted = lasting = 0
     why = "no demand"
     for sample in samples:
         raw = metric_recommendation(sample, current)
-        ratio = raw / current if current else math.inf if raw > 0 else 1.0
-        replicas = current if current and abs(ratio - 1) <= spec.tolerance else math.ceil(raw)
+        drains = backlog if backlog is not None and sample.type == "RequestRate" else 0.0
+        replicas = _within_tolerance(raw + drains, current, spec.tolerance)
+        if backlog is None or sample.type != "QueueDepth":  # the queue is the backlog's
+            lasting = max(lasting, _within_tolerance(raw, current, spec.tolerance))
         if replicas > wanted or (replicas == wanted and why == "no demand"):
             wanted = replicas
             why = (f"{sample.name or sample.type} {sample.value:.4g} vs target "
-                   f"{sample.target:.4g}" + (" (within tolerance)" if replicas == current
-                                             and current else ""))
+                   f"{sample.target:.4g}" + (f" plus a backlog of {backlog:.3g} replicas"
+                                             if drains else "")
+                   + (" (within tolerance)" if replicas == current and current else ""))
     panic = _panic(samples, current, spec, history, now)
     wanted = _idle(wanted, demand, current, spec, history, now)
-    history.recommendations.append((now, wanted))
+    if backlog is None or wanted == 0:
+        lasting = wanted
+    history.recommendations.append((now, wanted, min(wanted, max(lasting, 1))))
     window = max(spec.scale_up.stabilization_seconds, spec.scale_down.stabilization_seconds)
-    history.recommendations = [(t, r) for t, r in history.recommendations if t >= now - window]
-    desired, why = _stabilize(wanted, current, spec, history, now, panic, why)
+    history.recommendations = [r for r in history.recommendations if r[0] >= now - window]
+    desired, why = _stabilize(wanted, current, spec, history, now, panic, why,
+                              math.ceil(backlog or 0.0))
     bounded = max(spec.min_replicas, min(spec.max_replicas, desired))
     limited, short = None, False
     if bounded < desired:
@@ -111,6 +128,21 @@ def recommend(samples: Sequence[Sample], current: int, spec: Scaling, history: H
         history.changes.append((now, current, bounded))
         history.changes = [c for c in history.changes if c[0] >= now - 1800]
     return Decision(bounded, why, values, limited=limited, capacity_limited=short, panic=panic)
+
+
+def _within_tolerance(raw: float, current: int, tolerance: float) -> int:
+    """RAW replicas as a count: the current one while the ratio stays within TOLERANCE."""
+    ratio = raw / current if current else math.inf if raw > 0 else 1.0
+    return current if current and abs(ratio - 1) <= tolerance else math.ceil(raw)
+
+
+def _backlog(samples: Sequence[Sample]) -> float | None:
+    """Replicas that drain the queue within its target, for a RequestRate metric to add;
+    None unless the endpoint scales on both a RequestRate and a QueueDepth metric."""
+    queues = [(s.value or 0.0) / s.target for s in samples if s.type == "QueueDepth"]
+    if not queues or not any(s.type == "RequestRate" for s in samples):
+        return None
+    return max(queues)
 
 
 def _ahead(sample: Sample, spec: Scaling, history: History, now: float) -> Sample:
@@ -139,7 +171,7 @@ def _panic(samples: Sequence[Sample], current: int, spec: Scaling, history: Hist
     window = spec.panic.window_seconds
     burst = False
     for sample in samples:
-        if sample.type == "TTFTp95":
+        if sample.type in RATIO:  # a level, not demand to compare with capacity
             continue
         key = sample.name or sample.type
         seen = [(t, v) for t, v in history.burst.get(key, []) if t > now - window]
@@ -169,11 +201,13 @@ def _idle(wanted: int, demand: float, current: int, spec: Scaling, history: Hist
 
 
 def _stabilize(wanted: int, current: int, spec: Scaling, history: History, now: float,
-               panic: bool, why: str) -> tuple[int, str]:
+               panic: bool, why: str, backlog: int = 0) -> tuple[int, str]:
+    """WANTED after the windows and rate policies. Scaling down keeps the highest lasting
+    recommendation of its window plus the BACKLOG (replicas) still to drain now."""
     if wanted > current:
         if panic:
             return wanted, f"panic: {why}"
-        up = [r for t, r in history.recommendations
+        up = [r for t, r, _ in history.recommendations
               if t >= now - spec.scale_up.stabilization_seconds]
         target = max(current, min(up or [wanted]))
         if spec.scale_up.select_policy == "Disabled":
@@ -185,9 +219,9 @@ def _stabilize(wanted: int, current: int, spec: Scaling, history: History, now: 
     if wanted < current:
         if panic:
             return current, f"panic mode holds {current}"
-        down = [r for t, r in history.recommendations
+        down = [r for t, _, r in history.recommendations
                 if t >= now - spec.scale_down.stabilization_seconds]
-        target = min(current, max(down or [wanted]))
+        target = min(current, max(wanted, max(down or [wanted]) + backlog))
         if spec.scale_down.select_policy == "Disabled":
             return current, "scale-down disabled"
         limit = _limit(current, spec.scale_down, history, now, up=False)

@@ -1,8 +1,8 @@
 """The Prometheus HTTP API at the autoscaler's edge: one instant query per metric.
 
-Default queries read vLLM's metric names, restricted to the endpoint by the `namespace`
-and `endpoint` labels (relabel the pod label goodput.dev/inferenceendpoint to `endpoint`
-in your scrape config); a PromQL metric brings its own query. A value is *stale* when its
+Default queries read vLLM's metric names (or SGLang's), restricted to the endpoint by the
+`namespace` and `endpoint` labels (relabel the pod label goodput.dev/inferenceendpoint to
+`endpoint` in your scrape config); a PromQL metric brings its own query. A value is *stale* when its
 sample is older than `stale_after` seconds, and then counts as missing.
 """
 
@@ -20,13 +20,35 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from goodput_operator.api.inferenceendpoint import MetricTarget
 
+_SELECTOR = '{{namespace="{namespace}",endpoint="{name}"}}'
+
+
+def _queries(waiting: str, running: str, ttft: str, tokens: str, finished: str,
+             kv_cache: str) -> dict[str, str]:
+    """The default query of each metric type, from one serving engine's metric names."""
+    def of(metric: str) -> str:
+        return metric + _SELECTOR
+
+    return {
+        "QueueDepth": f"sum({of(waiting)})",
+        "Concurrency": f"sum({of(running)})",
+        "TTFTp95": f"histogram_quantile(0.95, sum by (le) (rate({of(ttft + '_bucket')}[1m])))",
+        "TokensPerSecond": f"sum(rate({of(tokens)}[1m]))",
+        # engines count a request when it finishes: arrivals are finishes plus what the
+        # waiting and running requests grew by
+        "RequestRate": (f"sum(rate({of(finished)}[1m])) + sum(deriv({of(waiting)}[1m])) + "
+                        f"sum(deriv({of(running)}[1m]))"),
+        "KVCacheUtilization": f"avg({of(kv_cache)})",
+    }
+
+
 DEFAULT_QUERIES = {
-    "QueueDepth": 'sum(vllm:num_requests_waiting{{namespace="{namespace}",endpoint="{name}"}})',
-    "Concurrency": 'sum(vllm:num_requests_running{{namespace="{namespace}",endpoint="{name}"}})',
-    "TTFTp95": ('histogram_quantile(0.95, sum by (le) (rate(vllm:time_to_first_token_seconds'
-                '_bucket{{namespace="{namespace}",endpoint="{name}"}}[1m])))'),
-    "TokensPerSecond": ('sum(rate(vllm:generation_tokens_total{{namespace="{namespace}",'
-                        'endpoint="{name}"}}[1m]))'),
+    "vLLM": _queries("vllm:num_requests_waiting", "vllm:num_requests_running",
+                     "vllm:time_to_first_token_seconds", "vllm:generation_tokens_total",
+                     "vllm:request_success_total", "vllm:kv_cache_usage_perc"),
+    "SGLang": _queries("sglang:num_queue_reqs", "sglang:num_running_reqs",
+                       "sglang:time_to_first_token_seconds", "sglang:generation_tokens_total",
+                       "sglang:num_requests_total", "sglang:token_usage"),
 }
 
 
@@ -62,10 +84,11 @@ def _default_port(scheme: str) -> int:
     return 443 if scheme == "https" else 80
 
 
-def query_for(metric: MetricTarget, namespace: str, name: str) -> str:
+def query_for(metric: MetricTarget, namespace: str, name: str, names: str = "vLLM") -> str:
+    """METRIC's PromQL for the endpoint, from the NAMES engine's metric names."""
     if metric.type == "PromQL":
         return str(metric.query)
-    return DEFAULT_QUERIES[metric.type].format(namespace=namespace, name=name)
+    return DEFAULT_QUERIES[names][metric.type].format(namespace=namespace, name=name)
 
 
 def instant(url: str, promql: str, timeout: float = 5.0, stale_after: float = 60.0,

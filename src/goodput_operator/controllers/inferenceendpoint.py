@@ -152,7 +152,8 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, now: floa
         return
     samples = []
     for metric in spec.scaling.metrics:
-        promql = prometheus.query_for(metric, meta["namespace"], meta["name"])
+        promql = prometheus.query_for(metric, meta["namespace"], meta["name"],
+                                      spec.scaling.metric_names)
         try:
             value = await asyncio.wait_for(asyncio.to_thread(
                 prometheus.instant, url, promql, QUERY_SECONDS,
