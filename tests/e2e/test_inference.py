@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from goodput_operator import names
+from goodput_operator.api.inferenceendpoint import MetricTarget
+from goodput_operator.autoscaling import prometheus as promql
 from goodput_operator.sandbox.cluster import kubectl_binary
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
@@ -184,6 +186,10 @@ def test_the_arrival_rate_from_vllms_counters_sizes_and_a_backlog_adds_what_drai
     group = make_group()
     exporter.queue(namespace, "rated", 0)
     exporter.serving(namespace, "rated", running=3, finished_per_second=7)  # 7 arrive/s
+    # rate() over [1m] reads a new counter low until a minute of it is in the window
+    query = promql.query_for(MetricTarget(type="RequestRate", target=4), namespace, "rated")
+    wait_for(lambda: (promql.instant(prometheus.url, query) or 0) >= 6, timeout=90,
+             what="the default RequestRate query reading 7 requests/s")
     apply(crds, autoscaled("rated", group, prometheus.url, metrics=[
         {"type": "RequestRate", "target": 4}, {"type": "QueueDepth", "target": 8}]),
         namespace)
