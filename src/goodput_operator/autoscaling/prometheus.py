@@ -2,8 +2,8 @@
 
 Default queries read vLLM's metric names (or SGLang's), restricted to the endpoint by the
 `namespace` and `endpoint` labels (relabel the pod label goodput.dev/inferenceendpoint to
-`endpoint` in your scrape config); a PromQL metric brings its own query. A value is *stale* when its
-sample is older than `stale_after` seconds, and then counts as missing.
+`endpoint` in your scrape config); a PromQL metric brings its own query. A value is
+*stale* when its sample is older than `stale_after` seconds, and then counts as missing.
 """
 
 from __future__ import annotations
