@@ -79,7 +79,7 @@ def outcome(decision: EndpointDecision) -> dict[str, Any]:
         "reserve": len(decision.reservations), "deferred": decision.deferred,
         "replicas": decision.desired.get("replicas"),
         "desiredReplicas": decision.desired.get("desiredReplicas"),
-        "limited": decision.limited, "recorded": decision.scaling_recorded,
+        "limited": decision.limited, "recorded": bool(decision.scaling_recorded),
         "conditions": conditions(decision.desired),
     }
 
@@ -158,28 +158,28 @@ CASES = [
                                "Ready": ("False", "ReplicasNotReady"),
                                "Progressing": ("True", "RollingOut"),
                                "ScalingLimited": ("False", "WithinLimits")}},
-         pods=RUNNING_0, snapshot={"scaled": {("ns", "ie"): scaled(3, 1)}}),
+         pods=RUNNING_0, snapshot={"scaled": {("ns", "ie", ""): scaled(3, 1)}}),
     Case("an autoscaler decision already recorded is not recorded again",
          AUTO, {"desiredReplicas": 3, "recorded": False, "events": ["Placed"]},
          pods=RUNNING_0,
-         snapshot={"scaled": {("ns", "ie"): Scaled(scaled(3, 1).decision, 1, NOW - 1,
+         snapshot={"scaled": {("ns", "ie", ""): Scaled(scaled(3, 1).decision, 1, NOW - 1,
                                                    written=True)}}),
     Case("held at maxReplicas: ScalingLimited, AtMaxReplicas",
          AUTO, {"limited": True,
                 "conditions": {"ScalingLimited": ("True", "AtMaxReplicas")}},
          pods=RUNNING_0,
-         snapshot={"scaled": {("ns", "ie"): scaled(
+         snapshot={"scaled": {("ns", "ie", ""): scaled(
              4, 4, limited="6 wanted, scaling.maxReplicas is 4")}}),
     Case("held by the free domains: ScalingLimited, InsufficientCapacity",
          AUTO, {"conditions": {"ScalingLimited": ("True", "InsufficientCapacity")}},
          pods=RUNNING_0,
-         snapshot={"scaled": {("ns", "ie"): scaled(
+         snapshot={"scaled": {("ns", "ie", ""): scaled(
              2, 2, limited="4 wanted, the free domains can host only 2 replica(s) now",
              capacity_limited=True)}}),
     Case("stale metrics hold the size, and say so",
          AUTO, {"conditions": {"MetricsUnavailable": ("True", "MetricsMissing")}},
          pods=RUNNING_0,
-         snapshot={"scaled": {("ns", "ie"): scaled(1, 1, unavailable="no samples")}}),
+         snapshot={"scaled": {("ns", "ie", ""): scaled(1, 1, unavailable="no samples")}}),
 ]
 
 

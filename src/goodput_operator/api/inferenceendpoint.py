@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
@@ -12,6 +13,7 @@ from goodput_operator.api.base import (
     ApiModel,
     Condition,
     IntOrPercent,
+    JsonDict,
     PodTemplate,
     cel,
     conditions_field,
@@ -27,6 +29,7 @@ MetricType = Literal["QueueDepth", "Concurrency", "TTFTp95", "TokensPerSecond", 
 
 MAX_REPLICAS = 4096  # replica groups of one endpoint
 MAX_PODS = 8192  # pods of one endpoint at its largest: replica groups x pods per group
+ROLE_NAMES = ("decode", "prefill")  # a disaggregated endpoint's roles; decode anchors units
 
 
 class Model(ApiModel):
@@ -173,18 +176,99 @@ class Rollout(ApiModel):
     """Replica groups that may be unavailable during a rollout."""
 
 
+def _largest(path: str) -> str:
+    """CEL: the most replica groups the role or endpoint at PATH may have."""
+    return (f"(has({path}.scaling) ? {path}.scaling.maxReplicas : "
+            f"(has({path}.replicas) ? {path}.replicas : 1))")
+
+
+def _within_bounds(prefix: str) -> JsonDict:
+    return cel("!has(self.scaling) || !has(self.replicas) || "
+               "(self.replicas >= self.scaling.minReplicas && "
+               "self.replicas <= self.scaling.maxReplicas)",
+               f"{prefix}replicas must lie within {prefix}scaling.minReplicas.."
+               f"{prefix}scaling.maxReplicas", ".replicas")
+
+
+class Role(ApiModel):
+    """One role of a disaggregated endpoint: its replica shape, its server pod and its own
+    size (fixed, or autoscaled on its own signals)."""
+
+    model_config = rules(
+        _within_bounds("roles.<role>."),
+        cel("!has(self.scaling) || self.scaling.minReplicas >= 1",
+            "roles.<role>.scaling.minReplicas must be at least 1: every serving unit keeps "
+            "each role", ".scaling.minReplicas"),
+    )
+
+    replica_shape: ReplicaShape = Field(
+        json_schema_extra=field_rules(immutable("roles.<role>.replicaShape")),
+    )
+    """Pods per replica of this role and accelerators per pod."""
+    template: PodTemplate | None = None
+    """This role's server pod; defaults to spec.template (GOODPUT_SERVING_ROLE says which
+    role a pod serves)."""
+    replicas: int | None = Field(default=None, ge=1, le=MAX_REPLICAS)
+    """Replicas of this role when `scaling` is absent; defaults to 1."""
+    scaling: Scaling | None = None
+    """This role's autoscaling (e.g. decode on KVCacheUtilization, prefill on QueueDepth);
+    the default queries read only this role's pods (the `role` label)."""
+
+
+class RatioBound(ApiModel):
+    """Prefill replicas per decode replica, at least `min` and at most `max`."""
+
+    model_config = rules(cel("self.min <= self.max",
+                             "roles.prefillPerDecode.min must be <= roles.prefillPerDecode.max",
+                             ".min"))
+
+    min: float = Field(default=0.0, ge=0, le=64)
+    """Fewest prefill replicas per decode replica (rounded up)."""
+    max: float = Field(default=64.0, gt=0, le=64)
+    """Most prefill replicas per decode replica (rounded down; every unit keeps one)."""
+
+
+class Roles(ApiModel):
+    """Disaggregated serving: prefill and decode pools, scaled apart, placed in units.
+
+    A serving unit is one `affinity` scope (an NVLink domain, or a network block) holding
+    decode replicas and the prefill replicas beside them, so KV-cache transfers stay inside
+    it. Decode replicas anchor the units; every unit keeps at least one prefill replica;
+    a new unit's first replicas of both roles are placed together, all or none."""
+
+    decode: Role
+    """The decode pool: holds the KV cache and takes the requests (the endpoint's Service
+    selects its leaders)."""
+    prefill: Role
+    """The prefill pool: computes prompts' KV cache and hands it to a decode replica of
+    its unit."""
+    affinity: Literal["Domain", "NetworkBlock"] = "Domain"
+    """What one unit spans: one domain (an NVLink domain or UltraServer), or one network
+    block (the group's innermost networkLevels value)."""
+    prefill_per_decode: RatioBound | None = None
+    """Bounds the prefill pool by the decode pool's size."""
+
+
 class InferenceEndpointSpec(ApiModel):
     """What to serve, in which shape, and how many replicas."""
 
     model_config = rules(
-        cel("!has(self.scaling) || !has(self.replicas) || "
-            "(self.replicas >= self.scaling.minReplicas && "
-            "self.replicas <= self.scaling.maxReplicas)",
-            "replicas must lie within scaling.minReplicas..scaling.maxReplicas", ".replicas"),
-        cel(f"self.replicaShape.workers * (has(self.scaling) ? self.scaling.maxReplicas : "
-            f"(has(self.replicas) ? self.replicas : 1)) <= {MAX_PODS}",
+        _within_bounds(""),
+        cel("has(self.replicaShape) != has(self.roles)",
+            "set exactly one of replicaShape (one role) and roles (prefill and decode)",
+            ".replicaShape", reason="FieldValueRequired"),
+        cel("!has(self.roles) || (!has(self.replicas) && !has(self.scaling))",
+            "with roles, each role has its own size: set roles.decode and roles.prefill "
+            "replicas or scaling, not spec.replicas or spec.scaling", ".roles"),
+        cel("has(self.roles) == has(oldSelf.roles)",
+            "roles cannot be added or removed once the endpoint exists", ".roles",
+            reason="FieldValueForbidden"),
+        cel(f"(has(self.replicaShape) ? self.replicaShape.workers * {_largest('self')} : "
+            f"(has(self.roles) ? self.roles.decode.replicaShape.workers * "
+            f"{_largest('self.roles.decode')} + self.roles.prefill.replicaShape.workers * "
+            f"{_largest('self.roles.prefill')} : 0)) <= {MAX_PODS}",
             f"replicas (or scaling.maxReplicas) x replicaShape.workers must be at most "
-            f"{MAX_PODS} pods", ".replicaShape.workers"),
+            f"{MAX_PODS} pods (for roles, both roles together)", ".replicaShape.workers"),
     )
 
     ultra_server_group: str = Field(
@@ -195,11 +279,12 @@ class InferenceEndpointSpec(ApiModel):
     model: Model
     """The model served."""
     template: PodTemplate
-    """The server pod (leader and workers alike; GOODPUT_ROLE tells them apart)."""
-    replica_shape: ReplicaShape = Field(
-        json_schema_extra=field_rules(immutable("replicaShape")),
+    """The server pod (leader and workers alike; GOODPUT_ROLE tells them apart); with
+    roles, the default of each role's template."""
+    replica_shape: ReplicaShape | None = Field(
+        default=None, json_schema_extra=field_rules(immutable("replicaShape")),
     )
-    """Pods per replica and accelerators per pod."""
+    """Pods per replica and accelerators per pod (one role; else `roles`)."""
     replicas: int | None = Field(default=None, ge=0, le=MAX_REPLICAS)
     """Desired replicas when `scaling` is absent (the /scale subresource sets it);
     defaults to 1. With `scaling`, the autoscaler decides within its bounds."""
@@ -209,6 +294,31 @@ class InferenceEndpointSpec(ApiModel):
     """Rollout limits, in replica groups."""
     port: int = Field(default=8000, ge=1, le=65535)
     """Port the leader serves on; the endpoint's Service targets it."""
+    roles: Roles | None = None
+    """Disaggregated serving: prefill and decode pools, each with its own shape and size,
+    placed together in serving units (instead of replicaShape, replicas and scaling)."""
+
+    def serving_roles(self) -> list[ServingRole]:
+        """The roles to run: decode first (it anchors the units), or the one role."""
+        if self.roles is None:
+            assert self.replica_shape is not None  # the schema asks for one or the other
+            return [ServingRole("", self.replica_shape, self.replicas, self.scaling)]
+        return [ServingRole(name, role.replica_shape, role.replicas, role.scaling)
+                for name in ROLE_NAMES for role in [getattr(self.roles, name)]]
+
+
+@dataclass(frozen=True)
+class ServingRole:
+    """One pool of an endpoint: NAME is "" for a single-role endpoint."""
+
+    name: str
+    shape: ReplicaShape
+    replicas: int | None
+    scaling: Scaling | None
+
+    def desired_default(self) -> int:
+        """The size without the autoscaler's word."""
+        return 1 if self.replicas is None else self.replicas
 
 
 class ReplicaGroupStatus(ApiModel):
@@ -224,6 +334,8 @@ class ReplicaGroupStatus(ApiModel):
     """All pods of the group are ready."""
     revision: str | None = None
     """Template revision the group runs."""
+    role: Literal["prefill", "decode"] | None = None
+    """The group's role (disaggregated endpoints only)."""
 
 
 class ScalingDecision(ApiModel):
@@ -239,6 +351,33 @@ class ScalingDecision(ApiModel):
     """Why (metric, window, limit)."""
     metrics: dict[str, str] = Field(default_factory=dict)
     """Metric values it was decided from."""
+    role: Literal["prefill", "decode"] | None = None
+    """The role it sized (disaggregated endpoints only)."""
+
+
+class RoleStatus(ApiModel):
+    """One role's replica groups (disaggregated endpoints)."""
+
+    name: Literal["prefill", "decode"]
+    """The role."""
+    replicas: int = Field(default=0, ge=0)
+    """Its replica groups that exist."""
+    desired_replicas: int = Field(default=0, ge=0)
+    """Its replica groups wanted now (its autoscaler's or its replicas, bounded by
+    prefillPerDecode, and at least one prefill per unit)."""
+    ready_replicas: int = Field(default=0, ge=0)
+    """Its replica groups with every pod ready."""
+
+
+class UnitStatus(ApiModel):
+    """One serving unit: the decode and prefill groups inside one affinity scope."""
+
+    scope: str
+    """The domain (affinity Domain) or network block (NetworkBlock) it spans."""
+    decode: list[int] = Field(default_factory=list)
+    """Indexes of its decode groups."""
+    prefill: list[int] = Field(default_factory=list)
+    """Indexes of its prefill groups."""
 
 
 class InferenceEndpointStatus(ApiModel):
@@ -258,6 +397,10 @@ class InferenceEndpointStatus(ApiModel):
     """Label selector of the leader pods (for the /scale subresource and HPA)."""
     groups: list[ReplicaGroupStatus] = Field(default_factory=list)
     """Each replica group's placement and readiness."""
+    roles: list[RoleStatus] = Field(default_factory=list)
+    """Per role: groups existing, wanted and ready (disaggregated endpoints)."""
+    units: list[UnitStatus] = Field(default_factory=list)
+    """The serving units and their groups (disaggregated endpoints)."""
     last_scaling: ScalingDecision | None = None
     """The last scaling decision."""
     recent_scaling: list[ScalingDecision] = Field(default_factory=list, max_length=16)

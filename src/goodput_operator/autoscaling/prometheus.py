@@ -2,7 +2,8 @@
 
 Default queries read vLLM's metric names (or SGLang's), restricted to the endpoint by the
 `namespace` and `endpoint` labels (relabel the pod label goodput.dev/inferenceendpoint to
-`endpoint` in your scrape config); a PromQL metric brings its own query. A value is
+`endpoint` in your scrape config), and for one role of a disaggregated endpoint by `role`
+too (relabel goodput.dev/serving-role to `role`); a PromQL metric brings its own query. A value is
 *stale* when its sample is older than `stale_after` seconds, and then counts as missing.
 """
 
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from goodput_operator.api.inferenceendpoint import MetricTarget
 
-_SELECTOR = '{{namespace="{namespace}",endpoint="{name}"}}'
+_SELECTOR = '{{namespace="{namespace}",endpoint="{name}"{role}}}'
 
 
 def _queries(waiting: str, running: str, ttft: str, tokens: str, finished: str,
@@ -84,11 +85,14 @@ def _default_port(scheme: str) -> int:
     return 443 if scheme == "https" else 80
 
 
-def query_for(metric: MetricTarget, namespace: str, name: str, names: str = "vLLM") -> str:
-    """METRIC's PromQL for the endpoint, from the NAMES engine's metric names."""
+def query_for(metric: MetricTarget, namespace: str, name: str, names: str = "vLLM",
+              role: str = "") -> str:
+    """METRIC's PromQL for the endpoint (its ROLE's pods, if given), from the NAMES
+    engine's metric names."""
     if metric.type == "PromQL":
         return str(metric.query)
-    return DEFAULT_QUERIES[names][metric.type].format(namespace=namespace, name=name)
+    return DEFAULT_QUERIES[names][metric.type].format(
+        namespace=namespace, name=name, role=f',role="{role}"' if role else "")
 
 
 def instant(url: str, promql: str, timeout: float = 5.0, stale_after: float = 60.0,

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from goodput_operator import metrics
 from goodput_operator.api.conditions import set_condition, stamp
-from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
+from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec, ServingRole
 from goodput_operator.autoscaling import prometheus
 from goodput_operator.autoscaling.algorithm import Decision, History, Sample, recommend
 from goodput_operator.controllers.kube import (
@@ -44,6 +44,7 @@ from goodput_operator.decide.endpoint import (
     desired_replicas,
     placed_groups,
     request_of,
+    role_pods,
 )
 from goodput_operator.decide.fit import pod_fit
 from goodput_operator.resources import inference as build
@@ -125,9 +126,10 @@ async def reconcile_endpoints(state: State, kube: Kube, clock: float) -> None:
     for decision in decisions:  # before any await: reservations hold from now on
         state.reserve(decision.reservations)
         state.wake_at(decision.wake_at)
-        scaled = state.scaled.get(decision.key)
-        if decision.scaling_recorded and scaled is not None:
-            state.scaled[decision.key] = dataclasses.replace(scaled, written=True)
+        for role in decision.scaling_recorded:
+            key = (*decision.key, role)
+            if (scaled := state.scaled.get(key)) is not None:
+                state.scaled[key] = dataclasses.replace(scaled, written=True)
     log_failures(failures)
     await apply_each("InferenceEndpoint", decisions,
                      lambda decided: apply_endpoint(state, kube, decided),
@@ -137,13 +139,15 @@ async def reconcile_endpoints(state: State, kube: Kube, clock: float) -> None:
 
 # ---- the autoscaler ---------------------------------------------------------------------
 
-async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, now: float) -> None:
-    """Query the metrics, decide, and hand the decision to the loop."""
-    assert spec.scaling is not None
+async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, role: ServingRole,
+                   now: float) -> None:
+    """Query ROLE's metrics, decide its size, and hand the decision to the loop."""
+    scaling = role.scaling
+    assert scaling is not None
     meta = ie["metadata"]
-    key = (meta["namespace"], meta["name"])
-    url = spec.scaling.prometheus_url or state.prometheus_url
-    current = desired_replicas(state.scaled.get(key), ie, spec)
+    key = (meta["namespace"], meta["name"], role.name)
+    url = scaling.prometheus_url or state.prometheus_url
+    current = desired_replicas(state.scaled.get(key), ie, role)
     if not prometheus.allowed(url, [state.prometheus_url, *state.prometheus_allow]):
         why = (f"scaling.prometheusUrl {url} is not one the operator may query "
                "(its --prometheus-url or --prometheus-allow)")
@@ -151,44 +155,46 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, now: floa
                                      unavailable=why), current, now)
         return
     samples = []
-    for metric in spec.scaling.metrics:
+    for metric in scaling.metrics:
         promql = prometheus.query_for(metric, meta["namespace"], meta["name"],
-                                      spec.scaling.metric_names)
+                                      scaling.metric_names, role.name)
         try:
             value = await asyncio.wait_for(asyncio.to_thread(
                 prometheus.instant, url, promql, QUERY_SECONDS,
-                4.0 * spec.scaling.interval_seconds), QUERY_SECONDS)
+                4.0 * scaling.interval_seconds), QUERY_SECONDS)
         except (prometheus.PrometheusError, TimeoutError) as err:
             previous = state.scaled.get(key)
             if previous is None or previous.decision.unavailable is None:  # once per outage
-                log.warning("%s/%s: %s", meta["namespace"], meta["name"],
+                log.warning("%s/%s%s: %s", meta["namespace"], meta["name"],
+                            f" ({role.name})" if role.name else "",
                             err or f"no answer from {url} within {QUERY_SECONDS}s")
             value = None
         samples.append(Sample(metric.type, metric.target, value, metric.type))
     fleet = state.fleets.get(spec.ultra_server_group)
     capacity = None
     if fleet is not None:  # groups holding nodes now, plus what the free space can host
-        placed = placed_groups(owned(state.endpoint_pods.get(key, {}).values(), ie),
-                               spec.replica_shape.workers)
+        placed = placed_groups(role_pods(owned(state.endpoint_pods.get(key[:2], {}).values(),
+                                               ie), role.name), role.shape.workers)
         member = build.group_pods(ie, spec, 0, "0",
-                                  Fabric.of(state.groups[spec.ultra_server_group]))[0]
+                                  Fabric.of(state.groups[spec.ultra_server_group]), role)[0]
         fit = pod_fit(state.nodes, state.fits, fleet, spec.ultra_server_group, member["spec"])
-        capacity = placed + room_for(fleet, request_of(spec, *fit),
-                                     max(0, spec.scaling.max_replicas - placed))
+        capacity = placed + room_for(fleet, request_of(role.shape, *fit),
+                                     max(0, scaling.max_replicas - placed))
     history = state.scaling_history.setdefault(key, History())
-    decision = recommend(samples, current, spec.scaling, history, now, capacity)
+    decision = recommend(samples, current, scaling, history, now, capacity)
     _record(state, key, decision, current, now)
     if decision.desired != current:
-        log.info("%s/%s: %d -> %d: %s", meta["namespace"], meta["name"], current,
-                 decision.desired, decision.reason)
+        log.info("%s/%s%s: %d -> %d: %s", meta["namespace"], meta["name"],
+                 f" ({role.name})" if role.name else "", current, decision.desired,
+                 decision.reason)
         metrics.SCALING_DECISIONS.labels("up" if decision.desired > current else "down").inc()
 
 
-def _record(state: State, key: tuple[str, str], decision: Decision, current: int,
+def _record(state: State, key: tuple[str, str, str], decision: Decision, current: int,
             now: float) -> None:
     """Hand the decision to the loop, which writes it."""
     state.scaled[key] = Scaled(decision, current, now)
-    metrics.AUTOSCALER_EVALUATIONS.labels(*key).inc()
+    metrics.AUTOSCALER_EVALUATIONS.labels(*key[:2]).inc()
     state.wake.set()
 
 
@@ -197,15 +203,15 @@ async def run_autoscaler(state: State, tick: float = 1.0) -> None:
     time: one endpoint with a slow Prometheus delays none of the others."""
     limit = asyncio.Semaphore(EVALUATIONS)
 
-    async def one(key: tuple[str, str], ie: Obj, spec: InferenceEndpointSpec,
-                  now: float) -> None:
+    async def one(key: tuple[str, str, str], ie: Obj, spec: InferenceEndpointSpec,
+                  role: ServingRole, now: float) -> None:
         async with limit:
             try:
-                await evaluate(state, ie, spec, now)
+                await evaluate(state, ie, spec, role, now)
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("autoscaling %s/%s failed", *key)
+                log.exception("autoscaling %s/%s %s failed", *key)
 
     while True:
         now = time.time()
@@ -215,12 +221,15 @@ async def run_autoscaler(state: State, tick: float = 1.0) -> None:
                 spec = InferenceEndpointSpec.model_validate(ie["spec"])
             except ValidationError:
                 continue
-            if spec.scaling is None:
-                state.scaled.pop(key, None)
-                continue
-            last = state.scaled.get(key)
-            # within half a tick of due counts as due: evaluations stay one interval apart
-            if last is None or now - last.at >= spec.scaling.interval_seconds - tick / 2:
-                due.append(one(key, ie, spec, now))
+            for role in spec.serving_roles():
+                scaling, scale_key = role.scaling, (*key, role.name)
+                if scaling is None:
+                    state.scaled.pop(scale_key, None)
+                    continue
+                last = state.scaled.get(scale_key)
+                # within half a tick of due counts as due: evaluations stay one interval
+                # apart
+                if last is None or now - last.at >= scaling.interval_seconds - tick / 2:
+                    due.append(one(scale_key, ie, spec, role, now))
         await asyncio.gather(*due)
         await asyncio.sleep(tick)

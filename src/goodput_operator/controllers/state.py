@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from goodput_operator import metrics, names
+from goodput_operator.api.inferenceendpoint import ROLE_NAMES
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.api.ultraservergroup import OWN_LABELS, UltraServerGroupSpec
 from goodput_operator.controllers.kube import BULK_WRITES, wrote
@@ -229,8 +230,10 @@ class State:
         self.group_written: dict[str, float] = {}  # group -> last status write
         self.endpoints: dict[tuple[str, str], Obj] = {}
         self.endpoint_pods: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
-        self.scaled: dict[tuple[str, str], Scaled] = {}  # the autoscaler's latest decision
-        self.scaling_history: dict[tuple[str, str], Any] = {}  # autoscaling.History
+        # the autoscaler's latest decision and its history (autoscaling.History), per
+        # endpoint and role: (namespace, name, role or "")
+        self.scaled: dict[tuple[str, str, str], Scaled] = {}
+        self.scaling_history: dict[tuple[str, str, str], Any] = {}
         self.prometheus_url = "http://127.0.0.1:9090"
         self.prometheus_allow: list[str] = []  # what else endpoints may name (URL prefixes)
         # which nodes each pod spec fits, by group and spec (decide.fit): one pass's answers,
@@ -627,8 +630,9 @@ class State:
         key = (namespace, name)
         self.endpoints.pop(key, None)
         self.refused.pop(key, None)
-        self.scaled.pop(key, None)
-        self.scaling_history.pop(key, None)
+        for role in ("", *ROLE_NAMES):
+            self.scaled.pop((namespace, name, role), None)
+            self.scaling_history.pop((namespace, name, role), None)
         for fleet in self.fleets.values():
             fleet.release_owner(endpoint_owner(namespace, name))
         self.wake.set()

@@ -18,17 +18,31 @@ from pydantic import ValidationError
 from goodput_operator import names
 from goodput_operator.api.base import describe_errors
 from goodput_operator.api.conditions import set_condition, stamp
-from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
+from goodput_operator.api.inferenceendpoint import (
+    InferenceEndpointSpec,
+    ReplicaShape,
+    ServingRole,
+)
 from goodput_operator.decide.fit import pod_fit
-from goodput_operator.decide.replicas import EndpointPlan, Removal, groups_of, plan_groups
+from goodput_operator.decide.replicas import EndpointPlan, Group, Removal, groups_of, plan_groups
 from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.types import Event, Reservation
+from goodput_operator.decide.units import (
+    DECODE,
+    PREFILL,
+    Pending,
+    Units,
+    place_units,
+    prefill_wanted,
+    removal_order,
+    scope_of,
+)
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import inference as build
 from goodput_operator.resources.fabric import Fabric
 from goodput_operator.resources.pods import FINISHED, owned, pinned
 from goodput_operator.topology.model import Fleet, endpoint_owner
-from goodput_operator.topology.placement import Request, place
+from goodput_operator.topology.placement import Placement, Request, place
 
 Obj = dict[str, Any]
 MAX_DECISIONS = 16  # scaling decisions kept in status.recentScaling
@@ -63,7 +77,8 @@ class EndpointDecision:
     writes: int = 0  # pod writes taken from the pass's budget
     deferred: int = 0  # pod writes left for the next pass
     limited: bool = False  # scaling is held back (capacity, maxReplicas)
-    scaling_recorded: bool = False  # the autoscaler's decision is in this status
+    scaling_recorded: list[str] = field(default_factory=list)  # roles whose autoscaler's
+    # decision is in this status
     wake_at: float | None = None  # a refused create's backoff runs out then
 
     @property
@@ -78,23 +93,49 @@ def placed_groups(pods: Iterable[Obj], size: int) -> int:
     return sum(1 for g in groups.values() if len(g.pods) == size and all(g.nodes()))
 
 
-def request_of(spec: InferenceEndpointSpec, eligible: frozenset[str] | None = None,
+def request_of(shape: ReplicaShape, eligible: frozenset[str] | None = None,
                why: str = "") -> Request:
     """A replica group: multi-node groups must stay inside one domain; ELIGIBLE: the nodes
     its pods fit (decide.fit), None for all."""
-    shape = spec.replica_shape
     return Request(shape.workers, shape.accelerators_per_worker, "domain",
                    "required" if shape.workers > 1 else "preferred", eligible, why)
 
 
-def desired_replicas(scaled: Scaled | None, ie: Obj, spec: InferenceEndpointSpec) -> int:
-    if spec.scaling is None:
-        return 1 if spec.replicas is None else spec.replicas
+def role_pods(pods: Iterable[Obj], role: str) -> list[Obj]:
+    """The pods of ROLE ("": every pod of a single-role endpoint)."""
+    return [p for p in pods if (p["metadata"].get("labels") or {}).get(
+        names.SERVING_ROLE_LABEL, "") == role]
+
+
+def desired_replicas(scaled: Scaled | None, ie: Obj, role: ServingRole) -> int:
+    """ROLE's size: its autoscaler's latest decision, else (after a restart) what the
+    status last said, within its bounds; without scaling, its replicas."""
+    if role.scaling is None:
+        return role.desired_default()
     if scaled is not None:
         return int(scaled.decision.desired)
     status = ie.get("status") or {}
-    start = status.get("desiredReplicas") or spec.replicas or spec.scaling.min_replicas
-    return max(spec.scaling.min_replicas, min(spec.scaling.max_replicas, int(start)))
+    if role.name:
+        status = next((r for r in status.get("roles") or [] if r.get("name") == role.name), {})
+    start = status.get("desiredReplicas") or role.replicas or role.scaling.min_replicas
+    return max(role.scaling.min_replicas, min(role.scaling.max_replicas, int(start)))
+
+
+@dataclass
+class RolePlan:
+    """One role's pass: its groups' plan and the decisions behind it."""
+
+    role: ServingRole
+    plan: EndpointPlan
+    desired: int
+    revision: str
+    scaled: Scaled | None  # its autoscaler's latest decision (None: no scaling)
+    held: str = ""  # why its size is not its own decision (prefillPerDecode, units)
+    new: dict[int, dict[int, Obj]] = field(default_factory=dict)  # index -> member -> pod
+
+    @property
+    def size(self) -> int:
+        return self.role.shape.workers
 
 
 def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> EndpointDecision:
@@ -117,95 +158,190 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
     pods = owned(snapshot.endpoint_pods.get((namespace, name), {}).values(), ie)
     lost = {n for p in pods if (n := p.get("spec", {}).get("nodeName"))
             and (n not in fleet.nodes or fleet.nodes[n].state == "quarantined")}
-    latest = snapshot.scaled.get((namespace, name))
-    scaled = latest if spec.scaling else None
-    desired = desired_replicas(latest, ie, spec)
-    size = spec.replica_shape.workers
-    decided = plan_groups(pods, size, desired, build.revision(ie["spec"]), spec.rollout, lost)
+    plans = _plan_roles(snapshot, ie, spec, fleet, pods, lost)
     result = EndpointDecision(ie, status, {}, services=[build.service(ie, spec),
                                                         build.headless(ie)])
-    for index, why in sorted(decided.delete.items()):
-        result.delete += [p["metadata"]["name"] for p in decided.groups[index].pods.values()]
-        if decided.removal[index] is Removal.RESTART:
-            result.events.append(Event("Warning", "GroupRestarted", f"group {index}: {why}"))
+    for rp in plans:
+        for index, why in sorted(rp.plan.delete.items()):
+            result.delete += [p["metadata"]["name"]
+                              for p in rp.plan.groups[index].pods.values()]
+            removal = rp.plan.removal[index]
+            if removal in (Removal.RESTART, Removal.MOVE):
+                result.events.append(Event(
+                    "Warning" if removal is Removal.RESTART else "Normal",
+                    "GroupRestarted" if removal is Removal.RESTART else "GroupMoved",
+                    f"group {build.group_id(rp.role.name, index)}: {why}"))
     refusal = snapshot.refused.get((namespace, name))
     if refusal is not None and snapshot.clock < refusal.retry_at():
         # the API server refused its pods: no creates, and none of the pass's write budget
         # (other endpoints' rollouts), until the backoff runs out
-        decided.create, decided.complete = [], []
+        for rp in plans:
+            rp.plan.create, rp.plan.complete = [], []
         result.wake_at = refusal.retry_at()
-    writes = size * (len(decided.create) + len(decided.place)) + sum(
-        size - len(decided.groups[i].pods) for i in decided.complete)
+    writes = sum(rp.size * (len(rp.plan.create) + len(rp.plan.place)) + sum(
+        rp.size - len(rp.plan.groups[i].pods) for i in rp.plan.complete) for rp in plans)
     waiting: list[str] = []
     deferred_before = budget.deferred
     if not writes or budget.spend(writes):  # else the next pass, right after
         result.writes = writes
         fabric = Fabric.of(snapshot.groups[spec.ultra_server_group])
-        for index in decided.complete:
-            group = decided.groups[index]
-            result.create += [
-                p for p in build.group_pods(ie, spec, index, group.revision, fabric)
-                if int(p["metadata"]["labels"][names.MEMBER_LABEL]) not in group.pods]
-        new = {index: {int(p["metadata"]["labels"][names.MEMBER_LABEL]): p
-                       for p in build.group_pods(ie, spec, index, revision, fabric)}
-               for index, revision in decided.create}
-        waiting = _place(snapshot, fleet, spec, decided, result, fabric, new)
+        for rp in plans:
+            for index in rp.plan.complete:
+                group = rp.plan.groups[index]
+                result.create += [
+                    p for p in build.group_pods(ie, spec, index, group.revision, fabric, rp.role)
+                    if int(p["metadata"]["labels"][names.MEMBER_LABEL]) not in group.pods]
+            rp.new = {index: {int(p["metadata"]["labels"][names.MEMBER_LABEL]): p
+                              for p in build.group_pods(ie, spec, index, revision, fabric,
+                                                        rp.role)}
+                      for index, revision in rp.plan.create}
+        waiting = _place(snapshot, fleet, spec, plans, result, fabric)
     result.deferred = budget.deferred - deferred_before
-    limited = [*([scaled.decision.limited] if scaled and scaled.decision.limited else []),
+    limited = [*(f"{rp.role.name}: {rp.scaled.decision.limited}" if rp.role.name
+                 else rp.scaled.decision.limited
+                 for rp in plans if rp.scaled and rp.scaled.decision.limited),
+               *(f"{rp.role.name} held at {rp.desired}: {rp.held}" for rp in plans if rp.held),
                *waiting]
     result.limited = bool(limited)
+    totals = EndpointPlan(ready=sum(rp.plan.ready for rp in plans),
+                          updated=sum(rp.plan.updated for rp in plans),
+                          live=sum(rp.plan.live for rp in plans))
+    desired = sum(rp.desired for rp in plans)
     result.desired = {
-        "observedGeneration": generation, "replicas": decided.live,
-        "desiredReplicas": desired, "readyReplicas": decided.ready,
-        "updatedReplicas": decided.updated, "selector": build.leader_selector(name),
+        "observedGeneration": generation, "replicas": totals.live,
+        "desiredReplicas": desired, "readyReplicas": totals.ready,
+        "updatedReplicas": totals.updated, "selector": build.leader_selector(name, spec),
         "groups": [{"index": i, "domain": g.domain() or None,
-                    "nodes": [n for n in g.nodes() if n], "ready": g.ready(size),
-                    "revision": g.revision}
-                   for i, g in sorted(decided.groups.items()) if i not in decided.delete],
-        "conditions": _conditions(spec, decided, desired, scaled, waiting, limited,
+                    "nodes": [n for n in g.nodes() if n], "ready": g.ready(rp.size),
+                    "revision": g.revision, **({"role": rp.role.name} if rp.role.name else {})}
+                   for rp in plans for i, g in sorted(rp.plan.groups.items())
+                   if i not in rp.plan.delete],
+        "conditions": _conditions(spec, totals, desired, plans, waiting, limited,
                                   conditions, generation, at),
     }
-    _record_scaling(latest, result)
+    if spec.roles is not None:
+        result.desired["roles"] = [
+            {"name": rp.role.name, "replicas": rp.plan.live, "desiredReplicas": rp.desired,
+             "readyReplicas": rp.plan.ready} for rp in plans]
+        result.desired["units"] = _units_status(fleet, spec, plans)
+    for rp in plans:
+        _record_scaling(rp.scaled, result, rp.role.name)
     return result
 
 
+def _plan_roles(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec, fleet: Fleet,
+                pods: list[Obj], lost: set[str]) -> list[RolePlan]:
+    """Each role's groups planned: its size (for prefill, bounded by the decode pool and
+    the units), what to create, place and delete."""
+    meta = ie["metadata"]
+    roles = spec.serving_roles()
+    plans: list[RolePlan] = []
+    if spec.roles is None:
+        [role] = roles
+        latest = snapshot.scaled.get((meta["namespace"], meta["name"], ""))
+        desired = desired_replicas(latest, ie, role)
+        plan = plan_groups(pods, role.shape.workers, desired, build.revision(ie["spec"]),
+                           spec.rollout, lost)
+        return [RolePlan(role, plan, desired, build.revision(ie["spec"]),
+                         latest if role.scaling else None)]
+    affinity = spec.roles.affinity
+    mine = {r.name: role_pods(pods, r.name) for r in roles}
+
+    def where(role: str, groups: dict[int, Group]) -> dict[int, str | None]:
+        return {i: scope_of(fleet, affinity, g.domain()) for i, g in groups.items()}
+
+    decode, prefill = roles
+    latest = snapshot.scaled.get((meta["namespace"], meta["name"], DECODE))
+    desired = desired_replicas(latest, ie, decode)
+    revision = build.revision(ie["spec"], DECODE)
+    units = Units.of({DECODE: where(DECODE, groups_of(mine[DECODE])),
+                      PREFILL: where(PREFILL, groups_of(mine[PREFILL]))})
+    plan = plan_groups(mine[DECODE], decode.shape.workers, desired, revision, spec.rollout,
+                       lost, lambda kept, count: removal_order(DECODE, where(DECODE, kept),
+                                                               units, count))
+    plans = [RolePlan(decode, plan, desired, revision, latest if decode.scaling else None)]
+    # the prefill pool sees the units as the decode pool leaves them
+    units = Units.of({DECODE: where(DECODE, {i: g for i, g in plan.groups.items()
+                                             if i not in plan.delete}),
+                      PREFILL: where(PREFILL, groups_of(mine[PREFILL]))})
+    settled = not (plan.create or plan.place or plan.complete)  # no decode group to come
+    latest = snapshot.scaled.get((meta["namespace"], meta["name"], PREFILL))
+    own = desired_replicas(latest, ie, prefill)
+    anchors = len(units.units()) + (0 if settled else len(units.orphaned()))
+    desired, held = prefill_wanted(own, plans[0].desired, anchors,
+                                   spec.roles.prefill_per_decode)
+    revision = build.revision(ie["spec"], PREFILL)
+    moved = {i: f"its serving unit {scope} has no decode replica left"
+             for scope in (units.orphaned() if settled else [])
+             for i in units.members[scope][PREFILL]}
+    plan = plan_groups(mine[PREFILL], prefill.shape.workers, desired, revision,
+                       spec.rollout, lost,
+                       lambda kept, count: removal_order(PREFILL, where(PREFILL, kept), units,
+                                                         count, orphans_first=settled),
+                       moved)
+    plans.append(RolePlan(prefill, plan, desired, revision,
+                          latest if prefill.scaling else None, held if desired != own else ""))
+    return plans
+
+
 def _place(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
-           decided: EndpointPlan, result: EndpointDecision, fabric: Fabric,
-           new: dict[int, dict[int, Obj]]) -> list[str]:
-    """Place each whole, gated group, then each NEW one (its pods by rank, not created
-    yet), inside one domain, on nodes its pods fit (as the group's FABRIC dresses them);
-    reserve it at once so the next group (and the next endpoint) sees it. A gated group
-    is pinned; a new one placed now is created pinned, one write per pod instead of a
-    gated create and a pin a pass later. Groups that do not fit stay (or are created)
-    gated, whole."""
+           plans: list[RolePlan], result: EndpointDecision, fabric: Fabric) -> list[str]:
+    """Place each whole, gated group, then each new one (its pods by rank, not created
+    yet): inside one domain, on nodes its pods fit (as the group's FABRIC dresses them);
+    with roles, inside a serving unit (decide.units). Each is reserved at once so the next
+    group (and the next endpoint) sees it. A gated group is pinned; a new one placed now
+    is created pinned, one write per pod instead of a gated create and a pin a pass
+    later. Groups that do not fit stay (or are created) gated, whole."""
     namespace, name = result.key
     owner = endpoint_owner(namespace, name)
     group_name = spec.ultra_server_group
-    waiting: list[str] = []
-    if not decided.place and not new:
-        return waiting
-    member = build.group_pods(result.ie, spec, 0, "0", fabric)[0]
-    request = request_of(spec, *pod_fit(snapshot.nodes, snapshot.memo, fleet, group_name,
-                                        member["spec"]))
-    done: list[tuple[int, str, str]] = []  # (group, domain, why)
-    for index in [*decided.place, *new]:  # the groups waiting longest first
-        pods = new[index] if index in new else decided.groups[index].pods
-        placed = place(fleet, request)
-        if not placed.ok:
-            waiting.append(f"group {index}: {placed.reason}")
-            result.create += new.get(index, {}).values()
-            continue
-        done.append((index, placed.ranks[0].domain, placed.reason))
+    pending = [Pending(rp.role.name, index) for rp in plans
+               for index in [*rp.plan.place, *rp.new]]  # the groups waiting longest first
+    if not pending:
+        return []
+    by_role = {rp.role.name: rp for rp in plans}
+    requests = {}
+    for rp in plans:
+        member = build.group_pods(result.ie, spec, 0, "0", fabric, rp.role)[0]
+        requests[rp.role.name] = request_of(rp.role.shape, *pod_fit(
+            snapshot.nodes, snapshot.memo, fleet, group_name, member["spec"]))
+    done: list[tuple[str, str, str]] = []  # (group, domain, why)
+
+    def bind(item: Pending, placed: Placement) -> None:
+        rp = by_role[item.role]
+        new = item.index in rp.new
+        pods = rp.new[item.index] if new else rp.plan.groups[item.index].pods
+        accelerators = requests[item.role].accelerators
+        done.append((build.group_id(item.role, item.index), placed.ranks[0].domain,
+                     placed.reason))
         for rank in placed.ranks:
             pod = pods[rank.rank]
             key = f"{namespace}/{pod['metadata']['name']}"
-            fleet.bind(key, rank.node, request.accelerators, owner)
+            fleet.bind(key, rank.node, accelerators, owner)
             result.reservations.append(Reservation(group_name, key, rank.node,
-                                                   request.accelerators, owner))
-            if index in new:
+                                                   accelerators, owner))
+            if new:
                 result.create.append(pinned(pod, rank.node, rank.domain))
             else:
                 result.pin.append((pod, rank.node, rank.domain))
+
+    if spec.roles is None:
+        left = {}
+        for item in pending:
+            placed = place(fleet, requests[item.role])
+            if placed.ok:
+                bind(item, placed)
+            else:
+                left[item] = placed.reason
+    else:
+        units = Units.of({rp.role.name: {
+            i: scope_of(fleet, spec.roles.affinity, g.domain())
+            for i, g in rp.plan.groups.items() if i not in rp.plan.delete} for rp in plans})
+        left = place_units(fleet, spec.roles.affinity, units, pending, requests, bind)
+    waiting = []
+    for item, why in left.items():
+        waiting.append(f"group {build.group_id(item.role, item.index)}: {why}")
+        result.create += by_role[item.role].new.get(item.index, {}).values()
     if done:  # one event a pass, not one a group: a rollout's 9,000 groups were 9,000 POSTs
         result.events.append(Event("Normal", "Placed", f"group {done[0][0]}: {done[0][2]}"
                                    if len(done) == 1 else
@@ -215,49 +351,65 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
     return waiting
 
 
-def _conditions(spec: InferenceEndpointSpec, decided: EndpointPlan, desired: int,
-                scaled: Scaled | None, waiting: list[str], limited: list[str],
+def _units_status(fleet: Fleet, spec: InferenceEndpointSpec, plans: list[RolePlan]
+                  ) -> list[Obj]:
+    """Each serving unit's groups, as the pods say now (placed or pinned)."""
+    assert spec.roles is not None
+    units = Units.of({rp.role.name: {
+        i: scope_of(fleet, spec.roles.affinity, g.domain())
+        for i, g in rp.plan.groups.items() if i not in rp.plan.delete} for rp in plans})
+    return [{"scope": scope, DECODE: units.members[scope][DECODE],
+             PREFILL: units.members[scope][PREFILL]} for scope in sorted(units.members)]
+
+
+def _conditions(spec: InferenceEndpointSpec, totals: EndpointPlan, desired: int,
+                plans: list[RolePlan], waiting: list[str], limited: list[str],
                 conditions: list[Obj], generation: int | None, at: str) -> list[Obj]:
-    ready = decided.ready >= desired
+    ready = all(rp.plan.ready >= rp.desired for rp in plans)
     conditions = set_condition(conditions, "Ready", ready,
                                "ReplicasReady" if ready else "ReplicasNotReady",
-                               f"{decided.ready}/{desired} replica groups ready", generation,
+                               f"{totals.ready}/{desired} replica groups ready", generation,
                                at)
-    progressing = decided.updated < desired or decided.live != desired
+    progressing = any(rp.plan.updated < rp.desired or rp.plan.live != rp.desired
+                      for rp in plans)
     conditions = set_condition(conditions, "Progressing", progressing,
                                "RollingOut" if progressing else "Complete",
-                               f"{decided.updated}/{desired} groups on the current revision, "
-                               f"{decided.live} exist", generation, at)
-    short = bool(waiting) or bool(scaled and scaled.decision.capacity_limited)
+                               f"{totals.updated}/{desired} groups on the current revision, "
+                               f"{totals.live} exist", generation, at)
+    scaled = [rp.scaled for rp in plans if rp.scaled is not None]
+    short = bool(waiting) or any(s.decision.capacity_limited for s in scaled)
     conditions = set_condition(conditions, "ScalingLimited", bool(limited),
                                "InsufficientCapacity" if short
                                else "AtMaxReplicas" if limited else "WithinLimits",
                                "; ".join(limited), generation, at)
-    if spec.scaling is not None:
-        missing = scaled.decision.unavailable if scaled else None
+    if any(rp.role.scaling is not None for rp in plans):
+        missing = "; ".join(f"{rp.role.name}: {u}" if rp.role.name else u for rp in plans
+                            if rp.scaled and (u := rp.scaled.decision.unavailable))
         conditions = set_condition(conditions, "MetricsUnavailable", bool(missing),
                                    "MetricsMissing" if missing else "MetricsFresh",
                                    f"{missing}; holding {desired} replicas" if missing else "",
                                    generation, at)
-        panic = bool(scaled and scaled.decision.panic)
-        conditions = set_condition(conditions, "Panic", panic,
-                                   "Burst" if panic else "Steady",
-                                   scaled.decision.reason if scaled and panic else "",
-                                   generation, at)
+        panic = "; ".join(rp.scaled.decision.reason for rp in plans
+                          if rp.scaled and rp.scaled.decision.panic)
+        conditions = set_condition(conditions, "Panic", bool(panic),
+                                   "Burst" if panic else "Steady", panic, generation, at)
     return conditions
 
 
-def _record_scaling(scaled: Scaled | None, result: EndpointDecision) -> None:
+def _record_scaling(scaled: Scaled | None, result: EndpointDecision, role: str) -> None:
     """A new autoscaler decision that changes the size goes into the status (and an
     event) once."""
     if scaled is None or scaled.written or scaled.decision.desired == scaled.current:
         return
     entry = {"time": iso(scaled.at), "from": scaled.current, "to": scaled.decision.desired,
-             "reason": scaled.decision.reason, "metrics": scaled.decision.metrics}
-    recent = [*(result.status.get("recentScaling") or []), entry][-MAX_DECISIONS:]
+             "reason": scaled.decision.reason, "metrics": scaled.decision.metrics,
+             **({"role": role} if role else {})}
+    recent = [*(result.desired.get("recentScaling") or result.status.get("recentScaling")
+                or []), entry][-MAX_DECISIONS:]
     result.desired["lastScaling"] = entry
     result.desired["recentScaling"] = recent
-    result.events.append(Event("Normal", "Scaled", f"{scaled.current} -> "
+    result.events.append(Event("Normal", "Scaled", f"{role + ': ' if role else ''}"
+                                                   f"{scaled.current} -> "
                                                    f"{scaled.decision.desired}: "
                                                    f"{scaled.decision.reason}"))
-    result.scaling_recorded = True
+    result.scaling_recorded.append(role)

@@ -10,7 +10,7 @@ removal frees whole domains first.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -31,6 +31,7 @@ class Removal(StrEnum):
 
     RESTART = "Restart"  # a member stopped or its node was lost
     ROLLOUT = "Rollout"  # replaced by the new revision
+    MOVE = "Move"  # its serving unit lost its decode groups: it joins another unit
     SCALE_DOWN = "ScaleDown"
 
 
@@ -78,9 +79,15 @@ def groups_of(pods: list[Obj]) -> dict[int, Group]:
     return groups
 
 
+ScaleDown = Callable[[dict[int, "Group"], int], list[int]]
+
+
 def plan_groups(pods: list[Obj], size: int, desired: int, revision: str, rollout: Rollout,
-         lost: Collection[str]) -> EndpointPlan:
-    """SIZE: pods per group; LOST: nodes no longer usable (quarantined, gone)."""
+                lost: Collection[str], scale_down: ScaleDown | None = None,
+                moved: Mapping[int, str] | None = None) -> EndpointPlan:
+    """SIZE: pods per group; LOST: nodes no longer usable (quarantined, gone); SCALE_DOWN:
+    which of the given groups to remove, this many (default: free whole domains first);
+    MOVED: groups to replace elsewhere, and why."""
     result = EndpointPlan(groups=groups_of(pods))
     live: dict[int, Group] = {}
     for index, group in result.groups.items():
@@ -93,6 +100,8 @@ def plan_groups(pods: list[Obj], size: int, desired: int, revision: str, rollout
         elif on_lost:
             _remove(result, index, Removal.RESTART,
                     f"node(s) {', '.join(on_lost)} lost: restarting the group")
+        elif moved and index in moved:
+            _remove(result, index, Removal.MOVE, moved[index])
         else:
             live[index] = group
             if len(group.pods) < size and group.gated():
@@ -125,17 +134,25 @@ def plan_groups(pods: list[Obj], size: int, desired: int, revision: str, rollout
         removable -= 1 if index in ready else 0
     excess = len(new) - desired
     if excess > 0 and not old:
-        choices = [ReplicaGroup(str(i), g.domain()) for i, g in sorted(new.items())
-                   if i not in result.delete]
-        for chosen in choose_scale_down(choices, excess):
-            _remove(result, int(chosen), Removal.SCALE_DOWN,
-                    "scaling down (frees whole domains first)")
+        _scale_down(result, {i: g for i, g in sorted(new.items()) if i not in result.delete},
+                    excess, scale_down)
     result.place = sorted(i for i, g in live.items()
                           if i not in result.delete and g.gated() and len(g.pods) == size)
     result.live = len([i for i in live if i not in result.delete])
     result.ready = len([i for i in ready if i not in result.delete])
     result.updated = len([i for i in new if i not in result.delete])
     return result
+
+
+def _scale_down(result: EndpointPlan, kept: dict[int, Group], excess: int,
+                scale_down: ScaleDown | None) -> None:
+    if scale_down is not None:
+        for chosen in scale_down(kept, excess):
+            _remove(result, chosen, Removal.SCALE_DOWN, "scaling down")
+        return
+    choices = [ReplicaGroup(str(i), g.domain()) for i, g in kept.items()]
+    for index in choose_scale_down(choices, excess):
+        _remove(result, int(index), Removal.SCALE_DOWN, "scaling down (frees whole domains first)")
 
 
 def _remove(result: EndpointPlan, index: int, removal: Removal, why: str) -> None:

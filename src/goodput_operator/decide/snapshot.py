@@ -24,11 +24,13 @@ from goodput_operator.topology.model import Fleet
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # namespace, name
+ScaleKey = tuple[str, str, str]  # namespace, name, role ("" for a single-role endpoint)
 
 
 @dataclass(frozen=True)
 class Scaled:
-    """The autoscaler's latest decision for one endpoint, for the loop to write."""
+    """The autoscaler's latest decision for one endpoint (or one of its roles), for the
+    loop to write."""
 
     decision: ScalingDecision
     current: int
@@ -70,7 +72,7 @@ class Snapshot:
     # node -> its tainted DRA devices (from the ResourceSlices; health.signals)
     device_taints: Mapping[str, Sequence[DeviceTaint]] = field(default_factory=dict)
     refused: Mapping[Key, Refusal] = field(default_factory=dict)  # children not created
-    scaled: Mapping[Key, Scaled] = field(default_factory=dict)  # not yet written
+    scaled: Mapping[ScaleKey, Scaled] = field(default_factory=dict)  # not yet written
     report_url: str = ""  # where workers report (given to their pods)
     write_budget: int = 256  # pod writes this pass may make; the rest wait for the next
     refresh_seconds: float = REFRESH_SECONDS  # how old a running job's goodput may grow

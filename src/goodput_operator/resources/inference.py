@@ -12,7 +12,7 @@ from typing import Any
 
 from goodput_operator import names
 from goodput_operator.api.base import API_VERSION
-from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
+from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec, ServingRole
 from goodput_operator.resources import claims
 from goodput_operator.resources.claims import claim_accelerators
 from goodput_operator.resources.computedomain import claim_channel, domain_name
@@ -23,10 +23,28 @@ from goodput_operator.resources.trainingjob import MANAGED_BY
 Obj = dict[str, Any]
 
 
-def revision(spec: Obj) -> str:
-    """What a rollout replaces groups for: the pod template, model, port and shape."""
+def revision(spec: Obj, role: str = "") -> str:
+    """What a rollout replaces groups for: the pod template, model, port and shape (of
+    ROLE, for a disaggregated endpoint)."""
     basis = {k: spec.get(k) for k in ("template", "model", "port", "replicaShape")}
+    if role:
+        own = (spec.get("roles") or {}).get(role) or {}
+        basis |= {"template": role_template(spec, role), "replicaShape": own.get("replicaShape"),
+                  "role": role}
     return hashlib.sha256(json.dumps(basis, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def role_template(spec: Obj, role: str) -> Obj:
+    """The pod template of ROLE ("" for the one role): its own, or spec.template."""
+    own: Obj | None = ((spec.get("roles") or {}).get(role) or {}).get("template") if role \
+        else None
+    template: Obj = own or spec["template"]
+    return template
+
+
+def group_id(role: str, index: int) -> str:
+    """How a group is named in its pods' names: `3`, or `prefill-3`."""
+    return f"{role}-{index}" if role else str(index)
 
 
 def owner_reference(ie: Obj) -> Obj:
@@ -39,12 +57,12 @@ def members_service(name: str) -> str:
     return child_name(name, "-members", dns_label=True)
 
 
-def member_hostname(name: str, index: int, member: int) -> str:
-    return child_name(name, f"-{index}-{member}", dns_label=True)
+def member_hostname(name: str, index: int, member: int, role: str = "") -> str:
+    return child_name(name, f"-{group_id(role, index)}-{member}", dns_label=True)
 
 
-def pod_name(name: str, index: int, rev: str, member: int) -> str:
-    return child_name(name, f"-{index}-{rev[:5]}-{member}")
+def pod_name(name: str, index: int, rev: str, member: int, role: str = "") -> str:
+    return child_name(name, f"-{group_id(role, index)}-{rev[:5]}-{member}")
 
 
 def service_name(name: str) -> str:
@@ -55,18 +73,24 @@ def selector(name: str) -> dict[str, str]:
     return {names.ENDPOINT_LABEL: name}
 
 
-def leader_selector(name: str) -> str:
-    return f"{names.ENDPOINT_LABEL}={name},{names.ROLE_LABEL}=leader"
+def entry(spec: InferenceEndpointSpec) -> dict[str, str]:
+    """The pods requests enter at: every group's leader (with roles, the decode groups')."""
+    return {names.ROLE_LABEL: "leader",
+            **({names.SERVING_ROLE_LABEL: "decode"} if spec.roles is not None else {})}
+
+
+def leader_selector(name: str, spec: InferenceEndpointSpec) -> str:
+    return ",".join(f"{k}={v}" for k, v in {**selector(name), **entry(spec)}.items())
 
 
 def service(ie: Obj, spec: InferenceEndpointSpec) -> Obj:
-    """The endpoint: a ClusterIP Service over the leaders of every replica group."""
+    """The endpoint: a ClusterIP Service over the leaders of every (decode) replica group."""
     name = ie["metadata"]["name"]
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": service_name(name), "namespace": ie["metadata"]["namespace"],
                          "labels": {**selector(name), **MANAGED_BY},
                          "ownerReferences": [owner_reference(ie)]},
-            "spec": {"selector": {**selector(name), names.ROLE_LABEL: "leader"},
+            "spec": {"selector": {**selector(name), **entry(spec)},
                      "ports": [{"name": "http", "port": spec.port, "targetPort": spec.port}]}}
 
 
@@ -82,24 +106,30 @@ def headless(ie: Obj) -> Obj:
 
 
 def group_pods(ie: Obj, spec: InferenceEndpointSpec, index: int, rev: str,
-               fabric: Fabric) -> list[Obj]:
-    """Replica group INDEX at revision REV: member 0 is the leader. Each member holds its
-    accelerators (by extended resource or DRA claim, as the group asks: FABRIC) and its
-    share of EFA, with the fabric's settings; a multi-node replica on NVLink joins its own
-    ComputeDomain (`<endpoint>-r<index>-imex`, kept across rollouts and restarts)."""
+               fabric: Fabric, serving: ServingRole | None = None) -> list[Obj]:
+    """Replica group INDEX at revision REV of the role SERVING (default: the one role):
+    member 0 is the leader. Each member holds its accelerators (by extended resource or DRA
+    claim, as the group asks: FABRIC) and its share of EFA, with the fabric's settings; a
+    multi-node replica on NVLink joins its own ComputeDomain (`<endpoint>-r<index>-imex`,
+    or `<endpoint>-<role>-r<index>-imex`, kept across rollouts and restarts)."""
     meta = ie["metadata"]
     name, namespace = meta["name"], meta["namespace"]
-    size = spec.replica_shape.workers
-    leader = f"{member_hostname(name, index, 0)}.{members_service(name)}.{namespace}.svc"
+    serving = serving or spec.serving_roles()[0]
+    own = serving.name
+    size = serving.shape.workers
+    leader = (f"{member_hostname(name, index, 0, own)}.{members_service(name)}."
+              f"{namespace}.svc")
     pods = []
     for member in range(size):
-        template = copy.deepcopy(ie["spec"]["template"])
+        template = copy.deepcopy(role_template(ie["spec"], own))
         pod_spec: Obj = template.get("spec", {})
         role = "leader" if member == 0 else "worker"
         labels = {**template_metadata(template, "labels"), **selector(name),
                   names.REPLICA_LABEL: str(index), names.MEMBER_LABEL: str(member),
-                  names.REVISION_LABEL: rev, names.ROLE_LABEL: role, **MANAGED_BY}
+                  names.REVISION_LABEL: rev, names.ROLE_LABEL: role, **MANAGED_BY,
+                  **({names.SERVING_ROLE_LABEL: own} if own else {})}
         env = {names.ENV_ENDPOINT: f"{namespace}/{name}", names.ENV_ROLE: role,
+               **({names.ENV_SERVING_ROLE: own} if own else {}),
                names.ENV_REPLICA: str(index), names.ENV_GROUP_SIZE: str(size),
                names.ENV_WORKER_INDEX: str(member), names.ENV_LEADER_ADDRESS: leader,
                names.ENV_MODEL_NAME: spec.model.name,
@@ -108,17 +138,18 @@ def group_pods(ie: Obj, spec: InferenceEndpointSpec, index: int, rev: str,
                # LeaderWorkerSet's names, so servers written for LWS run unchanged
                "LWS_LEADER_ADDRESS": leader, "LWS_GROUP_SIZE": str(size),
                "LWS_WORKER_INDEX": str(member)}
-        accelerators = spec.replica_shape.accelerators_per_worker
+        accelerators = serving.shape.accelerators_per_worker
         fabric.fit_out(pod_spec["containers"], [{"name": k, "value": v} for k, v in env.items()],
                        "server", accelerators)
         if fabric.imex and size > 1 and accelerators:
-            claim_channel(pod_spec, domain_name(f"{name}-r{index}"))
+            claim_channel(pod_spec, domain_name(f"{name}-{own}-r{index}" if own
+                                                else f"{name}-r{index}"))
         pod_spec["restartPolicy"] = "Never"  # a failed member restarts its whole group
-        pod_spec["hostname"] = member_hostname(name, index, member)
+        pod_spec["hostname"] = member_hostname(name, index, member, own)
         pod_spec["subdomain"] = members_service(name)
         pod_spec["schedulingGates"] = [{"name": names.PLACEMENT_GATE}]
         pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": pod_name(name, index, rev, member),
+               "metadata": {"name": pod_name(name, index, rev, member, own),
                             "namespace": namespace, "labels": labels,
                             "annotations": template_metadata(template, "annotations"),
                             "ownerReferences": [owner_reference(ie)]},

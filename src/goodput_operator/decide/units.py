@@ -1,0 +1,232 @@
+"""Serving units of a disaggregated endpoint (spec.roles): decode replica groups anchor
+them, prefill groups join them, and a unit's groups share one affinity scope (a domain,
+or a network block) so that KV-cache transfers stay inside it.
+
+Level-based like the rest of the endpoint: units are read each pass from where the live
+groups are (the scope of each decode group's domain), never stored.
+- Every unit keeps a prefill replica: the prefill pool is at least as large as the unit
+  count, and scaling it down never takes a unit's last one.
+- A prefill group in a scope without decode groups (its unit's decode groups are gone)
+  is an orphan: it is replaced, and the replacement joins a unit.
+- A new or waiting group joins the unit where its role is scarcest beside the other
+  role, if one has room; a decode group that opens a new unit is placed together with a
+  prefill group (a waiting one, or room held for the one the unit will ask for), all or
+  none.
+- Scaling a pool down takes groups from the units where its role is most plentiful, so
+  units empty last.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from goodput_operator.api.inferenceendpoint import RatioBound
+from goodput_operator.topology.model import Fleet
+from goodput_operator.topology.placement import Placement, Request, place
+
+DECODE, PREFILL = "decode", "prefill"
+HELD = "scratch/unit-room"  # room held for a new unit's first prefill group while solving
+
+
+def scope_of(fleet: Fleet, affinity: str, domain: str) -> str | None:
+    """The unit scope holding DOMAIN: the domain itself, or its network block (the
+    group's network path, outermost first); None for a group not placed yet."""
+    if not domain:
+        return None
+    if affinity == "Domain":
+        return domain
+    found = fleet.domains.get(domain)
+    if found is None:
+        return None
+    return "/".join(found.path) or "all"
+
+
+def scope_nodes(fleet: Fleet, affinity: str, scope: str) -> frozenset[str]:
+    """The nodes of SCOPE."""
+    return frozenset(n.name for d in fleet.domains.values()
+                     if scope_of(fleet, affinity, d.id) == scope for n in d.nodes)
+
+
+@dataclass
+class Units:
+    """Where each role's live groups are: scope -> role -> group indexes."""
+
+    members: dict[str, dict[str, list[int]]]
+
+    @classmethod
+    def of(cls, scopes: Mapping[str, Mapping[int, str | None]]) -> Units:
+        """SCOPES: role -> group index -> scope (None: not placed)."""
+        members: dict[str, dict[str, list[int]]] = {}
+        for role, groups in scopes.items():
+            for index, scope in sorted(groups.items()):
+                if scope is not None:
+                    members.setdefault(scope, {DECODE: [], PREFILL: []})[role].append(index)
+        return cls(members)
+
+    def units(self) -> list[str]:
+        """Scopes anchored by a decode group, in name order."""
+        return sorted(s for s, m in self.members.items() if m[DECODE])
+
+    def count(self, scope: str, role: str) -> int:
+        return len(self.members.get(scope, {}).get(role, []))
+
+    def orphaned(self) -> list[str]:
+        """Scopes holding prefill groups but no decode group (their unit lost it)."""
+        return sorted(s for s, m in self.members.items() if m[PREFILL] and not m[DECODE])
+
+    def join(self, scope: str, role: str, index: int) -> None:
+        self.members.setdefault(scope, {DECODE: [], PREFILL: []})[role].append(index)
+
+
+def prefill_wanted(prefill: int, decode: int, units: int, bound: RatioBound | None
+                   ) -> tuple[int, str]:
+    """The prefill pool's size: PREFILL (its autoscaler's or its replicas) within BOUND
+    of the DECODE pool's size, and at least one per unit; and why, when it moved."""
+    wanted, why = prefill, ""
+    if bound is not None:
+        low, high = math.ceil(bound.min * decode - 1e-9), math.floor(bound.max * decode + 1e-9)
+        if wanted < low:
+            wanted, why = low, f"at least {bound.min:g} per decode replica ({decode})"
+        elif wanted > high:
+            wanted, why = max(high, 1), f"at most {bound.max:g} per decode replica ({decode})"
+    if wanted < units:
+        wanted, why = units, f"one in each of the {units} serving units"
+    return wanted, why
+
+
+def removal_order(role: str, mine: Mapping[int, str | None], units: Units, count: int,
+                  orphans_first: bool = True) -> list[int]:
+    """COUNT groups of ROLE to remove (MINE: index -> scope): those not placed first,
+    then prefill orphans (unless a decode group is on its way, which may anchor them
+    again: not ORPHANS_FIRST), then from the unit where ROLE is most plentiful beside
+    the other role; each unit keeps its last group of ROLE while it can."""
+    other = PREFILL if role == DECODE else DECODE
+    left = {i: s for i, s in mine.items()}
+    here = Counter(s for s in left.values() if s is not None)
+    chosen: list[int] = []
+    while len(chosen) < count and left:
+        def cost(index: int) -> tuple[int, int, float, str, int]:
+            scope = left[index]
+            if scope is None:
+                return (0, 0, 0.0, "", -index)  # not placed: costs nothing
+            if orphans_first and role == PREFILL and not units.count(scope, DECODE):
+                return (1, 0, 0.0, scope, -index)  # an orphan
+            plenty = here[scope] / max(units.count(scope, other), 1)
+            return (2, int(here[scope] == 1), -plenty, scope, -index)
+        index = min(left, key=cost)
+        scope = left.pop(index)
+        if scope is not None:
+            here[scope] -= 1
+        chosen.append(index)
+    return chosen
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A group of ROLE to place: gated (its pods exist) or new (created when placed)."""
+
+    role: str
+    index: int
+
+
+def place_units(fleet: Fleet, affinity: str, units: Units, pending: Sequence[Pending],
+                requests: Mapping[str, Request],
+                bind: Callable[[Pending, Placement], None]) -> dict[Pending, str]:
+    """Place PENDING groups (decode first) in units, calling BIND for each placed (it
+    reserves the nodes); returns why each group left waiting did."""
+    waiting: dict[Pending, str] = {}
+    prefills = [p for p in pending if p.role == PREFILL]
+    for item in [p for p in pending if p.role == DECODE]:
+        placed = _into_unit(fleet, affinity, units, item, requests)
+        if placed.ok:
+            bind(item, placed)
+            units.join(scope_of(fleet, affinity, placed.ranks[0].domain) or "", DECODE,
+                       item.index)
+            continue
+        partner = prefills.pop(0) if prefills else None
+        pair = _new_unit(fleet, affinity, units, requests, partner is not None)
+        if isinstance(pair, str):
+            waiting[item] = f"{placed.reason}; {pair}"
+            if partner is not None:
+                prefills.insert(0, partner)
+            continue
+        decode, prefill = pair
+        scope = scope_of(fleet, affinity, decode.ranks[0].domain) or ""
+        bind(item, decode)
+        units.join(scope, DECODE, item.index)
+        if partner is not None and prefill is not None:
+            bind(partner, prefill)
+            units.join(scope, PREFILL, partner.index)
+    for item in prefills:
+        placed = _into_unit(fleet, affinity, units, item, requests)
+        if placed.ok:
+            bind(item, placed)
+            units.join(scope_of(fleet, affinity, placed.ranks[0].domain) or "", PREFILL,
+                       item.index)
+        else:
+            waiting[item] = placed.reason
+    return waiting
+
+
+def _within(fleet: Fleet, affinity: str, request: Request, scope: str) -> Request:
+    nodes = scope_nodes(fleet, affinity, scope)
+    eligible = nodes if request.eligible is None else request.eligible & nodes
+    return replace(request, eligible=eligible,
+                   ineligible=f"outside serving unit {scope}" + (
+                       f"; {request.ineligible}" if request.ineligible else ""))
+
+
+def _into_unit(fleet: Fleet, affinity: str, units: Units, item: Pending,
+               requests: Mapping[str, Request]) -> Placement:
+    """The group of ITEM in the unit where its role is scarcest, or why none has room (a
+    decode group may also anchor again a scope whose prefill groups lost theirs)."""
+    other = PREFILL if item.role == DECODE else DECODE
+    scopes = units.units() + (units.orphaned() if item.role == DECODE else [])
+    order = sorted(scopes, key=lambda s: (units.count(s, item.role)
+                                          / max(units.count(s, other), 1), s))
+    for scope in order:
+        placed = place(fleet, _within(fleet, affinity, requests[item.role], scope))
+        if placed.ok:
+            return placed
+    noun = "domain" if affinity == "Domain" else "network block"
+    return Placement(False, f"no serving unit has room for another {item.role} replica"
+                            if order else f"no serving unit yet (a unit is one {noun})")
+
+
+def _new_unit(fleet: Fleet, affinity: str, units: Units, requests: Mapping[str, Request],
+              partner: bool) -> tuple[Placement, Placement | None] | str:
+    """A decode group and a prefill group placed together in one scope that is not a
+    unit yet: the decode group's best placement first, then every other scope. With no
+    PARTNER waiting, the prefill group's room is checked and left free."""
+    decode, prefill = requests[DECODE], requests[PREFILL]
+    taken = set(units.units()) | set(units.orphaned())
+
+    def pair(request: Request) -> tuple[Placement, Placement | None] | None:
+        first = place(fleet, request)
+        if not first.ok:
+            return None
+        scope = scope_of(fleet, affinity, first.ranks[0].domain) or ""
+        if scope in taken:
+            return None
+        try:
+            for rank in first.ranks:
+                fleet.bind(f"{HELD}#{rank.rank}", rank.node, decode.accelerators, HELD)
+            second = place(fleet, _within(fleet, affinity, prefill, scope))
+        finally:
+            fleet.release_owner(HELD)
+        return (first, second if partner else None) if second.ok else None
+
+    found = pair(decode)
+    if found is not None:
+        return found
+    scopes = dict.fromkeys(s for d in fleet.ordered_domains()
+                           if (s := scope_of(fleet, affinity, d.id)) and s not in taken)
+    for scope in scopes:
+        found = pair(_within(fleet, affinity, decode, scope))
+        if found is not None:
+            return found
+    return "no free scope holds a decode replica and a prefill replica together " \
+           "(a new serving unit)"
