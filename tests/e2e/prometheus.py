@@ -31,8 +31,12 @@ class Exporter:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        # role: a disaggregated endpoint's pool ("" for one role: Prometheus drops the label)
         self.waiting = Gauge("vllm:num_requests_waiting", "queued requests",
-                             ["namespace", "endpoint"], registry=self.registry)
+                             ["namespace", "endpoint", "role"], registry=self.registry)
+        self.kv_cache = Gauge("vllm:kv_cache_usage_perc", "KV-cache use, 0-1",
+                              ["namespace", "endpoint", "role", "pod"],
+                              registry=self.registry)
         self.in_flight = Gauge("vllm:num_requests_running", "requests being served",
                                ["namespace", "endpoint"], registry=self.registry)
         self.finished = Counter("vllm:request_success", "finished requests",
@@ -59,8 +63,13 @@ class Exporter:
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def queue(self, namespace: str, endpoint: str, depth: float) -> None:
-        self.waiting.labels(namespace, endpoint).set(depth)
+    def queue(self, namespace: str, endpoint: str, depth: float, role: str = "") -> None:
+        self.waiting.labels(namespace, endpoint, role).set(depth)
+
+    def cache_use(self, namespace: str, endpoint: str, role: str, *per_server: float) -> None:
+        """KV-cache use of each of ROLE's servers, under vLLM's metric name."""
+        for index, use in enumerate(per_server):
+            self.kv_cache.labels(namespace, endpoint, role, f"server-{index}").set(use)
 
     def serving(self, namespace: str, endpoint: str, running: float,
                 finished_per_second: float) -> None:

@@ -201,7 +201,19 @@ def drop(path: str) -> Mutation:
     return mutate
 
 
-J, G, E = minimal_job, minimal_group, minimal_endpoint
+def disaggregated_endpoint(name: str = "endpoint") -> Doc:
+    """Prefill and decode pools (spec.roles) instead of one replica shape."""
+    doc = minimal_endpoint(name)
+    del doc["spec"]["replicaShape"]
+    doc["spec"]["roles"] = {
+        "decode": {"replicaShape": {"workers": 2, "acceleratorsPerWorker": 4}},
+        "prefill": {"replicaShape": {"workers": 1, "acceleratorsPerWorker": 4},
+                    "replicas": 2}}
+    return doc
+
+
+J, G, E, ER = minimal_job, minimal_group, minimal_endpoint, disaggregated_endpoint
+SCALED = {"maxReplicas": 4, "metrics": [{"type": "QueueDepth", "target": 8}]}
 BAD: list[tuple[str, Callable[[str], Doc], list[Mutation], list[str]]] = [
     ("zero workers", J, [put("spec.workers", 0)],
      ["spec.workers", "greater than or equal to 1"]),
@@ -342,6 +354,28 @@ BAD: list[tuple[str, Callable[[str], Doc], list[Mutation], list[str]]] = [
                            "metrics": [{"type": "QueueDepth", "target": 8}]})],
      ["spec.scaling.prometheusUrl", "should match"]),
     ("no model", E, [drop("spec.model")], ["spec.model: Required value"]),
+    ("roles beside a replica shape", ER,
+     [put("spec.replicaShape", {"workers": 1, "acceleratorsPerWorker": 4})],
+     ["spec.replicaShape", "set exactly one of replicaShape (one role) and roles"]),
+    ("neither a replica shape nor roles", E, [drop("spec.replicaShape")],
+     ["spec.replicaShape", "set exactly one of replicaShape (one role) and roles"]),
+    ("roles with the endpoint's own scaling", ER, [put("spec.scaling", SCALED)],
+     ["spec.roles", "with roles, each role has its own size"]),
+    ("a role that scales to zero", ER,
+     [put("spec.roles.prefill.scaling", {**SCALED, "minReplicas": 0,
+                                          "scaleToZeroAfterSeconds": 60})],
+     ["spec.roles.prefill.scaling.minReplicas", "must be at least 1"]),
+    ("a role's replicas outside its scaling bounds", ER,
+     [put("spec.roles.prefill.scaling", SCALED), put("spec.roles.prefill.replicas", 9)],
+     ["spec.roles.prefill.replicas", "roles.<role>.replicas must lie within"]),
+    ("prefill per decode, min above max", ER,
+     [put("spec.roles.prefillPerDecode", {"min": 3, "max": 1})],
+     ["spec.roles.prefillPerDecode.min", "prefillPerDecode.min must be <="]),
+    ("an unknown unit affinity", ER, [put("spec.roles.affinity", "Rack")],
+     ['spec.roles.affinity: Unsupported value: "Rack"']),
+    ("roles of 14,400 pods", ER, [put("spec.roles.decode.replicaShape.workers", 72),
+                                  put("spec.roles.decode.replicas", 200)],
+     ["spec.replicaShape.workers", "(for roles, both roles together)"]),
     # a workload's name labels its pods; a template may not take placement away from the
     # operator, nor speak for it in goodput.dev/ labels (issue 16)
     ("a gang larger than any fleet", J, [put("spec.workers", 100_000)],
@@ -405,6 +439,8 @@ def test_at_least_25_bad_resources_are_covered() -> None:
         (J, "spec.ultraServerGroup", "p5-pool", "ultraServerGroup is immutable once set"),
         (E, "spec.replicaShape", {"workers": 4, "acceleratorsPerWorker": 4},
          "replicaShape is immutable once set"),
+        (ER, "spec.roles.decode.replicaShape", {"workers": 4, "acceleratorsPerWorker": 4},
+         "roles.<role>.replicaShape is immutable once set"),
     ],
 )
 def test_fields_that_shape_the_gang_are_immutable(
@@ -417,6 +453,19 @@ def test_fields_that_shape_the_gang_are_immutable(
     result = apply(crds, changed, namespace)
     assert result.returncode != 0
     assert path in result.stderr and message in result.stderr, result.stderr
+
+
+def test_roles_cannot_be_added_or_removed(crds: Cluster, namespace: str) -> None:
+    """A single-role endpoint and a disaggregated one name their pods differently: one
+    cannot become the other in place."""
+    original = disaggregated_endpoint("split")
+    assert apply(crds, original, namespace).returncode == 0
+    merged = copy.deepcopy(original)
+    del merged["spec"]["roles"]
+    merged["spec"]["replicaShape"] = {"workers": 2, "acceleratorsPerWorker": 4}
+    result = apply(crds, merged, namespace)
+    assert result.returncode != 0
+    assert "roles cannot be added or removed" in result.stderr, result.stderr
 
 
 def test_scale_subresource_sets_replicas(crds: Cluster, namespace: str) -> None:
