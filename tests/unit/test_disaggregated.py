@@ -147,7 +147,7 @@ CASES = [
          roles({"replicaShape": {"workers": 4, "acceleratorsPerWorker": 16}}),
          {"created": {"decode-0-0": None, "decode-0-1": None, "decode-0-2": None,
                       "decode-0-3": None, "prefill-0-0": None},
-          "limited": "no free scope holds a decode replica and a prefill replica together"}),
+          "limited": "holds a decode replica and a prefill replica together"}),
 ]
 
 

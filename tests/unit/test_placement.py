@@ -355,3 +355,13 @@ def test_a_domain_s_capacity_counts_only_the_nodes_a_pod_may_run_on(
     assert [domain_capacity(d, 16, eligible) for d in domains] == capacity
     used(fleet, "us1-n1")
     assert domain_capacity(domains[1], 16, eligible) == max(capacity[1] - 1, 0)
+
+
+def test_within_keeps_a_gang_inside_the_given_domains() -> None:
+    """A serving unit's group: only the unit's domains count, used or not."""
+    fleet = trn2(4)
+    run(fleet, Request(3, 16), "a")                     # us-0 has one node left
+    placed = place(fleet, Request(2, 16, within=frozenset({"us-0", "us-3"})))
+    assert placed.ok and placed.domains == ("us-3",), placed.reason
+    assert not place(fleet, Request(2, 16, within=frozenset({"us-0"}))).ok
+    assert not place(fleet, Request(1, 16, within=frozenset({"elsewhere"}))).ok

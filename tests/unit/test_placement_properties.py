@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -257,3 +258,27 @@ def test_a_gang_one_domain_holds_goes_where_the_selection_per_network_group_puts
     fast = _tightest_domain(caps, workers, levels)
     assert [(d.id, n) for d, n in fast.domains] == [(d.id, n) for d, n in general.domains]
     assert fast.score == general.score
+
+
+@given(st.data())
+@SETTINGS
+def test_a_gang_within_some_domains_lands_only_there_and_is_not_refused_needlessly(
+        data: st.DataObject) -> None:
+    """Request.within (a serving unit's domains): every rank inside them; and a gang whose
+    best placement anywhere lies inside them is placed within them too."""
+    fleet = data.draw(fleets())
+    for i in range(data.draw(st.integers(0, 3))):
+        earlier = data.draw(requests(fleet))
+        placed = place(fleet, earlier)
+        if placed.ok:
+            commit(fleet, placed, earlier, f"job{i}")
+    within = frozenset(data.draw(st.sets(st.sampled_from(sorted(fleet.domains)), min_size=1)))
+    anywhere = data.draw(requests(fleet))
+    request = dataclasses.replace(anywhere, within=within)
+    placed = place(fleet, request)
+    if placed.ok:
+        assert {r.domain for r in placed.ranks} <= within
+        check_placement(fleet, request, placed.ranks)
+    free = place(fleet, anywhere)
+    if free.ok and set(free.domains) <= within:
+        assert placed.ok, placed.reason

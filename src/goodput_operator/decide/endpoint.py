@@ -31,11 +31,11 @@ from goodput_operator.decide.units import (
     DECODE,
     PREFILL,
     Pending,
+    Scopes,
     Units,
     place_units,
     prefill_wanted,
     removal_order,
-    scope_of,
 )
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import inference as build
@@ -158,7 +158,8 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
     pods = owned(snapshot.endpoint_pods.get((namespace, name), {}).values(), ie)
     lost = {n for p in pods if (n := p.get("spec", {}).get("nodeName"))
             and (n not in fleet.nodes or fleet.nodes[n].state == "quarantined")}
-    plans = _plan_roles(snapshot, ie, spec, fleet, pods, lost)
+    scopes = Scopes(fleet, spec.roles.affinity) if spec.roles is not None else None
+    plans = _plan_roles(snapshot, ie, spec, scopes, pods, lost)
     result = EndpointDecision(ie, status, {}, services=[build.service(ie, spec),
                                                         build.headless(ie)])
     for rp in plans:
@@ -195,7 +196,7 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
                               for p in build.group_pods(ie, spec, index, revision, fabric,
                                                         rp.role)}
                       for index, revision in rp.plan.create}
-        waiting = _place(snapshot, fleet, spec, plans, result, fabric)
+        waiting = _place(snapshot, fleet, scopes, spec, plans, result, fabric)
     result.deferred = budget.deferred - deferred_before
     limited = [*(f"{rp.role.name}: {rp.scaled.decision.limited}" if rp.role.name
                  else rp.scaled.decision.limited
@@ -219,24 +220,24 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
         "conditions": _conditions(spec, totals, desired, plans, waiting, limited,
                                   conditions, generation, at),
     }
-    if spec.roles is not None:
+    if scopes is not None:
         result.desired["roles"] = [
             {"name": rp.role.name, "replicas": rp.plan.live, "desiredReplicas": rp.desired,
              "readyReplicas": rp.plan.ready} for rp in plans]
-        result.desired["units"] = _units_status(fleet, spec, plans)
+        result.desired["units"] = _units_status(scopes, plans)
     for rp in plans:
         _record_scaling(rp.scaled, result, rp.role.name)
     return result
 
 
-def _plan_roles(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec, fleet: Fleet,
-                pods: list[Obj], lost: set[str]) -> list[RolePlan]:
+def _plan_roles(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec,
+                scopes: Scopes | None, pods: list[Obj], lost: set[str]) -> list[RolePlan]:
     """Each role's groups planned: its size (for prefill, bounded by the decode pool and
     the units), what to create, place and delete."""
     meta = ie["metadata"]
     roles = spec.serving_roles()
     plans: list[RolePlan] = []
-    if spec.roles is None:
+    if spec.roles is None or scopes is None:
         [role] = roles
         latest = snapshot.scaled.get((meta["namespace"], meta["name"], ""))
         desired = desired_replicas(latest, ie, role)
@@ -244,11 +245,10 @@ def _plan_roles(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec, fleet:
                            spec.rollout, lost)
         return [RolePlan(role, plan, desired, build.revision(ie["spec"]),
                          latest if role.scaling else None)]
-    affinity = spec.roles.affinity
     mine = {r.name: role_pods(pods, r.name) for r in roles}
 
     def where(role: str, groups: dict[int, Group]) -> dict[int, str | None]:
-        return {i: scope_of(fleet, affinity, g.domain()) for i, g in groups.items()}
+        return {i: scopes.scope(g.domain()) for i, g in groups.items()}
 
     decode, prefill = roles
     latest = snapshot.scaled.get((meta["namespace"], meta["name"], DECODE))
@@ -284,7 +284,8 @@ def _plan_roles(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec, fleet:
     return plans
 
 
-def _place(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
+def _place(snapshot: Snapshot, fleet: Fleet, scopes: Scopes | None,
+           spec: InferenceEndpointSpec,
            plans: list[RolePlan], result: EndpointDecision, fabric: Fabric) -> list[str]:
     """Place each whole, gated group, then each new one (its pods by rank, not created
     yet): inside one domain, on nodes its pods fit (as the group's FABRIC dresses them);
@@ -325,7 +326,7 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
             else:
                 result.pin.append((pod, rank.node, rank.domain))
 
-    if spec.roles is None:
+    if scopes is None:
         left = {}
         for item in pending:
             placed = place(fleet, requests[item.role])
@@ -334,10 +335,7 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
             else:
                 left[item] = placed.reason
     else:
-        units = Units.of({rp.role.name: {
-            i: scope_of(fleet, spec.roles.affinity, g.domain())
-            for i, g in rp.plan.groups.items() if i not in rp.plan.delete} for rp in plans})
-        left = place_units(fleet, spec.roles.affinity, units, pending, requests, bind)
+        left = place_units(scopes, units_of(scopes, plans), pending, requests, bind)
     waiting = []
     for item, why in left.items():
         waiting.append(f"group {build.group_id(item.role, item.index)}: {why}")
@@ -351,13 +349,16 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
     return waiting
 
 
-def _units_status(fleet: Fleet, spec: InferenceEndpointSpec, plans: list[RolePlan]
-                  ) -> list[Obj]:
+def units_of(scopes: Scopes, plans: list[RolePlan]) -> Units:
+    """The units as the plans leave them (their deleted groups gone)."""
+    return Units.of({rp.role.name: {i: scopes.scope(g.domain())
+                                     for i, g in rp.plan.groups.items()
+                                     if i not in rp.plan.delete} for rp in plans})
+
+
+def _units_status(scopes: Scopes, plans: list[RolePlan]) -> list[Obj]:
     """Each serving unit's groups, as the pods say now (placed or pinned)."""
-    assert spec.roles is not None
-    units = Units.of({rp.role.name: {
-        i: scope_of(fleet, spec.roles.affinity, g.domain())
-        for i, g in rp.plan.groups.items() if i not in rp.plan.delete} for rp in plans})
+    units = units_of(scopes, plans)
     return [{"scope": scope, DECODE: units.members[scope][DECODE],
              PREFILL: units.members[scope][PREFILL]} for scope in sorted(units.members)]
 

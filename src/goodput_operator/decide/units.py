@@ -25,29 +25,40 @@ from dataclasses import dataclass, replace
 
 from goodput_operator.api.inferenceendpoint import RatioBound
 from goodput_operator.topology.model import Fleet
-from goodput_operator.topology.placement import Placement, Request, place
+from goodput_operator.topology.placement import Placement, Request, domain_capacity, place
 
 DECODE, PREFILL = "decode", "prefill"
 HELD = "scratch/unit-room"  # room held for a new unit's first prefill group while solving
+NEW_UNIT_TRIES = 32  # scopes tried for a new unit beyond the decode group's best placement
 
 
-def scope_of(fleet: Fleet, affinity: str, domain: str) -> str | None:
-    """The unit scope holding DOMAIN: the domain itself, or its network block (the
-    group's network path, outermost first); None for a group not placed yet."""
-    if not domain:
-        return None
-    if affinity == "Domain":
-        return domain
-    found = fleet.domains.get(domain)
-    if found is None:
-        return None
-    return "/".join(found.path) or "all"
+class Scopes:
+    """The group's unit scopes: each domain's (itself, or its network block: the group's
+    network path, outermost first), and each scope's domains in fabric order; made once
+    per endpoint pass."""
 
+    def __init__(self, fleet: Fleet, affinity: str) -> None:
+        self.fleet = fleet
+        self.of: dict[str, str] = {}
+        self.domains: dict[str, list[str]] = {}
+        for domain in fleet.ordered_domains():
+            scope = domain.id if affinity == "Domain" else "/".join(domain.path) or "all"
+            self.of[domain.id] = scope
+            self.domains.setdefault(scope, []).append(domain.id)
+        self.noun = fleet.shape.domain_noun if affinity == "Domain" else "network block"
 
-def scope_nodes(fleet: Fleet, affinity: str, scope: str) -> frozenset[str]:
-    """The nodes of SCOPE."""
-    return frozenset(n.name for d in fleet.domains.values()
-                     if scope_of(fleet, affinity, d.id) == scope for n in d.nodes)
+    def scope(self, domain: str) -> str | None:
+        """The scope holding DOMAIN; None for a group not placed yet."""
+        return self.of.get(domain) if domain else None
+
+    def has_room(self, scope: str, request: Request) -> bool:
+        """Whether SCOPE's free room could hold REQUEST's workers (a quick upper bound)."""
+        return sum(domain_capacity(self.fleet.domains[d], request.accelerators,
+                                   request.eligible)
+                   for d in self.domains.get(scope, [])) >= request.workers
+
+    def within(self, request: Request, scope: str) -> Request:
+        return replace(request, within=frozenset(self.domains.get(scope, [])))
 
 
 @dataclass
@@ -132,7 +143,7 @@ class Pending:
     index: int
 
 
-def place_units(fleet: Fleet, affinity: str, units: Units, pending: Sequence[Pending],
+def place_units(scopes: Scopes, units: Units, pending: Sequence[Pending],
                 requests: Mapping[str, Request],
                 bind: Callable[[Pending, Placement], None]) -> dict[Pending, str]:
     """Place PENDING groups (decode first) in units, calling BIND for each placed (it
@@ -140,93 +151,85 @@ def place_units(fleet: Fleet, affinity: str, units: Units, pending: Sequence[Pen
     waiting: dict[Pending, str] = {}
     prefills = [p for p in pending if p.role == PREFILL]
     for item in [p for p in pending if p.role == DECODE]:
-        placed = _into_unit(fleet, affinity, units, item, requests)
+        placed = _into_unit(scopes, units, item, requests)
         if placed.ok:
             bind(item, placed)
-            units.join(scope_of(fleet, affinity, placed.ranks[0].domain) or "", DECODE,
-                       item.index)
+            units.join(scopes.of[placed.ranks[0].domain], DECODE, item.index)
             continue
         partner = prefills.pop(0) if prefills else None
-        pair = _new_unit(fleet, affinity, units, requests, partner is not None)
+        pair = _new_unit(scopes, units, requests, partner is not None)
         if isinstance(pair, str):
             waiting[item] = f"{placed.reason}; {pair}"
             if partner is not None:
                 prefills.insert(0, partner)
             continue
         decode, prefill = pair
-        scope = scope_of(fleet, affinity, decode.ranks[0].domain) or ""
+        scope = scopes.of[decode.ranks[0].domain]
         bind(item, decode)
         units.join(scope, DECODE, item.index)
         if partner is not None and prefill is not None:
             bind(partner, prefill)
             units.join(scope, PREFILL, partner.index)
     for item in prefills:
-        placed = _into_unit(fleet, affinity, units, item, requests)
+        placed = _into_unit(scopes, units, item, requests)
         if placed.ok:
             bind(item, placed)
-            units.join(scope_of(fleet, affinity, placed.ranks[0].domain) or "", PREFILL,
-                       item.index)
+            units.join(scopes.of[placed.ranks[0].domain], PREFILL, item.index)
         else:
             waiting[item] = placed.reason
     return waiting
 
 
-def _within(fleet: Fleet, affinity: str, request: Request, scope: str) -> Request:
-    nodes = scope_nodes(fleet, affinity, scope)
-    eligible = nodes if request.eligible is None else request.eligible & nodes
-    return replace(request, eligible=eligible,
-                   ineligible=f"outside serving unit {scope}" + (
-                       f"; {request.ineligible}" if request.ineligible else ""))
-
-
-def _into_unit(fleet: Fleet, affinity: str, units: Units, item: Pending,
-               requests: Mapping[str, Request]) -> Placement:
+def _into_unit(scopes: Scopes, units: Units, item: Pending, requests: Mapping[str, Request]
+               ) -> Placement:
     """The group of ITEM in the unit where its role is scarcest, or why none has room (a
     decode group may also anchor again a scope whose prefill groups lost theirs)."""
     other = PREFILL if item.role == DECODE else DECODE
-    scopes = units.units() + (units.orphaned() if item.role == DECODE else [])
-    order = sorted(scopes, key=lambda s: (units.count(s, item.role)
-                                          / max(units.count(s, other), 1), s))
+    request = requests[item.role]
+    candidates = units.units() + (units.orphaned() if item.role == DECODE else [])
+    order = sorted((s for s in candidates if scopes.has_room(s, request)),
+                   key=lambda s: (units.count(s, item.role) / max(units.count(s, other), 1), s))
     for scope in order:
-        placed = place(fleet, _within(fleet, affinity, requests[item.role], scope))
+        placed = place(scopes.fleet, scopes.within(request, scope))
         if placed.ok:
             return placed
-    noun = "domain" if affinity == "Domain" else "network block"
     return Placement(False, f"no serving unit has room for another {item.role} replica"
-                            if order else f"no serving unit yet (a unit is one {noun})")
+                            if candidates else f"no serving unit yet (a unit is one "
+                                               f"{scopes.noun})")
 
 
-def _new_unit(fleet: Fleet, affinity: str, units: Units, requests: Mapping[str, Request],
-              partner: bool) -> tuple[Placement, Placement | None] | str:
+def _new_unit(scopes: Scopes, units: Units, requests: Mapping[str, Request], partner: bool
+              ) -> tuple[Placement, Placement | None] | str:
     """A decode group and a prefill group placed together in one scope that is not a
-    unit yet: the decode group's best placement first, then every other scope. With no
-    PARTNER waiting, the prefill group's room is checked and left free."""
+    unit yet: the decode group's best placement first, then the other scopes with room
+    for both (at most NEW_UNIT_TRIES). With no PARTNER waiting, the prefill group's room
+    is checked and left free."""
+    fleet = scopes.fleet
     decode, prefill = requests[DECODE], requests[PREFILL]
     taken = set(units.units()) | set(units.orphaned())
 
     def pair(request: Request) -> tuple[Placement, Placement | None] | None:
         first = place(fleet, request)
-        if not first.ok:
+        if not first.ok or scopes.of[first.ranks[0].domain] in taken:
             return None
-        scope = scope_of(fleet, affinity, first.ranks[0].domain) or ""
-        if scope in taken:
-            return None
+        scope = scopes.of[first.ranks[0].domain]
         try:
             for rank in first.ranks:
                 fleet.bind(f"{HELD}#{rank.rank}", rank.node, decode.accelerators, HELD)
-            second = place(fleet, _within(fleet, affinity, prefill, scope))
+            second = place(fleet, scopes.within(prefill, scope)) \
+                if scopes.has_room(scope, prefill) else None
         finally:
             fleet.release_owner(HELD)
-        return (first, second if partner else None) if second.ok else None
+        return (first, second if partner else None) if second and second.ok else None
 
     found = pair(decode)
     if found is not None:
         return found
-    scopes = dict.fromkeys(s for d in fleet.ordered_domains()
-                           if (s := scope_of(fleet, affinity, d.id)) and s not in taken)
-    for scope in scopes:
-        found = pair(_within(fleet, affinity, decode, scope))
+    candidates = [s for s in scopes.domains if s not in taken
+                  and scopes.has_room(s, decode) and scopes.has_room(s, prefill)]
+    for scope in candidates[:NEW_UNIT_TRIES]:
+        found = pair(scopes.within(decode, scope))
         if found is not None:
             return found
-    return "no free scope holds a decode replica and a prefill replica together " \
-           "(a new serving unit)"
+    return (f"no free {scopes.noun} holds a decode replica and a prefill replica together "
+            f"(a new serving unit)")

@@ -68,6 +68,7 @@ class Request:
     balance: bool = False  # split evenly over the domains spanned (topology.balance)
     slice: int = 1  # workers per slice, each slice inside one domain (topology.slice)
     companions: tuple[Companion, ...] = ()  # pod sets placed with the gang (spec.podSets)
+    within: frozenset[str] | None = None  # the domains it must stay in (a serving unit)
 
 
 class RankSlot(NamedTuple):
@@ -198,7 +199,9 @@ def place_gang(fleet: Fleet, request: Request) -> Placement:
                                 f"{per_domain} workers")
     units = request.workers // size
     min_domains = math.ceil(units / (per_domain // size))
-    caps = [(d, c // size) for d in fleet.ordered_domains()
+    domains = fleet.ordered_domains() if request.within is None else sorted(
+        (fleet.domains[i] for i in request.within if i in fleet.domains), key=lambda d: d.order)
+    caps = [(d, c // size) for d in domains
             if (c := domain_capacity(d, request.accelerators, request.eligible)) >= size]
     if sum(c for _, c in caps) < units:
         return Placement(False, _sliced(request, explain_shortage(fleet, request, min_domains)),
