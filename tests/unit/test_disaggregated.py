@@ -18,6 +18,7 @@ from goodput_operator.api.inferenceendpoint import (
 )
 from goodput_operator.autoscaling.algorithm import Decision
 from goodput_operator.decide import EndpointDecision, Scaled, decide_endpoints, trial
+from goodput_operator.decide.endpoint import request_of, room_for_role
 from goodput_operator.decide.units import Units, prefill_wanted, removal_order
 from goodput_operator.resources import inference as build
 from tests.unit.test_decide_endpoint import SCALING, endpoint
@@ -215,3 +216,22 @@ def test_removal_takes_unplaced_groups_then_orphans_then_the_most_plentiful_unit
     assert removal_order("prefill", {0: "a", 1: "a", 2: "b", 3: "c", 4: None}, units, 4) \
         == [4, 3, 1, 0]   # unplaced, orphan, a's second, then a unit's last
     assert removal_order("decode", {0: "a", 1: "b"}, units, 1) == [1]   # b: 1 beside 1
+
+
+@pytest.mark.parametrize(("pods", "role", "room"), [
+    ([], "decode", 2),             # a unit in each UltraServer: 2 decode + 1 prefill nodes
+    (UNIT_0, "decode", 1),         # us-0 has one node left: only a new unit in us-1
+    (UNIT_0, "prefill", 1),        # prefill only joins a unit: us-0's last node
+    (UNIT_0 + UNIT_1, "decode", 0),
+    (UNIT_0 + UNIT_1, "prefill", 2),
+])
+def test_the_autoscalers_room_counts_a_unit_as_one_request(pods: list[Obj], role: str,
+                                                          room: int) -> None:
+    snapshot = world(None, pods=pods)
+    spec = InferenceEndpointSpec.model_validate(IE["spec"])
+    requests = {r.name: request_of(r.shape) for r in spec.serving_roles()}
+    [serving] = [r for r in spec.serving_roles() if r.name == role]
+    fleet = snapshot.fleets["trn2"]
+    before = fleet.snapshot()
+    assert room_for_role(fleet, spec, serving, pods, requests, 8) == room
+    assert fleet.snapshot() == before                      # nothing left reserved

@@ -45,12 +45,12 @@ from goodput_operator.decide.endpoint import (
     placed_groups,
     request_of,
     role_pods,
+    room_for_role,
 )
 from goodput_operator.decide.fit import pod_fit
 from goodput_operator.resources import inference as build
 from goodput_operator.resources.fabric import Fabric
 from goodput_operator.resources.pods import owned, pin
-from goodput_operator.topology.placement import room_for
 
 Obj = dict[str, Any]
 log = logging.getLogger("goodput.inferenceendpoint")
@@ -173,13 +173,16 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, role: Ser
     fleet = state.fleets.get(spec.ultra_server_group)
     capacity = None
     if fleet is not None:  # groups holding nodes now, plus what the free space can host
-        placed = placed_groups(role_pods(owned(state.endpoint_pods.get(key[:2], {}).values(),
-                                               ie), role.name), role.shape.workers)
-        member = build.group_pods(ie, spec, 0, "0",
-                                  Fabric.of(state.groups[spec.ultra_server_group]), role)[0]
-        fit = pod_fit(state.nodes, state.fits, fleet, spec.ultra_server_group, member["spec"])
-        capacity = placed + room_for(fleet, request_of(role.shape, *fit),
-                                     max(0, scaling.max_replicas - placed))
+        pods = owned(state.endpoint_pods.get(key[:2], {}).values(), ie)
+        placed = placed_groups(role_pods(pods, role.name), role.shape.workers)
+        fabric = Fabric.of(state.groups[spec.ultra_server_group])
+        requests = {}
+        for each in spec.serving_roles():
+            member = build.group_pods(ie, spec, 0, "0", fabric, each)[0]
+            requests[each.name] = request_of(each.shape, *pod_fit(
+                state.nodes, state.fits, fleet, spec.ultra_server_group, member["spec"]))
+        capacity = placed + room_for_role(fleet, spec, role, pods, requests,
+                                          max(0, scaling.max_replicas - placed))
     history = state.scaling_history.setdefault(key, History())
     decision = recommend(samples, current, scaling, history, now, capacity)
     _record(state, key, decision, current, now)

@@ -9,7 +9,7 @@ build (9,000 pod bodies per pass were most of the memory at scale).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,13 +36,14 @@ from goodput_operator.decide.units import (
     place_units,
     prefill_wanted,
     removal_order,
+    room_in_units,
 )
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import inference as build
 from goodput_operator.resources.fabric import Fabric
 from goodput_operator.resources.pods import FINISHED, owned, pinned
 from goodput_operator.topology.model import Fleet, endpoint_owner
-from goodput_operator.topology.placement import Placement, Request, place
+from goodput_operator.topology.placement import Placement, Request, place, room_for
 
 Obj = dict[str, Any]
 MAX_DECISIONS = 16  # scaling decisions kept in status.recentScaling
@@ -99,6 +100,19 @@ def request_of(shape: ReplicaShape, eligible: frozenset[str] | None = None,
     its pods fit (decide.fit), None for all."""
     return Request(shape.workers, shape.accelerators_per_worker, "domain",
                    "required" if shape.workers > 1 else "preferred", eligible, why)
+
+
+def room_for_role(fleet: Fleet, spec: InferenceEndpointSpec, role: ServingRole,
+                  pods: list[Obj], requests: Mapping[str, Request], limit: int) -> int:
+    """How many more groups of ROLE the group can host now (at most LIMIT): anywhere, or
+    for a disaggregated endpoint, in its serving units (decide.units)."""
+    if spec.roles is None:
+        return room_for(fleet, requests[role.name], limit)
+    scopes = Scopes(fleet, spec.roles.affinity)
+    units = Units.of({name: {i: scopes.scope(g.domain())
+                             for i, g in groups_of(role_pods(pods, name)).items()}
+                      for name in (DECODE, PREFILL)})
+    return room_in_units(scopes, units, requests, role.name, limit)
 
 
 def role_pods(pods: Iterable[Obj], role: str) -> list[Obj]:

@@ -180,6 +180,36 @@ def place_units(scopes: Scopes, units: Units, pending: Sequence[Pending],
     return waiting
 
 
+def room_in_units(scopes: Scopes, units: Units, requests: Mapping[str, Request], role: str,
+                  limit: int) -> int:
+    """How many more groups of ROLE the serving units can take now (at most LIMIT): in a
+    unit with room, or, for decode, in a new unit with a prefill group's room beside it;
+    placed one after another on scratch bindings, released afterwards (the autoscaler's
+    capacity check: a unit is one request)."""
+    fleet = scopes.fleet
+    owner = "scratch/room-in-units"
+    units = Units({s: {r: list(m[r]) for r in m} for s, m in units.members.items()})
+    count = 0
+    try:
+        while count < limit:
+            placed = _into_unit(scopes, units, Pending(role, -1 - count), requests)
+            taken = [(role, placed)]
+            if not placed.ok:
+                pair = _new_unit(scopes, units, requests, True) if role == DECODE else ""
+                if isinstance(pair, str) or pair[1] is None:
+                    break
+                taken = [(DECODE, pair[0]), (PREFILL, pair[1])]
+            for name, where in taken:
+                for rank in where.ranks:
+                    fleet.bind(f"{owner}#{count}#{name}#{rank.rank}", rank.node,
+                               requests[name].accelerators, owner)
+                units.join(scopes.of[where.ranks[0].domain], name, -1 - count)
+            count += 1
+    finally:
+        fleet.release_owner(owner)
+    return count
+
+
 def _into_unit(scopes: Scopes, units: Units, item: Pending, requests: Mapping[str, Request]
                ) -> Placement:
     """The group of ITEM in the unit where its role is scarcest, or why none has room (a
