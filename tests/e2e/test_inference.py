@@ -23,10 +23,13 @@ from tests.e2e.conftest import (
     Operator,
     apply,
     delete_all,
+    get_job,
     get_object,
     settle,
     settle_autoscaler,
+    training_job,
     wait_event,
+    wait_phase,
 )
 
 pytestmark = pytest.mark.e2e
@@ -72,9 +75,13 @@ def get_ie(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
 
 def wait_status(cluster: Cluster, namespace: str, name: str, what: str, timeout: float = 60,
                 **fields: Any) -> dict[str, Any]:
+    """FIELDS: status keys and their values, or a test of the value (a callable)."""
+    def holds(value: Any, want: Any) -> bool:
+        return bool(value is not None and want(value)) if callable(want) else value == want
+
     def reached() -> dict[str, Any] | None:
         status = get_ie(cluster, namespace, name).get("status") or {}
-        return status if all(status.get(k) == v for k, v in fields.items()) else None
+        return status if all(holds(status.get(k), v) for k, v in fields.items()) else None
     try:
         return wait_for(reached, timeout=timeout, what=what)
     except AssertionError as err:
@@ -238,6 +245,47 @@ def test_demand_beyond_the_free_domains_is_limited_with_a_reason(
     assert len(pods) == 8 and all(p["status"].get("phase") == "Running" for p in pods)
     for group_status in status["groups"]:               # each replica inside one UltraServer
         assert group_status["domain"] and len(group_status["nodes"]) == 2
+
+
+def test_a_standby_ultraserver_is_lent_to_a_job_and_reclaimed_for_a_burst(
+        crds: Cluster, namespace: str, make_group: Any, endpoints: None,
+        metrics_source: Any, operator: Operator) -> None:
+    exporter, prometheus = metrics_source
+    group = make_group()                                  # 2 UltraServers x 4 nodes
+    exporter.queue(namespace, "warm", 5)                  # one two-node replica
+    apply(crds, autoscaled("warm", group, prometheus.url, workers=2, standbyDomains=1),
+          namespace)
+    status = wait_status(crds, namespace, "warm", "1 replica and a standby UltraServer",
+                         readyReplicas=1, standby=lambda held: len(held["domains"]) == 1)
+    [home] = {g["domain"] for g in status["groups"]}
+    [spare] = status["standby"]["domains"]
+    assert spare != home and condition(status, "Standby")["reason"] == "Held"
+    usg = wait_for(lambda: (s := json.loads(crds.kubectl("get", "usg", group, "-o", "json")
+                                            .stdout).get("status") or {})
+                   .get("totals", {}).get("standbyDomains") == 1 and s, timeout=30,
+                   what="the group counting the standby UltraServer")
+    assert {d["id"]: d.get("standbyFor") for d in usg["domains"]}[spare] == \
+        f"{namespace}/warm"
+    try:
+        apply(crds, training_job("borrower", group, 4), namespace)   # fits only in the spare
+        job = wait_phase(crds, namespace, "borrower", "Running", timeout=60)
+        assert "borrows standby UltraServer(s)" in job["status"]["placement"]["reason"]
+
+        exporter.queue(namespace, "warm", 20)             # 3 replicas: the third needs it
+        said = wait_event(crds, "borrower", "Preempted", "requeued", namespace, timeout=60)
+        assert f"reclaimed by InferenceEndpoint {namespace}/warm" in said
+        assert spare in wait_event(crds, "warm", "Reclaiming", "reclaiming", namespace)
+        status = wait_status(crds, namespace, "warm", "3 replicas", readyReplicas=3,
+                             desiredReplicas=3)
+        assert spare in {g["domain"] for g in status["groups"]}
+        assert condition(status, "ScalingLimited")["status"] == "False", status
+        standby = wait_status(crds, namespace, "warm", "no standby left",
+                              standby=lambda held: held["domains"] == [])
+        assert condition(standby, "Standby")["reason"] == "InsufficientCapacity"
+        assert get_job(crds, namespace, "borrower")["status"]["phase"] != "Running"
+    finally:  # the endpoint's pods and the job's alike
+        crds.kubectl("delete", "tj", "--all", "-n", namespace, "--wait=true", "--timeout=60s")
+        delete_all(crds, "ie", namespace)
 
 
 def test_prometheus_down_holds_the_size_and_raises_a_condition(

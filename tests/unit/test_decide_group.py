@@ -240,4 +240,5 @@ def test_the_group_status_counts_domains_nodes_and_spares() -> None:
                           iso(NOW))
     assert status["totals"] == {"domains": 2, "healthyDomains": 2, "nodes": 8,
                                 "readyNodes": 8, "accelerators": 128,
-                                "freeAccelerators": 96, "quarantined": 0, "spares": 2}
+                                "freeAccelerators": 96, "quarantined": 0, "spares": 2,
+                                "standbyDomains": 0}

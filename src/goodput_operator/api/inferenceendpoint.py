@@ -159,6 +159,11 @@ class Scaling(ApiModel):
     prometheus_url: str | None = Field(default=None, max_length=2048,
                                        pattern=r"^https?://")
     """Prometheus to query; defaults to the operator's configured URL."""
+    standby_domains: int = Field(default=0, ge=0, le=64)
+    """Whole domains kept free for the next replica groups, so that a burst's replica is
+    placed at once. Meanwhile training jobs may borrow them (only when nothing else fits
+    them): preemptible capacity, reclaimed, after the job's checkpoint grace, when a
+    replica group needs it. 0: none."""
 
 
 class Rollout(ApiModel):
@@ -199,6 +204,9 @@ class Role(ApiModel):
         cel("!has(self.scaling) || self.scaling.minReplicas >= 1",
             "roles.<role>.scaling.minReplicas must be at least 1: every serving unit keeps "
             "each role", ".scaling.minReplicas"),
+        cel("!has(self.scaling) || self.scaling.standbyDomains == 0",
+            "roles.<role>.scaling.standbyDomains is for single-role endpoints",
+            ".scaling.standbyDomains"),
     )
 
     replica_shape: ReplicaShape = Field(
@@ -380,6 +388,27 @@ class UnitStatus(ApiModel):
     """Indexes of its prefill groups."""
 
 
+class Reclaim(ApiModel):
+    """A standby domain being taken back from the training jobs that borrowed it."""
+
+    domain: str
+    """The domain."""
+    jobs: list[str] = Field(default_factory=list)
+    """The borrowing TrainingJobs (namespace/name), asked to checkpoint and stop."""
+
+
+class StandbyStatus(ApiModel):
+    """The whole domains kept free for the endpoint's next replica groups."""
+
+    domains: list[str] = Field(default_factory=list)
+    """The domains held on standby (training jobs never take them unless nothing else
+    fits, and only as preemptible capacity)."""
+    lent: list[str] = Field(default_factory=list)
+    """TrainingJobs (namespace/name) running on a standby domain now."""
+    reclaim: Reclaim | None = None
+    """The standby domain being taken back for a replica group that fits nowhere else."""
+
+
 class InferenceEndpointStatus(ApiModel):
     """Observed state of the endpoint, written by the operator."""
 
@@ -401,9 +430,11 @@ class InferenceEndpointStatus(ApiModel):
     """Per role: groups existing, wanted and ready (disaggregated endpoints)."""
     units: list[UnitStatus] = Field(default_factory=list)
     """The serving units and their groups (disaggregated endpoints)."""
+    standby: StandbyStatus | None = None
+    """The warm standby (scaling.standbyDomains)."""
     last_scaling: ScalingDecision | None = None
     """The last scaling decision."""
     recent_scaling: list[ScalingDecision] = Field(default_factory=list, max_length=16)
     """The most recent scaling decisions (newest last, at most 16)."""
     conditions: list[Condition] = conditions_field()
-    """Ready, Progressing, ScalingLimited, MetricsUnavailable, Panic conditions."""
+    """Ready, Progressing, ScalingLimited, MetricsUnavailable, Panic, Standby conditions."""

@@ -289,6 +289,8 @@ class DomainStatus(ApiModel):
     """Nodes of this domain in quarantine."""
     spares: list[str] = Field(default_factory=list)
     """Nodes of this domain held as spares."""
+    standby_for: str | None = None
+    """The InferenceEndpoint (namespace/name) holding it free on standby."""
 
 
 class GroupTotals(ApiModel):
@@ -310,6 +312,8 @@ class GroupTotals(ApiModel):
     """Nodes in quarantine."""
     spares: int = Field(default=0, ge=0)
     """Nodes held as spares."""
+    standby_domains: int = Field(default=0, ge=0)
+    """Domains InferenceEndpoints hold free on standby (scaling.standbyDomains)."""
 
 
 MAX_LISTED_DOMAINS = 256  # status.domains' length: the object stays far below etcd's limit

@@ -48,6 +48,7 @@ from goodput_operator.decide.endpoint import (
     room_for_role,
 )
 from goodput_operator.decide.fit import pod_fit
+from goodput_operator.decide.standby import borrowers
 from goodput_operator.resources import inference as build
 from goodput_operator.resources.fabric import Fabric
 from goodput_operator.resources.pods import owned, pin
@@ -181,8 +182,13 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, role: Ser
             member = build.group_pods(ie, spec, 0, "0", fabric, each)[0]
             requests[each.name] = request_of(each.shape, *pod_fit(
                 state.nodes, state.fits, fleet, spec.ultra_server_group, member["spec"]))
-        capacity = placed + room_for_role(fleet, spec, role, pods, requests,
-                                          max(0, scaling.max_replicas - placed))
+        # its standby domains count as room even while training jobs borrow them: a
+        # replica group that needs one takes it back (decide.standby)
+        standby = ((ie.get("status") or {}).get("standby") or {}).get("domains") or []
+        lent = [o for owners in borrowers(fleet, standby).values() for o in owners]
+        with fleet.without(lent):
+            capacity = placed + room_for_role(fleet, spec, role, pods, requests,
+                                              max(0, scaling.max_replicas - placed))
     history = state.scaling_history.setdefault(key, History())
     decision = recommend(samples, current, scaling, history, now, capacity)
     _record(state, key, decision, current, now)

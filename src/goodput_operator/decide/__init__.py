@@ -27,6 +27,7 @@ from goodput_operator.decide.gang import JobDecision
 from goodput_operator.decide.group import GroupDecision, decide_group
 from goodput_operator.decide.job import decide_job
 from goodput_operator.decide.snapshot import Scaled, Snapshot
+from goodput_operator.decide.standby import reclaim_marks
 from goodput_operator.decide.types import ConditionUpdate, Event, ProbeStart, Reservation
 
 __all__ = ["ConditionUpdate", "EndpointDecision", "Event", "Failure", "GroupDecision",
@@ -82,6 +83,7 @@ def decide_groups(snapshot: Snapshot, failures: list[Failure]) -> list[GroupDeci
 
 def decide_jobs(snapshot: Snapshot, failures: list[Failure]) -> list[JobDecision]:
     """Call inside `trial(snapshot)` (the later jobs see the earlier's reservations)."""
+    reclaim_marks(snapshot)  # standby domains endpoints take back from the jobs
     return _each("TrainingJob", snapshot.jobs, lambda job: decide_job(snapshot, job),
                  failures)
 

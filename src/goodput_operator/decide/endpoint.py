@@ -26,6 +26,7 @@ from goodput_operator.api.inferenceendpoint import (
 from goodput_operator.decide.fit import pod_fit
 from goodput_operator.decide.replicas import EndpointPlan, Group, Removal, groups_of, plan_groups
 from goodput_operator.decide.snapshot import Scaled, Snapshot
+from goodput_operator.decide.standby import decide_standby
 from goodput_operator.decide.types import Event, Reservation
 from goodput_operator.decide.units import (
     DECODE,
@@ -239,9 +240,39 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
             {"name": rp.role.name, "replicas": rp.plan.live, "desiredReplicas": rp.desired,
              "readyReplicas": rp.plan.ready} for rp in plans]
         result.desired["units"] = _units_status(scopes, plans)
+    if spec.scaling is not None and spec.scaling.standby_domains:
+        _standby(snapshot, fleet, spec, plans, result, bool(waiting))
+    elif status.get("standby"):  # standby turned off: nothing held any more
+        result.desired["standby"] = None
+        result.desired["conditions"] = [c for c in result.desired["conditions"]
+                                        if c.get("type") != "Standby"]
     for rp in plans:
         _record_scaling(rp.scaled, result, rp.role.name)
     return result
+
+
+def _standby(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
+             plans: list[RolePlan], result: EndpointDecision, waiting: bool) -> None:
+    """The warm standby after this pass (decide.standby): status.standby, the Standby
+    condition, and a Reclaiming event when it starts taking a domain back."""
+    assert spec.scaling is not None
+    [rp] = plans
+    member = build.group_pods(result.ie, spec, 0, "0",
+                              Fabric.of(snapshot.groups[spec.ultra_server_group]), rp.role)[0]
+    request = request_of(rp.role.shape, *pod_fit(snapshot.nodes, snapshot.memo, fleet,
+                                                 spec.ultra_server_group, member["spec"]))
+    mine = {g.domain() for i, g in rp.plan.groups.items() if i not in rp.plan.delete} | {
+        fleet.nodes[r.node].domain for r in result.reservations if r.node in fleet.nodes}
+    standby = decide_standby(snapshot, fleet, result.ie, spec.scaling.standby_domains,
+                             request, mine, waiting)
+    result.desired["standby"] = standby.status
+    meta = result.ie["metadata"]
+    result.desired["conditions"] = set_condition(
+        result.desired["conditions"], "Standby", standby.held,
+        "Held" if standby.held else "InsufficientCapacity", standby.message,
+        meta.get("generation"), stamp(snapshot.clock))
+    if standby.reclaiming:
+        result.events.append(Event("Warning", "Reclaiming", standby.reclaiming))
 
 
 def _plan_roles(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec,

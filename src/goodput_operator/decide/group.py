@@ -19,6 +19,7 @@ from goodput_operator import names
 from goodput_operator.api.conditions import is_true, set_condition, stamp
 from goodput_operator.api.ultraservergroup import MAX_LISTED_DOMAINS, UltraServerGroupSpec
 from goodput_operator.decide.snapshot import Snapshot
+from goodput_operator.decide.standby import standby_map
 from goodput_operator.decide.types import Event, ProbeStart
 from goodput_operator.health import cron
 from goodput_operator.health import quarantine as q
@@ -97,7 +98,8 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
     desired = group_status(spec, fleet, status.get("conditions") or [], verdict.storm,
                            generation, stamp(now), schedule_error, overlap,
                            inconclusive_message(snapshot, (
-                               n for n, body in members.items() if q.record_of(body))))
+                               n for n, body in members.items() if q.record_of(body))),
+                           {d: held.endpoint for d, held in standby_map(snapshot, name).items()})
     events = []
     if verdict.storm and not is_true(status.get("conditions") or [], "StormGuard"):
         events.append(Event("Warning", "StormGuard", verdict.storm))
@@ -231,9 +233,11 @@ def domain_health(domain: Domain, nodes_per_domain: int) -> str:
 def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj],
                  storm: str | None, generation: int | None, at: str,
                  schedule_error: str | None = None, overlap: str = "",
-                 inconclusive: str = "") -> Obj:
+                 inconclusive: str = "", standby: Mapping[str, str] | None = None) -> Obj:
     """The group's status from its fleet model: per domain, totals, health, conditions.
-    INCONCLUSIVE: why a quarantined node's probe proved nothing (decide.group)."""
+    INCONCLUSIVE: why a quarantined node's probe proved nothing (decide.group); STANDBY:
+    domain -> the endpoint holding it on standby."""
+    standby = standby or {}
     domains: list[Obj] = []
     totals: Counter[str] = Counter()
     misshaped: list[str] = []
@@ -245,7 +249,9 @@ def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj]
         free = sum(n.free for n in ready if not n.spare)
         domains.append({"id": domain.id, "health": health, "nodesReady": len(ready),
                         "nodesTotal": len(domain.nodes), "freeAccelerators": free,
-                        "quarantinedNodes": quarantined, "spares": spares})
+                        "quarantinedNodes": quarantined, "spares": spares,
+                        **({"standbyFor": standby[domain.id]} if domain.id in standby
+                           else {})})
         if len(domain.nodes) != spec.nodes_per_domain:
             misshaped.append(f"{domain.id} has {len(domain.nodes)} of "
                              f"{spec.nodes_per_domain} nodes")
@@ -254,7 +260,8 @@ def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj]
                       if n.state == "misshaped"]
         totals.update(domains=1, healthyDomains=int(health == "Healthy"), nodes=len(domain.nodes),
                       readyNodes=len(ready), accelerators=sum(n.capacity for n in ready),
-                      freeAccelerators=free, quarantined=len(quarantined), spares=len(spares))
+                      freeAccelerators=free, quarantined=len(quarantined), spares=len(spares),
+                      standbyDomains=int(domain.id in standby))
     healths = {d["health"] for d in domains}
     group_health = "Empty" if not domains else "Healthy" if healths == {"Healthy"} else \
         "Failed" if healths == {"Failed"} else "Degraded"
@@ -292,7 +299,8 @@ def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj]
     return {"observedGeneration": generation, "health": group_health,
             "totals": {k: totals[k] for k in ("domains", "healthyDomains", "nodes",
                                               "readyNodes", "accelerators",
-                                              "freeAccelerators", "quarantined", "spares")},
+                                              "freeAccelerators", "quarantined", "spares",
+                                              "standbyDomains")},
             "domains": listed, "domainsOmitted": len(domains) - len(listed),
             "conditions": conditions}
 

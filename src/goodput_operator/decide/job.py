@@ -48,6 +48,7 @@ from goodput_operator.decide.group import inconclusive_message, may_probe
 from goodput_operator.decide.preemption import preempt_for, yield_to
 from goodput_operator.decide.running import running_job
 from goodput_operator.decide.snapshot import Snapshot
+from goodput_operator.decide.standby import place_off_standby, standby_map
 from goodput_operator.decide.types import (
     ConditionUpdate,
     Event,
@@ -67,7 +68,6 @@ from goodput_operator.topology.placement import (
     RankSlot,
     Request,
     in_rank_order,
-    place,
 )
 from goodput_operator.topology.podsets import companions_near
 from goodput_operator.topology.record import nodes_of, ranks_of
@@ -387,7 +387,8 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
     preempting = None
     # a recovering gang may take spares
     with fleet.spares_released() if recovering else contextlib.nullcontext():
-        placed = place(fleet, request)
+        placed = place_off_standby(fleet, request,
+                                   standby_map(snapshot, spec.ultra_server_group))
         if not placed.ok and spec.preemption_policy == "LowerPriority":
             preempting = preempt_for(snapshot, fleet, spec, job, request)
     result.placement_seconds = time.perf_counter() - started

@@ -106,9 +106,10 @@ def yield_to(snapshot: Snapshot, spec: TrainingJobSpec, job: Obj, decided: Attem
         if spec.checkpoint.dir and decided.phase == "Running" else 0
     deadline = at + grace
     saved = parse_time(((status.get("checkpoint") or {}).get("latest") or {}).get("time"))
+    by = (f"preempted by {mark.by} (priority {mark.priority} > {spec.priority})"
+          if mark.priority is not None else f"reclaimed by {mark.by} ({mark.message})")
     if clock < deadline and (saved is None or saved < at):
-        message = (f"preempted by {mark.by} (priority {mark.priority} > {spec.priority}): "
-                   f"the workers are asked to save a checkpoint, stopped at "
+        message = (f"{by}: the workers are asked to save a checkpoint, stopped at "
                    f"{iso(deadline)} at the latest")
         if not same:
             result.events.append(Event("Warning", "Preempting", message))
@@ -122,8 +123,7 @@ def yield_to(snapshot: Snapshot, spec: TrainingJobSpec, job: Obj, decided: Attem
                                  clock, strict=strict_checkpoints(spec))
     books = badput.update_incident(books, action="requeue")
     resume = (books["incidents"][-1].get("resumeFrom") or {})
-    why = (f"preempted by {mark.by} (priority {mark.priority} > {spec.priority}): workers "
-           f"stopped and requeued; resumes from "
+    why = (f"{by}: workers stopped and requeued; resumes from "
            f"{'step ' + str(resume['step']) if 'step' in resume else 'the start'}")
     decided.delete = list(result.observed)
     decided.create, decided.pin, decided.probe = [], [], []

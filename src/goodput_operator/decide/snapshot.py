@@ -86,8 +86,9 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class Mark:
-    """A job chosen in this pass as a victim of a higher-priority gang's preemption."""
+    """A job chosen in this pass as a victim of a higher-priority gang's preemption, or of
+    an endpoint reclaiming the standby domain it borrowed (priority None)."""
 
-    by: str  # the preempting job, namespace/name
-    priority: int
+    by: str  # the preempting job, namespace/name (or "InferenceEndpoint namespace/name")
+    priority: int | None
     message: str  # what its removal frees
