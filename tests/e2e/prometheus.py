@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import threading
@@ -94,24 +95,28 @@ class Exporter:
 
 
 class Prometheus:
-    """`prometheus` scraping the exporter every second; stop() and start() keep its data."""
+    """`prometheus` scraping every second (the exporter, or the jobs SCRAPE lists); stop()
+    and start() keep its data."""
 
-    def __init__(self, workdir: Path, exporter: Exporter, address: str = "127.0.0.1") -> None:
+    def __init__(self, workdir: Path, exporter: Exporter | None, address: str = "127.0.0.1",
+                 scrape: list[dict[str, object]] | None = None, port: int | None = None
+                 ) -> None:
         binary = shutil.which("prometheus")
         if binary is None:
             raise AssertionError("prometheus is not installed: run `make prometheus` "
                                  "(Debian's package)")
         self.binary = binary
         self.workdir = workdir
-        self.port = free_port()
+        self.port = port or free_port()
         self.address = address  # where it listens: where the operator asks it
         self.url = f"http://{address}:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
-        (workdir / "prometheus.yml").write_text(
-            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            "scrape_configs:\n"
-            "  - job_name: servers\n"
-            f"    static_configs: [{{targets: ['127.0.0.1:{exporter.port}']}}]\n")
+        jobs = scrape if scrape is not None else [] if exporter is None else [
+            {"job_name": "servers",
+             "static_configs": [{"targets": [f"127.0.0.1:{exporter.port}"]}]}]
+        (workdir / "prometheus.yml").write_text(json.dumps({
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": jobs}))  # JSON is YAML
 
     def start(self) -> None:
         log = (self.workdir / "prometheus.log").open("ab")

@@ -27,6 +27,7 @@ from tests.e2e import incluster
 from tests.e2e.conftest import (
     NO_SWEEPS,
     apply,
+    free_port,
     get_job,
     job_pods,
     lift_quarantine,
@@ -49,6 +50,7 @@ class Real:
     box: sandbox_cluster.Sandbox
     operator: incluster.InClusterOperator
     group: str
+    prometheus_url: str  # the operator's --prometheus-url: where a test's Prometheus listens
 
 
 @pytest.fixture(scope="module")
@@ -77,15 +79,17 @@ def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         cluster.kubectl("wait", "--for", "condition=Established", "--timeout=60s",
                         "crd/trainingjobs.goodput.dev", "crd/ultraservergroups.goodput.dev")
         cluster.kubectl("create", "namespace", PROBES)
+        prometheus_url = f"http://{hostnet.host_ip()}:{free_port()}"
         operator = incluster.InClusterOperator(
             cluster, RELEASE, RELEASE_NAMESPACE,
             incluster.image_values(__version__) | {"probeNamespace": PROBES,
-                                                   "dashboards": {"enabled": False}}, log)
+                                                   "dashboards": {"enabled": False},
+                                                   "prometheusUrl": prometheus_url}, log)
         operator.install()
         group = yaml_doc(root / "examples" / "trn2" / "ultraservergroup-real.yaml")
         group["spec"]["probes"] = NO_SWEEPS
         apply(cluster, group)
-        yield Real(cluster, box, operator, group["metadata"]["name"])
+        yield Real(cluster, box, operator, group["metadata"]["name"], prometheus_url)
     finally:
         if operator is not None:
             operator.save_logs()

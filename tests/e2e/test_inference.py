@@ -198,7 +198,8 @@ def test_the_arrival_rate_from_vllms_counters_sizes_and_a_backlog_adds_what_drai
     wait_for(lambda: (promql.instant(prometheus.url, query) or 0) >= 6, timeout=90,
              what="the default RequestRate query reading 7 requests/s")
     apply(crds, autoscaled("rated", group, prometheus.url, metrics=[
-        {"type": "RequestRate", "target": 4}, {"type": "QueueDepth", "target": 8}]),
+        {"type": "RequestRate", "target": 4}, {"type": "QueueDepth", "target": 8}],
+        scaleDown={"stabilizationSeconds": 60}),
         namespace)
     status = wait_status(crds, namespace, "rated", "2 replicas for 7 requests/s",
                          desiredReplicas=2)                # ceil(7 / 4), for 4-8 req/s alike

@@ -8,19 +8,29 @@ from __future__ import annotations
 import base64
 import json
 import re
+import threading
+import time
+import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from goodput_operator import __version__, names
+from goodput_operator.autoscaling import prometheus as promql
 from goodput_operator.sandbox import faults, images, operator_image, realnode
 from goodput_operator.topology.record import nodes_of, ranks_of
 from tests import helm
 from tests.conftest import wait_for
 from tests.e2e import incluster
 from tests.e2e.conftest import apply, get_job, job_pods, lift_quarantine
+from tests.e2e.prometheus import Prometheus
 from tests.e2e.realnodes import (
     SPARE,
     STEPS,
@@ -418,6 +428,163 @@ def _latest_step(real: Real, namespace: str, name: str) -> int | None:
     latest = ((get_job(real.cluster, namespace, name).get("status") or {})
               .get("checkpoint") or {}).get("latest") or {}
     return latest.get("step")
+
+
+SCRAPE = Path(__file__).resolve().parents[2] / "charts" / "goodput-operator" / "scrape" / \
+    "serving-pods.yaml"
+
+
+@pytest.fixture
+def serving_metrics(real: Real, ns: str, tmp_path: Path) -> Iterator[Prometheus]:
+    """A real Prometheus where the in-cluster operator's --prometheus-url says, scraping the
+    serving pods with the chart's documented scrape job: discovered from the operator
+    (/sd/serving through the chart's metrics Service), scraped at their pod IPs."""
+    [job, _] = yaml.safe_load(SCRAPE.read_text())
+    operator = real.operator
+    sd = f"http://{operator.service_ip('metrics')}:{operator.values_port('health', 8080)}"
+    job["http_sd_configs"][0] |= {"url": f"{sd}/sd/serving", "refresh_interval": "1s"}
+    address = urllib.parse.urlsplit(real.prometheus_url)
+    server = Prometheus(tmp_path, None, str(address.hostname), [job], address.port)
+    server.start()
+    yield server
+    server.stop()
+
+
+def toy_endpoint(real: Real, name: str) -> dict[str, Any]:
+    """Replicas of the toy model server (examples/server/serve.py, in the worker image):
+    2 requests at once of 1 s each, so a replica serves 2 requests/s."""
+    return {"apiVersion": "goodput.dev/v1alpha1", "kind": "InferenceEndpoint",
+            "metadata": {"name": name},
+            "spec": {"ultraServerGroup": real.group, "model": {"name": "toy"},
+                     "replicaShape": {"workers": 1, "acceleratorsPerWorker": 16},
+                     "scaling": {"minReplicas": 1, "maxReplicas": 3, "intervalSeconds": 2,
+                                 "metrics": [{"type": "RequestRate", "target": 2},
+                                             {"type": "QueueDepth", "target": 4}],
+                                 "scaleDown": {"stabilizationSeconds": 60}},
+                     "template": {
+                         "metadata": {"annotations": {"prometheus.io/scrape": "true",
+                                                      "prometheus.io/port": "8000"}},
+                         "spec": {"containers": [{
+                             "name": "server", "image": images.WORKER_IMAGE,
+                             "imagePullPolicy": "Never",
+                             "command": ["python3", "/opt/goodput/server/serve.py", "--slots",
+                                         "2", "--tokens-per-second", "32"],
+                             "readinessProbe": {"httpGet": {"path": "/health", "port": 8000},
+                                                "periodSeconds": 1}}]}}}}
+
+
+class Load:
+    """An open-loop load generator: RATE requests a second at the endpoint's Service (kube-
+    proxy spreads them over the leaders), each of 32 tokens; counts the answers."""
+
+    def __init__(self, url: str, rate: float) -> None:
+        self.url, self.rate = url, rate
+        self.answers: list[str] = []
+        self.failures: list[str] = []
+        self.sent = 0
+        self.stopped = threading.Event()
+        self.pool = ThreadPoolExecutor(max_workers=64)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _one(self, index: int) -> None:
+        body = json.dumps({"prompt": f"request {index % 4}", "max_tokens": 32}).encode()
+        request = urllib.request.Request(self.url, body, {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                self.answers.append(json.loads(response.read())["choices"][0]["text"])
+        except (OSError, ValueError) as err:
+            self.failures.append(str(err))
+
+    def _run(self) -> None:
+        start, index = time.monotonic(), 0
+        while not self.stopped.is_set():
+            self.pool.submit(self._one, index)
+            index += 1
+            self.sent = index
+            self.stopped.wait(max(0.0, start + index / self.rate - time.monotonic()))
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+        self.pool.shutdown(wait=True)
+
+
+def _answer(url: str) -> str | None:
+    body = json.dumps({"prompt": "hello", "max_tokens": 1}).encode()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, body), timeout=10) as answer:
+            return str(json.loads(answer.read())["choices"][0]["text"])
+    except OSError:
+        return None
+
+
+def _endpoint(real: Real, namespace: str, name: str) -> dict[str, Any]:
+    return dict(json.loads(real.cluster.kubectl("get", "ie", name, "-n", namespace, "-o",
+                                                "json").stdout).get("status") or {})
+
+
+def test_real_servers_scale_out_on_their_own_metrics_and_back_in_after_the_window(
+        real: Real, ns: str, serving_metrics: Prometheus) -> None:
+    """Load rises: the endpoint scales out on what Prometheus scraped from the real server
+    processes (their vLLM-named counters and queue); load stops: back in after the window."""
+    apply(real.cluster, toy_endpoint(real, "toy"), ns)
+    try:
+        wait_for(lambda: _endpoint(real, ns, "toy").get("readyReplicas") == 1, timeout=120,
+                 what="one real server ready")
+        service = json.loads(real.cluster.kubectl("get", "svc", "toy", "-n", ns, "-o",
+                                                  "json").stdout)["spec"]["clusterIP"]
+        # a serving replica has a history: its counter scraped for most of the rate's
+        # window, as in production (the new replicas' counters are the young ones)
+        history = f'max(count_over_time(vllm:request_success_total{{namespace="{ns}"}}[1m]))'
+        wait_for(lambda: (promql.instant(serving_metrics.url, history) or 0) >= 50,
+                 timeout=120, interval=2, what="the first server scraped for a minute")
+        url = f"http://{service}:8000/v1/completions"
+        # kube-proxy routes the Service a moment after the pod is Ready: its first answer
+        wait_for(lambda: _answer(url), timeout=30, what="the Service answering")
+        load = Load(url, rate=5)                   # 2.5 replicas' worth
+        try:
+            status = wait_for(lambda: (s := _endpoint(real, ns, "toy")).get(
+                "readyReplicas") == 3 and s, timeout=180, what="3 real servers ready")
+            scraped = (f'vllm:request_success_total{{namespace="{ns}",endpoint="toy"}}')
+            wait_for(lambda: (promql.instant(serving_metrics.url, f"count({scraped})") or 0)
+                     == 3, timeout=60, what="all three servers scraped")
+            # the new servers take their share of the load (kube-proxy spreads it)
+            wait_for(lambda: (promql.instant(serving_metrics.url,
+                                             f"count({scraped} > 0)") or 0) == 3,
+                     timeout=60, what="every server's own counter counting")
+            time.sleep(20)          # under the load, nothing scales down (checked below)
+        finally:
+            load.stop()
+        stopped = time.time()
+        up = [d for d in status["recentScaling"] if d["to"] > d["from"]]
+        assert up and up[-1]["to"] == 3, status["recentScaling"]
+        assert set(up[0]["metrics"]) == {"RequestRate", "QueueDepth"}
+        pods = json.loads(real.cluster.kubectl("get", "pods", "-n", ns, "-l",
+                                               f"{names.ENDPOINT_LABEL}=toy", "-o",
+                                               "json").stdout)["items"]
+        assert {p["spec"]["nodeName"] for p in pods} <= {*US0, SPARE}  # real nodes
+        assert not load.failures, load.failures[:3]        # every request answered
+        assert len(load.answers) == load.sent >= 20
+        assert len(set(load.answers)) == 4          # deterministic: one text per prompt
+        assert _answer(url) == _answer(url)
+
+        status = wait_for(lambda: (s := _endpoint(real, ns, "toy")).get(
+            "desiredReplicas") == 1 and s, timeout=300, what="back to 1 after the window")
+        def at(decision: dict[str, Any]) -> float:
+            return datetime.fromisoformat(decision["time"].replace("Z", "+00:00")).timestamp()
+        downs = [d for d in status["recentScaling"] if d["to"] < d["from"]]
+        assert downs and all(at(d) > stopped - 1 for d in downs), (stopped, downs)
+        last_up = max(at(d) for d in status["recentScaling"] if d["to"] > d["from"])
+        assert all(at(d) >= last_up + 60 - 3 for d in downs), (last_up, downs)  # the window
+        wait_for(lambda: _endpoint(real, ns, "toy").get("replicas") == 1, timeout=60,
+                 what="the extra servers removed")
+    finally:
+        real.cluster.kubectl("delete", "ie", "--all", "-n", ns, "--wait=true",
+                             "--timeout=60s")
+        wait_for(lambda: not json.loads(real.cluster.kubectl(
+            "get", "pods", "-n", ns, "-o", "json").stdout)["items"], timeout=60,
+            what="the servers gone")
 
 
 def test_the_in_cluster_operator_was_refused_nothing(real: Real) -> None:

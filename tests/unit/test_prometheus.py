@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import ClassVar
 
@@ -83,4 +84,7 @@ def test_default_queries_read_each_engines_names_for_this_endpoint_only(
         query = prometheus.query_for(metric, "team-a", "chat", names)
         selector = '{namespace="team-a",endpoint="chat"}'
         assert all(f"{name}{selector}" in query for name in expected), query
-        assert query.count(selector) == len(expected) and other not in query, query
+        prefix = "vllm:" if names == "vLLM" else "sglang:"
+        used = re.findall(re.escape(prefix) + r"[a-z_]+(\{[^}]*\})?", query)
+        assert used and all(found == selector for found in used), query  # each selected
+        assert other not in query, query

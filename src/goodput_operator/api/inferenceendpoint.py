@@ -123,6 +123,11 @@ class Scaling(ApiModel):
         cel("self.minReplicas > 0 || has(self.scaleToZeroAfterSeconds)",
             "scaling.minReplicas 0 needs scaling.scaleToZeroAfterSeconds", ".minReplicas",
             reason="FieldValueRequired"),
+        cel("!self.metrics.exists(m, m.type == 'RequestRate') || "
+            "self.scaleDown.stabilizationSeconds >= 60",
+            "scaling.scaleDown.stabilizationSeconds must be at least 60 with a RequestRate "
+            "metric: its rate over 1m reads a new replica's counter low for a minute, and a "
+            "shorter window would scale down on that", ".scaleDown.stabilizationSeconds"),
     )
 
     min_replicas: int = Field(default=1, ge=0, le=MAX_REPLICAS)

@@ -24,6 +24,20 @@ if TYPE_CHECKING:
 _SELECTOR = '{{namespace="{namespace}",endpoint="{name}"{role}}}'
 
 
+def finishes(counter: str) -> str:
+    """Requests finished per second, summed over the servers' COUNTER series, each read
+    right from its first minute: rate() over [1m] reads a series younger than the window
+    low (a new replica's: 3 of 5 requests/s on a scale-out here), so a live series' rate
+    is divided by the part of the window it has samples for (its count against the
+    oldest's); a series gone (its server removed) is not, and fades out over the minute
+    as its server's share moves to the others."""
+    window = f"count_over_time({counter}[1m])"
+    live = (f"sum((rate({counter}[1m]) / ({window} / scalar(max({window})))) "
+            f"and on(instance) {counter})")
+    gone = f"(sum(rate({counter}[1m]) unless on(instance) {counter}) or vector(0))"
+    return f"({live} + {gone})"
+
+
 def _queries(waiting: str, running: str, ttft: str, tokens: str, finished: str,
              kv_cache: str) -> dict[str, str]:
     """The default query of each metric type, from one serving engine's metric names."""
@@ -37,7 +51,7 @@ def _queries(waiting: str, running: str, ttft: str, tokens: str, finished: str,
         "TokensPerSecond": f"sum(rate({of(tokens)}[1m]))",
         # engines count a request when it finishes: arrivals are finishes plus what the
         # waiting and running requests grew by
-        "RequestRate": (f"sum(rate({of(finished)}[1m])) + sum(deriv({of(waiting)}[1m])) + "
+        "RequestRate": (f"{finishes(of(finished))} + sum(deriv({of(waiting)}[1m])) + "
                         f"sum(deriv({of(running)}[1m]))"),
         "KVCacheUtilization": f"avg({of(kv_cache)})",
     }

@@ -28,6 +28,7 @@ from goodput_operator.api.base import GROUP, VERSION, describe_errors
 from goodput_operator.controllers.kube import Kube, Obj
 from goodput_operator.controllers.shapes import Decode, decode_nodes, decode_pods
 from goodput_operator.controllers.state import State
+from goodput_operator.resources.inference import scrape_targets
 
 log = logging.getLogger("goodput.runtime")
 PAGE = 500  # objects per list request: bounded memory per response on large fleets
@@ -212,7 +213,8 @@ async def cancelled(tasks: list[asyncio.Task[None]], seconds: float = STOP_SECON
 
 @dataclass
 class Health:
-    """/healthz (liveness) and /readyz (readiness) on one port.
+    """/healthz (liveness) and /readyz (readiness) on one port, and /sd/serving: where
+    Prometheus finds the serving pods to scrape (http_sd_configs).
 
     Live: the loop is not wedged (a leading replica finished a pass in the last
     `stuck_seconds`). Ready: primed, the API server answered within `api_seconds`, and a
@@ -257,11 +259,17 @@ class Health:
         return web.json_response({"ok": ok, "reason": why, "leader": self.leading()},
                                  status=200 if ok else 503)
 
+    async def _serving_targets(self, _: web.Request) -> web.Response:
+        """Prometheus HTTP service discovery of the serving pods (docs/inference.md)."""
+        return web.json_response(scrape_targets(list(self.state.endpoints.values()),
+                                                self.state.endpoint_pods))
+
     async def start(self, port: int, host: str = "0.0.0.0",
                     tls: ssl.SSLContext | None = None) -> None:
         app = web.Application()
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/sd/serving", self._serving_targets)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, host, port, ssl_context=tls).start()

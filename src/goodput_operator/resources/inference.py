@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from goodput_operator import names
@@ -165,3 +166,35 @@ def claim_sources(ie: Obj, pods: list[Obj], device_class: str | None) -> list[Ob
     return claims.claim_sources(ie, pods, device_class,
                                 {**selector(ie["metadata"]["name"]), **MANAGED_BY},
                                 owner_reference(ie))
+
+
+SCRAPE = "prometheus.io/scrape"  # the pod annotations Prometheus setups read
+SCRAPE_PORT, SCRAPE_PATH = "prometheus.io/port", "prometheus.io/path"
+
+
+def scrape_targets(endpoints: Iterable[Obj], pods: Mapping[tuple[str, str], Mapping[str, Obj]]
+                   ) -> list[Obj]:
+    """Prometheus HTTP service discovery (`http_sd_configs`) for the serving pods: every
+    running pod with an IP of an endpoint, annotated `prometheus.io/scrape: "true"`, at
+    its `prometheus.io/port` (else the endpoint's port), labelled as the autoscaler's
+    default queries select: namespace, endpoint, role (prefill/decode) and pod."""
+    groups = []
+    for ie in endpoints:
+        meta = ie["metadata"]
+        key = (meta["namespace"], meta["name"])
+        port = (ie.get("spec") or {}).get("port", 8000)
+        for name, pod in sorted((pods.get(key) or {}).items()):
+            annotations = pod["metadata"].get("annotations") or {}
+            labels = pod["metadata"].get("labels") or {}
+            status = pod.get("status") or {}
+            if annotations.get(SCRAPE) != "true" or status.get("phase") != "Running" or \
+                    not status.get("podIP") or labels.get(names.ENDPOINT_LABEL) != key[1]:
+                continue
+            target_port = annotations.get(SCRAPE_PORT) or port
+            groups.append({"targets": [f"{status['podIP']}:{target_port}"], "labels": {
+                "namespace": key[0], "endpoint": key[1], "pod": name,
+                **({"role": labels[names.SERVING_ROLE_LABEL]}
+                   if names.SERVING_ROLE_LABEL in labels else {}),
+                **({"__metrics_path__": annotations[SCRAPE_PATH]}
+                   if annotations.get(SCRAPE_PATH) else {})}})
+    return groups

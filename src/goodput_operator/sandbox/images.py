@@ -35,12 +35,14 @@ from goodput_operator.sandbox import build
 PAUSE_SOURCE = Path(__file__).parent / "pause" / "pause.go"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # src/goodput_operator
 TRAINER_SOURCE = Path(__file__).resolve().parents[3] / "examples" / "trainer"
+SERVER_SOURCE = TRAINER_SOURCE.parent / "server"  # the toy model server
 # Debian's packages for the worker: PyTorch 1.13 (CPU) with gloo, numpy, python 3.11
 WORKER_PACKAGES = ("python3-minimal", "python3-numpy", "python3-torch")
 PAUSE_IMAGE = f"goodput.dev/pause:{__version__}"
 WORKER_IMAGE = f"goodput.dev/worker:{__version__}"
 SDK_DIR = "usr/lib/python3/dist-packages/goodput_operator"
 TRAINER_DIR = "opt/goodput/trainer"
+SERVER_DIR = "opt/goodput/server"
 # trimmed from the root file system: documentation, caches, package lists
 TRIM = ("var/cache/apt", "var/lib/apt/lists", "usr/share/doc", "usr/share/man",
         "usr/share/info", "usr/share/locale", "var/log")
@@ -285,8 +287,9 @@ LINKS = {"usr/bin/python": "python3"}
 
 
 def app_files() -> dict[str, tuple[bytes, int]]:
-    """What the worker image adds to Debian: the SDK, the SDC probe and the example
-    trainer, so the operator's probe Jobs run on real nodes from this image too."""
+    """What the worker image adds to Debian: the SDK, the SDC probe, the example trainer
+    and the toy model server, so the operator's probe Jobs run on real nodes from this
+    image too."""
     files = {f"{SDK_DIR}/{name}": ((PACKAGE_ROOT / name).read_bytes(), 0o644)
              for name in IMAGE_MODULES}
     if not (TRAINER_SOURCE / "train.py").is_file():
@@ -294,6 +297,8 @@ def app_files() -> dict[str, tuple[bytes, int]]:
                          "is built from a checkout of the goodput-operator repository")
     for source in sorted(TRAINER_SOURCE.glob("*.py")):
         files[f"{TRAINER_DIR}/{source.name}"] = (source.read_bytes(), 0o755)
+    for source in sorted(SERVER_SOURCE.glob("*.py")):
+        files[f"{SERVER_DIR}/{source.name}"] = (source.read_bytes(), 0o755)
     return files
 
 
