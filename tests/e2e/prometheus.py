@@ -41,10 +41,10 @@ class Exporter:
         self.in_flight = Gauge("vllm:num_requests_running", "requests being served",
                                ["namespace", "endpoint"], registry=self.registry)
         self.finished = Counter("vllm:request_success", "finished requests",
-                                ["namespace", "endpoint"], registry=self.registry)
+                                ["namespace", "endpoint", "pod"], registry=self.registry)
         self.sglang_cache = Gauge("sglang:token_usage", "KV-cache use (SGLang's name)",
                                   ["namespace", "endpoint", "pod"], registry=self.registry)
-        self.rates: dict[tuple[str, str], float] = {}
+        self.rates: dict[tuple[str, str, str], float] = {}
         threading.Thread(target=self._finish, daemon=True).start()
         registry = self.registry
 
@@ -73,11 +73,11 @@ class Exporter:
             self.kv_cache.labels(namespace, endpoint, role, f"server-{index}").set(use)
 
     def serving(self, namespace: str, endpoint: str, running: float,
-                finished_per_second: float) -> None:
-        """RUNNING requests in flight, and FINISHED_PER_SECOND added to
-        vllm:request_success_total from now on."""
+                finished_per_second: float, pod: str = "server-0") -> None:
+        """RUNNING requests in flight, and FINISHED_PER_SECOND added to POD's
+        vllm:request_success_total from now on (a new POD: a new series)."""
         self.in_flight.labels(namespace, endpoint).set(running)
-        self.rates[(namespace, endpoint)] = finished_per_second
+        self.rates[(namespace, endpoint, pod)] = finished_per_second
 
     def sglang_cache_use(self, namespace: str, endpoint: str, *per_server: float) -> None:
         """KV-cache use of each of the endpoint's servers, under SGLang's metric name."""

@@ -211,6 +211,28 @@ def test_the_arrival_rate_from_vllms_counters_sizes_and_a_backlog_adds_what_drai
     assert "backlog" in status["recentScaling"][-1]["reason"], status
 
 
+def test_a_new_replicas_counter_counts_in_full_from_its_first_seconds(
+        metrics_source: Any, namespace: str) -> None:
+    """A scale-out's new server: its counter is younger than the rate's window, which
+    reads it low (here at a sixth after 10 s); the default RequestRate query reads it in
+    full, beside the old server's minute of history."""
+    exporter, prometheus = metrics_source
+    exporter.queue(namespace, "young", 0)
+    exporter.serving(namespace, "young", running=0, finished_per_second=3)
+    history = f'max(count_over_time(vllm:request_success_total{{namespace="{namespace}"}}[1m]))'
+    wait_for(lambda: (promql.instant(prometheus.url, history) or 0) >= 55, timeout=120,
+             interval=1, what="a minute of the first server's counter")
+    exporter.serving(namespace, "young", running=0, finished_per_second=3, pod="server-1")
+    query = promql.query_for(MetricTarget(type="RequestRate", target=1), namespace, "young")
+    plain = (f'sum(rate(vllm:request_success_total{{namespace="{namespace}",'
+             f'endpoint="young"}}[1m]))')
+    time.sleep(10)                                      # the new series: 10 s of samples
+    read, naive = promql.instant(prometheus.url, query), promql.instant(prometheus.url, plain)
+    assert read is not None and naive is not None
+    assert 5.2 <= read <= 6.8, (read, naive)            # 6 requests/s finish now
+    assert naive <= 4.5, (read, naive)                  # what rate() alone says
+
+
 def test_sglangs_kv_cache_use_scales_by_its_ratio(
         crds: Cluster, namespace: str, make_group: Any, endpoints: None,
         metrics_source: Any, operator: Operator) -> None:
