@@ -322,6 +322,18 @@ POOL_LABEL = "e2e.goodput.dev/pool"  # marks the Trn2 nodes the e2e groups selec
 _pool: list[str] = []
 
 
+def wait_pool_ready(cluster: Cluster, pool: str, what: str) -> None:
+    """Every node of a test's own POOL (fleets.POOL_LABEL) Ready."""
+    from goodput_operator.sandbox import fleet as fleets
+
+    wait_for(lambda: all(
+        any(c["type"] == "Ready" and c["status"] == "True"
+            for c in n["status"].get("conditions") or [])
+        for n in json.loads(cluster.kubectl("get", "nodes", "-l",
+                                            f"{fleets.POOL_LABEL}={pool}", "-o", "json")
+                            .stdout)["items"]), timeout=60, what=what)
+
+
 def trn2_pool(cluster: Cluster) -> list[str]:
     """The e2e tests' Trn2 nodes, from the fleet the cluster has: the first two complete
     UltraServers (4 nodes each; by node name), in UltraServer then node order, labelled

@@ -15,7 +15,15 @@ from goodput_operator import names
 from goodput_operator.sandbox import drivers
 from goodput_operator.sandbox import fleet as fleets
 from tests.conftest import Cluster, wait_for
-from tests.e2e.conftest import NO_SWEEPS, OWN_FLEET, Operator, apply, delete_all, get_object
+from tests.e2e.conftest import (
+    NO_SWEEPS,
+    OWN_FLEET,
+    Operator,
+    apply,
+    delete_all,
+    get_object,
+    wait_pool_ready,
+)
 
 pytestmark = pytest.mark.e2e
 POOL = "disaggregated"  # the pool of this test's own two racks
@@ -42,12 +50,7 @@ def two_racks(crds: Cluster, namespace: str, operator: Operator) -> Iterator[str
         {"apiVersion": "v1", "kind": "List", "items": bodies + slices}))
     group = f"racks-{uuid.uuid4().hex[:6]}"
     try:
-        wait_for(lambda: all(
-            any(c["type"] == "Ready" and c["status"] == "True"
-                for c in n["status"].get("conditions") or [])
-            for n in json.loads(crds.kubectl("get", "nodes", "-l",
-                                             f"{fleets.POOL_LABEL}={POOL}", "-o", "json")
-                                .stdout)["items"]), timeout=60, what="the two racks")
+        wait_pool_ready(crds, POOL, "the two racks")
         apply(crds, {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
                      "metadata": {"name": group},
                      "spec": {"nodeSelector": {fleets.POOL_LABEL: POOL},

@@ -25,6 +25,7 @@ from tests.e2e.conftest import (
     training_job,
     wait_event,
     wait_phase,
+    wait_pool_ready,
 )
 from tests.e2e.test_recovery import env_of, worker_token
 
@@ -52,12 +53,7 @@ def six_ultraservers(crds: Cluster, namespace: str) -> Iterator[str]:
         {"apiVersion": "v1", "kind": "List", "items": bodies}))
     group = f"preempt-{uuid.uuid4().hex[:6]}"
     try:
-        wait_for(lambda: all(
-            any(c["type"] == "Ready" and c["status"] == "True"
-                for c in n["status"].get("conditions") or [])
-            for n in json.loads(crds.kubectl("get", "nodes", "-l",
-                                             f"{fleets.POOL_LABEL}={POOL}", "-o", "json")
-                                .stdout)["items"]), timeout=60, what="the six UltraServers")
+        wait_pool_ready(crds, POOL, "the six UltraServers")
         apply(crds, {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
                      "metadata": {"name": group},
                      "spec": {"nodeSelector": {fleets.POOL_LABEL: POOL},

@@ -57,6 +57,17 @@ def requests(draw: st.DrawFn, fleet: Fleet) -> Request:
                    draw(st.sampled_from(["required", "preferred"])))
 
 
+def fragmented(data: st.DataObject) -> Fleet:
+    """A random fleet with some use first (up to three earlier gangs): fragments."""
+    fleet = data.draw(fleets())
+    for i in range(data.draw(st.integers(0, 3))):
+        earlier = data.draw(requests(fleet))
+        placed = place(fleet, earlier)
+        if placed.ok:
+            commit(fleet, placed, earlier, f"job{i}")
+    return fleet
+
+
 def check_placement(fleet: Fleet, request: Request, placed_ranks: tuple) -> None:
     assert [r.rank for r in placed_ranks] == list(range(request.workers))
     for name, node_ in fleet.nodes.items():
@@ -95,12 +106,7 @@ def test_a_balanced_gang_is_split_evenly_over_the_fewest_domains_that_allow_it(
     """topology.balance: the per-domain counts differ by at most one; unit node or domain,
     preferred: over exactly the fewest domains whose free capacity allows an even split
     (found by brute force here); required domain: over the minimum or not at all."""
-    fleet = data.draw(fleets())
-    for i in range(data.draw(st.integers(0, 3))):  # some use first: fragments
-        earlier = data.draw(requests(fleet))
-        placed = place(fleet, earlier)
-        if placed.ok:
-            commit(fleet, placed, earlier, f"job{i}")
+    fleet = fragmented(data)
     request = data.draw(requests(fleet))
     request = Request(request.workers, request.accelerators,
                       data.draw(st.sampled_from(["node", "domain"])), request.policy,
@@ -132,12 +138,7 @@ def test_every_slice_of_a_sliced_gang_stays_in_one_domain(data: st.DataObject) -
     """topology.slice: each run of SIZE consecutive ranks lies in one domain, so every
     domain holds whole slices; with balance too, the domains' slice counts differ by at
     most one; nothing is overcommitted."""
-    fleet = data.draw(fleets())
-    for i in range(data.draw(st.integers(0, 3))):
-        earlier = data.draw(requests(fleet))
-        placed = place(fleet, earlier)
-        if placed.ok:
-            commit(fleet, placed, earlier, f"job{i}")
+    fleet = fragmented(data)
     drawn = data.draw(requests(fleet))
     size = data.draw(st.sampled_from([1, 2, 3, 4, 8]))
     request = Request(size * data.draw(st.integers(1, 6)), drawn.accelerators, drawn.unit,
@@ -266,12 +267,7 @@ def test_a_gang_within_some_domains_lands_only_there_and_is_not_refused_needless
         data: st.DataObject) -> None:
     """Request.within (a serving unit's domains): every rank inside them; and a gang whose
     best placement anywhere lies inside them is placed within them too."""
-    fleet = data.draw(fleets())
-    for i in range(data.draw(st.integers(0, 3))):
-        earlier = data.draw(requests(fleet))
-        placed = place(fleet, earlier)
-        if placed.ok:
-            commit(fleet, placed, earlier, f"job{i}")
+    fleet = fragmented(data)
     within = frozenset(data.draw(st.sets(st.sampled_from(sorted(fleet.domains)), min_size=1)))
     anywhere = data.draw(requests(fleet))
     request = dataclasses.replace(anywhere, within=within)
