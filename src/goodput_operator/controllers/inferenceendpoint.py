@@ -43,11 +43,10 @@ from goodput_operator.decide.endpoint import (
     WriteBudget,
     desired_replicas,
     placed_groups,
-    request_of,
     role_pods,
+    role_requests,
     room_for_role,
 )
-from goodput_operator.decide.fit import pod_fit
 from goodput_operator.decide.standby import borrowers
 from goodput_operator.resources import inference as build
 from goodput_operator.resources.fabric import Fabric
@@ -176,12 +175,8 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, role: Ser
     if fleet is not None:  # groups holding nodes now, plus what the free space can host
         pods = owned(state.endpoint_pods.get(key[:2], {}).values(), ie)
         placed = placed_groups(role_pods(pods, role.name), role.shape.workers)
-        fabric = Fabric.of(state.groups[spec.ultra_server_group])
-        requests = {}
-        for each in spec.serving_roles():
-            member = build.group_pods(ie, spec, 0, "0", fabric, each)[0]
-            requests[each.name] = request_of(each.shape, *pod_fit(
-                state.nodes, state.fits, fleet, spec.ultra_server_group, member["spec"]))
+        requests = role_requests(state.nodes, state.fits, fleet, ie, spec,
+                                 Fabric.of(state.groups[spec.ultra_server_group]))
         # its standby domains count as room even while training jobs borrow them: a
         # replica group that needs one takes it back (decide.standby)
         standby = ((ie.get("status") or {}).get("standby") or {}).get("domains") or []

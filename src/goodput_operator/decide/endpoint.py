@@ -103,6 +103,18 @@ def request_of(shape: ReplicaShape, eligible: frozenset[str] | None = None,
                    "required" if shape.workers > 1 else "preferred", eligible, why)
 
 
+def role_requests(nodes: Mapping[str, Obj], memo: dict[Any, Any], fleet: Fleet, ie: Obj,
+                  spec: InferenceEndpointSpec, fabric: Fabric) -> dict[str, Request]:
+    """Each role's replica group as a placement request ("": the one role), on the nodes
+    its pods fit as FABRIC dresses them (decide.fit, remembered in MEMO)."""
+    requests = {}
+    for role in spec.serving_roles():
+        member = build.group_pods(ie, spec, 0, "0", fabric, role)[0]
+        requests[role.name] = request_of(role.shape, *pod_fit(
+            nodes, memo, fleet, spec.ultra_server_group, member["spec"]))
+    return requests
+
+
 def room_for_role(fleet: Fleet, spec: InferenceEndpointSpec, role: ServingRole,
                   pods: list[Obj], requests: Mapping[str, Request], limit: int) -> int:
     """How many more groups of ROLE the group can host now (at most LIMIT): anywhere, or
@@ -143,7 +155,6 @@ class RolePlan:
     role: ServingRole
     plan: EndpointPlan
     desired: int
-    revision: str
     scaled: Scaled | None  # its autoscaler's latest decision (None: no scaling)
     held: str = ""  # why its size is not its own decision (prefillPerDecode, units)
     new: dict[int, dict[int, Obj]] = field(default_factory=dict)  # index -> member -> pod
@@ -257,10 +268,8 @@ def _standby(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
     condition, and a Reclaiming event when it starts taking a domain back."""
     assert spec.scaling is not None
     [rp] = plans
-    member = build.group_pods(result.ie, spec, 0, "0",
-                              Fabric.of(snapshot.groups[spec.ultra_server_group]), rp.role)[0]
-    request = request_of(rp.role.shape, *pod_fit(snapshot.nodes, snapshot.memo, fleet,
-                                                 spec.ultra_server_group, member["spec"]))
+    [request] = role_requests(snapshot.nodes, snapshot.memo, fleet, result.ie, spec,
+                              Fabric.of(snapshot.groups[spec.ultra_server_group])).values()
     mine = {g.domain() for i, g in rp.plan.groups.items() if i not in rp.plan.delete} | {
         fleet.nodes[r.node].domain for r in result.reservations if r.node in fleet.nodes}
     standby = decide_standby(snapshot, fleet, result.ie, spec.scaling.standby_domains,
@@ -288,44 +297,40 @@ def _plan_roles(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec,
         desired = desired_replicas(latest, ie, role)
         plan = plan_groups(pods, role.shape.workers, desired, build.revision(ie["spec"]),
                            spec.rollout, lost)
-        return [RolePlan(role, plan, desired, build.revision(ie["spec"]),
-                         latest if role.scaling else None)]
+        return [RolePlan(role, plan, desired, latest if role.scaling else None)]
     mine = {r.name: role_pods(pods, r.name) for r in roles}
 
-    def where(role: str, groups: dict[int, Group]) -> dict[int, str | None]:
+    def where(groups: dict[int, Group]) -> dict[int, str | None]:
         return {i: scopes.scope(g.domain()) for i, g in groups.items()}
 
     decode, prefill = roles
     latest = snapshot.scaled.get((meta["namespace"], meta["name"], DECODE))
     desired = desired_replicas(latest, ie, decode)
-    revision = build.revision(ie["spec"], DECODE)
-    units = Units.of({DECODE: where(DECODE, groups_of(mine[DECODE])),
-                      PREFILL: where(PREFILL, groups_of(mine[PREFILL]))})
-    plan = plan_groups(mine[DECODE], decode.shape.workers, desired, revision, spec.rollout,
-                       lost, lambda kept, count: removal_order(DECODE, where(DECODE, kept),
-                                                               units, count))
-    plans = [RolePlan(decode, plan, desired, revision, latest if decode.scaling else None)]
+    prefill_scopes = where(groups_of(mine[PREFILL]))
+    units = Units.of({DECODE: where(groups_of(mine[DECODE])), PREFILL: prefill_scopes})
+    plan = plan_groups(mine[DECODE], decode.shape.workers, desired,
+                       build.revision(ie["spec"], DECODE), spec.rollout, lost,
+                       lambda kept, count: removal_order(DECODE, where(kept), units, count))
+    plans = [RolePlan(decode, plan, desired, latest if decode.scaling else None)]
     # the prefill pool sees the units as the decode pool leaves them
-    units = Units.of({DECODE: where(DECODE, {i: g for i, g in plan.groups.items()
-                                             if i not in plan.delete}),
-                      PREFILL: where(PREFILL, groups_of(mine[PREFILL]))})
+    units = Units.of({DECODE: where({i: g for i, g in plan.groups.items()
+                                     if i not in plan.delete}), PREFILL: prefill_scopes})
     settled = not (plan.create or plan.place or plan.complete)  # no decode group to come
     latest = snapshot.scaled.get((meta["namespace"], meta["name"], PREFILL))
     own = desired_replicas(latest, ie, prefill)
     anchors = len(units.units()) + (0 if settled else len(units.orphaned()))
     desired, held = prefill_wanted(own, plans[0].desired, anchors,
                                    spec.roles.prefill_per_decode)
-    revision = build.revision(ie["spec"], PREFILL)
     moved = {i: f"its serving unit {scope} has no decode replica left"
              for scope in (units.orphaned() if settled else [])
              for i in units.members[scope][PREFILL]}
-    plan = plan_groups(mine[PREFILL], prefill.shape.workers, desired, revision,
-                       spec.rollout, lost,
-                       lambda kept, count: removal_order(PREFILL, where(PREFILL, kept), units,
+    plan = plan_groups(mine[PREFILL], prefill.shape.workers, desired,
+                       build.revision(ie["spec"], PREFILL), spec.rollout, lost,
+                       lambda kept, count: removal_order(PREFILL, where(kept), units,
                                                          count, orphans_first=settled),
                        moved)
-    plans.append(RolePlan(prefill, plan, desired, revision,
-                          latest if prefill.scaling else None, held if desired != own else ""))
+    plans.append(RolePlan(prefill, plan, desired, latest if prefill.scaling else None,
+                          held if desired != own else ""))
     return plans
 
 
@@ -346,11 +351,7 @@ def _place(snapshot: Snapshot, fleet: Fleet, scopes: Scopes | None,
     if not pending:
         return []
     by_role = {rp.role.name: rp for rp in plans}
-    requests = {}
-    for rp in plans:
-        member = build.group_pods(result.ie, spec, 0, "0", fabric, rp.role)[0]
-        requests[rp.role.name] = request_of(rp.role.shape, *pod_fit(
-            snapshot.nodes, snapshot.memo, fleet, group_name, member["spec"]))
+    requests = role_requests(snapshot.nodes, snapshot.memo, fleet, result.ie, spec, fabric)
     done: list[tuple[str, str, str]] = []  # (group, domain, why)
 
     def bind(item: Pending, placed: Placement) -> None:
