@@ -70,12 +70,12 @@ class Units:
     @classmethod
     def of(cls, scopes: Mapping[str, Mapping[int, str | None]]) -> Units:
         """SCOPES: role -> group index -> scope (None: not placed)."""
-        members: dict[str, dict[str, list[int]]] = {}
+        units = cls({})
         for role, groups in scopes.items():
             for index, scope in sorted(groups.items()):
                 if scope is not None:
-                    members.setdefault(scope, {DECODE: [], PREFILL: []})[role].append(index)
-        return cls(members)
+                    units.join(scope, role, index)
+        return units
 
     def units(self) -> list[str]:
         """Scopes anchored by a decode group, in name order."""
@@ -149,12 +149,16 @@ def place_units(scopes: Scopes, units: Units, pending: Sequence[Pending],
     """Place PENDING groups (decode first) in units, calling BIND for each placed (it
     reserves the nodes); returns why each group left waiting did."""
     waiting: dict[Pending, str] = {}
+
+    def settle(item: Pending, placed: Placement) -> None:
+        bind(item, placed)
+        units.join(scopes.of[placed.ranks[0].domain], item.role, item.index)
+
     prefills = [p for p in pending if p.role == PREFILL]
     for item in [p for p in pending if p.role == DECODE]:
         placed = _into_unit(scopes, units, item, requests)
         if placed.ok:
-            bind(item, placed)
-            units.join(scopes.of[placed.ranks[0].domain], DECODE, item.index)
+            settle(item, placed)
             continue
         partner = prefills.pop(0) if prefills else None
         pair = _new_unit(scopes, units, requests, partner is not None)
@@ -163,18 +167,13 @@ def place_units(scopes: Scopes, units: Units, pending: Sequence[Pending],
             if partner is not None:
                 prefills.insert(0, partner)
             continue
-        decode, prefill = pair
-        scope = scopes.of[decode.ranks[0].domain]
-        bind(item, decode)
-        units.join(scope, DECODE, item.index)
-        if partner is not None and prefill is not None:
-            bind(partner, prefill)
-            units.join(scope, PREFILL, partner.index)
+        settle(item, pair[0])
+        if partner is not None and pair[1] is not None:
+            settle(partner, pair[1])
     for item in prefills:
         placed = _into_unit(scopes, units, item, requests)
         if placed.ok:
-            bind(item, placed)
-            units.join(scopes.of[placed.ranks[0].domain], PREFILL, item.index)
+            settle(item, placed)
         else:
             waiting[item] = placed.reason
     return waiting
