@@ -18,6 +18,7 @@ from goodput_operator.sandbox import (
     fleet,
     hostnet,
     images,
+    kueue,
     operator_image,
     procs,
     realnode,
@@ -49,6 +50,9 @@ def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--system-nodes", type=int, default=0, metavar="N",
                     help="also start N real nodes without accelerators (system-0, ...) for "
                          "the operator's own pods (helm install; see docs/real-nodes.md)")
+    up.add_argument("--kueue", action="store_true",
+                    help="also build (first time) and run Kueue with its CRDs for this sandbox "
+                         "(quotas; MultiKueue with `sandbox connect`; docs/multicluster.md)")
     add = verb("add-real-node", "turn one more fleet node into a real node (the first one "
                                 "still simulated, or NODE)")
     add.add_argument("node", nargs="?")
@@ -87,6 +91,13 @@ def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                "script returned")
     done.add_argument("pod")
     done.add_argument("-n", "--namespace", default="default")
+    connect = verbs.add_parser(
+        "connect", help="wire MultiKueue: MANAGER dispatches to the WORKER sandboxes",
+        description="Secrets with the workers' kubeconfigs, a MultiKueueCluster each, and an "
+                    "AdmissionCheck + MultiKueueConfig per worker (named after it) and one "
+                    f"for all of them ({kueue.ALL_WORKERS}). Every sandbox must run Kueue.")
+    connect.add_argument("manager")
+    connect.add_argument("workers", nargs="+", metavar="worker")
     verbs.add_parser("build", help="build the upstream binaries, helm included")
     verbs.add_parser("fleets", help="list the built-in fleets")
 
@@ -245,6 +256,9 @@ def _run_sandbox(args: argparse.Namespace) -> int:
         print(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items},
                              sort_keys=False), end="")
         return 0
+    if args.verb == "connect":
+        kueue.connect(cluster.Sandbox(args.manager), [cluster.Sandbox(w) for w in args.workers])
+        return 0
     if args.verb == "fleets":
         for name in fleet.builtin_names():
             print(fleet.summary(fleet.load(name)))
@@ -255,6 +269,8 @@ def _run_sandbox(args: argparse.Namespace) -> int:
 def _up(box: cluster.Sandbox, args: argparse.Namespace) -> int:
     chosen = cluster.up(box, args.fleet, real_nodes=args.real_nodes,
                         system_nodes=args.system_nodes)
+    if args.kueue:
+        kueue.start(box)
     print(fleet.summary(chosen))
     print(f"\nkubeconfig: {box.kubeconfig}\n"
           f"  eval $(goodput sandbox env --name {box.name})   # KUBECONFIG + kubectl v1.36\n"

@@ -106,6 +106,8 @@ KINDS: tuple[Kind, ...] = (
                    description="Domains occupied (up to three names, then how many more)"),
             Column("Restarts", ".status.restarts", "integer"),
             Column("Goodput", ".status.goodput.ratio", "number", priority=1),
+            Column("Cluster", ".status.cluster", description="The cluster that runs it "
+                   "(MultiKueue)", priority=1),
             AGE,
         ),
         extra_root=NAME_FITS_A_LABEL,

@@ -265,6 +265,9 @@ class TrainingJobSpec(ApiModel):
             "self.launcher.procsPerWorker <= self.acceleratorsPerWorker * 8",
             "launcher.procsPerWorker must be <= 8 x acceleratorsPerWorker",
             ".launcher.procsPerWorker"),
+        cel("has(self.managedBy) == has(oldSelf.managedBy)",
+            "managedBy cannot be added or removed once the job exists", ".managedBy",
+            reason="FieldValueForbidden"),
     )
 
     ultra_server_group: str = Field(
@@ -320,6 +323,15 @@ class TrainingJobSpec(ApiModel):
     """True stops the workers (keeping checkpoints); false resumes."""
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=31_536_000)
     """Delete the job this long after it Succeeded or Failed; unset keeps it."""
+    managed_by: Literal["kueue.x-k8s.io/multikueue"] | None = Field(
+        default=None, json_schema_extra=field_rules(immutable("managedBy")))
+    """Who runs the job. Unset: the operator of this cluster.
+    kueue.x-k8s.io/multikueue (on a MultiKueue manager cluster): the operator here only
+    makes the job's Kueue Workload; MultiKueue sends a copy to the worker cluster that
+    admits it, where that cluster's operator runs it, and copies its status back
+    (status.cluster names that cluster). Needs a kueue.x-k8s.io/queue-name label naming a
+    LocalQueue whose ClusterQueue has a MultiKueue admission check. Immutable
+    (docs/multicluster.md)."""
 
 
 class PlacementSlice(ApiModel):
@@ -613,7 +625,9 @@ class TrainingJobStatus(ApiModel):
     message: str | None = None
     """Human-readable summary of the phase."""
     conditions: list[Condition] = conditions_field()
-    """Placed (reason Preempting while lower-priority jobs make room), WorkersCreated,
+    """Admitted (under Kueue: Queued, Admitted, Evicted, WorkloadMissing,
+    KueueUnavailable), Placed (reason Preempting while lower-priority jobs make room),
+    WorkersCreated,
     Running (reason Resizing during an elastic grow), HangDetection and Straggler (which
     signal is in force, and what it found), Preempted (Checkpointing, Requeued, Resumed,
     Cancelled), Succeeded, Failed, Suspended."""
@@ -645,3 +659,10 @@ class TrainingJobStatus(ApiModel):
     """When all workers first ran."""
     completion_time: datetime | None = None
     """When the job Succeeded or Failed."""
+    cluster: str | None = None
+    """The cluster whose operator wrote this status (its --cluster-name): under MultiKueue
+    the status is copied to the manager cluster, and the nodes it names are this
+    cluster's."""
+    workload: str | None = None
+    """The Kueue Workload that holds this job's quota (a job with a
+    kueue.x-k8s.io/queue-name label, or one MultiKueue dispatched here)."""

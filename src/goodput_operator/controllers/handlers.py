@@ -34,12 +34,14 @@ from goodput_operator.operator.reports import ReportServer
 from goodput_operator.operator.runtime import Health, cancelled, prime
 from goodput_operator.operator.watches import (
     ClaimWatch,
+    FlavorWatch,
     GroupWatch,
     LeaseWatch,
     NodeWatch,
     PodWatch,
     SliceWatch,
     Watch,
+    WorkloadWatch,
 )
 from goodput_operator.resources.probe import report_ca_config_map
 
@@ -120,7 +122,9 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
                                (GroupWatch(STATE, kube, events), STATE.groups_version),
                                (LeaseWatch(STATE, kube, events), ""),
                                (SliceWatch(STATE, kube, events), ""),
-                               (ClaimWatch(STATE, kube, events), "")):
+                               (ClaimWatch(STATE, kube, events), ""),
+                               (FlavorWatch(STATE, kube, events), ""),
+                               (WorkloadWatch(STATE, kube, events), "")):
             watch.start(version)
             _watches.append(watch)
     if OPTIONS.report_port and not any(isinstance(s, ReportServer) for s in _servers):

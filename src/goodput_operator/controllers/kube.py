@@ -143,7 +143,8 @@ class Kube:
             response.response.release_conn()
 
     def create(self, obj: Obj) -> Obj | None:
-        """Create OBJ (Pod, Service, ConfigMap, Job, ComputeDomain, ResourceClaimTemplate):
+        """Create OBJ (Pod, Service, ConfigMap, Job, ComputeDomain, ResourceClaimTemplate,
+        Kueue Workload):
         the stored object, or None if it existed."""
         self._check_fence()
         kind, namespace = obj["kind"], obj["metadata"]["namespace"]
@@ -156,7 +157,9 @@ class Kube:
             computedomain.KIND: lambda ns, body: self.custom.create_namespaced_custom_object(
                 group, version, ns, computedomain.PLURAL, body),
             claims.KIND: lambda ns, body: self.custom.create_namespaced_custom_object(
-                group, version, ns, "resourceclaimtemplates", body)}
+                group, version, ns, "resourceclaimtemplates", body),
+            "Workload": lambda ns, body: self.custom.create_namespaced_custom_object(
+                group, version, ns, "workloads", body)}
         create = creators[kind]
         try:
             if kind == "Pod":  # the hot path: thousands per rollout, no model round trip
@@ -226,6 +229,17 @@ class Kube:
             patched = self.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, plural, name, body)
         return str((cast(Obj, patched or {}).get("metadata") or {}).get("resourceVersion") or "")
+
+    def patch_workload_status(self, workload: Obj, status: Obj) -> None:
+        """Merge STATUS into a Kueue Workload's status, only if it is still the version
+        read (WORKLOAD's resourceVersion): Kueue writes there too; a conflict (409) is for
+        the next pass, which reads the newer one."""
+        self._check_fence()
+        meta = workload["metadata"]
+        group, _, version = workload.get("apiVersion", "kueue.x-k8s.io/v1beta2").rpartition("/")
+        self.custom.patch_namespaced_custom_object_status(
+            group, version, meta["namespace"], "workloads", meta["name"],
+            {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": status})
 
     def delete_custom(self, plural: str, namespace: str, name: str) -> None:
         self._check_fence()

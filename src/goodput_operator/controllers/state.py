@@ -33,6 +33,7 @@ from goodput_operator.health.sdc import Ledger
 from goodput_operator.health.signals import DeviceTaint
 from goodput_operator.health.straggler import Pace, Straggler
 from goodput_operator.resources.pods import FINISHED
+from goodput_operator.resources.workload import MULTIKUEUE
 from goodput_operator.topology.constraints import pinned_node
 from goodput_operator.topology.model import (
     ClaimUse,
@@ -229,6 +230,12 @@ class State:
         self.last_sweep: dict[str, float] = {}  # group -> last scheduled probe sweep
         self.group_written: dict[str, float] = {}  # group -> last status write
         self.endpoints: dict[tuple[str, str], Obj] = {}
+        # Kueue (decide.quota): Workloads, ResourceFlavors' node labels, whether served
+        self.workloads: dict[tuple[str, str], Obj] = {}
+        self.flavors: dict[str, dict[str, str]] = {}
+        self.kueue = False
+        self.delegated: dict[tuple[str, str], Obj] = {}  # jobs MultiKueue runs elsewhere
+        self.cluster_name = ""  # --cluster-name: written into job statuses
         self.endpoint_pods: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
         # the autoscaler's latest decision and its history (autoscaling.History), per
         # endpoint and role: (namespace, name, role or "")
@@ -267,6 +274,8 @@ class State:
             renewing=self.renewing, device_taints=self.device_taints,
             scaled=self.scaled,
             refused=self.refused, memo=self.fits,
+            workloads=self.workloads, flavors=self.flavors, kueue=self.kueue,
+            delegated=list(self.delegated.values()), cluster_name=self.cluster_name,
             report_url=self.report_url, write_budget=self.write_budget,
             refresh_seconds=badput.refresh_seconds(sum(
                 1 for job in self.jobs.values()
@@ -564,6 +573,11 @@ class State:
     def upsert_job(self, body: Obj) -> None:
         meta = slim(body)["metadata"]
         key = (meta["namespace"], meta["name"])
+        if (body.get("spec") or {}).get("managedBy") == MULTIKUEUE:  # immutable
+            if not _older(body, self.delegated.get(key)):
+                self.delegated[key] = body
+                self.wake.set()
+            return
         held = self.jobs.get(key)
         if not _older(body, held):
             self.jobs[key] = body
@@ -606,6 +620,7 @@ class State:
 
     def remove_job(self, namespace: str, name: str) -> None:
         self.jobs.pop((namespace, name), None)
+        self.delegated.pop((namespace, name), None)
         self.progress.pop((namespace, name), None)
         self.steps.pop((namespace, name), None)
         for table in (self.paces, self.stragglers, self.paces_judged):
@@ -617,6 +632,32 @@ class State:
         for fleet in self.fleets.values():  # reservations of pods that never bound
             fleet.release_owner(trainingjob_owner(namespace, name))
         self.wake_urgently()
+
+    # ---- Kueue -------------------------------------------------------------------
+    def upsert_workload(self, body: Obj) -> None:
+        meta = body["metadata"]
+        key = (meta["namespace"], meta["name"])
+        held = self.workloads.get(key)
+        if not _older(body, held):
+            self.workloads[key] = body
+            if held is None or held.get("status") != body.get("status"):
+                self.wake.set()
+
+    def remove_workload(self, namespace: str, name: str) -> None:
+        if self.workloads.pop((namespace, name), None) is not None:
+            self.wake.set()
+
+    def upsert_flavor(self, name: str, labels: dict[str, str] | None) -> None:
+        if labels is None:
+            self.flavors.pop(name, None)
+        elif self.flavors.get(name) != labels:
+            self.flavors[name] = labels
+            self.wake.set()
+
+    def serve_kueue(self, served: bool) -> None:
+        if served != self.kueue:
+            self.kueue = served
+            self.wake.set()
 
     # ---- inference endpoints ---------------------------------------------------
     def upsert_endpoint(self, body: Obj) -> None:

@@ -3,7 +3,7 @@
     decide(snapshot) -> PassPlan
         groups     decide.group      quarantine, release, node labels, probes, status
         jobs       decide.job        (decide.attempt, decide.running, decide.gang) pods,
-                                     placement, incidents, status
+                                     placement, incidents, status; decide.quota: Kueue
         endpoints  decide.endpoint   (decide.replicas) replica groups, placement, status
 
 Nothing here does I/O, reads the clock or changes the operator's state: the controllers
@@ -22,10 +22,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from goodput_operator.api.conditions import stamp
 from goodput_operator.decide.endpoint import EndpointDecision, WriteBudget, decide_endpoint
 from goodput_operator.decide.gang import JobDecision
 from goodput_operator.decide.group import GroupDecision, decide_group
 from goodput_operator.decide.job import decide_job
+from goodput_operator.decide.quota import decide_delegated
 from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.standby import reclaim_marks
 from goodput_operator.decide.types import ConditionUpdate, Event, ProbeStart, Reservation
@@ -84,8 +86,10 @@ def decide_groups(snapshot: Snapshot, failures: list[Failure]) -> list[GroupDeci
 def decide_jobs(snapshot: Snapshot, failures: list[Failure]) -> list[JobDecision]:
     """Call inside `trial(snapshot)` (the later jobs see the earlier's reservations)."""
     reclaim_marks(snapshot)  # standby domains endpoints take back from the jobs
+    at = stamp(snapshot.clock)
     return _each("TrainingJob", snapshot.jobs, lambda job: decide_job(snapshot, job),
-                 failures)
+                 failures) + _each("TrainingJob", snapshot.delegated,
+                                   lambda job: decide_delegated(snapshot, job, at), failures)
 
 
 def decide_endpoints(snapshot: Snapshot, failures: list[Failure],

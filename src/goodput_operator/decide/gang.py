@@ -13,7 +13,7 @@ from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.decide.attempt import Attempt
 from goodput_operator.decide.fit import pod_fit
 from goodput_operator.decide.snapshot import Snapshot
-from goodput_operator.decide.types import Event, ProbeStart, Reservation
+from goodput_operator.decide.types import Event, ProbeStart, Quota, Reservation
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.fabric import Fabric
@@ -51,6 +51,7 @@ class JobDecision:
     wake_at: float | None = None  # a timer (backoff) runs out then
     placement_seconds: float | None = None  # time spent placing (a metric)
     pending_seconds: float | None = None  # created -> placed, when placed now (a metric)
+    quota: Quota | None = None  # under Kueue: its Workload to create or patch (decide.quota)
 
     @property
     def key(self) -> tuple[str, str]:

@@ -46,13 +46,15 @@ from goodput_operator.decide.gang import (
 )
 from goodput_operator.decide.group import inconclusive_message, may_probe
 from goodput_operator.decide.preemption import preempt_for, yield_to
+from goodput_operator.decide.quota import finish, quota_for
 from goodput_operator.decide.running import running_job
-from goodput_operator.decide.snapshot import Snapshot
+from goodput_operator.decide.snapshot import Mark, Snapshot
 from goodput_operator.decide.standby import place_off_standby, standby_map
 from goodput_operator.decide.types import (
     ConditionUpdate,
     Event,
     ProbeStart,
+    Quota,
     Refusal,
     apply_conditions,
     changed_keys,
@@ -60,6 +62,7 @@ from goodput_operator.decide.types import (
 from goodput_operator.health import badput
 from goodput_operator.health.hang import from_progress
 from goodput_operator.health.quarantine import iso, parse_time, record_of
+from goodput_operator.resources import workload as kueue
 from goodput_operator.resources.pods import attempt_of, is_gated, owned
 from goodput_operator.topology.model import Fleet, trainingjob_owner
 from goodput_operator.topology.placement import (
@@ -100,17 +103,19 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
                                         "UltraServerGroupNotFound", message, generation, at)})
 
     pods = owned(snapshot.job_pods.get((namespace, name), {}).values(), job)
+    quota, spec = _under_kueue(snapshot, job, spec, pods, at)
     decided = attempt(job, pods, fabric_of(snapshot, spec),
                       lost_nodes(snapshot, fleet, job, pods), clock, snapshot.report_url,
                       suspects=snapshot.seen_unhealthy.keys(), probed=snapshot.probed_at,
                       spec=spec, steps=snapshot.steps.get((namespace, name))
                       or from_progress(status.get("progress")))
+    _hold(decided, quota)
     _creation(snapshot.refused.get((namespace, name)), decided, pods, status, clock)
     wakes = [w for w in (decided.wake_at, _unschedulable_wake(pods, restart_of(job), clock))
              if w is not None]
     result = JobDecision(job, status, {}, list(decided.events), decided, spec=spec,
                          observed={p["metadata"]["name"]: p for p in pods},
-                         wake_at=min(wakes, default=None))
+                         wake_at=min(wakes, default=None), quota=quota)
     placement = status.get("placement")
     yielded = yield_to(snapshot, spec, job, decided, result)
     grown = running_job(snapshot, fleet, spec, job, decided, result) \
@@ -169,11 +174,55 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
                              clock, snapshot.refresh_seconds) \
         if result.desired["phase"] == "Running" else None
     result.wake_at = min((w for w in (result.wake_at, due) if w is not None), default=None)
+    _where(snapshot, quota, result.desired, namespace, at)
     if desired["phase"] != status.get("phase") and desired["phase"] in (
             "Running", "Succeeded", "Failed", "Suspended"):
         result.events.append(Event("Warning" if desired["phase"] == "Failed" else "Normal",
                                    desired["phase"], desired["message"]))
     return result
+
+
+def _under_kueue(snapshot: Snapshot, job: Obj, spec: TrainingJobSpec, pods: list[Obj],
+                 at: str) -> tuple[Quota | None, TrainingJobSpec]:
+    """A job whose quota Kueue holds (decide.quota): its Workload's verdict, and the spec
+    it is placed by (the admitted flavors' node labels join its node selector). An
+    eviction marks it for this pass like a preemption victim (decide.preemption)."""
+    if not kueue.under_kueue(job):
+        return None, spec
+    meta = job["metadata"]
+    quota = quota_for(job, spec, fabric_of(snapshot, spec), pods, snapshot.workloads,
+                      snapshot.flavors, snapshot.kueue, at)
+    if quota.evicted:
+        snapshot.preempting[(meta["namespace"], meta["name"])] = Mark(
+            "Kueue", None, quota.evicted, verb="evicted")
+    if quota.node_labels:
+        spec = spec.model_copy(update={
+            "node_selector": {**(spec.node_selector or {}), **quota.node_labels}})
+    return quota, spec
+
+
+def _where(snapshot: Snapshot, quota: Quota | None, desired: Obj, namespace: str,
+           at: str) -> None:
+    """The cluster the job runs in and its Workload, in its status (MultiKueue copies it to
+    the manager); a job that ended finishes its Workload."""
+    if snapshot.cluster_name:
+        desired["cluster"] = snapshot.cluster_name
+    if quota is None:
+        return
+    desired["workload"] = quota.workload
+    if desired["phase"] in TERMINAL:
+        finish(quota, snapshot.workloads, namespace, desired["phase"], desired["message"], at)
+
+
+def _hold(decided: Attempt, quota: Quota | None) -> None:
+    """Until Kueue admits the job: no pods made, nothing placed, and the reason said."""
+    if quota is None:
+        return
+    decided.conditions.append(quota.condition)
+    if quota.hold:
+        decided.create, decided.needs_placement = [], False
+        if decided.phase in ("Pending", "Recovering"):
+            decided.message = quota.message
 
 
 def _start_probes(snapshot: Snapshot, group: str, nodes: list[str],

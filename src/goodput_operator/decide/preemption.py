@@ -107,7 +107,7 @@ def yield_to(snapshot: Snapshot, spec: TrainingJobSpec, job: Obj, decided: Attem
     deadline = at + grace
     saved = parse_time(((status.get("checkpoint") or {}).get("latest") or {}).get("time"))
     by = (f"preempted by {mark.by} (priority {mark.priority} > {spec.priority})"
-          if mark.priority is not None else f"reclaimed by {mark.by} ({mark.message})")
+          if mark.priority is not None else f"{mark.verb} by {mark.by} ({mark.message})")
     if clock < deadline and (saved is None or saved < at):
         message = (f"{by}: the workers are asked to save a checkpoint, stopped at "
                    f"{iso(deadline)} at the latest")

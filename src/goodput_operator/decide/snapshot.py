@@ -82,6 +82,13 @@ class Snapshot:
     # the victims the jobs decided so far in this pass preempt (decide.preemption): a
     # victim has a lower priority, so it is decided later in the same pass and reads it
     preempting: dict[Key, Mark] = field(default_factory=dict)
+    # Kueue (decide.quota): its Workloads by (namespace, name), each ResourceFlavor's node
+    # labels, and whether this cluster serves Workloads at all
+    workloads: Mapping[Key, Obj] = field(default_factory=dict)
+    flavors: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    kueue: bool = False
+    delegated: Sequence[Obj] = ()  # jobs MultiKueue runs elsewhere (spec.managedBy)
+    cluster_name: str = ""  # this cluster's name, written into job statuses when set
 
 
 @dataclass(frozen=True)
@@ -92,3 +99,4 @@ class Mark:
     by: str  # the preempting job, namespace/name (or "InferenceEndpoint namespace/name")
     priority: int | None
     message: str  # what its removal frees
+    verb: str = "reclaimed"  # with priority None: reclaimed (standby), evicted (Kueue)

@@ -3,6 +3,7 @@ reservations and probe starts."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from goodput_operator.api.conditions import set_condition
@@ -69,3 +70,22 @@ def changed_keys(current: dict[str, Any], desired: dict[str, Any]) -> set[str]:
     """The keys of DESIRED a status write would change in CURRENT: what kube.write_status
     writes, and what a decision folding a refresh into that write must agree with."""
     return {key for key, value in desired.items() if current.get(key) != value}
+
+
+@dataclass
+class Quota:
+    """What Kueue allows a job this pass, and what the operator must write to Kueue
+    (decide.quota)."""
+
+    workload: str  # the Workload's name
+    hold: bool  # no new pods, no placement: not admitted (or quota being given back)
+    condition: ConditionUpdate  # the job's Admitted condition
+    node_labels: dict[str, str] = field(default_factory=dict)  # the admitted flavors'
+    evicted: str | None = None  # Kueue evicted it: the workers stop (decide.preemption)
+    create: Obj | None = None  # a Workload to create
+    patch: Obj | None = None  # a status patch of the Workload below
+    target: Obj | None = None  # the Workload the patch is for (its resourceVersion)
+
+    @property
+    def message(self) -> str:
+        return self.condition.message

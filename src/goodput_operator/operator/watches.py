@@ -54,12 +54,14 @@ from goodput_operator.operator.runtime import (
     pages,
     tracked_pod,
 )
+from goodput_operator.resources.workload import RESOURCE_FLAVORS, WORKLOADS
 from goodput_operator.topology.model import claim_use
 
 log = logging.getLogger("goodput.watch")
 NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 RESOURCE_SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 RESOURCE_CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
+KUEUE_LOOK_SECONDS = 30.0  # how often a cluster without Kueue is looked at again
 WATCH_SECONDS = 240  # one watch request's length; the next continues from its place
 BACKOFF = (0.5, 10.0)  # seconds after a failed request, doubling up to the second
 
@@ -330,3 +332,86 @@ class SliceWatch(DraWatch):
         for item in items:
             self.state.slice_taints(item["metadata"]["name"], *device_taints(item))
 
+
+
+class KueueWatch(Watch):
+    """A Kueue kind: a cluster without Kueue is looked at again every KUEUE_LOOK_SECONDS
+    (Kueue may be installed after the operator); State.kueue says whether it is there."""
+
+    def _run(self) -> None:
+        said = False
+        while not self._stop.is_set():
+            try:
+                self.kube.get_json(self.path, [("limit", 1)])
+                break
+            except ApiException as err:
+                if err.status != 404:
+                    break  # anything else is the watch's to retry
+                if not said:
+                    log.info("no Kueue here (%s): looked at again every %.0fs", self.path,
+                             KUEUE_LOOK_SECONDS)
+                    said = True
+                self.loop.call_soon_threadsafe(self.state.serve_kueue, False)
+                self._stop.wait(KUEUE_LOOK_SECONDS)
+            except Exception as err:  # the API server restarts: the watch retries
+                log.warning("%s: %s", self.kind, err)
+                break
+        super()._run()
+
+
+def slim_workload(body: Obj) -> Obj:
+    """What decide.quota reads of a Workload."""
+    meta = body.get("metadata") or {}
+    kept = ("name", "namespace", "uid", "resourceVersion", "generation", "labels")
+    status = body.get("status") or {}
+    return {"apiVersion": body.get("apiVersion"),
+            "metadata": {k: meta[k] for k in kept if k in meta},
+            "status": {k: status[k] for k in ("conditions", "admission", "clusterName",
+                                              "admissionChecks", "nominatedClusterNames")
+                       if k in status}}
+
+
+class WorkloadWatch(KueueWatch):
+    """Kueue Workloads, cluster-wide (State.upsert_workload)."""
+
+    path, kind = WORKLOADS, "workloads"
+
+    def changed(self, body: Obj) -> None:
+        self.loop.call_soon_threadsafe(self.state.serve_kueue, True)
+        self.loop.call_soon_threadsafe(self.state.upsert_workload, slim_workload(body))
+
+    def deleted(self, body: Obj) -> None:
+        meta = body.get("metadata") or {}
+        self.loop.call_soon_threadsafe(self.state.remove_workload, meta.get("namespace", ""),
+                                       meta.get("name", ""))
+
+    async def replace(self, items: list[Obj]) -> None:
+        self.state.serve_kueue(True)
+        listed = {(i["metadata"]["namespace"], i["metadata"]["name"]) for i in items}
+        for key in [k for k in self.state.workloads if k not in listed]:
+            self.state.remove_workload(*key)
+        for item in items:
+            self.state.upsert_workload(slim_workload(item))
+
+
+class FlavorWatch(KueueWatch):
+    """Kueue ResourceFlavors: each one's node labels (where its quota's nodes are)."""
+
+    path, kind = RESOURCE_FLAVORS, "resourceflavors"
+
+    def changed(self, body: Obj) -> None:
+        labels = dict(((body.get("spec") or {}).get("nodeLabels")) or {})
+        self.loop.call_soon_threadsafe(self.state.upsert_flavor, body["metadata"]["name"],
+                                       labels)
+
+    def deleted(self, body: Obj) -> None:
+        self.loop.call_soon_threadsafe(self.state.upsert_flavor, body["metadata"]["name"],
+                                       None)
+
+    async def replace(self, items: list[Obj]) -> None:
+        listed = {item["metadata"]["name"] for item in items}
+        for name in [n for n in self.state.flavors if n not in listed]:
+            self.state.upsert_flavor(name, None)
+        for item in items:
+            self.state.upsert_flavor(item["metadata"]["name"],
+                                     dict((item.get("spec") or {}).get("nodeLabels") or {}))

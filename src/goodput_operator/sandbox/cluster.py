@@ -469,6 +469,7 @@ def down(sandbox: Sandbox) -> bool:
     if realnode.load(sandbox.home):
         sandbox.real_runtime().remove_all(drain=sandbox.is_running())
     procs.kill_pidfile(sandbox.home / "drivers.pid")
+    procs.kill_pidfile(sandbox.home / "kueue" / "kueue.pid")  # sandbox.kueue, if started
     existed = sandbox.exists()
     if existed:
         sandbox.kwokctl("delete", "cluster", "--name", sandbox.name, timeout=120)

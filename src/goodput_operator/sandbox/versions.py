@@ -12,6 +12,7 @@ KUBERNETES_STAGING = "v0.36.3"  # the k8s.io/* staging modules published with KU
 ETCD = "v3.6.16"
 KWOK = "v0.8.0"
 HELM = "v3.21.4"
+KUEUE = "v0.17.0"  # quotas and MultiKueue (goodput sandbox up --kueue)
 COREDNS = "v1.15.0"  # cluster DNS for real nodes: the newest the Go module proxy offers
 MIN_GO = (1, 26)
 
@@ -95,7 +96,15 @@ COREDNS_COMPONENT = Component(
     version_vars={"github.com/coredns/coredns/coremain.GitCommit": COREDNS},
 )
 
+KUEUE_COMPONENT = Component(
+    name="kueue",
+    module="sigs.k8s.io/kueue",
+    version=KUEUE,
+    binaries={"sigs.k8s.io/kueue/cmd/kueue": "kueue"},
+    version_vars={"sigs.k8s.io/kueue/pkg/version.GitVersion": KUEUE},
+)
+
 SANDBOX_COMPONENTS = (KUBERNETES_COMPONENT, ETCD_COMPONENT, KWOK_COMPONENT)
 # what real nodes need besides the control plane (kubelet is part of KUBERNETES_COMPONENT)
 REAL_NODE_COMPONENTS = (COREDNS_COMPONENT,)
-ALL_COMPONENTS = (*SANDBOX_COMPONENTS, HELM_COMPONENT, COREDNS_COMPONENT)
+ALL_COMPONENTS = (*SANDBOX_COMPONENTS, HELM_COMPONENT, COREDNS_COMPONENT, KUEUE_COMPONENT)

@@ -1,0 +1,252 @@
+"""TrainingJobs under Kueue (decide.quota): gated until their Workload is admitted, placed on
+the admitted flavors' nodes, stopped and requeued on an eviction, their Workload finished
+with them; jobs without a queue are untouched; a job MultiKueue runs elsewhere only gets
+its Workload here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from goodput_operator.api.trainingjob import TrainingJobSpec, TrainingJobStatus
+from goodput_operator.decide import JobDecision, decide_jobs, trial
+from goodput_operator.health.quarantine import iso
+from goodput_operator.resources import workload as kueue
+from goodput_operator.resources.fabric import Fabric
+from goodput_operator.topology.record import ranks_of
+from tests.unit.fleets import US
+from tests.unit.world import NOW, conditions, job, nodes, placed, worker, world
+
+pytestmark = pytest.mark.unit
+Obj = dict[str, Any]
+QUEUED = {"labels": {kueue.QUEUE_LABEL: "team-a"}}
+TRN2_LABELS = {"pool": "trn2"}  # what the world's nodes carry
+
+
+def queued(name: str = "j", status: Obj | None = None, **spec: Any) -> Obj:
+    body = job(name, status, **spec)
+    body["metadata"].update(QUEUED)
+    return body
+
+
+def workload_of(body: Obj, *conditions_: tuple[str, str, str], flavor: str = "trn2",
+                message: str = "") -> Obj:
+    """BODY's Workload as Kueue left it: CONDITIONS (type, status, reason) and, when
+    QuotaReserved is True, an admission to flavor FLAVOR."""
+    found: Obj = {
+        "apiVersion": kueue.API_VERSION,
+        "metadata": {"name": kueue.workload_name(body), "namespace": "ns",
+                     "resourceVersion": "7", "generation": 1},
+        "status": {"conditions": [{"type": t, "status": s, "reason": r, "message": message,
+                                   "lastTransitionTime": iso(NOW - 5)}
+                                  for t, s, r in conditions_]}}
+    if ("QuotaReserved", "True") in [(t, s) for t, s, _ in conditions_]:
+        found["status"]["admission"] = {"clusterQueue": "cq", "podSetAssignments": [
+            {"name": kueue.WORKERS, "flavors": {"aws.amazon.com/neuron": flavor}}]}
+    return found
+
+
+ADMITTED = (("QuotaReserved", "True", "QuotaReserved"), ("Admitted", "True", "Admitted"))
+EVICTED = (*ADMITTED, ("Evicted", "True", "Preempted"))
+
+
+def decided(jobs: list[Obj], pods: Sequence[Obj] = (), workloads: Sequence[Obj] = (),
+            flavors: dict[str, dict[str, str]] | None = None, served: bool = True,
+            **fields: Any) -> dict[str, JobDecision]:
+    snapshot = world(nodes(), jobs, pods,
+                     workloads={("ns", w["metadata"]["name"]): w for w in workloads},
+                     flavors={"trn2": TRN2_LABELS} if flavors is None else flavors,
+                     kueue=served, **fields)
+    with trial(snapshot):
+        found = decide_jobs(snapshot, [])
+    for decision in found:
+        merged = {**decision.status, **decision.desired}
+        TrainingJobStatus.model_validate({k: v for k, v in merged.items() if v is not None})
+    return {d.job["metadata"]["name"]: d for d in found}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    workload: tuple[tuple[str, str, str], ...] | None  # None: no Workload yet
+    placed: bool  # the job is placed this pass
+    reason: str  # its Admitted condition's reason
+    creates_workload: bool = False
+    served: bool = True
+    flavors: dict[str, dict[str, str]] | None = None
+
+
+CASES = [
+    Case("a new queued job creates its Workload and waits", None, False, "Queued",
+         creates_workload=True),
+    Case("a Workload with no quota yet keeps it waiting",
+         (("QuotaReserved", "False", "Pending"),), False, "Queued"),
+    Case("quota reserved but admission checks pending: still waiting",
+         (("QuotaReserved", "True", "QuotaReserved"),), False, "Queued"),
+    Case("admitted: placed", ADMITTED, True, "Admitted"),
+    Case("admitted to a flavor not read yet: waits for it", ADMITTED, False, "Admitted",
+         flavors={}),
+    Case("no Kueue in the cluster: waits and says so", None, False, "KueueUnavailable",
+         served=False),
+    Case("a finished Workload never runs the job again",
+         (*ADMITTED, ("Finished", "True", "Succeeded")), False, "Finished"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_a_queued_job_runs_only_once_kueue_admits_it(case: Case) -> None:
+    body = queued()
+    workloads = [] if case.workload is None else [workload_of(body, *case.workload)]
+    found = decided([body], workloads=workloads, served=case.served,
+                    flavors=case.flavors)["j"]
+    assert (found.placement is not None) == case.placed
+    assert found.attempt is not None
+    if not case.placed:
+        assert found.attempt.create == [] and found.reservations == []
+    assert conditions(found.desired)["Admitted"][1] == case.reason
+    assert (found.quota is not None and found.quota.create is not None) == \
+        case.creates_workload
+    assert found.desired["workload"] == kueue.workload_name(body)
+
+
+def test_an_admitted_job_is_placed_on_the_flavors_nodes_and_its_pods_say_so() -> None:
+    other = {"pool": "trn2", US: "us-1"}
+    body = queued()
+    found = decided([body], workloads=[workload_of(body, *ADMITTED, flavor="us1")],
+                    flavors={"us1": other})["j"]
+    assert found.placement is not None
+    assert {r["domain"] for r in ranks_of(found.placement)} == {"us-1"}
+    assert found.attempt is not None and found.attempt.create
+    for pod in found.attempt.create:
+        assert pod["spec"]["nodeSelector"].items() >= other.items()
+    assert "on nodes" in conditions_message(found.desired, "Admitted")
+
+
+def conditions_message(status: Obj, kind: str) -> str:
+    return next(c["message"] for c in status["conditions"] if c["type"] == kind)
+
+
+def running(name: str = "j") -> tuple[Obj, list[Obj]]:
+    nodes_ = ["us0-n0", "us0-n1"]
+    body = queued(name, status={"phase": "Running", "placement": placed(*nodes_),
+                                "startTime": iso(NOW - 600),
+                                "goodput": {"since": iso(NOW - 600)}},
+                  checkpoint={"dir": "/fsx/ckpt"})
+    pods = [worker(body, rank, node_name=node, phase="Running", ready=True)
+            for rank, node in enumerate(nodes_)]
+    return body, pods
+
+
+def test_an_eviction_asks_for_a_checkpoint_then_stops_and_requeues_the_job() -> None:
+    body, pods = running()
+    found = decided([body], pods, [workload_of(body, *EVICTED)])["j"]
+    assert conditions(found.desired)["Preempted"] == ("True", "Checkpointing")
+    said = conditions_message(found.desired, "Preempted")
+    assert said.startswith("evicted by Kueue (evicted from ClusterQueue cq: Preempted")
+    assert found.attempt is not None and found.attempt.delete == []
+    assert found.quota is not None and found.quota.patch is None  # workers still there
+    body = {**body, "status": {**body["status"], **found.desired}}
+    later = decided([body], pods, [workload_of(body, *EVICTED)], clock=NOW + 121)["j"]
+    assert later.desired["phase"] == "Recovering"
+    assert later.attempt is not None and sorted(later.attempt.delete) == sorted(
+        p["metadata"]["name"] for p in pods)
+    assert later.desired["incidents"][-1]["cause"] == "Preemption"
+
+
+def test_once_the_evicted_workers_are_gone_the_quota_is_given_back() -> None:
+    body = queued(status={"phase": "Recovering", "restarts": 1})
+    wl = workload_of(body, *EVICTED, message="Preempted to accommodate a workload")
+    found = decided([body], [], [wl])["j"]
+    assert found.placement is None
+    assert found.quota is not None and found.quota.target is wl
+    patch = found.quota.patch
+    assert patch is not None and patch["admission"] is None
+    after = {c["type"]: (c["status"], c["reason"]) for c in patch["conditions"]}
+    assert after["QuotaReserved"] == ("False", "Pending")
+    assert after["Admitted"][0] == "False"
+    assert after["Requeued"] == ("True", "Preempted")
+    assert "queued again" in found.desired["message"]
+
+
+def test_a_job_that_ends_finishes_its_workload_once() -> None:
+    body, _ = running()
+    done = [worker(body, rank, node_name=f"us0-n{rank}", phase="Succeeded") for rank in (0, 1)]
+    found = decided([body], done, [workload_of(body, *ADMITTED)])["j"]
+    assert found.desired["phase"] == "Succeeded"
+    assert found.quota is not None and found.quota.patch is not None
+    finished = {c["type"]: c for c in found.quota.patch["conditions"]}["Finished"]
+    assert (finished["status"], finished["reason"]) == ("True", "Succeeded")
+    already = workload_of(body, *ADMITTED, ("Finished", "True", "Succeeded"))
+    again = decided([{**body, "status": found.desired}], done, [already])["j"]
+    assert again.quota is not None and again.quota.patch is None
+
+
+def test_a_job_without_a_queue_label_is_untouched() -> None:
+    plain = job("plain")
+    found = decided([plain], served=True)["plain"]
+    assert found.quota is None and found.placement is not None
+    assert "Admitted" not in conditions(found.desired)
+
+
+def test_a_job_multikueue_sent_here_waits_for_the_workload_it_names() -> None:
+    body = job("remote")
+    body["metadata"]["labels"] = {kueue.PREBUILT_LABEL: "trainingjob-remote-abcde"}
+    alone = decided([body])["remote"]
+    assert alone.placement is None
+    assert conditions(alone.desired)["Admitted"] == ("False", "WorkloadMissing")
+    assert alone.quota is not None and alone.quota.create is None  # MultiKueue makes it
+    admitted = workload_of(body, *ADMITTED)
+    assert admitted["metadata"]["name"] == "trainingjob-remote-abcde"
+    assert decided([body], workloads=[admitted])["remote"].placement is not None
+
+
+def test_the_cluster_name_is_written_into_every_status() -> None:
+    found = decided([job("plain")], cluster_name="region-a")["plain"]
+    assert found.desired["cluster"] == "region-a"
+
+
+def delegated(name: str = "m", labels: Obj | None = None) -> Obj:
+    body = job(name, managedBy=kueue.MULTIKUEUE)
+    body["metadata"]["labels"] = {kueue.QUEUE_LABEL: "team-a"} if labels is None else labels
+    return body
+
+
+def test_on_the_manager_a_delegated_job_only_gets_its_workload() -> None:
+    body = delegated()
+    found = decided([], delegated=[body])["m"]
+    assert found.attempt is None and found.desired == {}
+    assert found.quota is not None and found.quota.create is not None
+    wl = found.quota.create
+    assert wl["spec"]["queueName"] == "team-a"
+    assert wl["metadata"]["ownerReferences"][0]["uid"] == "uid-m"
+    # waiting for MultiKueue: said until a worker has it; then the status is MultiKueue's
+    pending = decided([], delegated=[body], workloads=[workload_of(
+        body, ("QuotaReserved", "False", "Pending"))])["m"]
+    assert pending.desired["phase"] == "Pending"
+    assert "waiting for MultiKueue" in pending.desired["message"]
+    sent = workload_of(body, *ADMITTED)
+    sent["status"]["clusterName"] = "region-a"
+    assert decided([], delegated=[body], workloads=[sent])["m"].desired == {}
+
+
+def test_a_delegated_job_without_a_queue_says_nothing_will_run_it() -> None:
+    found = decided([], delegated=[delegated(labels={})])["m"]
+    assert conditions(found.desired)["Admitted"] == ("False", "NoQueue")
+    assert found.quota is None
+
+
+def test_the_workload_counts_every_pod_set_at_the_jobs_priority() -> None:
+    body = queued(priority=7, podSets=[{"name": "launcher", "replicas": 1,
+                                        "acceleratorsPerPod": 0}])
+    spec = TrainingJobSpec.model_validate(body["spec"])
+    wl = kueue.workload(body, spec, Fabric("aws.amazon.com/neuron", 16, 16))
+    assert wl["spec"]["priority"] == 7 and wl["spec"]["queueName"] == "team-a"
+    sets = {s["name"]: s for s in wl["spec"]["podSets"]}
+    assert sets["workers"]["count"] == 2 and sets["launcher"]["count"] == 1
+    requests = sets["workers"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+    assert requests["aws.amazon.com/neuron"] == "16"
+    assert requests["vpc.amazonaws.com/efa"] == "16"
+    assert wl["metadata"]["labels"][kueue.JOB_UID_LABEL] == "uid-j"
