@@ -1,0 +1,295 @@
+"""Kueue and MultiKueue end to end: three sandboxes side by side (a manager and two regions,
+each a real control plane with KWOK Trn2 UltraServers, its own Kueue manager built from the
+Go module, and its own operator), wired by `goodput sandbox connect`.
+
+- A TrainingJob submitted on the manager runs in the region whose Kueue admits it, and its
+  status (saying which cluster) appears on the manager; with that region full the next one
+  goes to the other; deleting it on the manager removes it from its region.
+- In one region, under a ClusterQueue's quota: a job waits while the quota is used, a
+  higher-priority Workload's preemption makes the running one checkpoint and requeue, and
+  queued jobs start as quota frees.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from goodput_operator.resources.workload import MULTIKUEUE, QUEUE_LABEL
+from goodput_operator.sandbox import cluster as sandbox_cluster
+from goodput_operator.sandbox import kueue
+from goodput_operator.sdk import Reporter
+from tests.conftest import Cluster, wait_for
+from tests.e2e.conftest import (
+    TRN2_TYPE,
+    Operator,
+    apply,
+    get_job,
+    job_pods,
+    training_job,
+    trn2_group_spec,
+    wait_phase,
+)
+from tests.e2e.test_recovery import env_of, worker_token
+
+pytestmark = pytest.mark.e2e
+GROUP = "trn2-pool"  # the same group name in every cluster (the manager's: counting only)
+CHIPS = "aws.amazon.com/neuron"
+JOB_CHIPS = 64  # every job here: 4 workers x 16 chips, one UltraServer
+NAMES = ("gp-mk-manager", "gp-mk-a", "gp-mk-b")
+
+
+@dataclass
+class Region:
+    name: str
+    cluster: Cluster
+    operator: Operator
+
+
+@dataclass
+class Regions:
+    manager: Region
+    workers: list[Region] = field(default_factory=list)
+
+    def all(self) -> list[Region]:
+        return [self.manager, *self.workers]
+
+    def worker(self, name: str) -> Region:
+        return next(r for r in self.workers if r.name == name)
+
+
+def quota(name: str, chips: int, checks: list[str] | None = None) -> dict[str, Any]:
+    """A ClusterQueue of CHIPS Trainium2 chips (and their EFA interfaces) on flavor trn2;
+    lower priorities are preempted within it."""
+    spec: dict[str, Any] = {
+        "namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"},
+        "resourceGroups": [{"coveredResources": ["cpu", CHIPS, "vpc.amazonaws.com/efa"],
+                            "flavors": [{"name": "trn2", "resources": [
+                                {"name": "cpu", "nominalQuota": 10_000},
+                                {"name": CHIPS, "nominalQuota": chips},
+                                {"name": "vpc.amazonaws.com/efa", "nominalQuota": chips}]}]}]}
+    if checks:
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+            "metadata": {"name": name}, "spec": spec}
+
+
+def local_queue(name: str, cluster_queue: str, namespace: str) -> dict[str, Any]:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"clusterQueue": cluster_queue}}
+
+
+FLAVOR = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+          "metadata": {"name": "trn2"},
+          "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": TRN2_TYPE}}}
+
+
+@pytest.fixture(scope="module")
+def regions(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Regions]:
+    """The manager and two regions, each with Kueue and an operator named after it; the
+    regions' ClusterQueue `regional` holds one job's chips, the manager's `global` four
+    and sends through MultiKueue to either region."""
+    if not cluster.is_sandbox:
+        pytest.skip("needs sandboxes of its own (three control planes side by side)")
+    logs = tmp_path_factory.mktemp("multicluster")
+    boxes = [sandbox_cluster.Sandbox(name) for name in NAMES]
+    started: list[Region] = []
+    try:
+        for box in boxes:
+            if box.is_running():
+                sandbox_cluster.down(box)
+            sandbox_cluster.up(box, "trn2")
+            kueue.start(box)
+            here = Cluster(box.kubeconfig, is_sandbox=True, sandbox_name=box.name)
+            here.kubectl("apply", "--server-side", "-f",
+                         str(Path(__file__).resolve().parents[2] / "crds"))
+            here.kubectl("wait", "--for", "condition=Established", "--timeout=60s",
+                         "crd/trainingjobs.goodput.dev", "crd/inferenceendpoints.goodput.dev")
+            apply(here, {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
+                         "metadata": {"name": GROUP}, "spec": trn2_group_spec(
+                             nodeSelector={"node.kubernetes.io/instance-type": TRN2_TYPE})})
+            apply(here, FLAVOR)
+            operator = Operator(here, logs / f"{box.name}.log",
+                                extra_args=("--cluster-name", box.name))
+            operator.start()
+            started.append(Region(box.name, here, operator))
+        kueue.connect(boxes[0], boxes[1:])
+        apply(started[0].cluster, quota("global", 4 * JOB_CHIPS, [kueue.ALL_WORKERS]))
+        for region in started[1:]:
+            apply(region.cluster, quota("regional", JOB_CHIPS))
+        yield Regions(started[0], started[1:])
+    finally:
+        for region in started:
+            region.operator.stop()
+        for box in boxes:
+            sandbox_cluster.down(box)
+
+
+@pytest.fixture
+def space(regions: Regions) -> Iterator[str]:
+    """One namespace in every cluster (MultiKueue creates its copies in the same one),
+    with LocalQueue `team` (manager: global; regions: regional)."""
+    namespace = f"mk-{uuid.uuid4().hex[:8]}"
+    for region in regions.all():
+        region.cluster.kubectl("create", "namespace", namespace)
+        apply(region.cluster, local_queue(
+            "team", "global" if region is regions.manager else "regional", namespace))
+    yield namespace
+    for region in regions.all():
+        region.cluster.kubectl("delete", "tj,ie", "--all", "-n", namespace, "--wait=true",
+                               "--timeout=60s", check=False)
+        region.cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def queued_job(name: str, queue: str = "team", **spec: Any) -> dict[str, Any]:
+    body = training_job(name, GROUP, JOB_CHIPS // 16, **spec)
+    body["metadata"]["labels"] = {QUEUE_LABEL: queue}
+    return body
+
+
+def exists(cluster: Cluster, kind: str, namespace: str, name: str) -> bool:
+    return cluster.kubectl("get", kind, name, "-n", namespace, check=False).returncode == 0
+
+
+def status_of(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return dict(get_job(cluster, namespace, name).get("status") or {})
+
+
+def admitted(cluster: Cluster, namespace: str, name: str) -> tuple[str, str]:
+    found = {c["type"]: c for c in status_of(cluster, namespace, name).get("conditions", [])}
+    condition = found.get("Admitted") or {}
+    return condition.get("reason", ""), condition.get("message", "")
+
+
+def test_a_job_submitted_on_the_manager_runs_in_a_region_with_room_and_reports_there(
+        regions: Regions, space: str) -> None:
+    manager = regions.manager.cluster
+    apply(manager, queued_job("first", managedBy=MULTIKUEUE), space)
+    running = wait_for(lambda: (s := status_of(manager, space, "first")).get(
+        "phase") == "Running" and s.get("cluster") and s, timeout=90,
+        what="the first job running somewhere, its status on the manager")
+    region_a = regions.worker(running["cluster"])
+    region_b = next(r for r in regions.workers if r is not region_a)
+    # the region's copy is the one that runs: its pods, its nodes, the same status
+    there = wait_phase(region_a.cluster, space, "first", "Running")
+    assert there["status"]["cluster"] == region_a.name
+    assert len(job_pods(region_a.cluster, space, "first")) == 4
+    assert not exists(region_b.cluster, "tj", space, "first")
+    assert running["placement"]["domains"] == there["status"]["placement"]["domains"]
+    assert not job_pods(manager, space, "first")  # the manager runs nothing itself
+
+    # region A's quota is used up: the next job goes to region B
+    apply(manager, queued_job("second", managedBy=MULTIKUEUE), space)
+    second = wait_for(lambda: (s := status_of(manager, space, "second")).get(
+        "phase") == "Running" and s, timeout=90, what="the second job running")
+    assert second["cluster"] == region_b.name
+    wait_phase(region_b.cluster, space, "second", "Running")
+
+    # both full: a third waits on the manager, and says why
+    apply(manager, queued_job("third", managedBy=MULTIKUEUE), space)
+    waiting = wait_for(lambda: (s := status_of(manager, space, "third")).get(
+        "phase") == "Pending" and s, timeout=30, what="the third job waiting")
+    assert "waiting for MultiKueue" in waiting["message"], waiting
+    assert not waiting.get("cluster")
+
+    # deleting the first on the manager removes it from region A; the third takes its room
+    manager.kubectl("delete", "tj", "first", "-n", space)
+    wait_for(lambda: not exists(region_a.cluster, "tj", space, "first"), timeout=60,
+             what="the first job gone from its region")
+    wait_for(lambda: not job_pods(region_a.cluster, space, "first"), timeout=60,
+             what="its pods gone")
+    third = wait_for(lambda: (s := status_of(manager, space, "third")).get(
+        "phase") == "Running" and s, timeout=90, what="the third job running")
+    assert third["cluster"] == region_a.name
+
+    # a job that ends in its region ends on the manager too
+    finish(region_b, space, "second")
+    done = wait_for(lambda: (s := status_of(manager, space, "second")).get(
+        "phase") == "Succeeded" and s, timeout=60, what="the second job Succeeded on the manager")
+    assert done["cluster"] == region_b.name
+    workload = json.loads(manager.kubectl("get", "workloads", "-n", space, "-o", "json")
+                          .stdout)["items"]
+    finished = [w for w in workload if any(c["type"] == "Finished" and c["status"] == "True"
+                                           for c in w["status"].get("conditions", []))]
+    assert len(finished) == 1
+
+
+def finish(region: Region, namespace: str, job: str) -> None:
+    """Every worker of JOB exits 0 (KWOK plays the kubelet)."""
+    from goodput_operator.sandbox import faults
+
+    for pod in job_pods(region.cluster, namespace, job):
+        faults.succeed_pod(sandbox_cluster.Sandbox(region.name), pod["metadata"]["name"],
+                           namespace)
+
+
+def test_under_quota_a_job_waits_is_preempted_with_a_checkpoint_and_starts_when_quota_frees(
+        regions: Regions, space: str) -> None:
+    region = regions.workers[0]
+    here = region.cluster
+    apply(here, quota("solo", JOB_CHIPS))
+    apply(here, local_queue("solo", "solo", space))
+    checkpoint = {"dir": "/fsx/ckpt"}
+    apply(here, queued_job("low", "solo", checkpoint=checkpoint), space)
+    low = wait_phase(here, space, "low", "Running", timeout=60)
+    assert low["status"]["workload"].startswith("trainingjob-low-")
+    assert admitted(here, space, "low")[0] == "Admitted"
+    pods = job_pods(here, space, "low")
+    assert all(p["spec"]["nodeSelector"]["node.kubernetes.io/instance-type"] == TRN2_TYPE
+               for p in pods), "placed on the admitted flavor's nodes"
+
+    apply(here, queued_job("next", "solo"), space)  # no quota left: it waits, no pods
+    wait_for(lambda: admitted(here, space, "next")[0] == "Queued", timeout=30,
+             what="next queued")
+    assert "insufficient unused quota" in admitted(here, space, "next")[1]
+    assert not job_pods(here, space, "next")
+    assert status_of(here, space, "next")["phase"] == "Pending"
+
+    reporter = Reporter(region.operator.report_url,
+                        worker_token(here, space, pods[0]["metadata"]["name"]))
+    reporter.commit_checkpoint(100, "/fsx/ckpt/step-100")
+    # a higher-priority job: Kueue evicts low, which is asked to save, saves, and stops
+    apply(here, queued_job("urgent", "solo", priority=100), space)
+    wait_for(lambda: (status_of(here, space, "low").get("preemption") or {}).get(
+        "by") == "Kueue", timeout=30, what="low asked to checkpoint")
+    answer = reporter.report_step(150)
+    assert answer["save"]["reason"] == "Preemption"
+    reporter.commit_checkpoint(150, "/fsx/ckpt/step-150")
+    requeued = wait_phase(here, space, "low", "Recovering", timeout=60)["status"]
+    incident = requeued["incidents"][-1]
+    assert (incident["cause"], incident["action"]) == ("Preemption", "requeue")
+    assert "evicted by Kueue" in requeued["message"]
+    wait_phase(here, space, "urgent", "Running", timeout=60)
+    assert not job_pods(here, space, "low")
+    assert status_of(here, space, "next")["phase"] == "Pending"
+
+    # quota frees twice: the two waiting jobs start one after the other, and low resumes
+    # from the checkpoint it saved when evicted
+    finish(region, space, "urgent")
+    wait_phase(here, space, "urgent", "Succeeded", timeout=30)
+    first = wait_for(lambda: next((n for n in ("low", "next") if status_of(
+        here, space, n).get("phase") == "Running"), None), timeout=60,
+        what="a queued job running once quota frees")
+    other = "next" if first == "low" else "low"
+    assert status_of(here, space, other)["phase"] in ("Pending", "Recovering")
+    if first == "low":
+        resumed_from(here, space)
+    finish(region, space, first)
+    wait_phase(here, space, other, "Running", timeout=60)
+    if other == "low":
+        resumed_from(here, space)
+
+
+def resumed_from(here: Cluster, namespace: str) -> None:
+    """The evicted job runs again: its second attempt, from the step it saved."""
+    low = get_job(here, namespace, "low")
+    assert low["status"]["restarts"] == 1
+    env = env_of(job_pods(here, namespace, "low")[0])
+    assert (env["GOODPUT_RESTART"], env["GOODPUT_RESUME_STEP"]) == ("1", "150")
