@@ -19,6 +19,9 @@ MEMBER_LABEL = "goodput.dev/member"  # the pod's place in its replica group
 REVISION_LABEL = "goodput.dev/revision"  # hash of the endpoint's pod spec (rollouts)
 ROLE_LABEL = "goodput.dev/role"  # leader or worker within a replica group
 SERVING_ROLE_LABEL = "goodput.dev/serving-role"  # prefill or decode (disaggregated serving)
+REGION_LABEL = "goodput.dev/region"  # a multi-region endpoint's replica: its region
+GLOBAL_ENDPOINT_LABEL = "goodput.dev/global-endpoint"  # on its pods: the multi-region
+# endpoint it serves (a regional Service selects them all by it)
 PLACEMENT_GATE = "goodput.dev/placement"  # scheduling gate held until the gang is placed
 NODE_ANNOTATION = "goodput.dev/node"  # a pinned pod's node: counted before it binds
 DOMAIN_ANNOTATION = "goodput.dev/domain"  # the domain a pinned pod was placed in

@@ -214,6 +214,7 @@ def disaggregated_endpoint(name: str = "endpoint") -> Doc:
 
 J, G, E, ER = minimal_job, minimal_group, minimal_endpoint, disaggregated_endpoint
 SCALED = {"maxReplicas": 4, "metrics": [{"type": "QueueDepth", "target": 8}]}
+REGIONS = {"regions": [{"name": "east", "queue": "east"}, {"name": "west", "queue": "west"}]}
 BAD: list[tuple[str, Callable[[str], Doc], list[Mutation], list[str]]] = [
     ("zero workers", J, [put("spec.workers", 0)],
      ["spec.workers", "greater than or equal to 1"]),
@@ -415,6 +416,22 @@ BAD: list[tuple[str, Callable[[str], Doc], list[Mutation], list[str]]] = [
     ("template forges a rank label", J,
      [put("spec.template.metadata.labels", {names.RANK_LABEL: "0"})],
      ["spec.template.metadata.labels", "goodput.dev/ are set by the operator only"]),
+    ("an unknown manager", J, [put("spec.managedBy", "example.com/batch")],
+     ['spec.managedBy: Unsupported value: "example.com/batch"']),
+    ("a multi-region endpoint of two roles", ER, [put("spec.multiRegion", REGIONS)],
+     ["spec.multiRegion", "serves one role"]),
+    ("multi-region scaling on the replicas' own metrics", E,
+     [put("spec.multiRegion", REGIONS), put("spec.scaling", SCALED)],
+     ["spec.scaling.metrics", "needs a query"]),
+    ("a Weighted split with no weight", E, [put("spec.multiRegion", {
+        "split": "Weighted", "regions": [{"name": "east", "queue": "east", "weight": 0}]})],
+     ["spec.multiRegion.regions", "a weight above 0"]),
+    ("two regions of one name", E, [put("spec.multiRegion", {"regions": [
+        {"name": "east", "queue": "a"}, {"name": "east", "queue": "b"}]})],
+     ["spec.multiRegion.regions: duplicate entries for key [name=\"east\"]"]),
+    ("a multi-region endpoint MultiKueue would send away", E,
+     [put("spec.multiRegion", REGIONS), put("spec.managedBy", "kueue.x-k8s.io/multikueue")],
+     ["spec.multiRegion", "cannot itself be managedBy MultiKueue"]),
     ("template forges a node annotation", E,
      [put("spec.template.metadata.annotations", {"x.goodput.dev/node": "us0-n0"})],
      ["spec.template.metadata.annotations", "goodput.dev/ are set by the operator only"]),
@@ -478,6 +495,17 @@ def test_roles_cannot_be_added_or_removed(crds: Cluster, namespace: str) -> None
     assert "roles cannot be added or removed" in result.stderr, result.stderr
 
 
+def test_managed_by_cannot_be_added_or_removed(crds: Cluster, namespace: str) -> None:
+    """Which cluster's operator runs a job is settled when it is created."""
+    original = minimal_job("managed")
+    assert apply(crds, original, namespace).returncode == 0
+    changed = copy.deepcopy(original)
+    changed["spec"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+    result = apply(crds, changed, namespace)
+    assert result.returncode != 0
+    assert "managedBy cannot be added or removed" in result.stderr, result.stderr
+
+
 def test_scale_subresource_sets_replicas(crds: Cluster, namespace: str) -> None:
     assert apply(crds, minimal_endpoint("scalable"), namespace).returncode == 0
     crds.kubectl("scale", "ie/scalable", "--replicas", "3", "-n", namespace)
@@ -502,6 +530,7 @@ def test_status_fields_survive_a_status_write(crds: Cluster, namespace: str) -> 
                                     "lostWork": 12}},
         "conditions": [{"type": "Running", "status": "True", "reason": "AllWorkersRunning",
                         "message": "", "lastTransitionTime": "2026-11-26T00:00:00Z"}],
+        "cluster": "region-a", "workload": "trainingjob-status-1a2b3",
     }
     crds.kubectl("patch", "tj", "status", "-n", namespace, "--subresource", "status",
                  "--type", "merge", "-p", json.dumps({"status": status}))

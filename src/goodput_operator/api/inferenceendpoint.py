@@ -262,6 +262,46 @@ class Roles(ApiModel):
     """Bounds the prefill pool by the decode pool's size."""
 
 
+class Region(ApiModel):
+    """One region of a multi-region endpoint: a worker cluster MultiKueue sends to."""
+
+    name: str = Field(min_length=1, max_length=40, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    """The region's name (a DNS label), in the replicas' names and the status."""
+    queue: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+    """A LocalQueue in the endpoint's namespace whose ClusterQueue's MultiKueue admission
+    check targets this region's cluster alone (`goodput sandbox connect` makes one check
+    per worker, named after it)."""
+    weight: int = Field(default=1, ge=0, le=1000)
+    """split Weighted: this region's share of the replicas (0: only when no other region
+    can take them)."""
+
+
+class MultiRegion(ApiModel):
+    """Serve from several clusters through MultiKueue: each replica is a one-replica
+    endpoint sent to a region's queue; the operator on the manager sizes, places and
+    moves them (docs/multicluster.md)."""
+
+    model_config = rules(
+        cel("self.split != 'Weighted' || self.regions.exists(r, r.weight > 0)",
+            "split Weighted needs a region with a weight above 0", ".regions"),
+    )
+
+    split: Literal["Capacity", "Weighted"] = "Capacity"
+    """Where new replicas go. Capacity: the healthy region with the most room its replicas
+    report (then the fewest replicas). Weighted: the healthy region furthest below its
+    weight's share. Healthy replicas are never moved to rebalance; a scale-down removes
+    from the region with the least room (Capacity) or furthest above its share
+    (Weighted)."""
+    failover_seconds: int = Field(default=60, ge=5, le=3600)
+    """A replica not ready (or not admitted by its region's Kueue) this long is moved to
+    another region, and its region takes no new replica for as long."""
+    regions: list[Region] = Field(
+        min_length=1, max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "map",
+                           "x-kubernetes-list-map-keys": ["name"]})
+    """The regions, names unique (at most 16)."""
+
+
 class InferenceEndpointSpec(ApiModel):
     """What to serve, in which shape, and how many replicas."""
 
@@ -275,6 +315,23 @@ class InferenceEndpointSpec(ApiModel):
             "replicas or scaling, not spec.replicas or spec.scaling", ".roles"),
         cel("has(self.roles) == has(oldSelf.roles)",
             "roles cannot be added or removed once the endpoint exists", ".roles",
+            reason="FieldValueForbidden"),
+        cel("!has(self.multiRegion) || !has(self.roles)",
+            "multiRegion serves one role: use replicaShape, not roles", ".multiRegion"),
+        cel("!has(self.multiRegion) || !has(self.scaling) || "
+            "self.scaling.standbyDomains == 0",
+            "multiRegion has no standby domains (the manager holds no nodes)",
+            ".scaling.standbyDomains"),
+        cel("!has(self.multiRegion) || !has(self.scaling) || "
+            "self.scaling.metrics.all(m, has(m.query))",
+            "with multiRegion every scaling metric needs a query: the replicas' metrics are "
+            "in the regions, so say where the global figures are (e.g. a Thanos or "
+            "federated Prometheus)", ".scaling.metrics"),
+        cel("!has(self.multiRegion) || !has(self.managedBy)",
+            "a multiRegion endpoint runs on the manager: it cannot itself be managedBy "
+            "MultiKueue", ".multiRegion"),
+        cel("has(self.managedBy) == has(oldSelf.managedBy)",
+            "managedBy cannot be added or removed once the endpoint exists", ".managedBy",
             reason="FieldValueForbidden"),
         cel(f"(has(self.replicaShape) ? self.replicaShape.workers * {_largest('self')} : "
             f"(has(self.roles) ? self.roles.decode.replicaShape.workers * "
@@ -310,6 +367,16 @@ class InferenceEndpointSpec(ApiModel):
     roles: Roles | None = None
     """Disaggregated serving: prefill and decode pools, each with its own shape and size,
     placed together in serving units (instead of replicaShape, replicas and scaling)."""
+    multi_region: MultiRegion | None = None
+    """Serve from several clusters (regions) through MultiKueue, on a MultiKueue manager:
+    replicas, or the autoscaler's decision, are split over the regions and moved away
+    from one that loses capacity or health."""
+    managed_by: Literal["kueue.x-k8s.io/multikueue"] | None = Field(
+        default=None, json_schema_extra=field_rules(immutable("managedBy")))
+    """kueue.x-k8s.io/multikueue: on a MultiKueue manager, the operator only makes this
+    endpoint's Workload; MultiKueue sends it to a worker cluster (the one its
+    kueue.x-k8s.io/queue-name label's queue targets) and copies its status back. A
+    multiRegion endpoint makes its replicas this way. Immutable."""
 
     def serving_roles(self) -> list[ServingRole]:
         """The roles to run: decode first (it anchors the units), or the one role."""
@@ -414,6 +481,25 @@ class StandbyStatus(ApiModel):
     """The standby domain being taken back for a replica group that fits nowhere else."""
 
 
+class RegionStatus(ApiModel):
+    """One region of a multi-region endpoint, as its replicas report it."""
+
+    name: str
+    """The region."""
+    replicas: int = Field(default=0, ge=0)
+    """Replicas sent there."""
+    ready_replicas: int = Field(default=0, ge=0)
+    """Of them, ready."""
+    room: int | None = Field(default=None, ge=0)
+    """More replicas the region's cluster could host now, as its replicas last said."""
+    cluster: str | None = None
+    """The cluster that runs them (MultiKueue's worker)."""
+    unavailable_until: datetime | None = None
+    """A replica there failed over: no new replica goes there before this time."""
+    message: str | None = None
+    """Why it is unavailable."""
+
+
 class InferenceEndpointStatus(ApiModel):
     """Observed state of the endpoint, written by the operator."""
 
@@ -441,5 +527,15 @@ class InferenceEndpointStatus(ApiModel):
     """The last scaling decision."""
     recent_scaling: list[ScalingDecision] = Field(default_factory=list, max_length=16)
     """The most recent scaling decisions (newest last, at most 16)."""
+    regions: list[RegionStatus] = Field(default_factory=list, max_length=16)
+    """Per region, its replicas (multiRegion)."""
+    room: int | None = Field(default=None, ge=0)
+    """Under Kueue: how many more replica groups of this shape this cluster could host
+    now (a multi-region endpoint on the manager reads it)."""
+    cluster: str | None = None
+    """The cluster whose operator wrote this status (its --cluster-name)."""
+    workload: str | None = None
+    """The Kueue Workload that holds this endpoint's quota."""
     conditions: list[Condition] = conditions_field()
-    """Ready, Progressing, ScalingLimited, MetricsUnavailable, Panic, Standby conditions."""
+    """Ready, Progressing, ScalingLimited, MetricsUnavailable, Panic, Standby, Admitted
+    (under Kueue) conditions."""

@@ -32,6 +32,7 @@ from goodput_operator.controllers.kube import (
     Kube,
     api_message,
     apply_each,
+    apply_quota,
     log_failures,
     unless_refused,
     write_status,
@@ -110,7 +111,18 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
             meta.get("generation"), stamp(time.time()))
     await asyncio.gather(*(state.bulk(kube.delete_pod, meta["namespace"], name)
                            for name in decided.delete))
+    await _replicas(kube, decided)
     await write_status(kube, PLURAL, ie, decided.status, decided.desired, decided.events)
+    await apply_quota(kube, decided.quota, decided.key)
+
+
+async def _replicas(kube: Kube, decided: EndpointDecision) -> None:
+    """A multi-region endpoint's replicas to send (MultiKueue takes them from here) and
+    to delete (MultiKueue deletes their copies in the regions)."""
+    namespace = decided.ie["metadata"]["namespace"]
+    await asyncio.gather(*(asyncio.to_thread(kube.create, body) for body in decided.children))
+    await asyncio.gather(*(asyncio.to_thread(kube.delete_custom, PLURAL, namespace, name)
+                           for name in decided.drop))
 
 
 async def reconcile_endpoints(state: State, kube: Kube, clock: float) -> None:
@@ -171,8 +183,9 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, role: Ser
             value = None
         samples.append(Sample(metric.type, metric.target, value, metric.type))
     fleet = state.fleets.get(spec.ultra_server_group)
-    capacity = None
-    if fleet is not None:  # groups holding nodes now, plus what the free space can host
+    capacity = None  # multiRegion: the regions' room is decide.regions' to weigh
+    if fleet is not None and spec.multi_region is None:  # groups holding nodes now, plus
+        # what the free space can host
         pods = owned(state.endpoint_pods.get(key[:2], {}).values(), ie)
         placed = placed_groups(role_pods(pods, role.name), role.shape.workers)
         requests = role_requests(state.nodes, state.fits, fleet, ie, spec,

@@ -23,7 +23,7 @@ from goodput_operator import metrics
 from goodput_operator.api.base import GROUP, VERSION
 from goodput_operator.controllers.shapes import Decode
 from goodput_operator.decide import Event, Failure
-from goodput_operator.decide.types import changed_keys
+from goodput_operator.decide.types import Quota, changed_keys
 from goodput_operator.resources import claims, computedomain
 
 Obj = dict[str, Any]
@@ -144,7 +144,7 @@ class Kube:
 
     def create(self, obj: Obj) -> Obj | None:
         """Create OBJ (Pod, Service, ConfigMap, Job, ComputeDomain, ResourceClaimTemplate,
-        Kueue Workload):
+        Kueue Workload, a multi-region endpoint's replica):
         the stored object, or None if it existed."""
         self._check_fence()
         kind, namespace = obj["kind"], obj["metadata"]["namespace"]
@@ -159,7 +159,9 @@ class Kube:
             claims.KIND: lambda ns, body: self.custom.create_namespaced_custom_object(
                 group, version, ns, "resourceclaimtemplates", body),
             "Workload": lambda ns, body: self.custom.create_namespaced_custom_object(
-                group, version, ns, "workloads", body)}
+                group, version, ns, "workloads", body),
+            "InferenceEndpoint": lambda ns, body: self.custom.create_namespaced_custom_object(
+                group, version, ns, "inferenceendpoints", body)}
         create = creators[kind]
         try:
             if kind == "Pod":  # the hot path: thousands per rollout, no model round trip
@@ -372,6 +374,21 @@ async def apply_each(kind: str, decisions: Iterable[D], apply: Callable[[D], Awa
                     time.perf_counter() - started)
 
     await asyncio.gather(*(one(decision) for decision in decisions))
+
+
+async def apply_quota(kube: Kube, quota: Quota | None, key: tuple[str, str]) -> None:
+    """Under Kueue: create the object's Workload, or write what its status must say (quota
+    given back after an eviction, finished). A refusal waits for the next pass, which reads
+    the Workload anew."""
+    if quota is None:
+        return
+    try:
+        if quota.create is not None:
+            await asyncio.to_thread(kube.create, quota.create)
+        if quota.patch is not None and quota.target is not None:
+            await asyncio.to_thread(kube.patch_workload_status, quota.target, quota.patch)
+    except ApiException as err:
+        log.warning("%s/%s: Workload %s: %s %s", *key, quota.workload, err.status, err.reason)
 
 
 async def write_status(kube: Kube, plural: str, obj: Obj, current: Obj, desired: Obj,

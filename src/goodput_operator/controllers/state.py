@@ -235,6 +235,7 @@ class State:
         self.flavors: dict[str, dict[str, str]] = {}
         self.kueue = False
         self.delegated: dict[tuple[str, str], Obj] = {}  # jobs MultiKueue runs elsewhere
+        self.delegated_endpoints: dict[tuple[str, str], Obj] = {}  # and endpoints
         self.cluster_name = ""  # --cluster-name: written into job statuses
         self.endpoint_pods: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
         # the autoscaler's latest decision and its history (autoscaling.History), per
@@ -275,7 +276,9 @@ class State:
             scaled=self.scaled,
             refused=self.refused, memo=self.fits,
             workloads=self.workloads, flavors=self.flavors, kueue=self.kueue,
-            delegated=list(self.delegated.values()), cluster_name=self.cluster_name,
+            delegated=list(self.delegated.values()),
+            delegated_endpoints=list(self.delegated_endpoints.values()),
+            cluster_name=self.cluster_name,
             report_url=self.report_url, write_budget=self.write_budget,
             refresh_seconds=badput.refresh_seconds(sum(
                 1 for job in self.jobs.values()
@@ -663,6 +666,11 @@ class State:
     def upsert_endpoint(self, body: Obj) -> None:
         meta = slim(body)["metadata"]
         key = (meta["namespace"], meta["name"])
+        if (body.get("spec") or {}).get("managedBy") == MULTIKUEUE:  # immutable
+            if not _older(body, self.delegated_endpoints.get(key)):
+                self.delegated_endpoints[key] = body
+                self.wake.set()
+            return
         if not _older(body, self.endpoints.get(key)):
             self.endpoints[key] = body
             self.wake.set()
@@ -670,6 +678,7 @@ class State:
     def remove_endpoint(self, namespace: str, name: str) -> None:
         key = (namespace, name)
         self.endpoints.pop(key, None)
+        self.delegated_endpoints.pop(key, None)
         self.refused.pop(key, None)
         for role in ("", *ROLE_NAMES):
             self.scaled.pop((namespace, name, role), None)

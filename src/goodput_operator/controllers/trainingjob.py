@@ -10,14 +10,13 @@ import logging
 import time
 from typing import Any, cast
 
-from kubernetes.client.exceptions import ApiException
-
 from goodput_operator import metrics
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.controllers import ultraservergroup
 from goodput_operator.controllers.kube import (
     Kube,
     apply_each,
+    apply_quota,
     log_failures,
     unless_refused,
     write_status,
@@ -93,7 +92,7 @@ async def apply_job(state: State, kube: Kube, decision: JobDecision, clock: floa
     _measure(decision, clock)
     if decided is None or decision.spec is None:
         follow_up(state, await write_status(kube, PLURAL, job, status, desired, events))
-        await _workload(kube, decision)
+        await apply_quota(kube, decision.quota, decision.key)
         return
     for probe in decision.probes:
         await ultraservergroup.start_probe(state, kube, probe)
@@ -107,26 +106,8 @@ async def apply_job(state: State, kube: Kube, decision: JobDecision, clock: floa
         await _children(state, kube, job, decided, placement, decision.observed)
         changed = await write_status(kube, PLURAL, job, status, desired, events)
     follow_up(state, changed)
-    await _workload(kube, decision)
+    await apply_quota(kube, decision.quota, decision.key)
     await _expire(kube, job, decision.spec, {**status, **desired})
-
-
-async def _workload(kube: Kube, decision: JobDecision) -> None:
-    """Under Kueue: create the job's Workload, or write what its status must say (quota
-    given back after an eviction, finished). A refusal waits for the next pass, which reads
-    the Workload anew."""
-    quota = decision.quota
-    if quota is None:
-        return
-    try:
-        if quota.create is not None:
-            await asyncio.to_thread(kube.create, quota.create)
-        if quota.patch is not None and quota.target is not None:
-            await asyncio.to_thread(kube.patch_workload_status, quota.target, quota.patch)
-    except ApiException as err:
-        namespace, name = decision.key
-        log.warning("%s/%s: Workload %s: %s %s", namespace, name, quota.workload, err.status,
-                    err.reason)
 
 
 # what a pass rewrites while a job runs (its workers' latest step, the goodput books):

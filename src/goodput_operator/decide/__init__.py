@@ -4,7 +4,8 @@
         groups     decide.group      quarantine, release, node labels, probes, status
         jobs       decide.job        (decide.attempt, decide.running, decide.gang) pods,
                                      placement, incidents, status; decide.quota: Kueue
-        endpoints  decide.endpoint   (decide.replicas) replica groups, placement, status
+        endpoints  decide.endpoint   (decide.replicas) replica groups, placement, status;
+                                     decide.regions: multi-region endpoints (MultiKueue)
 
 Nothing here does I/O, reads the clock or changes the operator's state: the controllers
 take a `Snapshot`, call these, and apply the plan (one status write per object, events
@@ -28,6 +29,7 @@ from goodput_operator.decide.gang import JobDecision
 from goodput_operator.decide.group import GroupDecision, decide_group
 from goodput_operator.decide.job import decide_job
 from goodput_operator.decide.quota import decide_delegated
+from goodput_operator.decide.regions import decide_handed_off, decide_regions
 from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.standby import reclaim_marks
 from goodput_operator.decide.types import ConditionUpdate, Event, ProbeStart, Reservation
@@ -96,8 +98,12 @@ def decide_endpoints(snapshot: Snapshot, failures: list[Failure],
                      budget: WriteBudget | None = None) -> list[EndpointDecision]:
     """Call inside `trial(snapshot)`. BUDGET: pod writes left in the pass."""
     budget = budget or WriteBudget(snapshot.write_budget)
+    at = stamp(snapshot.clock)
     return _each("InferenceEndpoint", snapshot.endpoints,
-                 lambda ie: decide_endpoint(snapshot, ie, budget), failures)
+                 lambda ie: decide_regions(snapshot, ie) if ie["spec"].get("multiRegion")
+                 else decide_endpoint(snapshot, ie, budget), failures) + \
+        _each("InferenceEndpoint", snapshot.delegated_endpoints,
+              lambda ie: decide_handed_off(snapshot, ie, at), failures)
 
 
 def decide(snapshot: Snapshot) -> PassPlan:

@@ -24,10 +24,11 @@ from goodput_operator.api.inferenceendpoint import (
     ServingRole,
 )
 from goodput_operator.decide.fit import pod_fit
+from goodput_operator.decide.quota import endpoint_quota
 from goodput_operator.decide.replicas import EndpointPlan, Group, Removal, groups_of, plan_groups
 from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.standby import decide_standby
-from goodput_operator.decide.types import Event, Reservation
+from goodput_operator.decide.types import Event, Quota, Reservation
 from goodput_operator.decide.units import (
     DECODE,
     PREFILL,
@@ -48,6 +49,7 @@ from goodput_operator.topology.placement import Placement, Request, place, room_
 
 Obj = dict[str, Any]
 MAX_DECISIONS = 16  # scaling decisions kept in status.recentScaling
+ROOM_LIMIT = 16  # the most status.room says (under Kueue)
 
 
 @dataclass
@@ -82,6 +84,9 @@ class EndpointDecision:
     scaling_recorded: list[str] = field(default_factory=list)  # roles whose autoscaler's
     # decision is in this status
     wake_at: float | None = None  # a refused create's backoff runs out then
+    quota: Quota | None = None  # under Kueue: its Workload to create or patch
+    children: list[Obj] = field(default_factory=list)  # multiRegion: replicas to send
+    drop: list[str] = field(default_factory=list)  # multiRegion: replicas to delete
 
     @property
     def key(self) -> tuple[str, str]:
@@ -185,9 +190,11 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
     lost = {n for p in pods if (n := p.get("spec", {}).get("nodeName"))
             and (n not in fleet.nodes or fleet.nodes[n].state == "quarantined")}
     scopes = Scopes(fleet, spec.roles.affinity) if spec.roles is not None else None
-    plans = _plan_roles(snapshot, ie, spec, scopes, pods, lost)
+    quota = endpoint_quota(snapshot, ie, spec, pods, at)
+    plans = _plan_roles(snapshot, ie, spec, scopes, pods, lost,
+                        0 if quota is not None and (quota.hold or quota.evicted) else None)
     result = EndpointDecision(ie, status, {}, services=[build.service(ie, spec),
-                                                        build.headless(ie)])
+                                                        build.headless(ie)], quota=quota)
     for rp in plans:
         for index, why in sorted(rp.plan.delete.items()):
             result.delete += [p["metadata"]["name"]
@@ -259,7 +266,37 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
                                         if c.get("type") != "Standby"]
     for rp in plans:
         _record_scaling(rp.scaled, result, rp.role.name)
+    _report_kueue(snapshot, fleet, spec, plans, pods, result)
     return result
+
+
+def _report_kueue(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
+                  plans: list[RolePlan], pods: list[Obj], result: EndpointDecision) -> None:
+    """This cluster's name; under Kueue, the Workload, whether it is admitted (an endpoint
+    not admitted is not Ready: it holds no replica), and the room for more replicas of its
+    shape, which a multi-region endpoint on the manager reads from the copied status."""
+    if snapshot.cluster_name:
+        result.desired["cluster"] = snapshot.cluster_name
+    quota = result.quota
+    if quota is None:
+        return
+    meta = result.ie["metadata"]
+    generation, at = meta.get("generation"), stamp(snapshot.clock)
+    result.desired["workload"] = quota.workload
+    conditions = set_condition(result.desired["conditions"], "Admitted", quota.condition.status,
+                               quota.condition.reason, quota.condition.message, generation, at)
+    if quota.hold or quota.evicted:
+        conditions = set_condition(conditions, "Ready", False, "NotAdmitted", quota.message,
+                                   generation, at)
+    result.desired["conditions"] = conditions
+    requests = role_requests(snapshot.nodes, snapshot.memo, fleet, result.ie, spec,
+                             Fabric.of(snapshot.groups[spec.ultra_server_group]))
+    result.desired["room"] = sum(room_for_role(fleet, spec, rp.role, pods, requests, ROOM_LIMIT)
+                                 for rp in plans)
+
+
+def _capped(desired: int, cap: int | None) -> int:
+    return desired if cap is None else min(desired, cap)
 
 
 def _standby(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
@@ -285,16 +322,18 @@ def _standby(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
 
 
 def _plan_roles(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec,
-                scopes: Scopes | None, pods: list[Obj], lost: set[str]) -> list[RolePlan]:
+                scopes: Scopes | None, pods: list[Obj], lost: set[str],
+                cap: int | None = None) -> list[RolePlan]:
     """Each role's groups planned: its size (for prefill, bounded by the decode pool and
-    the units), what to create, place and delete."""
+    the units; every role's by CAP: 0 while Kueue has not admitted it), what to create,
+    place and delete."""
     meta = ie["metadata"]
     roles = spec.serving_roles()
     plans: list[RolePlan] = []
     if spec.roles is None or scopes is None:
         [role] = roles
         latest = snapshot.scaled.get((meta["namespace"], meta["name"], ""))
-        desired = desired_replicas(latest, ie, role)
+        desired = _capped(desired_replicas(latest, ie, role), cap)
         plan = plan_groups(pods, role.shape.workers, desired, build.revision(ie["spec"]),
                            spec.rollout, lost)
         return [RolePlan(role, plan, desired, latest if role.scaling else None)]
@@ -305,7 +344,7 @@ def _plan_roles(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec,
 
     decode, prefill = roles
     latest = snapshot.scaled.get((meta["namespace"], meta["name"], DECODE))
-    desired = desired_replicas(latest, ie, decode)
+    desired = _capped(desired_replicas(latest, ie, decode), cap)
     prefill_scopes = where(groups_of(mine[PREFILL]))
     units = Units.of({DECODE: where(groups_of(mine[DECODE])), PREFILL: prefill_scopes})
     plan = plan_groups(mine[DECODE], decode.shape.workers, desired,
@@ -317,7 +356,7 @@ def _plan_roles(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec,
                                      if i not in plan.delete}), PREFILL: prefill_scopes})
     settled = not (plan.create or plan.place or plan.complete)  # no decode group to come
     latest = snapshot.scaled.get((meta["namespace"], meta["name"], PREFILL))
-    own = desired_replicas(latest, ie, prefill)
+    own = _capped(desired_replicas(latest, ie, prefill), cap)
     anchors = len(units.units()) + (0 if settled else len(units.orphaned()))
     desired, held = prefill_wanted(own, plans[0].desired, anchors,
                                    spec.roles.prefill_per_decode)

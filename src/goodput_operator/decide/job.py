@@ -63,7 +63,7 @@ from goodput_operator.health import badput
 from goodput_operator.health.hang import from_progress
 from goodput_operator.health.quarantine import iso, parse_time, record_of
 from goodput_operator.resources import workload as kueue
-from goodput_operator.resources.pods import attempt_of, is_gated, owned
+from goodput_operator.resources.pods import attempt_of, is_active, is_gated, owned
 from goodput_operator.topology.model import Fleet, trainingjob_owner
 from goodput_operator.topology.placement import (
     CompanionSlot,
@@ -190,8 +190,9 @@ def _under_kueue(snapshot: Snapshot, job: Obj, spec: TrainingJobSpec, pods: list
     if not kueue.under_kueue(job):
         return None, spec
     meta = job["metadata"]
-    quota = quota_for(job, spec, fabric_of(snapshot, spec), pods, snapshot.workloads,
-                      snapshot.flavors, snapshot.kueue, at)
+    busy = bool((job.get("status") or {}).get("placement")) or any(map(is_active, pods))
+    quota = quota_for(job, lambda: kueue.workload(job, spec, fabric_of(snapshot, spec)), busy,
+                      snapshot.workloads, snapshot.flavors, snapshot.kueue, at)
     if quota.evicted:
         snapshot.preempting[(meta["namespace"], meta["name"])] = Mark(
             "Kueue", None, quota.evicted, verb="evicted")

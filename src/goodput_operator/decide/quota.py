@@ -14,14 +14,15 @@ Level-based like the rest: every pass reads the Workload as it is; nothing is re
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
 from goodput_operator.api.conditions import set_condition
+from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
 from goodput_operator.api.trainingjob import TrainingJobSpec
-from goodput_operator.decide.gang import JobDecision, fabric_of
+from goodput_operator.decide.gang import JobDecision
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.types import ConditionUpdate, Quota
 from goodput_operator.resources import workload as kueue
@@ -31,14 +32,16 @@ from goodput_operator.resources.pods import is_active
 Obj = dict[str, Any]
 
 
-def quota_for(job: Obj, spec: TrainingJobSpec, fabric: Fabric, pods: Sequence[Obj],
+def quota_for(obj: Obj, make: Callable[[], Obj], busy: bool,
               workloads: Mapping[tuple[str, str], Obj],
               flavors: Mapping[str, Mapping[str, str]], served: bool, at: str) -> Quota:
-    """JOB (under Kueue) as its Workload stands. PODS: the job's pods; WORKLOADS and
-    FLAVORS: what the cluster holds (flavor -> its node labels); SERVED: whether the
-    cluster serves Kueue's Workload API at all; AT: the pass's time, stamped."""
-    meta = job["metadata"]
-    name = kueue.workload_name(job)
+    """OBJ (a job or an endpoint under Kueue) as its Workload stands. MAKE: builds the
+    Workload; BUSY: its pods still hold nodes (an eviction gives the quota back only once
+    they are gone); WORKLOADS and FLAVORS: what the cluster holds (flavor -> its node
+    labels); SERVED: whether the cluster serves Kueue's Workload API at all; AT: the
+    pass's time, stamped."""
+    meta = obj["metadata"]
+    name = kueue.workload_name(obj)
     wl = workloads.get((meta["namespace"], name))
 
     def held(reason: str, message: str, **more: Any) -> Quota:
@@ -46,13 +49,13 @@ def quota_for(job: Obj, spec: TrainingJobSpec, fabric: Fabric, pods: Sequence[Ob
 
     if wl is None:
         if not served:
-            return held("KueueUnavailable", "the job names a Kueue queue but this cluster "
-                        "serves no Kueue Workloads (kueue.x-k8s.io/v1beta2): it waits")
-        if not kueue.queue_of(job):
+            return held("KueueUnavailable", "it names a Kueue queue but this cluster serves "
+                        "no Kueue Workloads (kueue.x-k8s.io/v1beta2): it waits")
+        if not kueue.queue_of(obj):
             return held("WorkloadMissing", f"waiting for Workload {name}, which MultiKueue "
-                        "creates with the job")
+                        "creates with it")
         return held("Queued", f"waiting for Kueue: Workload {name} created in LocalQueue "
-                    f"{kueue.queue_of(job)}", create=kueue.workload(job, spec, fabric))
+                    f"{kueue.queue_of(obj)}", create=make())
     admission = (wl.get("status") or {}).get("admission") or {}
     queue = admission.get("clusterQueue") or ""
     finished = kueue.condition(wl, "Finished")
@@ -62,7 +65,7 @@ def quota_for(job: Obj, spec: TrainingJobSpec, fabric: Fabric, pods: Sequence[Ob
     if evicted is not None and kueue.condition(wl, "QuotaReserved") is not None:
         why = (f"evicted from ClusterQueue {queue}: {evicted.get('reason')}: "
                f"{evicted.get('message', '')}")[:1024]
-        if any(is_active(p) for p in pods) or (job.get("status") or {}).get("placement"):
+        if busy:
             return Quota(name, False, ConditionUpdate("Admitted", False, "Evicted", why),
                          evicted=why)
         return held("Evicted", f"{why}; quota given back, queued again", target=wl,
@@ -85,12 +88,12 @@ def quota_for(job: Obj, spec: TrainingJobSpec, fabric: Fabric, pods: Sequence[Ob
 
 def _node_labels(admission: Obj, flavors: Mapping[str, Mapping[str, str]]
                  ) -> tuple[dict[str, str], list[str]]:
-    """The node labels of the flavors assigned to the workers' pod set (and, if unknown
-    yet, which flavors)."""
+    """The node labels of the flavors assigned to the workers' (or replicas') pod set
+    (and, if unknown yet, which flavors)."""
     labels: dict[str, str] = {}
     missing: list[str] = []
     for assigned in admission.get("podSetAssignments") or []:
-        if assigned.get("name") != kueue.WORKERS:
+        if assigned.get("name") not in (kueue.WORKERS, kueue.REPLICA):
             continue
         for flavor in sorted(set((assigned.get("flavors") or {}).values())):
             if flavor in flavors:
@@ -109,42 +112,56 @@ def finish(quota: Quota, workloads: Mapping[tuple[str, str], Obj], namespace: st
         quota.patch = kueue.finished(wl, phase == "Succeeded", message, at)
 
 
-def decide_delegated(snapshot: Snapshot, job: Obj, at: str) -> JobDecision:
-    """A job MultiKueue runs on a worker cluster (spec.managedBy on the manager): its
-    Workload is made here and nothing else; its status is MultiKueue's, copied from the
-    worker. Without a queue label nothing would ever run it: that is said instead."""
-    meta, status = job["metadata"], job.get("status") or {}
-    conditions = list(status.get("conditions") or [])
-
-    def said(reason: str, message: str) -> JobDecision:
-        return JobDecision(job, status, {
-            "phase": "Pending", "message": message,
-            "conditions": set_condition(conditions, "Admitted", False, reason, message,
-                                        meta.get("generation"), at)})
-
-    if not kueue.queue_of(job):
-        return said("NoQueue", f"spec.managedBy is {kueue.MULTIKUEUE} but the job has no "
-                    f"{kueue.QUEUE_LABEL} label: MultiKueue sends it nowhere")
+def handoff(snapshot: Snapshot, obj: Obj, make: Callable[[Fabric], Obj]
+            ) -> tuple[ConditionUpdate | None, Quota | None]:
+    """An object MultiKueue runs on a worker cluster (spec.managedBy, on the manager): its
+    Workload is made here (MAKE builds it, counting the accelerators of its group) and
+    nothing else; its status is MultiKueue's, copied from the worker. Until a worker has it,
+    and when nothing would ever run it (no queue label), what to say on its Admitted
+    condition."""
+    meta, status = obj["metadata"], obj.get("status") or {}
+    if not kueue.queue_of(obj):
+        return ConditionUpdate("Admitted", False, "NoQueue", f"spec.managedBy is "
+                               f"{kueue.MULTIKUEUE} but there is no {kueue.QUEUE_LABEL} "
+                               "label: MultiKueue sends it nowhere"), None
     if not snapshot.kueue:
-        return said("KueueUnavailable", "spec.managedBy is kueue.x-k8s.io/multikueue but "
-                    "this cluster serves no Kueue Workloads (kueue.x-k8s.io/v1beta2)")
-    name = kueue.workload_name(job)
+        return ConditionUpdate("Admitted", False, "KueueUnavailable", "spec.managedBy is "
+                               f"{kueue.MULTIKUEUE} but this cluster serves no Kueue "
+                               "Workloads (kueue.x-k8s.io/v1beta2)"), None
+    name = kueue.workload_name(obj)
     wl = snapshot.workloads.get((meta["namespace"], name))
+    if status.get("cluster"):
+        return None, None  # a worker runs it: the status is the worker's
     if wl is not None:
-        if status.get("cluster") or ((wl.get("status") or {}).get("clusterName")):
-            return JobDecision(job, status, {})  # a worker runs it: the status is its
-        return said("Queued", f"waiting for MultiKueue: {_dispatch(wl)}")
+        if (wl.get("status") or {}).get("clusterName"):
+            return None, None
+        return ConditionUpdate("Admitted", False, "Queued",
+                               f"waiting for MultiKueue: {_dispatch(wl)}"), None
+    group = str((obj.get("spec") or {}).get("ultraServerGroup") or "")
+    if group not in snapshot.groups:
+        return ConditionUpdate("Admitted", False, "UltraServerGroupNotFound", f"the Workload "
+                               f"counts the accelerators of UltraServerGroup {group!r}: "
+                               "create it here too (its spec; no nodes need match)"), None
     try:
-        spec = TrainingJobSpec.model_validate(job["spec"])
+        body = make(Fabric.of(snapshot.groups[group]))
     except ValidationError:  # admission refuses these; nothing to count quota by
-        return JobDecision(job, status, {})
-    if spec.ultra_server_group not in snapshot.groups:
-        return said("UltraServerGroupNotFound", f"the Workload counts the accelerators of "
-                    f"UltraServerGroup {spec.ultra_server_group!r}: create it here too (its "
-                    "spec; no nodes need match)")
-    return JobDecision(job, status, {}, quota=Quota(
-        name, True, ConditionUpdate("Admitted", False, "Queued", ""),
-        create=kueue.workload(job, spec, fabric_of(snapshot, spec))))
+        return None, None
+    return None, Quota(name, True, ConditionUpdate("Admitted", False, "Queued", ""),
+                       create=body)
+
+
+def decide_delegated(snapshot: Snapshot, job: Obj, at: str) -> JobDecision:
+    """A TrainingJob MultiKueue runs elsewhere (handoff), as the job controller applies it."""
+    status = job.get("status") or {}
+    said, quota = handoff(snapshot, job, lambda fabric: kueue.workload(
+        job, TrainingJobSpec.model_validate(job["spec"]), fabric))
+    if said is None:
+        return JobDecision(job, status, {}, quota=quota)
+    return JobDecision(job, status, {
+        "phase": "Pending", "message": said.message,
+        "conditions": set_condition(list(status.get("conditions") or []), said.type, False,
+                                    said.reason, said.message,
+                                    job["metadata"].get("generation"), at)}, quota=quota)
 
 
 def _dispatch(wl: Obj) -> str:
@@ -163,3 +180,16 @@ def _dispatch(wl: Obj) -> str:
     return (f"Workload {name} reserved quota here"
             + (f", offered to {sent}" if sent else "")
             + (f"; {checks}" if checks else "") + "; no worker cluster admitted it yet")[:1024]
+
+
+def endpoint_quota(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec,
+                   pods: Sequence[Obj], at: str) -> Quota | None:
+    """An endpoint under Kueue (a queue label, or a replica MultiKueue sent here): its
+    Workload's verdict; None for one that is not. It holds no replica until admitted,
+    and gives them all up when evicted."""
+    if not kueue.under_kueue(ie):
+        return None
+    fabric = Fabric.of(snapshot.groups[spec.ultra_server_group])
+    return quota_for(ie, lambda: kueue.endpoint_workload(ie, spec, fabric),
+                     any(map(is_active, pods)), snapshot.workloads, snapshot.flavors,
+                     snapshot.kueue, at)

@@ -88,6 +88,7 @@ class Snapshot:
     flavors: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     kueue: bool = False
     delegated: Sequence[Obj] = ()  # jobs MultiKueue runs elsewhere (spec.managedBy)
+    delegated_endpoints: Sequence[Obj] = ()  # and endpoints (a multi-region one's replicas)
     cluster_name: str = ""  # this cluster's name, written into job statuses when set
 
 

@@ -1,7 +1,8 @@
-"""The Kueue Workload of a TrainingJob, and the status changes the operator makes to it.
+"""The Kueue Workload of a TrainingJob or an InferenceEndpoint, and the status changes the
+operator makes to it.
 
-Kueue builds the Workloads of the jobs it integrates itself; a TrainingJob is an *external
-framework* to Kueue, so its Workload is ours to make (one pod set for the workers, one per
+Kueue builds the Workloads of the jobs it integrates itself; our kinds are *external
+frameworks* to Kueue, so their Workloads are ours to make (one pod set for the workers, one per
 companion pod set, each with the pod its quota is counted from), ours to release after an
 eviction once the workers are gone, and ours to finish when the job ends: what Kueue's job
 reconciler does for a batch Job.
@@ -12,7 +13,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
 from goodput_operator.api.trainingjob import TrainingJobSpec
+from goodput_operator.resources import inference
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.fabric import Fabric
 
@@ -25,26 +28,27 @@ PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"  # set by MultiKueue on
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"  # spec.managedBy: the job runs on a worker
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # how Kueue's messages name the job
 WORKERS = "workers"  # the workers' pod set
+REPLICA = "replica"  # an endpoint's pod set: its replica groups' pods
 
 
-def workload_name(job: Obj) -> str:
-    """The job's Workload: the one MultiKueue made for it (on a worker cluster), else a
-    name of our own that a job recreated under the same name never shares."""
-    meta = job["metadata"]
+def workload_name(obj: Obj) -> str:
+    """OBJ's Workload: the one MultiKueue made for it (on a worker cluster), else a name of
+    our own that an object recreated under the same name never shares."""
+    meta = obj["metadata"]
     prebuilt = (meta.get("labels") or {}).get(PREBUILT_LABEL)
     if prebuilt:
         return str(prebuilt)
     digest = hashlib.sha256(str(meta.get("uid", "")).encode()).hexdigest()[:5]
-    return f"trainingjob-{meta['name'][:200]}-{digest}"
+    return f"{str(obj.get('kind') or 'TrainingJob').lower()}-{meta['name'][:200]}-{digest}"
 
 
-def queue_of(job: Obj) -> str | None:
-    return (job["metadata"].get("labels") or {}).get(QUEUE_LABEL)
+def queue_of(obj: Obj) -> str | None:
+    return (obj["metadata"].get("labels") or {}).get(QUEUE_LABEL)
 
 
-def under_kueue(job: Obj) -> bool:
-    """Kueue holds this job's quota: it names a queue, or MultiKueue sent it here."""
-    labels = job["metadata"].get("labels") or {}
+def under_kueue(obj: Obj) -> bool:
+    """Kueue holds OBJ's quota: it names a queue, or MultiKueue sent it here."""
+    labels = obj["metadata"].get("labels") or {}
     return bool(labels.get(QUEUE_LABEL) or labels.get(PREBUILT_LABEL))
 
 
@@ -63,22 +67,41 @@ def _counted(pod: Obj) -> Obj:
 
 
 def workload(job: Obj, spec: TrainingJobSpec, fabric: Fabric) -> Obj:
-    """The Workload Kueue admits JOB by: owned by the job (deleted with it), in the queue
-    its label names, at the job's priority."""
-    meta = job["metadata"]
+    """The Workload Kueue admits JOB by, at the job's priority."""
     worker = build.worker_pod(job, 0, 0, fabric, spec=spec)
     pod_sets = [{"name": WORKERS, "count": spec.workers, "template": _counted(worker)}]
     pod_sets += [{"name": s.name, "count": s.replicas,
                   "template": _counted(build.companion_pod(job, s, 0, 0, fabric, spec=spec))}
                  for s in spec.pod_sets]
+    return _workload(job, build.owner_reference(job), pod_sets, spec.priority)
+
+
+def endpoint_workload(ie: Obj, spec: InferenceEndpointSpec, fabric: Fabric) -> Obj:
+    """The Workload of IE: a pod set per role ("replica" for one role) counting every
+    replica it may run (scaling.maxReplicas when it scales: the quota must hold what the
+    autoscaler may ask for). A replica of a multi-region endpoint is an endpoint of one
+    replica: Kueue admits those one by one, as it does LeaderWorkerSet groups."""
+    pod_sets = []
+    for role in spec.serving_roles():
+        pod = inference.group_pods(ie, spec, 0, "0", fabric, role)[0]
+        most = role.scaling.max_replicas if role.scaling else role.desired_default()
+        pod_sets.append({"name": role.name or REPLICA,
+                         "count": role.shape.workers * max(1, most),
+                         "template": _counted(pod)})
+    return _workload(ie, inference.owner_reference(ie), pod_sets, 0)
+
+
+def _workload(owner: Obj, reference: Obj, pod_sets: list[Obj], priority: int) -> Obj:
+    """Owned by OWNER (deleted with it), in the queue its label names."""
+    meta = owner["metadata"]
     body: Obj = {
         "apiVersion": API_VERSION, "kind": "Workload",
-        "metadata": {"name": workload_name(job), "namespace": meta["namespace"],
+        "metadata": {"name": workload_name(owner), "namespace": meta["namespace"],
                      "labels": {JOB_UID_LABEL: meta["uid"]},
-                     "ownerReferences": [build.owner_reference(job)]},
-        "spec": {"podSets": pod_sets, "priority": spec.priority},
+                     "ownerReferences": [reference]},
+        "spec": {"podSets": pod_sets, "priority": priority},
     }
-    queue = queue_of(job)
+    queue = queue_of(owner)
     if queue:
         body["spec"]["queueName"] = queue
     return body

@@ -37,7 +37,7 @@ METRICS_CERTS = Path("/etc/kueue/metrics/certs")
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"  # the admission checks' controller
 ALL_WORKERS = "multikueue"  # the admission check (and config) that dispatches to every worker
 # the kinds whose Workloads our operator makes (integrations.externalFrameworks)
-FRAMEWORKS = (f"TrainingJob.{VERSION}.{GROUP}",)
+FRAMEWORKS = (f"TrainingJob.{VERSION}.{GROUP}", f"InferenceEndpoint.{VERSION}.{GROUP}")
 _WEBHOOK_GROUPS = {"kueue.x-k8s.io", "batch"}  # the webhooks registered (see above)
 _WEBHOOK_CONFIGS = ("goodput-kueue-mutating", "goodput-kueue-validating")
 
