@@ -21,7 +21,8 @@ ROLE_LABEL = "goodput.dev/role"  # leader or worker within a replica group
 SERVING_ROLE_LABEL = "goodput.dev/serving-role"  # prefill or decode (disaggregated serving)
 REGION_LABEL = "goodput.dev/region"  # a multi-region endpoint's replica: its region
 GLOBAL_ENDPOINT_LABEL = "goodput.dev/global-endpoint"  # on its pods: the multi-region
-# endpoint it serves (a regional Service selects them all by it)
+# endpoint it serves (a regional Service selects them all by it); on a replica, its endpoint
+GLOBAL_UID_ANNOTATION = "goodput.dev/global-endpoint-uid"  # and that endpoint's uid
 PLACEMENT_GATE = "goodput.dev/placement"  # scheduling gate held until the gang is placed
 NODE_ANNOTATION = "goodput.dev/node"  # a pinned pod's node: counted before it binds
 DOMAIN_ANNOTATION = "goodput.dev/domain"  # the domain a pinned pod was placed in

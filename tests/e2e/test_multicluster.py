@@ -8,11 +8,15 @@ Go module, and its own operator), wired by `goodput sandbox connect`.
 - In one region, under a ClusterQueue's quota: a job waits while the quota is used, a
   higher-priority Workload's preemption makes the running one checkpoint and requeue, and
   queued jobs start as quota frees.
+- A 5-replica endpoint split over the two regions; most of one region's nodes fail: its
+  replicas that cannot be placed there again move to the other region within
+  failoverSeconds, and the manager's status shows both regions.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -114,7 +118,9 @@ def regions(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
                          "crd/trainingjobs.goodput.dev", "crd/inferenceendpoints.goodput.dev")
             apply(here, {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
                          "metadata": {"name": GROUP}, "spec": trn2_group_spec(
-                             nodeSelector={"node.kubernetes.io/instance-type": TRN2_TYPE})})
+                             nodeSelector={"node.kubernetes.io/instance-type": TRN2_TYPE},
+                             quarantine={"notReadyGraceSeconds": 3,
+                                         "maxUnavailable": "100%"})})
             apply(here, FLAVOR)
             operator = Operator(here, logs / f"{box.name}.log",
                                 extra_args=("--cluster-name", box.name))
@@ -293,3 +299,81 @@ def resumed_from(here: Cluster, namespace: str) -> None:
     assert low["status"]["restarts"] == 1
     env = env_of(job_pods(here, namespace, "low")[0])
     assert (env["GOODPUT_RESTART"], env["GOODPUT_RESUME_STEP"]) == ("1", "150")
+
+
+FAILOVER_SECONDS = 20
+
+
+def test_an_endpoint_split_over_two_regions_moves_away_from_the_one_that_fails(
+        regions: Regions, space: str) -> None:
+    manager = regions.manager.cluster
+    a, b = regions.workers
+    # a queue per region: on the manager through that region's admission check alone; in
+    # each region, under the same name, a quota of four whole-UltraServer replicas
+    for region in (a, b):
+        apply(manager, quota(f"via-{region.name}", 16 * JOB_CHIPS, [region.name]))
+        apply(manager, local_queue(f"to-{region.name}", f"via-{region.name}", space))
+        apply(region.cluster, quota("serving", 4 * JOB_CHIPS))
+        apply(region.cluster, local_queue(f"to-{region.name}", "serving", space))
+    apply(manager, {
+        "apiVersion": "goodput.dev/v1alpha1", "kind": "InferenceEndpoint",
+        "metadata": {"name": "chat"},
+        "spec": {"ultraServerGroup": GROUP, "model": {"name": "llama-70b"}, "replicas": 5,
+                 "replicaShape": {"workers": 4, "acceleratorsPerWorker": 16},
+                 "template": {"spec": {"containers": [{"name": "server",
+                                                       "image": "example.com/serve:1"}]}},
+                 "multiRegion": {"failoverSeconds": FAILOVER_SECONDS, "regions": [
+                     {"name": a.name, "queue": f"to-{a.name}"},
+                     {"name": b.name, "queue": f"to-{b.name}"}]}}}, space)
+
+    def endpoint() -> dict[str, Any]:
+        return dict(json.loads(manager.kubectl("get", "ie", "chat", "-n", space, "-o", "json")
+                               .stdout).get("status") or {})
+
+    def by_region() -> dict[str, dict[str, Any]]:
+        return {r["name"]: r for r in endpoint().get("regions") or []}
+
+    wait_for(lambda: endpoint().get("readyReplicas") == 5, timeout=120,
+             what="5 replicas ready over the regions")
+    regions_now = by_region()
+    assert {n: r["readyReplicas"] for n, r in regions_now.items()} == {a.name: 3, b.name: 2}
+    assert {n: r["cluster"] for n, r in regions_now.items()} == {a.name: a.name,
+                                                                  b.name: b.name}
+    serving = {r.name: [e for e in endpoints_in(r.cluster, space)] for r in (a, b)}
+    assert [len(v) for v in serving.values()] == [3, 2]  # one-replica endpoints, ready there
+
+    # most of region A fails: the UltraServers of its three replicas, 12 of its 16 nodes
+    used = sorted({node for e in serving[a.name] for g in e["status"]["groups"]
+                   for node in g["nodes"]})
+    assert len(used) == 12
+    failed_at = time.monotonic()
+    fail_nodes(a, used)
+    wait_for(lambda: by_region()[a.name]["readyReplicas"] < 3, timeout=60,
+             what="region A's replicas not ready")
+    moved = wait_for(lambda: (r := by_region())[b.name]["readyReplicas"] == 4 and
+                     endpoint().get("readyReplicas") == 5 and r, timeout=FAILOVER_SECONDS + 90,
+                     what="two replicas moved to region B, five ready again")
+    took = time.monotonic() - failed_at
+    assert moved[a.name]["readyReplicas"] == 1  # the one its free UltraServer could host
+    assert moved[a.name]["replicas"] == 1
+    assert "not ready for" in moved[a.name]["message"]
+    assert FAILOVER_SECONDS <= took <= FAILOVER_SECONDS + 90, took
+    events = manager.kubectl("get", "events", "-n", space, "--field-selector",
+                             "reason=ReplicaMoved", "-o", "json").stdout
+    assert len(json.loads(events)["items"]) >= 2
+    assert len(endpoints_in(b.cluster, space)) == 4
+    status = endpoint()
+    assert (status["replicas"], status["desiredReplicas"], status["readyReplicas"]) == (5, 5, 5)
+
+
+def endpoints_in(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    """The ready one-replica endpoints MultiKueue placed in CLUSTER."""
+    items = json.loads(cluster.kubectl("get", "ie", "-n", namespace, "-o", "json").stdout)[
+        "items"]
+    return [e for e in items if (e.get("status") or {}).get("readyReplicas") == 1]
+
+
+def fail_nodes(region: Region, nodes: list[str]) -> None:
+    from goodput_operator.sandbox import faults
+
+    faults.fail_node(sandbox_cluster.Sandbox(region.name), *nodes)

@@ -128,8 +128,9 @@ def child(index: int, region: str, ready: bool, room: int, cluster: str,
                          "creationTimestamp": iso(NOW - 600),
                          "labels": {names.REGION_LABEL: region,
                                     names.REVISION_LABEL: revision(PARENT_SPEC),
-                                    kueue.QUEUE_LABEL: f"q-{region}"},
-                         "ownerReferences": [{"uid": "uid-llm", "controller": True}]},
+                                    kueue.QUEUE_LABEL: f"q-{region}",
+                                    names.GLOBAL_ENDPOINT_LABEL: "llm"},
+                         "annotations": {names.GLOBAL_UID_ANNOTATION: "uid-llm"}},
             "spec": {"managedBy": kueue.MULTIKUEUE},
             "status": {"readyReplicas": int(ready), "room": room, "cluster": cluster,
                        "conditions": [{"type": "Ready", "status": str(ready),
@@ -149,8 +150,7 @@ def test_the_manager_sends_replicas_and_sums_the_regions() -> None:
     assert sent["spec"]["managedBy"] == kueue.MULTIKUEUE and sent["spec"]["replicas"] == 1
     assert "multiRegion" not in sent["spec"] and "scaling" not in sent["spec"]
     assert sent["metadata"]["name"] == "llm-2"
-    assert sent["spec"]["template"]["metadata"]["labels"][
-        names.GLOBAL_ENDPOINT_LABEL] == "llm"
+    assert sent["metadata"]["labels"][names.GLOBAL_ENDPOINT_LABEL] == "llm"
     status = decided.desired
     InferenceEndpointStatus.model_validate(status)
     assert (status["replicas"], status["desiredReplicas"], status["readyReplicas"]) == \
@@ -179,3 +179,16 @@ def test_a_failing_region_is_said_in_the_status_and_an_event() -> None:
     assert "not ready for 65s in cluster-e" in east["message"]
     [event] = [e for e in decided.events if e.reason == "ReplicaMoved"]
     assert event.type == "Warning" and "region east takes no new replica" in event.message
+
+
+def test_a_replica_whose_endpoint_is_gone_is_deleted() -> None:
+    orphan = child(0, "east", True, 0, "cluster-e")
+    snapshot = world(None, endpoints=[], delegated_endpoints=[orphan], kueue=True)
+    with trial(snapshot):
+        [decided] = decide_endpoints(snapshot, [])
+    assert decided.drop == ["llm-0"]
+    recreated = {**parent(), "metadata": {**parent()["metadata"], "uid": "other"}}
+    snapshot = world(None, endpoints=[recreated], delegated_endpoints=[orphan], kueue=True)
+    with trial(snapshot):
+        [_, decided] = decide_endpoints(snapshot, [])
+    assert decided.drop == ["llm-0"]  # a new endpoint of the same name is not its owner

@@ -40,7 +40,6 @@ from goodput_operator.decide.quota import handoff
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.types import Event
 from goodput_operator.health.quarantine import iso, parse_time
-from goodput_operator.resources import inference as build
 from goodput_operator.resources import workload as kueue
 from goodput_operator.resources.pods import child_name
 
@@ -177,20 +176,28 @@ def revision(spec: Obj) -> str:
 
 
 def replica_body(ie: Obj, index: int, region: str, queue: str) -> Obj:
-    """Replica INDEX of IE, sent to REGION through its QUEUE."""
+    """Replica INDEX of IE, sent to REGION through its QUEUE. Not owned by IE: MultiKueue
+    copies the metadata to the region, where an owner that does not exist there would have
+    the garbage collector delete the copy at once; the label and annotation tie it to IE
+    instead (decide_handed_off deletes a replica whose endpoint is gone)."""
     meta = ie["metadata"]
-    spec = child_spec(ie["spec"])
-    labels = spec["template"].setdefault("metadata", {}).setdefault("labels", {})
-    if len(meta["name"]) <= 63:  # a regional Service can select every replica by it
-        labels[names.GLOBAL_ENDPOINT_LABEL] = meta["name"]
     return {"apiVersion": ie.get("apiVersion", "goodput.dev/v1alpha1"),
             "kind": "InferenceEndpoint",
             "metadata": {"name": child_name(meta["name"], f"-{index}"),
                          "namespace": meta["namespace"],
                          "labels": {kueue.QUEUE_LABEL: queue, names.REGION_LABEL: region,
-                                    names.REVISION_LABEL: revision(ie["spec"])},
-                         "ownerReferences": [build.owner_reference(ie)]},
-            "spec": spec}
+                                    names.REVISION_LABEL: revision(ie["spec"]),
+                                    names.GLOBAL_ENDPOINT_LABEL: meta["name"]},
+                         "annotations": {names.GLOBAL_UID_ANNOTATION: meta["uid"]}},
+            "spec": child_spec(ie["spec"])}
+
+
+def parent_of(child: Obj) -> tuple[str, str, str] | None:
+    """(namespace, name, uid) of the multi-region endpoint CHILD is a replica of."""
+    meta = child["metadata"]
+    name = (meta.get("labels") or {}).get(names.GLOBAL_ENDPOINT_LABEL)
+    uid = (meta.get("annotations") or {}).get(names.GLOBAL_UID_ANNOTATION)
+    return (meta.get("namespace", ""), name, uid) if name and uid else None
 
 
 def replicas_of(snapshot: Snapshot, ie: Obj) -> list[tuple[Obj, Replica]]:
@@ -200,8 +207,7 @@ def replicas_of(snapshot: Snapshot, ie: Obj) -> list[tuple[Obj, Replica]]:
     found = []
     for child in snapshot.delegated_endpoints:
         cmeta = child["metadata"]
-        if cmeta.get("namespace") != meta["namespace"] or not any(
-                o.get("uid") == meta.get("uid") for o in cmeta.get("ownerReferences") or []):
+        if parent_of(child) != (meta["namespace"], meta["name"], meta.get("uid")):
             continue
         status = child.get("status") or {}
         labels = cmeta.get("labels") or {}
@@ -292,6 +298,11 @@ def decide_handed_off(snapshot: Snapshot, ie: Obj, at: str) -> EndpointDecision:
     """An endpoint MultiKueue runs elsewhere (a multi-region endpoint's replica, on the
     manager): its Workload, and until a worker has it, why it waits (decide.quota.handoff)."""
     status = ie.get("status") or {}
+    parent = parent_of(ie)
+    if parent is not None and not any(
+            parent == (e["metadata"]["namespace"], e["metadata"]["name"],
+                       e["metadata"].get("uid")) for e in snapshot.endpoints):
+        return EndpointDecision(ie, status, {}, drop=[ie["metadata"]["name"]])  # orphaned
     said, quota = handoff(snapshot, ie, lambda fabric: kueue.endpoint_workload(
         ie, InferenceEndpointSpec.model_validate(ie["spec"]), fabric))
     if said is None:

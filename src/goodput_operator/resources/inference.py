@@ -120,6 +120,10 @@ def group_pods(ie: Obj, spec: InferenceEndpointSpec, index: int, rev: str,
     size = serving.shape.workers
     leader = (f"{member_hostname(name, index, 0, own)}.{members_service(name)}."
               f"{namespace}.svc")
+    # a multi-region endpoint's replica: its pods say which endpoint they serve (a
+    # regional Service selects them all by it)
+    regional = {k: v for k, v in (ie["metadata"].get("labels") or {}).items()
+                if k == names.GLOBAL_ENDPOINT_LABEL}
     pods = []
     for member in range(size):
         template = copy.deepcopy(role_template(ie["spec"], own))
@@ -128,7 +132,7 @@ def group_pods(ie: Obj, spec: InferenceEndpointSpec, index: int, rev: str,
         labels = {**template_metadata(template, "labels"), **selector(name),
                   names.REPLICA_LABEL: str(index), names.MEMBER_LABEL: str(member),
                   names.REVISION_LABEL: rev, names.ROLE_LABEL: role, **MANAGED_BY,
-                  **({names.SERVING_ROLE_LABEL: own} if own else {})}
+                  **({names.SERVING_ROLE_LABEL: own} if own else {}), **regional}
         env = {names.ENV_ENDPOINT: f"{namespace}/{name}", names.ENV_ROLE: role,
                **({names.ENV_SERVING_ROLE: own} if own else {}),
                names.ENV_REPLICA: str(index), names.ENV_GROUP_SIZE: str(size),
