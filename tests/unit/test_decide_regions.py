@@ -11,7 +11,8 @@ import pytest
 
 from goodput_operator import names
 from goodput_operator.api.inferenceendpoint import InferenceEndpointStatus, MultiRegion
-from goodput_operator.decide import decide_endpoints, trial
+from goodput_operator.autoscaling.algorithm import Decision
+from goodput_operator.decide import Scaled, decide_endpoints, trial
 from goodput_operator.decide.regions import Replica, plan_regions, revision
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import workload as kueue
@@ -192,3 +193,26 @@ def test_a_replica_whose_endpoint_is_gone_is_deleted() -> None:
     with trial(snapshot):
         [_, decided] = decide_endpoints(snapshot, [])
     assert decided.drop == ["llm-0"]  # a new endpoint of the same name is not its owner
+
+
+def test_with_scaling_the_autoscalers_decision_sizes_the_whole_endpoint() -> None:
+    scaled_spec = {**PARENT_SPEC, "scaling": {
+        "minReplicas": 1, "maxReplicas": 8,
+        "metrics": [{"type": "QueueDepth", "target": 8,
+                     "query": 'sum(vllm:num_requests_waiting{endpoint="llm"})'}]}}
+    del scaled_spec["replicas"]
+    body = {**parent(), "spec": scaled_spec}
+    children = [child(0, "east", True, 3, "cluster-e"), child(1, "west", True, 1,
+                                                                "cluster-w")]
+    for c in children:
+        c["metadata"]["labels"][names.REVISION_LABEL] = revision(scaled_spec)
+    decision = Decision(4, "queue 30 > 2 x 8", {})
+    snapshot = world(None, endpoints=[body], delegated_endpoints=children, kueue=True,
+                     scaled={("ns", "llm", ""): Scaled(decision, 2, NOW)})
+    with trial(snapshot):
+        [decided, *_] = decide_endpoints(snapshot, [])
+    assert decided.desired["desiredReplicas"] == 4
+    assert [c["metadata"]["labels"][names.REGION_LABEL] for c in decided.children] == \
+        ["east", "east"]  # where the room is
+    assert all("scaling" not in c["spec"] for c in decided.children)
+    assert decided.desired["lastScaling"]["to"] == 4 and decided.scaling_recorded == [""]

@@ -265,7 +265,7 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
         result.desired["conditions"] = [c for c in result.desired["conditions"]
                                         if c.get("type") != "Standby"]
     for rp in plans:
-        _record_scaling(rp.scaled, result, rp.role.name)
+        record_scaling(rp.scaled, result, rp.role.name)
     _report_kueue(snapshot, fleet, spec, plans, pods, result)
     return result
 
@@ -482,7 +482,7 @@ def _conditions(spec: InferenceEndpointSpec, totals: EndpointPlan, desired: int,
     return conditions
 
 
-def _record_scaling(scaled: Scaled | None, result: EndpointDecision, role: str) -> None:
+def record_scaling(scaled: Scaled | None, result: EndpointDecision, role: str) -> None:
     """A new autoscaler decision that changes the size goes into the status (and an
     event) once."""
     if scaled is None or scaled.written or scaled.decision.desired == scaled.current:

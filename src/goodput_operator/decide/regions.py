@@ -35,7 +35,7 @@ from goodput_operator import names
 from goodput_operator.api.base import describe_errors
 from goodput_operator.api.conditions import set_condition, stamp
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec, MultiRegion
-from goodput_operator.decide.endpoint import EndpointDecision, desired_replicas
+from goodput_operator.decide.endpoint import EndpointDecision, desired_replicas, record_scaling
 from goodput_operator.decide.quota import handoff
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.types import Event
@@ -240,8 +240,8 @@ def decide_regions(snapshot: Snapshot, ie: Obj) -> EndpointDecision:
     policy = spec.multi_region
     assert policy is not None
     [role] = spec.serving_roles()
-    desired = desired_replicas(snapshot.scaled.get((meta["namespace"], meta["name"], "")),
-                               ie, role)
+    scaled = snapshot.scaled.get((meta["namespace"], meta["name"], ""))
+    desired = desired_replicas(scaled, ie, role)
     held = {r["name"]: (until, r.get("message") or "")
             for r in status.get("regions") or []
             if (until := parse_time(r.get("unavailableUntil"))) is not None}
@@ -291,6 +291,7 @@ def decide_regions(snapshot: Snapshot, ie: Obj) -> EndpointDecision:
     }
     if snapshot.cluster_name:
         result.desired["cluster"] = snapshot.cluster_name
+    record_scaling(scaled if role.scaling else None, result, "")
     return result
 
 
