@@ -16,7 +16,8 @@ from goodput_operator.controllers.shapes import Decode
 from goodput_operator.controllers.state import State, node_digest, slim_node
 from goodput_operator.controllers.trainingjob import follow_up
 from goodput_operator.health.quarantine import Renewal, record_of
-from goodput_operator.operator.watches import Expired, NodeWatch, PodWatch, Watch
+from goodput_operator.operator import watches
+from goodput_operator.operator.watches import Expired, NodeWatch, PodWatch, Watch, WorkloadWatch
 
 pytestmark = pytest.mark.unit
 
@@ -321,4 +322,58 @@ def test_an_expired_node_watch_lists_again_and_drops_the_nodes_that_left() -> No
         assert state.nodes["stays"]["metadata"]["labels"]["role"] == "spare"
         assert "images" not in state.nodes["joined"]["status"]
     finally:
+        loop.close()
+
+
+class NoKueueThenKueue:
+    """An API server without Kueue's Workloads at the first look, with them after: the
+    watch says so to the state, and settles at once either way."""
+
+    def __init__(self, watch_of: list[Watch]) -> None:
+        self.looks = 0
+        self.watch_of = watch_of
+
+    def get_json(self, path: str, query: list[tuple[str, Any]],
+                 decode: Decode = json.loads) -> dict[str, Any]:
+        if dict(query).get("limit") == 1:
+            self.looks += 1
+            if self.looks == 1:
+                raise ApiException(status=404, reason="Not Found")
+            return {"items": []}
+        wl = {"apiVersion": "kueue.x-k8s.io/v1beta2",
+              "metadata": {"name": "w", "namespace": "ns", "resourceVersion": "5",
+                           "managedFields": [{"manager": "kueue"}]},
+              "spec": {"podSets": [{"name": "workers", "count": 2}]},
+              "status": {"conditions": [{"type": "Admitted", "status": "True"}],
+                         "clusterName": "region-a"}}
+        return decode(json.dumps({"metadata": {"resourceVersion": "9"}, "items": [wl]}))
+
+    def watch(self, *_: Any) -> Any:
+        self.watch_of[0].stop()
+        return iter(())
+
+
+def test_a_cluster_without_kueue_is_said_and_looked_at_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(watches, "KUEUE_LOOK_SECONDS", 0.01)
+    loop = asyncio.new_event_loop()
+    state = State()
+    holder: list[Watch] = []
+    api = NoKueueThenKueue(holder)
+    watch = WorkloadWatch(state, api, loop)  # type: ignore[arg-type]
+    holder.append(watch)
+    try:
+        watch.start()
+        assert watch.settled.wait(5)
+        for _ in range(200):
+            loop.run_until_complete(asyncio.sleep(0.01))
+            if state.workloads:
+                break
+        assert api.looks == 2 and state.kueue is True
+        [(key, slim)] = state.workloads.items()
+        assert key == ("ns", "w")
+        assert slim["status"]["clusterName"] == "region-a"
+        assert "managedFields" not in slim["metadata"] and "spec" not in slim
+    finally:
+        watch.stop()
         loop.close()

@@ -36,6 +36,7 @@ from goodput_operator.operator.watches import (
     ClaimWatch,
     FlavorWatch,
     GroupWatch,
+    KueueWatch,
     LeaseWatch,
     NodeWatch,
     PodWatch,
@@ -46,6 +47,7 @@ from goodput_operator.operator.watches import (
 from goodput_operator.resources.probe import report_ca_config_map
 
 log = logging.getLogger("goodput.operator")
+KUEUE_SETTLE_SECONDS = 10.0  # the most a start waits for Kueue's Workloads to be listed
 STATE = State()
 
 
@@ -127,6 +129,9 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
                                (WorkloadWatch(STATE, kube, events), "")):
             watch.start(version)
             _watches.append(watch)
+        for kueue in (w for w in _watches if isinstance(w, KueueWatch)):
+            # Kueue's Workloads listed (or found absent) before the first pass
+            await asyncio.to_thread(kueue.settled.wait, KUEUE_SETTLE_SECONDS)
     if OPTIONS.report_port and not any(isinstance(s, ReportServer) for s in _servers):
         await _serve(ReportServer(STATE, kube, leading, OPTIONS.reports_per_job),
                      OPTIONS.report_port, OPTIONS.report_tls)

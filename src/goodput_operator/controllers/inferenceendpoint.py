@@ -120,9 +120,15 @@ async def _replicas(kube: Kube, decided: EndpointDecision) -> None:
     """A multi-region endpoint's replicas to send (MultiKueue takes them from here) and
     to delete (MultiKueue deletes their copies in the regions)."""
     namespace = decided.ie["metadata"]["namespace"]
-    await asyncio.gather(*(asyncio.to_thread(kube.create, body) for body in decided.children))
-    await asyncio.gather(*(asyncio.to_thread(kube.delete_custom, PLURAL, namespace, name)
-                           for name in decided.drop))
+    done = await asyncio.gather(
+        *(asyncio.to_thread(kube.create, body) for body in decided.children),
+        *(asyncio.to_thread(kube.delete_custom, PLURAL, namespace, name)
+          for name in decided.drop), return_exceptions=True)
+    for failed in (r for r in done if isinstance(r, ApiException)):  # the next pass retries
+        decided.events.append(Event("Warning", "ReplicaWriteFailed", api_message(failed)))
+    for raised in (r for r in done if isinstance(r, BaseException)
+                   and not isinstance(r, ApiException)):
+        raise raised
 
 
 async def reconcile_endpoints(state: State, kube: Kube, clock: float) -> None:

@@ -1,4 +1,4 @@
-"""A TrainingJob under Kueue's quota: what its Workload says this pass.
+"""TrainingJobs and InferenceEndpoints under Kueue's quota: what their Workloads say.
 
 A job with a `kueue.x-k8s.io/queue-name` label (or one MultiKueue sent to this cluster,
 with its prebuilt-workload label) gets no pod and no placement until Kueue admits its
@@ -6,8 +6,12 @@ Workload; then it is placed by our engine on the nodes of the flavors Kueue assi
 (their node labels join the job's node selector). An eviction (Kueue's preemption, a
 deactivation) is a preemption to the job: its workers are asked for a checkpoint, stopped
 within preemptionGraceSeconds, and once they are gone the quota is given back, so Kueue
-queues the Workload again. When the job ends its Workload is finished. A job without the
-label is untouched.
+queues the Workload again. When the job ends its Workload is finished. An endpoint under
+Kueue holds no replica until admitted and gives them all up when evicted. Without the
+label nothing changes.
+
+On a MultiKueue manager, an object with `spec.managedBy: kueue.x-k8s.io/multikueue` only
+gets its Workload (`handoff`): MultiKueue runs it on a worker and owns its status.
 
 Level-based like the rest: every pass reads the Workload as it is; nothing is remembered.
 """
@@ -71,10 +75,7 @@ def quota_for(obj: Obj, make: Callable[[], Obj], busy: bool,
         return held("Evicted", f"{why}; quota given back, queued again", target=wl,
                     patch=kueue.released(wl, evicted, at))
     if kueue.condition(wl, "Admitted") is None:
-        pending = next((c for c in (wl.get("status") or {}).get("conditions") or []
-                        if c.get("type") == "QuotaReserved"), None)
-        detail = f": {pending['message']}" if pending and pending.get("message") else ""
-        return held("Queued", f"waiting for Kueue to admit Workload {name}{detail}"[:1024])
+        return held("Queued", f"waiting for Kueue to admit Workload {name}{_why(wl)}"[:1024])
     labels, missing = _node_labels(admission, flavors)
     if missing:
         return held("Admitted", f"admitted by ClusterQueue {queue}; waiting to read "
@@ -164,15 +165,19 @@ def decide_delegated(snapshot: Snapshot, job: Obj, at: str) -> JobDecision:
                                     job["metadata"].get("generation"), at)}, quota=quota)
 
 
+def _why(wl: Obj) -> str:
+    """What Kueue says on WL's QuotaReserved condition (": ..."), if anything."""
+    pending = next((c for c in (wl.get("status") or {}).get("conditions") or []
+                    if c.get("type") == "QuotaReserved"), None)
+    return f": {pending['message']}" if pending and pending.get("message") else ""
+
+
 def _dispatch(wl: Obj) -> str:
     """Where a manager's Workload stands before a worker cluster runs it."""
     status = wl.get("status") or {}
     name = wl["metadata"]["name"]
     if kueue.condition(wl, "QuotaReserved") is None:
-        pending = next((c for c in status.get("conditions") or []
-                        if c.get("type") == "QuotaReserved"), None)
-        detail = f": {pending['message']}" if pending and pending.get("message") else ""
-        return f"Workload {name} has no quota in this cluster yet{detail}"[:1024]
+        return f"Workload {name} has no quota in this cluster yet{_why(wl)}"[:1024]
     checks = "; ".join(f"{c.get('name')}: {c.get('state')}"
                        + (f" ({c['message']})" if c.get("message") else "")
                        for c in status.get("admissionChecks") or [])

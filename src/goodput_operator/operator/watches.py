@@ -336,7 +336,13 @@ class SliceWatch(DraWatch):
 
 class KueueWatch(Watch):
     """A Kueue kind: a cluster without Kueue is looked at again every KUEUE_LOOK_SECONDS
-    (Kueue may be installed after the operator); State.kueue says whether it is there."""
+    (Kueue may be installed after the operator); State.kueue says whether it is there.
+    `settled` is set once the first look is over (listed, or found absent): the first pass
+    waits for it, so that a queued job is not first decided without its Workload."""
+
+    def __init__(self, state: State, kube: Kube, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(state, kube, loop)
+        self.settled = threading.Event()
 
     def _run(self) -> None:
         said = False
@@ -352,11 +358,16 @@ class KueueWatch(Watch):
                              KUEUE_LOOK_SECONDS)
                     said = True
                 self.loop.call_soon_threadsafe(self.state.serve_kueue, False)
+                self.settled.set()
                 self._stop.wait(KUEUE_LOOK_SECONDS)
             except Exception as err:  # the API server restarts: the watch retries
                 log.warning("%s: %s", self.kind, err)
                 break
         super()._run()
+
+    def relist(self) -> None:
+        super().relist()
+        self.settled.set()
 
 
 def slim_workload(body: Obj) -> Obj:
