@@ -294,6 +294,8 @@ def _status(box: cluster.Sandbox, args: argparse.Namespace) -> int:
         return 1
     print(f"sandbox {box.name!r}: running\n  kubeconfig: {state.kubeconfig}\n"
           f"  fleet: {state.fleet}\n  nodes: {state.nodes_ready}/{state.nodes_total} Ready")
+    if kueue.running(box):
+        print(f"  kueue: {versions.KUEUE} running (log: {kueue.home(box) / 'kueue.log'})")
     return 0
 
 

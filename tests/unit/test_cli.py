@@ -116,3 +116,24 @@ def test_a_real_node_failure_is_one_line_not_a_traceback(
     monkeypatch.setattr(cluster, "up", fail)
     code, _, err = run(capsys, "sandbox", "up", "--name", "x", "--real-nodes", "1")
     assert code == 1 and err.strip() == "error: debootstrap failed (1): E: no mirror"
+
+
+def test_connect_to_sandboxes_that_do_not_run_is_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "sandbox", "connect", "unit-never-manager", "unit-never-a")
+    assert code == 1
+    assert err.strip() == ("error: sandbox 'unit-never-manager' is not running: start it "
+                           "with `goodput sandbox up --name unit-never-manager`")
+
+
+def test_up_with_kueue_starts_it_after_the_sandbox(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from goodput_operator.sandbox import cluster, fleet, kueue
+
+    started: list[str] = []
+    monkeypatch.setattr(cluster, "up", lambda box, *_, **__: (started.append("up"),
+                                                              fleet.load("trn2"))[1])
+    monkeypatch.setattr(kueue, "start", lambda box: started.append(f"kueue {box.name}"))
+    code, out, _ = run(capsys, "sandbox", "up", "--name", "region-a", "--kueue")
+    assert code == 0 and started == ["up", "kueue region-a"]
+    assert "fleet trn2" in out
