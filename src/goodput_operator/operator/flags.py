@@ -68,9 +68,9 @@ FLAGS: tuple[Flag, ...] = (
          "(repeatable; comma-separated in the variable): scheme and host, optionally port "
          "and path, e.g. http://prometheus.monitoring.svc", shown="none"),
     Flag("--cluster-name", "GOODPUT_CLUSTER_NAME", "", "str",
-         "this cluster's name, written into every TrainingJob's status.cluster: under "
-         "MultiKueue the status is copied to the manager, which then says where the job "
-         "runs ([multi-cluster](multicluster.md))", shown="none"),
+         "this cluster's name, written into every TrainingJob's and InferenceEndpoint's "
+         "status.cluster: under MultiKueue the status is copied to the manager, which then "
+         "says where each runs ([multi-cluster](multicluster.md))", shown="none"),
     Flag("--leader-election", "GOODPUT_LEADER_ELECTION", "false", "bool",
          "run as one of several replicas: only the holder of the Lease acts, the others "
          "keep their caches warm and take over", shown="off"),
