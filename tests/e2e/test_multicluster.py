@@ -7,7 +7,8 @@ Go module, and its own operator), wired by `goodput sandbox connect`.
   goes to the other; deleting it on the manager removes it from its region.
 - In one region, under a ClusterQueue's quota: a job waits while the quota is used, a
   higher-priority Workload's preemption makes the running one checkpoint and requeue, and
-  queued jobs start as quota frees.
+  queued jobs start as quota frees; a Workload the cluster refuses (an admin's admission
+  policy) is said on the job, which runs nothing.
 - A 5-replica endpoint split over the two regions; most of one region's nodes fail: its
   replicas that cannot be placed there again move to the other region within
   failoverSeconds, and the manager's status shows both regions.
@@ -25,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from goodput_operator.resources.workload import MULTIKUEUE, QUEUE_LABEL
+from goodput_operator.resources.workload import API_VERSION, MULTIKUEUE, QUEUE_LABEL
 from goodput_operator.sandbox import cluster as sandbox_cluster
 from goodput_operator.sandbox import kueue
 from goodput_operator.sdk import Reporter
@@ -299,6 +300,58 @@ def resumed_from(here: Cluster, namespace: str) -> None:
     assert low["status"]["restarts"] == 1
     env = env_of(job_pods(here, namespace, "low")[0])
     assert (env["GOODPUT_RESTART"], env["GOODPUT_RESUME_STEP"]) == ("1", "150")
+
+
+def closed_queue(namespace: str) -> list[dict[str, Any]]:
+    """A cluster admin's ValidatingAdmissionPolicy (and its binding, for NAMESPACE alone)
+    that refuses every Workload sent to queue `closed`."""
+    name = f"closed-queue-{namespace}"
+    return [
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+         "metadata": {"name": name},
+         "spec": {"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [{
+                      "apiGroups": ["kueue.x-k8s.io"], "apiVersions": ["*"],
+                      "operations": ["CREATE"], "resources": ["workloads"]}]},
+                  "validations": [{"expression": "object.spec.queueName != 'closed'",
+                                   "message": "queue closed takes no new work"}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1",
+         "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": name},
+         "spec": {"policyName": name, "validationActions": ["Deny"],
+                  "matchResources": {"namespaceSelector": {"matchLabels": {
+                      "kubernetes.io/metadata.name": namespace}}}}}]
+
+
+def test_a_workload_the_cluster_refuses_is_said_on_the_job_which_runs_nothing(
+        regions: Regions, space: str) -> None:
+    here = regions.workers[1].cluster
+    apply(here, local_queue("closed", "regional", space))
+    policy = closed_queue(space)
+    for doc in policy:
+        apply(here, doc)
+    try:
+        probe = {"apiVersion": API_VERSION, "kind": "Workload",
+                 "metadata": {"name": "probe", "namespace": space},
+                 "spec": {"queueName": "closed", "podSets": [{"name": "main", "count": 1,
+                          "template": {"spec": {"containers": [{"name": "c",
+                                                                "image": "none"}]}}}]}}
+        wait_for(lambda: "takes no new work" in here.kubectl(
+            "create", "--dry-run=server", "-f", "-", input_text=json.dumps(probe),
+            check=False).stderr, timeout=30, what="the policy in force")
+        apply(here, queued_job("refused", "closed"), space)
+        _, message = wait_for(
+            lambda: (said := admitted(here, space, "refused"))[0] == "WorkloadRefused" and said,
+            timeout=60, what="the refusal said on the job")
+        assert "queue closed takes no new work" in message, message
+        status = status_of(here, space, "refused")
+        assert status["phase"] == "Pending" and "takes no new work" in status["message"]
+        assert not job_pods(here, space, "refused")
+        workloads = json.loads(here.kubectl("get", "workloads", "-n", space, "-o", "json")
+                               .stdout)["items"]
+        assert not workloads
+    finally:
+        for doc in reversed(policy):
+            here.kubectl("delete", doc["kind"], doc["metadata"]["name"], "--ignore-not-found")
 
 
 FAILOVER_SECONDS = 20

@@ -13,6 +13,7 @@ import pytest
 
 from goodput_operator.api.trainingjob import TrainingJobSpec, TrainingJobStatus
 from goodput_operator.decide import JobDecision, decide_jobs, trial
+from goodput_operator.decide.types import Refusal
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import workload as kueue
 from goodput_operator.resources.fabric import Fabric
@@ -182,6 +183,37 @@ def test_a_job_that_ends_finishes_its_workload_once() -> None:
     already = workload_of(body, *ADMITTED, ("Finished", "True", "Succeeded"))
     again = decided([{**body, "status": found.desired}], done, [already])["j"]
     assert again.quota is not None and again.quota.patch is None
+
+
+def test_a_workload_the_api_server_refused_is_said_on_the_job_and_tried_again_later() -> None:
+    body = queued()
+    name = kueue.workload_name(body)
+    refused = {("TrainingJob", "ns", "j"): (name, Refusal(3, "admission webhook denied it",
+                                                          NOW - 2))}
+    found = decided([body], workload_refusals=refused)["j"]
+    assert conditions(found.desired)["Admitted"] == ("False", "WorkloadRefused")
+    assert "admission webhook denied it" in conditions_message(found.desired, "Admitted")
+    assert found.desired["phase"] == "Pending" and found.placement is None
+    assert found.quota is not None and found.quota.create is None  # backing off: 2**3 s
+    assert found.wake_at == NOW + 6
+    later = decided([body], workload_refusals=refused, clock=NOW + 7)["j"]
+    assert later.quota is not None and later.quota.create is not None
+    # the same name recreated is a new object with a Workload of its own: not refused
+    again = queued()
+    again["metadata"]["uid"] = "uid-new"
+    fresh = decided([again], workload_refusals=refused)["j"]
+    assert conditions(fresh.desired)["Admitted"][1] == "Queued"
+    assert fresh.quota is not None and fresh.quota.create is not None
+
+
+def test_a_refused_workload_of_a_delegated_job_is_said_on_the_manager() -> None:
+    body = delegated()
+    refused = {("TrainingJob", "ns", "m"): (kueue.workload_name(body),
+                                            Refusal(1, "quota webhook says no", NOW))}
+    found = decided([], delegated=[body], workload_refusals=refused)["m"]
+    assert conditions(found.desired)["Admitted"] == ("False", "WorkloadRefused")
+    assert "quota webhook says no" in found.desired["message"]
+    assert found.quota is not None and found.quota.create is None
 
 
 def test_a_job_without_a_queue_label_is_untouched() -> None:

@@ -11,10 +11,19 @@ from typing import Any, cast
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from goodput_operator import metrics
-from goodput_operator.controllers.kube import Kube, _count_requests, resource_of, write_status
+from goodput_operator.controllers.kube import (
+    Kube,
+    _count_requests,
+    apply_quota,
+    resource_of,
+    write_status,
+)
+from goodput_operator.controllers.state import WORKLOAD_RETRY_TIMES, State
 from goodput_operator.decide import Event
+from goodput_operator.decide.types import ConditionUpdate, Quota
 
 Obj = dict[str, Any]
 
@@ -100,3 +109,43 @@ def test_a_status_write_comes_first_and_its_events_are_posted_together() -> None
     assert kube.calls == ["status", *["Placed"] * 8]
     assert kube.most > 1, "events are posted together, not one after another"
     assert obj["status"] == {"replicas": 2} and obj["metadata"]["resourceVersion"] == "42"
+
+
+class RefusingKube:
+    """Creates fail with STATUS (None: they succeed)."""
+
+    def __init__(self, status: int | None) -> None:
+        self.status = status
+        self.created: list[Obj] = []
+
+    def create(self, body: Obj) -> Obj:
+        if self.status is not None:
+            raise ApiException(status=self.status, reason="Refused")
+        self.created.append(body)
+        return body
+
+
+@pytest.mark.parametrize(("status", "said"), [(422, True), (403, True), (409, False),
+                                              (500, False), (None, False)])
+def test_a_workload_refused_for_good_is_noted_for_its_owner(status: int | None,
+                                                            said: bool) -> None:
+    state = State()
+    owner = ("TrainingJob", "ns", "j")
+    quota = Quota("trainingjob-j-abcde", True, ConditionUpdate("Admitted", False, "Queued", ""),
+                  create={"kind": "Workload", "metadata": {"name": "trainingjob-j-abcde",
+                                                           "namespace": "ns"}})
+    for _ in range(12):
+        asyncio.run(apply_quota(cast(Kube, RefusingKube(status)), quota, owner,
+                                state.note_workload))
+    if not said:
+        assert owner not in state.workload_refusals
+        return
+    workload, refusal = state.workload_refusals[owner]
+    assert workload == "trainingjob-j-abcde" and "Refused" in refusal.message
+    assert refusal.times == WORKLOAD_RETRY_TIMES  # the backoff stops growing
+    assert state.wake.is_set()
+    asyncio.run(apply_quota(cast(Kube, RefusingKube(None)), quota, owner, state.note_workload))
+    assert owner not in state.workload_refusals  # created at last: nothing more to say
+    state.note_workload(owner, workload, "no", 0.0)
+    state.remove_job("ns", "j")
+    assert owner not in state.workload_refusals

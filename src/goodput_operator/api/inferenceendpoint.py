@@ -538,4 +538,5 @@ class InferenceEndpointStatus(ApiModel):
     """The Kueue Workload that holds this endpoint's quota."""
     conditions: list[Condition] = conditions_field()
     """Ready, Progressing, ScalingLimited, MetricsUnavailable, Panic, Standby, Admitted
-    (under Kueue) conditions."""
+    (under Kueue: Queued, Admitted, Evicted, WorkloadMissing, WorkloadRefused,
+    KueueUnavailable) conditions."""

@@ -85,9 +85,11 @@ class PodSet(ApiModel):
     environment and hostfile but no rank, live and restart with the gang's attempts, and
     stay `near` the workers."""
 
-    name: str = Field(max_length=24, pattern=DNS_LABEL)
-    """The set's name: its pods are <job>-r<restart>-<name>-<i>, host <name>-<i> of the
-    job's service, with GOODPUT_POD_SET=<name> and GOODPUT_POD_INDEX=<i>."""
+    name: str = Field(max_length=24, pattern=DNS_LABEL, json_schema_extra=field_rules(
+        cel("self != 'workers'", "podSets[].name: 'workers' is the workers' own pod set "
+            "(in the job's Kueue Workload too): choose another name")))
+    """The set's name (not `workers`): its pods are <job>-r<restart>-<name>-<i>, host
+    <name>-<i> of the job's service, with GOODPUT_POD_SET=<name> and GOODPUT_POD_INDEX=<i>."""
     replicas: int = Field(default=1, ge=1, le=16)
     """Pods in the set."""
     accelerators_per_pod: int = Field(default=0, ge=0, le=1024)
@@ -626,8 +628,8 @@ class TrainingJobStatus(ApiModel):
     """Human-readable summary of the phase."""
     conditions: list[Condition] = conditions_field()
     """Admitted (under Kueue: Queued, Admitted, Evicted, WorkloadMissing,
-    KueueUnavailable), Placed (reason Preempting while lower-priority jobs make room),
-    WorkersCreated,
+    WorkloadRefused, KueueUnavailable), Placed (reason Preempting while lower-priority
+    jobs make room), WorkersCreated,
     Running (reason Resizing during an elastic grow), HangDetection and Straggler (which
     signal is in force, and what it found), Preempted (Checkpointing, Requeued, Resumed,
     Cancelled), Succeeded, Failed, Suspended."""

@@ -23,7 +23,7 @@ from goodput_operator import metrics
 from goodput_operator.api.base import GROUP, VERSION
 from goodput_operator.controllers.shapes import Decode
 from goodput_operator.decide import Event, Failure
-from goodput_operator.decide.types import Quota, changed_keys
+from goodput_operator.decide.types import OwnerKey, Quota, changed_keys
 from goodput_operator.resources import claims, computedomain
 
 Obj = dict[str, Any]
@@ -376,19 +376,30 @@ async def apply_each(kind: str, decisions: Iterable[D], apply: Callable[[D], Awa
     await asyncio.gather(*(one(decision) for decision in decisions))
 
 
-async def apply_quota(kube: Kube, quota: Quota | None, key: tuple[str, str]) -> None:
+async def apply_quota(kube: Kube, quota: Quota | None, owner: OwnerKey,
+                      noted: Callable[[OwnerKey, str, str | None, float], None]) -> None:
     """Under Kueue: create the object's Workload, or write what its status must say (quota
-    given back after an eviction, finished). A refusal waits for the next pass, which reads
-    the Workload anew."""
+    given back after an eviction, finished). What becomes of a create is NOTED
+    (State.note_workload): a refusal for good is said on the owner, and tried again after
+    a backoff; anything else waits for the next pass, which reads the Workload anew."""
     if quota is None:
         return
-    try:
-        if quota.create is not None:
+    if quota.create is not None:
+        try:
             await asyncio.to_thread(kube.create, quota.create)
-        if quota.patch is not None and quota.target is not None:
+        except ApiException as err:
+            log.warning("%s %s/%s: Workload %s refused: %s", *owner, quota.workload,
+                        api_message(err))
+            if (words := refusal(err)) is not None:
+                noted(owner, quota.workload, words, time.time())
+        else:
+            noted(owner, quota.workload, None, time.time())
+    if quota.patch is not None and quota.target is not None:
+        try:
             await asyncio.to_thread(kube.patch_workload_status, quota.target, quota.patch)
-    except ApiException as err:
-        log.warning("%s/%s: Workload %s: %s %s", *key, quota.workload, err.status, err.reason)
+        except ApiException as err:
+            log.warning("%s %s/%s: Workload %s: %s %s", *owner, quota.workload, err.status,
+                        err.reason)
 
 
 async def write_status(kube: Kube, plural: str, obj: Obj, current: Obj, desired: Obj,

@@ -24,7 +24,7 @@ from goodput_operator.controllers.kube import BULK_WRITES, wrote
 from goodput_operator.controllers.pacing import WriteLimit
 from goodput_operator.controllers.shapes import NODE_METADATA_KEPT, POD_SPEC_KEPT
 from goodput_operator.decide.snapshot import Scaled, Snapshot
-from goodput_operator.decide.types import Refusal, Reservation
+from goodput_operator.decide.types import OwnerKey, Refusal, Reservation
 from goodput_operator.health import badput
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.probing import Inconclusive
@@ -105,6 +105,7 @@ def _echo(incoming: Obj, held: Obj | None) -> bool:
 
 T = TypeVar("T")
 PASS_WRITE_BUDGET = 256  # label and pod writes per pass: a second or two of API work
+WORKLOAD_RETRY_TIMES = 8  # a refused Workload is tried again at most 2**8 s after the last
 
 
 def slim(body: Obj) -> Obj:
@@ -234,6 +235,8 @@ class State:
         self.workloads: dict[tuple[str, str], Obj] = {}
         self.flavors: dict[str, dict[str, str]] = {}
         self.kueue = False
+        # owner (kind, namespace, name) -> (its Workload, the API server's refusal of it)
+        self.workload_refusals: dict[OwnerKey, tuple[str, Refusal]] = {}
         self.delegated: dict[tuple[str, str], Obj] = {}  # jobs MultiKueue runs elsewhere
         self.delegated_endpoints: dict[tuple[str, str], Obj] = {}  # and endpoints
         self.cluster_name = ""  # --cluster-name: written into job statuses
@@ -276,6 +279,7 @@ class State:
             scaled=self.scaled,
             refused=self.refused, memo=self.fits,
             workloads=self.workloads, flavors=self.flavors, kueue=self.kueue,
+            workload_refusals=self.workload_refusals,
             delegated=list(self.delegated.values()),
             delegated_endpoints=list(self.delegated_endpoints.values()),
             cluster_name=self.cluster_name,
@@ -322,6 +326,21 @@ class State:
             return
         times = self.refused[key].times + 1 if key in self.refused else 1
         self.refused[key] = Refusal(times, refusal, now)
+
+    def note_workload(self, owner: OwnerKey, workload: str, refusal: str | None,
+                      now: float) -> None:
+        """The outcome of creating OWNER's Workload: REFUSAL, the API server's words when it
+        refused it for good (said on the owner; tried again after a backoff of at most
+        WORKLOAD_RETRY_SECONDS); None clears."""
+        if refusal is None:
+            self.workload_refusals.pop(owner, None)
+            return
+        held = self.workload_refusals.get(owner)
+        times = held[1].times + 1 if held is not None and held[0] == workload else 1
+        self.workload_refusals[owner] = (workload, Refusal(min(times, WORKLOAD_RETRY_TIMES),
+                                                           refusal, now))
+        if held is None or held[1].message != refusal:
+            self.wake.set()  # said on the owner in the next pass
 
     def report_lock(self, job: tuple[str, str]) -> asyncio.Lock:
         """Reports of one job are applied one at a time (each writes what it read)."""
@@ -623,6 +642,7 @@ class State:
 
     def remove_job(self, namespace: str, name: str) -> None:
         self.jobs.pop((namespace, name), None)
+        self.workload_refusals.pop(("TrainingJob", namespace, name), None)
         self.delegated.pop((namespace, name), None)
         self.progress.pop((namespace, name), None)
         self.steps.pop((namespace, name), None)
@@ -679,6 +699,7 @@ class State:
         key = (namespace, name)
         self.endpoints.pop(key, None)
         self.delegated_endpoints.pop(key, None)
+        self.workload_refusals.pop(("InferenceEndpoint", namespace, name), None)
         self.refused.pop(key, None)
         for role in ("", *ROLE_NAMES):
             self.scaled.pop((namespace, name, role), None)

@@ -194,7 +194,8 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
     plans = _plan_roles(snapshot, ie, spec, scopes, pods, lost,
                         0 if quota is not None and (quota.hold or quota.evicted) else None)
     result = EndpointDecision(ie, status, {}, services=[build.service(ie, spec),
-                                                        build.headless(ie)], quota=quota)
+                                                        build.headless(ie)], quota=quota,
+                              wake_at=quota.wake_at if quota is not None else None)
     for rp in plans:
         for index, why in sorted(rp.plan.delete.items()):
             result.delete += [p["metadata"]["name"]
@@ -211,7 +212,7 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
         # (other endpoints' rollouts), until the backoff runs out
         for rp in plans:
             rp.plan.create, rp.plan.complete = [], []
-        result.wake_at = refusal.retry_at()
+        result.wake_at = min(refusal.retry_at(), result.wake_at or refusal.retry_at())
     writes = sum(rp.size * (len(rp.plan.create) + len(rp.plan.place)) + sum(
         rp.size - len(rp.plan.groups[i].pods) for i in rp.plan.complete) for rp in plans)
     waiting: list[str] = []

@@ -111,8 +111,8 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
                       or from_progress(status.get("progress")))
     _hold(decided, quota)
     _creation(snapshot.refused.get((namespace, name)), decided, pods, status, clock)
-    wakes = [w for w in (decided.wake_at, _unschedulable_wake(pods, restart_of(job), clock))
-             if w is not None]
+    wakes = [w for w in (decided.wake_at, _unschedulable_wake(pods, restart_of(job), clock),
+                         quota.wake_at if quota else None) if w is not None]
     result = JobDecision(job, status, {}, list(decided.events), decided, spec=spec,
                          observed={p["metadata"]["name"]: p for p in pods},
                          wake_at=min(wakes, default=None), quota=quota)
@@ -191,8 +191,8 @@ def _under_kueue(snapshot: Snapshot, job: Obj, spec: TrainingJobSpec, pods: list
         return None, spec
     meta = job["metadata"]
     busy = bool((job.get("status") or {}).get("placement")) or any(map(is_active, pods))
-    quota = quota_for(job, lambda: kueue.workload(job, spec, fabric_of(snapshot, spec)), busy,
-                      snapshot.workloads, snapshot.flavors, snapshot.kueue, at)
+    quota = quota_for(snapshot, job, lambda: kueue.workload(job, spec, fabric_of(snapshot, spec)),
+                      busy, at)
     if quota.evicted:
         snapshot.preempting[(meta["namespace"], meta["name"])] = Mark(
             "Kueue", None, quota.evicted, verb="evicted")

@@ -36,30 +36,28 @@ from goodput_operator.resources.pods import is_active
 Obj = dict[str, Any]
 
 
-def quota_for(obj: Obj, make: Callable[[], Obj], busy: bool,
-              workloads: Mapping[tuple[str, str], Obj],
-              flavors: Mapping[str, Mapping[str, str]], served: bool, at: str) -> Quota:
-    """OBJ (a job or an endpoint under Kueue) as its Workload stands. MAKE: builds the
-    Workload; BUSY: its pods still hold nodes (an eviction gives the quota back only once
-    they are gone); WORKLOADS and FLAVORS: what the cluster holds (flavor -> its node
-    labels); SERVED: whether the cluster serves Kueue's Workload API at all; AT: the
-    pass's time, stamped."""
+def quota_for(snapshot: Snapshot, obj: Obj, make: Callable[[], Obj], busy: bool,
+              at: str) -> Quota:
+    """OBJ (a job or an endpoint under Kueue) as its Workload stands in SNAPSHOT (with the
+    ResourceFlavors' node labels, and whether the cluster serves Kueue's Workload API at
+    all). MAKE: builds the Workload; BUSY: its pods still hold nodes (an eviction gives
+    the quota back only once they are gone); AT: the pass's time, stamped."""
     meta = obj["metadata"]
     name = kueue.workload_name(obj)
-    wl = workloads.get((meta["namespace"], name))
+    wl = snapshot.workloads.get((meta["namespace"], name))
 
     def held(reason: str, message: str, **more: Any) -> Quota:
         return Quota(name, True, ConditionUpdate("Admitted", False, reason, message), **more)
 
     if wl is None:
-        if not served:
+        if not snapshot.kueue:
             return held("KueueUnavailable", "it names a Kueue queue but this cluster serves "
                         "no Kueue Workloads (kueue.x-k8s.io/v1beta2): it waits")
         if not kueue.queue_of(obj):
             return held("WorkloadMissing", f"waiting for Workload {name}, which MultiKueue "
                         "creates with it")
-        return held("Queued", f"waiting for Kueue: Workload {name} created in LocalQueue "
-                    f"{kueue.queue_of(obj)}", create=make())
+        return creating(snapshot, obj, name, make, f"waiting for Kueue: Workload {name} "
+                        f"created in LocalQueue {kueue.queue_of(obj)}")
     admission = (wl.get("status") or {}).get("admission") or {}
     queue = admission.get("clusterQueue") or ""
     finished = kueue.condition(wl, "Finished")
@@ -76,7 +74,7 @@ def quota_for(obj: Obj, make: Callable[[], Obj], busy: bool,
                     patch=kueue.released(wl, evicted, at))
     if kueue.condition(wl, "Admitted") is None:
         return held("Queued", f"waiting for Kueue to admit Workload {name}{_why(wl)}"[:1024])
-    labels, missing = _node_labels(admission, flavors)
+    labels, missing = _node_labels(admission, snapshot.flavors)
     if missing:
         return held("Admitted", f"admitted by ClusterQueue {queue}; waiting to read "
                     f"ResourceFlavor(s) {', '.join(missing)}")
@@ -85,6 +83,24 @@ def quota_for(obj: Obj, make: Callable[[], Obj], busy: bool,
         "Admitted", True, "Admitted",
         f"admitted by ClusterQueue {queue}" + (f" on nodes {said}" if said else "")),
         node_labels=labels)
+
+
+def creating(snapshot: Snapshot, obj: Obj, name: str, make: Callable[[], Obj],
+             message: str) -> Quota:
+    """OBJ's Workload NAME is to be created (MAKE builds it): queued, saying MESSAGE; or,
+    when the API server refused it for good (a webhook's or the schema's no), held with
+    its words, and tried again only once the backoff has run out."""
+    meta = obj["metadata"]
+    held = (str(obj.get("kind") or "TrainingJob"), meta["namespace"], meta["name"])
+    workload, refusal = snapshot.workload_refusals.get(held, ("", None))
+    if refusal is None or workload != name:
+        return Quota(name, True, ConditionUpdate("Admitted", False, "Queued", message),
+                     create=make())
+    retry = snapshot.clock >= refusal.retry_at()
+    return Quota(name, True, ConditionUpdate(
+        "Admitted", False, "WorkloadRefused",
+        f"the API server refused its Workload {name}: {refusal.message}"[:1024]),
+        create=make() if retry else None, wake_at=None if retry else refusal.retry_at())
 
 
 def _node_labels(admission: Obj, flavors: Mapping[str, Mapping[str, str]]
@@ -147,8 +163,8 @@ def handoff(snapshot: Snapshot, obj: Obj, make: Callable[[Fabric], Obj]
         body = make(Fabric.of(snapshot.groups[group]))
     except ValidationError:  # admission refuses these; nothing to count quota by
         return None, None
-    return None, Quota(name, True, ConditionUpdate("Admitted", False, "Queued", ""),
-                       create=body)
+    quota = creating(snapshot, obj, name, lambda: body, "")
+    return (quota.condition if quota.condition.reason == "WorkloadRefused" else None), quota
 
 
 def decide_delegated(snapshot: Snapshot, job: Obj, at: str) -> JobDecision:
@@ -156,13 +172,15 @@ def decide_delegated(snapshot: Snapshot, job: Obj, at: str) -> JobDecision:
     status = job.get("status") or {}
     said, quota = handoff(snapshot, job, lambda fabric: kueue.workload(
         job, TrainingJobSpec.model_validate(job["spec"]), fabric))
+    wake_at = quota.wake_at if quota is not None else None
     if said is None:
-        return JobDecision(job, status, {}, quota=quota)
+        return JobDecision(job, status, {}, quota=quota, wake_at=wake_at)
     return JobDecision(job, status, {
         "phase": "Pending", "message": said.message,
         "conditions": set_condition(list(status.get("conditions") or []), said.type, False,
                                     said.reason, said.message,
-                                    job["metadata"].get("generation"), at)}, quota=quota)
+                                    job["metadata"].get("generation"), at)}, quota=quota,
+                       wake_at=wake_at)
 
 
 def _why(wl: Obj) -> str:
@@ -195,6 +213,5 @@ def endpoint_quota(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec,
     if not kueue.under_kueue(ie):
         return None
     fabric = Fabric.of(snapshot.groups[spec.ultra_server_group])
-    return quota_for(ie, lambda: kueue.endpoint_workload(ie, spec, fabric),
-                     any(map(is_active, pods)), snapshot.workloads, snapshot.flavors,
-                     snapshot.kueue, at)
+    return quota_for(snapshot, ie, lambda: kueue.endpoint_workload(ie, spec, fabric),
+                     any(map(is_active, pods)), at)

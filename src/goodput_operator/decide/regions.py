@@ -306,11 +306,12 @@ def decide_handed_off(snapshot: Snapshot, ie: Obj, at: str) -> EndpointDecision:
         return EndpointDecision(ie, status, {}, drop=[ie["metadata"]["name"]])  # orphaned
     said, quota = handoff(snapshot, ie, lambda fabric: kueue.endpoint_workload(
         ie, InferenceEndpointSpec.model_validate(ie["spec"]), fabric))
+    wake_at = quota.wake_at if quota is not None else None
     if said is None:
-        return EndpointDecision(ie, status, {}, quota=quota)
+        return EndpointDecision(ie, status, {}, quota=quota, wake_at=wake_at)
     generation = ie["metadata"].get("generation")
     conditions = set_condition(list(status.get("conditions") or []), said.type, False,
                                said.reason, said.message, generation, at)
     return EndpointDecision(ie, status, {"conditions": set_condition(
         conditions, "Ready", False, "NotAdmitted", said.message, generation, at)},
-        quota=quota)
+        quota=quota, wake_at=wake_at)

@@ -13,7 +13,7 @@ from typing import Any
 
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.autoscaling.algorithm import Decision as ScalingDecision
-from goodput_operator.decide.types import Refusal
+from goodput_operator.decide.types import OwnerKey, Refusal
 from goodput_operator.health.badput import REFRESH_SECONDS
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.probing import Inconclusive
@@ -87,6 +87,9 @@ class Snapshot:
     workloads: Mapping[Key, Obj] = field(default_factory=dict)
     flavors: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     kueue: bool = False
+    # Workloads the API server refused to create, by their owner (kind, namespace, name):
+    # the Workload's name and the refusal (said on the owner, tried again after a backoff)
+    workload_refusals: Mapping[OwnerKey, tuple[str, Refusal]] = field(default_factory=dict)
     delegated: Sequence[Obj] = ()  # jobs MultiKueue runs elsewhere (spec.managedBy)
     delegated_endpoints: Sequence[Obj] = ()  # and endpoints (a multi-region one's replicas)
     cluster_name: str = ""  # this cluster's name, written into job statuses when set

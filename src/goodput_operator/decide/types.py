@@ -54,6 +54,9 @@ class ProbeStart(NamedTuple):
     run: int
 
 
+OwnerKey = tuple[str, str, str]  # an object by kind, namespace and name
+
+
 class Refusal(NamedTuple):
     """The API server refused to create a workload's children for good (an invalid pod, a
     PodSecurity or webhook denial; not a conflict or throttling) TIMES passes in a row."""
@@ -85,6 +88,7 @@ class Quota:
     create: Obj | None = None  # a Workload to create
     patch: Obj | None = None  # a status patch of the Workload below
     target: Obj | None = None  # the Workload the patch is for (its resourceVersion)
+    wake_at: float | None = None  # a refused create is tried again then (Refusal.retry_at)
 
     @property
     def message(self) -> str:
