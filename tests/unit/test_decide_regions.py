@@ -13,7 +13,13 @@ from goodput_operator import names
 from goodput_operator.api.inferenceendpoint import InferenceEndpointStatus, MultiRegion
 from goodput_operator.autoscaling.algorithm import Decision
 from goodput_operator.decide import Scaled, decide_endpoints, trial
-from goodput_operator.decide.regions import Replica, plan_regions, revision
+from goodput_operator.decide.regions import (
+    DROPPED_PER_PASS,
+    SENT_PER_PASS,
+    Replica,
+    plan_regions,
+    revision,
+)
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import workload as kueue
 from tests.unit.world import GROUP, NOW, conditions, world
@@ -216,3 +222,22 @@ def test_with_scaling_the_autoscalers_decision_sizes_the_whole_endpoint() -> Non
         ["east", "east"]  # where the room is
     assert all("scaling" not in c["spec"] for c in decided.children)
     assert decided.desired["lastScaling"]["to"] == 4 and decided.scaling_recorded == [""]
+
+
+def test_a_huge_endpoint_sends_a_bounded_number_of_replicas_a_pass() -> None:
+    huge = parent()
+    huge["spec"] = {**PARENT_SPEC, "replicas": 4096}
+    snapshot = world(None, endpoints=[huge], kueue=True)
+    with trial(snapshot):
+        [decided] = decide_endpoints(snapshot, [])
+    assert len(decided.children) == SENT_PER_PASS
+    assert decided.desired["replicas"] == SENT_PER_PASS  # what exists or was sent
+    assert sum(r["replicas"] for r in decided.desired["regions"]) == SENT_PER_PASS
+    # and back down to one: at most DROPPED_PER_PASS deletes a pass
+    many = [child(i, "east", True, 0, "cluster-e") for i in range(DROPPED_PER_PASS + 10)]
+    small = parent()
+    small["spec"] = {**PARENT_SPEC, "replicas": 1}
+    snapshot = world(None, endpoints=[small], delegated_endpoints=many, kueue=True)
+    with trial(snapshot):
+        [decided, *_] = decide_endpoints(snapshot, [])
+    assert len(decided.drop) == DROPPED_PER_PASS and not decided.children

@@ -45,6 +45,10 @@ from goodput_operator.resources.pods import child_name
 
 Obj = dict[str, Any]
 COPIED = ("ultraServerGroup", "model", "template", "replicaShape", "rollout", "port")
+# replicas one endpoint's pass sends and deletes at most (each is an object, a Workload and
+# MultiKueue's work): a tenant's 4,096-replica endpoint costs a bounded pass, and the rest
+# go in the passes right after (each write wakes the next)
+SENT_PER_PASS, DROPPED_PER_PASS = 32, 64
 
 
 @dataclass(frozen=True)
@@ -247,6 +251,7 @@ def decide_regions(snapshot: Snapshot, ie: Obj) -> EndpointDecision:
             if (until := parse_time(r.get("unavailableUntil"))) is not None}
     children = replicas_of(snapshot, ie)
     plan = plan_regions(policy, desired, [r for _, r in children], held, now)
+    plan.create, plan.delete = plan.create[:SENT_PER_PASS], plan.delete[:DROPPED_PER_PASS]
     result = EndpointDecision(ie, status, {}, drop=plan.delete)
     used = {r.name for _, r in children}
     queues = {r.name: r.queue for r in policy.regions}
