@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -142,12 +143,40 @@ def chart_kubeconfig(crds: Cluster, tmp_path_factory: pytest.TempPathFactory) ->
     kubeconfig holding a token of the chart's ServiceAccount. Every e2e test runs the
     operator with it, so a verb missing from the chart's RBAC fails a scenario, and one
     the operator never uses fails test_chart_rbac.py."""
-    crds.kubectl("create", "namespace", "goodput-probes", check=False)
-    helm.install(crds.kubeconfig, CHART_RELEASE, CHART_NAMESPACE, **CHART_VALUES)
-    token = crds.kubectl("create", "token", helm.account_name(CHART_RELEASE), "-n",
-                         CHART_NAMESPACE, "--duration=6h").stdout.strip()
-    return helm.service_account_kubeconfig(
-        crds.kubeconfig, token, tmp_path_factory.mktemp("chart") / "kubeconfig")
+    return chart_account(crds, tmp_path_factory.mktemp("chart") / "kubeconfig")
+
+
+def chart_account(cluster: Cluster, kubeconfig: Path) -> Path:
+    """The chart installed in CLUSTER (no replicas) and KUBECONFIG written with a token of
+    its ServiceAccount: an operator run with it has the chart's RBAC and nothing more."""
+    cluster.kubectl("create", "namespace", "goodput-probes", check=False)
+    helm.install(cluster.kubeconfig, CHART_RELEASE, CHART_NAMESPACE, **CHART_VALUES)
+    token = cluster.kubectl("create", "token", helm.account_name(CHART_RELEASE), "-n",
+                            CHART_NAMESPACE, "--duration=6h").stdout.strip()
+    return helm.service_account_kubeconfig(cluster.kubeconfig, token, kubeconfig)
+
+
+CHART_ACCOUNT = f"system:serviceaccount:{CHART_NAMESPACE}:{helm.account_name(CHART_RELEASE)}"
+
+
+@dataclass
+class Audited:
+    """What the chart's ServiceAccount did in sandboxes that tests start and delete
+    themselves (their audit logs go with them): read before they go, for
+    test_chart_rbac.py."""
+
+    used: set[helm.Permission] = field(default_factory=set)
+    refused: list[str] = field(default_factory=list)
+
+    def read(self, audit_log: Path) -> None:
+        used, refused = helm.audited(audit_log, CHART_ACCOUNT)
+        self.used |= used
+        self.refused += refused
+
+
+@pytest.fixture(scope="session")
+def audited_elsewhere() -> Audited:
+    return Audited()
 
 
 @pytest.fixture(scope="session")

@@ -10,27 +10,38 @@ import pytest
 
 from tests import helm
 from tests.conftest import Cluster, wait_for
-from tests.e2e.conftest import CHART_NAMESPACE, CHART_RELEASE, CHART_VALUES, Operator
+from tests.e2e.conftest import (
+    CHART_ACCOUNT,
+    CHART_NAMESPACE,
+    CHART_RELEASE,
+    CHART_VALUES,
+    Audited,
+    Operator,
+)
 
 E2E = Path(__file__).parent
 
 
 def test_chart_rbac_is_exactly_what_the_operator_used(crds: Cluster, chart_kubeconfig: Path,
                                                       operator: Operator,
+                                                      audited_elsewhere: Audited,
                                                       request: pytest.FixtureRequest) -> None:
     """Runs last (tests/e2e/conftest.py orders it): nothing refused to the operator; and,
-    when the whole e2e suite ran, every granted verb was used at least once. Run alone, it
-    audits what the operator did from its start (its initial lists and watches)."""
+    when the whole e2e suite ran, every granted verb was used at least once, by the
+    session's operator or by those tests run in sandboxes of their own (Kueue's, in
+    test_multicluster.py). Run alone, it audits what the operator did from its start (its
+    initial lists and watches)."""
     if not crds.is_sandbox:
         pytest.skip("reads the sandbox API server's audit log")
     from goodput_operator.sandbox.cluster import Sandbox
 
     assert crds.sandbox_name
-    account = f"system:serviceaccount:{CHART_NAMESPACE}:{helm.account_name(CHART_RELEASE)}"
     log = Sandbox(crds.sandbox_name).audit_log
-    wait_for(lambda: helm.audited(log, account)[0], timeout=30,
-             what=f"a request by {account} in the audit log (is auditing on?)")
-    used, refused = helm.audited(log, account)
+    wait_for(lambda: helm.audited(log, CHART_ACCOUNT)[0], timeout=30,
+             what=f"a request by {CHART_ACCOUNT} in the audit log (is auditing on?)")
+    used, refused = helm.audited(log, CHART_ACCOUNT)
+    used |= audited_elsewhere.used
+    refused += audited_elsewhere.refused
     assert not refused, "the chart's RBAC refused the operator:\n" + "\n".join(refused)
     grants = helm.granted(CHART_RELEASE, CHART_NAMESPACE, **CHART_VALUES)
     assert all(any(helm.covers(g, u) for g in grants) for u in used)  # else it was refused

@@ -33,8 +33,10 @@ from goodput_operator.sdk import Reporter
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
     TRN2_TYPE,
+    Audited,
     Operator,
     apply,
+    chart_account,
     get_job,
     job_pods,
     training_job,
@@ -97,10 +99,12 @@ FLAVOR = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
 
 
 @pytest.fixture(scope="module")
-def regions(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Regions]:
-    """The manager and two regions, each with Kueue and an operator named after it; the
-    regions' ClusterQueue `regional` holds one job's chips, the manager's `global` four
-    and sends through MultiKueue to either region."""
+def regions(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
+            audited_elsewhere: Audited) -> Iterator[Regions]:
+    """The manager and two regions, each with Kueue and an operator named after it, acting
+    with the chart's ServiceAccount (what it did there is audited with the rest, before
+    the sandboxes go); the regions' ClusterQueue `regional` holds one job's chips, the
+    manager's `global` four and sends through MultiKueue to either region."""
     if not cluster.is_sandbox:
         pytest.skip("needs sandboxes of its own (three control planes side by side)")
     logs = tmp_path_factory.mktemp("multicluster")
@@ -123,7 +127,8 @@ def regions(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
                              quarantine={"notReadyGraceSeconds": 3,
                                          "maxUnavailable": "100%"})})
             apply(here, FLAVOR)
-            operator = Operator(here, logs / f"{box.name}.log",
+            account = chart_account(here, logs / f"{box.name}.kubeconfig")
+            operator = Operator(here, logs / f"{box.name}.log", account,
                                 extra_args=("--cluster-name", box.name))
             operator.start()
             started.append(Region(box.name, here, operator))
@@ -136,6 +141,8 @@ def regions(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
         for region in started:
             region.operator.stop()
         for box in boxes:
+            if box.audit_log.exists():
+                audited_elsewhere.read(box.audit_log)
             sandbox_cluster.down(box)
 
 
@@ -272,7 +279,12 @@ def test_under_quota_a_job_waits_is_preempted_with_a_checkpoint_and_starts_when_
     requeued = wait_phase(here, space, "low", "Recovering", timeout=60)["status"]
     incident = requeued["incidents"][-1]
     assert (incident["cause"], incident["action"]) == ("Preemption", "requeue")
-    assert "evicted by Kueue" in requeued["message"]
+    assert "evicted from ClusterQueue solo" in incident["message"]
+    preempted = {c["type"]: c for c in requeued["conditions"]}["Preempted"]
+    assert (preempted["status"], preempted["reason"]) == ("True", "Requeued")
+    assert "evicted by Kueue" in preempted["message"]
+    # the phase's message: first the requeue, then (its workers gone) the quota given back
+    assert "evicted" in requeued["message"], requeued["message"]
     wait_phase(here, space, "urgent", "Running", timeout=60)
     assert not job_pods(here, space, "low")
     assert status_of(here, space, "next")["phase"] == "Pending"

@@ -149,8 +149,11 @@ def start(sandbox: Sandbox, progress: Progress = build.print_progress) -> None:
     source = build.module_dir(KUEUE_COMPONENT)
     progress(f"Starting Kueue {KUEUE} for sandbox {sandbox.name!r}...")
     started = time.monotonic()
-    sandbox.kubectl("apply", "--server-side", "--force-conflicts", "-f",
-                    str(source / "config" / "components" / "crd" / "bases"), timeout=120)
+    crds = str(source / "config" / "components" / "crd" / "bases")
+    sandbox.kubectl("apply", "--server-side", "--force-conflicts", "-f", crds, timeout=120)
+    # served before the manager starts: it exits at once on a kind it cannot map yet
+    sandbox.kubectl("wait", "--for", "condition=Established", "--timeout=60s", "-f", crds,
+                    timeout=90)
     sandbox.kubectl("create", "namespace", NAMESPACE, check=False)
     procs.kill_pidfile(pidfile(sandbox))
     here = home(sandbox)
