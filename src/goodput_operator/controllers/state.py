@@ -331,7 +331,7 @@ class State:
                       now: float) -> None:
         """The outcome of creating OWNER's Workload: REFUSAL, the API server's words when it
         refused it for good (said on the owner; tried again after a backoff of at most
-        WORKLOAD_RETRY_SECONDS); None clears."""
+        2**WORKLOAD_RETRY_TIMES s); None clears."""
         if refusal is None:
             self.workload_refusals.pop(owner, None)
             return
