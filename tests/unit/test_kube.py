@@ -133,10 +133,9 @@ def test_a_workload_refused_for_good_is_noted_for_its_owner(status: int | None,
     owner = ("TrainingJob", "ns", "j")
     quota = Quota("trainingjob-j-abcde", True, ConditionUpdate("Admitted", False, "Queued", ""),
                   create={"kind": "Workload", "metadata": {"name": "trainingjob-j-abcde",
-                                                           "namespace": "ns"}})
+                                                           "namespace": "ns"}}, owner=owner)
     for _ in range(12):
-        asyncio.run(apply_quota(cast(Kube, RefusingKube(status)), quota, owner,
-                                state.note_workload))
+        asyncio.run(apply_quota(cast(Kube, RefusingKube(status)), quota, state.note_workload))
     if not said:
         assert owner not in state.workload_refusals
         return
@@ -144,7 +143,7 @@ def test_a_workload_refused_for_good_is_noted_for_its_owner(status: int | None,
     assert workload == "trainingjob-j-abcde" and "Refused" in refusal.message
     assert refusal.times == WORKLOAD_RETRY_TIMES  # the backoff stops growing
     assert state.wake.is_set()
-    asyncio.run(apply_quota(cast(Kube, RefusingKube(None)), quota, owner, state.note_workload))
+    asyncio.run(apply_quota(cast(Kube, RefusingKube(None)), quota, state.note_workload))
     assert owner not in state.workload_refusals  # created at last: nothing more to say
     state.note_workload(owner, workload, "no", 0.0)
     state.remove_job("ns", "j")

@@ -113,8 +113,7 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
                            for name in decided.delete))
     await _replicas(kube, decided)
     await write_status(kube, PLURAL, ie, decided.status, decided.desired, decided.events)
-    await apply_quota(kube, decided.quota, ("InferenceEndpoint", *decided.key),
-                      state.note_workload)
+    await apply_quota(kube, decided.quota, state.note_workload)
 
 
 async def _replicas(kube: Kube, decided: EndpointDecision) -> None:

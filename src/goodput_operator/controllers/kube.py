@@ -376,7 +376,7 @@ async def apply_each(kind: str, decisions: Iterable[D], apply: Callable[[D], Awa
     await asyncio.gather(*(one(decision) for decision in decisions))
 
 
-async def apply_quota(kube: Kube, quota: Quota | None, owner: OwnerKey,
+async def apply_quota(kube: Kube, quota: Quota | None,
                       noted: Callable[[OwnerKey, str, str | None, float], None]) -> None:
     """Under Kueue: create the object's Workload, or write what its status must say (quota
     given back after an eviction, finished). What becomes of a create is NOTED
@@ -385,21 +385,23 @@ async def apply_quota(kube: Kube, quota: Quota | None, owner: OwnerKey,
     if quota is None:
         return
     if quota.create is not None:
+        owner = quota.owner
         try:
             await asyncio.to_thread(kube.create, quota.create)
         except ApiException as err:
-            log.warning("%s %s/%s: Workload %s refused: %s", *owner, quota.workload,
-                        api_message(err))
-            if (words := refusal(err)) is not None:
+            log.warning("Workload %s/%s refused: %s", quota.create["metadata"]["namespace"],
+                        quota.workload, api_message(err))
+            if (words := refusal(err)) is not None and owner is not None:
                 noted(owner, quota.workload, words, time.time())
         else:
-            noted(owner, quota.workload, None, time.time())
+            if owner is not None:
+                noted(owner, quota.workload, None, time.time())
     if quota.patch is not None and quota.target is not None:
         try:
             await asyncio.to_thread(kube.patch_workload_status, quota.target, quota.patch)
         except ApiException as err:
-            log.warning("%s %s/%s: Workload %s: %s %s", *owner, quota.workload, err.status,
-                        err.reason)
+            log.warning("Workload %s/%s: %s %s", quota.target["metadata"]["namespace"],
+                        quota.workload, err.status, err.reason)
 
 
 async def write_status(kube: Kube, plural: str, obj: Obj, current: Obj, desired: Obj,

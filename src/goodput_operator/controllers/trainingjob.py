@@ -92,8 +92,7 @@ async def apply_job(state: State, kube: Kube, decision: JobDecision, clock: floa
     _measure(decision, clock)
     if decided is None or decision.spec is None:
         follow_up(state, await write_status(kube, PLURAL, job, status, desired, events))
-        await apply_quota(kube, decision.quota, ("TrainingJob", *decision.key),
-                          state.note_workload)
+        await apply_quota(kube, decision.quota, state.note_workload)
         return
     for probe in decision.probes:
         await ultraservergroup.start_probe(state, kube, probe)
@@ -107,7 +106,7 @@ async def apply_job(state: State, kube: Kube, decision: JobDecision, clock: floa
         await _children(state, kube, job, decided, placement, decision.observed)
         changed = await write_status(kube, PLURAL, job, status, desired, events)
     follow_up(state, changed)
-    await apply_quota(kube, decision.quota, ("TrainingJob", *decision.key), state.note_workload)
+    await apply_quota(kube, decision.quota, state.note_workload)
     await _expire(kube, job, decision.spec, {**status, **desired})
 
 

@@ -90,17 +90,17 @@ def creating(snapshot: Snapshot, obj: Obj, name: str, make: Callable[[], Obj],
     """OBJ's Workload NAME is to be created (MAKE builds it): queued, saying MESSAGE; or,
     when the API server refused it for good (a webhook's or the schema's no), held with
     its words, and tried again only once the backoff has run out."""
-    meta = obj["metadata"]
-    held = (str(obj.get("kind") or "TrainingJob"), meta["namespace"], meta["name"])
-    workload, refusal = snapshot.workload_refusals.get(held, ("", None))
+    owner = kueue.owner_key(obj)
+    workload, refusal = snapshot.workload_refusals.get(owner, ("", None))
     if refusal is None or workload != name:
         return Quota(name, True, ConditionUpdate("Admitted", False, "Queued", message),
-                     create=make())
+                     create=make(), owner=owner)
     retry = snapshot.clock >= refusal.retry_at()
     return Quota(name, True, ConditionUpdate(
         "Admitted", False, "WorkloadRefused",
         f"the API server refused its Workload {name}: {refusal.message}"[:1024]),
-        create=make() if retry else None, wake_at=None if retry else refusal.retry_at())
+        create=make() if retry else None, wake_at=None if retry else refusal.retry_at(),
+        owner=owner)
 
 
 def _node_labels(admission: Obj, flavors: Mapping[str, Mapping[str, str]]

@@ -89,6 +89,7 @@ class Quota:
     patch: Obj | None = None  # a status patch of the Workload below
     target: Obj | None = None  # the Workload the patch is for (its resourceVersion)
     wake_at: float | None = None  # a refused create is tried again then (Refusal.retry_at)
+    owner: OwnerKey | None = None  # whose Workload `create` is (its refusal is noted there)
 
     @property
     def message(self) -> str:

@@ -42,6 +42,12 @@ def workload_name(obj: Obj) -> str:
     return f"{str(obj.get('kind') or 'TrainingJob').lower()}-{meta['name'][:200]}-{digest}"
 
 
+def owner_key(obj: Obj) -> tuple[str, str, str]:
+    """OBJ by kind (as workload_name reads it), namespace and name."""
+    meta = obj["metadata"]
+    return str(obj.get("kind") or "TrainingJob"), meta["namespace"], meta["name"]
+
+
 def queue_of(obj: Obj) -> str | None:
     return (obj["metadata"].get("labels") or {}).get(QUEUE_LABEL)
 
