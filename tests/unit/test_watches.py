@@ -376,4 +376,6 @@ def test_a_cluster_without_kueue_is_said_and_looked_at_again(
         assert "managedFields" not in slim["metadata"] and "spec" not in slim
     finally:
         watch.stop()
+        if watch._thread is not None:  # done before the test is: it logs nothing after
+            loop.run_until_complete(loop.run_in_executor(None, watch._thread.join, 10))
         loop.close()
