@@ -30,10 +30,12 @@ demo: venv
 demo-down: venv
 	SANDBOX=$(SANDBOX) scripts/demo-down.sh
 
-## test: verify (lint, type-check, generated files), build the sandbox binaries (first
-## time), then every test (unit, integration, e2e) on a fresh sandbox
-test: venv verify real-node-deps build-sandbox prometheus
-	$(BIN)/pytest $(PYTEST_ARGS)
+## test: everything (tests/lanes.py): lint, types, generated files and the unit suite while
+## the sandbox's components build (first time), then the cluster tests in two lanes at once
+## (the real-node module; every other integration and e2e module), a timing summary at the
+## end. PYTEST_ARGS go to every pytest run (e.g. -k, -x); logs in build/test-logs/
+test: venv
+	$(BIN)/python -m tests.lanes $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)

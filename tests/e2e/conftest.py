@@ -129,12 +129,19 @@ def scoped_operator(e2e: Operator, crds: Cluster, namespace: str, kubeconfig: Pa
         e2e.start()
 
 
+LATE_MODULES = ("test_multicluster.py",)
+"""e2e modules that run after the others: they need Kueue, which `make test` builds last
+(minutes on a cold machine), beside the tests that need no Kueue."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Integration tests run before every e2e test, whatever order the command line named
     them in: the e2e operator (session-wide, once started) would reconcile their objects.
-    The RBAC audit reads what every other e2e test made the operator do: it runs last."""
+    The LATE_MODULES come after the other e2e tests. The RBAC audit reads what every other
+    e2e test made the operator do: it runs last."""
     items.sort(key=lambda item: ("e2e" in item.path.parts,
-                                 item.name.startswith("test_chart_rbac")))
+                                 item.name.startswith("test_chart_rbac"),
+                                 item.path.name in LATE_MODULES))
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ with a token of the chart's ServiceAccount, and the API server's audit log says 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,9 @@ def test_chart_rbac_is_exactly_what_the_operator_used(crds: Cluster, chart_kubec
     grants = helm.granted(CHART_RELEASE, CHART_NAMESPACE, **CHART_VALUES)
     assert all(any(helm.covers(g, u) for g in grants) for u in used)  # else it was refused
     ran = {Path(str(item.fspath)).name for item in request.session.items}
+    # modules another lane of the same `make test` runs (tests/lanes.py): the real-node
+    # module's operator runs in a sandbox of its own, whose audit this test never read
+    ran |= set(os.environ.get("GOODPUT_TEST_ELSEWHERE", "").split())
     if not {p.name for p in E2E.glob("test_*.py")} <= ran:
         pytest.skip("the unused-permission half needs the whole e2e suite")
     unused = sorted(g for g in grants if not any(helm.covers(g, u) for u in used))

@@ -33,7 +33,18 @@ _REQUIRE_LINE = re.compile(r"^require\s+(\S+)\s+v", re.MULTILINE)
 
 
 class BuildError(RuntimeError):
-    """A build step failed; the message is one line that says what to do."""
+    """A build step failed; the message is one line that says what to do, and LOG (when
+    there is one) holds everything the step printed."""
+
+    def __init__(self, message: str, log: Path | None = None) -> None:
+        super().__init__(message)
+        self.log = log
+
+    def tail(self, lines: int = 20) -> str:
+        """The last LINES lines of the step's log ('' without one), for a report."""
+        if self.log is None or not self.log.is_file():
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
 def cache_root() -> Path:
@@ -134,13 +145,21 @@ class _Go:
         self.workdir = workdir
         self.env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
 
+    @property
+    def log(self) -> Path:
+        """Every go command's stderr in this module, kept for a failure's report."""
+        return self.workdir / "build.log"
+
     def run(self, *args: str) -> str:
         proc = subprocess.run(
             [self.go, *args], cwd=self.workdir, env=self.env, capture_output=True, text=True,
             check=False,
         )
+        if self.workdir.is_dir():
+            with self.log.open("a") as log:
+                log.write(f"$ go {' '.join(args)}\n{proc.stderr}")
         if proc.returncode != 0:
-            raise BuildError(_one_line_failure(args, proc.stderr))
+            raise BuildError(_one_line_failure(args, proc.stderr), self.log)
         return proc.stdout
 
     def build_with_progress(self, args: Sequence[str], total: int, label: str,
@@ -153,6 +172,8 @@ class _Go:
         assert proc.stderr is not None
         compiled = 0
         errors: list[str] = []
+        log = self.log.open("a")
+        log.write(f"$ go build -v {' '.join(args)}\n")
         started = time.monotonic()
         stop = threading.Event()
 
@@ -165,6 +186,7 @@ class _Go:
         ticker.start()
         try:
             for line in proc.stderr:
+                log.write(line)
                 line = line.rstrip()
                 if re.match(r"^[\w.\-]+(/[\w.\-~]+)*$", line):
                     compiled += 1
@@ -173,8 +195,9 @@ class _Go:
             proc.wait()
         finally:
             stop.set()
+            log.close()
         if proc.returncode != 0:
-            raise BuildError(_one_line_failure(("build", *args), "\n".join(errors)))
+            raise BuildError(_one_line_failure(("build", *args), "\n".join(errors)), self.log)
 
 
 def _one_line_failure(args: Sequence[str], stderr: str) -> str:
@@ -204,6 +227,7 @@ def module_dir(component: Component, go_cmd: str | None = None) -> Path:
 
 def _prepare_wrapper(go: _Go, component: Component) -> None:
     go.workdir.mkdir(parents=True, exist_ok=True)
+    go.log.write_text("")  # this build's output alone
     module = f"module goodput.dev/sandbox/build/{component.name}\n\ngo 1.26\n"
     (go.workdir / "go.mod").write_text(module)
     (go.workdir / "go.sum").unlink(missing_ok=True)

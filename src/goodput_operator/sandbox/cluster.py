@@ -315,10 +315,13 @@ def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,
     sandbox.kubeconfig.unlink(missing_ok=True)
     progress(f"Starting control plane {sandbox.name!r} (Kubernetes {KUBERNETES}, etcd {ETCD}, "
              f"kwok {KWOK}) on 127.0.0.1...")
-    sandbox.kwokctl(
-        "create", "cluster", "--name", sandbox.name, "--config", str(config_path),
-        "--kubeconfig", str(sandbox.kubeconfig), "--wait", "120s", timeout=240,
-    )
+    # one create at a time on this host: kwokctl picks each component's port by finding
+    # one unused, and two sandboxes started at once (test lanes) could pick the same
+    with build._locked(build.cache_root() / "locks" / "kwokctl-create.lock"):
+        sandbox.kwokctl(
+            "create", "cluster", "--name", sandbox.name, "--config", str(config_path),
+            "--kubeconfig", str(sandbox.kubeconfig), "--wait", "120s", timeout=240,
+        )
     all_nodes = fleet.nodes(chosen)
     create_nodes(sandbox, all_nodes[real_nodes:], chosen.name, progress)
     start_drivers(sandbox, all_nodes[real_nodes:], progress)

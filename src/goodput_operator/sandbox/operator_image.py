@@ -99,6 +99,13 @@ def build_image(tag: str = __version__, dockerfile: Path | None = None,
     if not dockerfile.is_file():
         raise images.ImageError(f"no Dockerfile at {dockerfile}: the operator image is built "
                                 "from a checkout of the goodput-operator repository")
+    # one build at a time on this storage: `make test` builds the image before the
+    # real-node lane starts, and that lane's fixture asks for it again
+    with build._locked(build.cache_root() / "locks" / "operator-image.lock"):
+        return _build_image(tag, dockerfile, progress)
+
+
+def _build_image(tag: str, dockerfile: Path, progress: Progress) -> OperatorImage:
     started = time.monotonic()
     base = base_image(progress)
     name = f"{REPOSITORY}:{tag}"

@@ -1,0 +1,87 @@
+"""`make test`'s runner (tests/lanes.py): every cluster test in exactly one lane, lanes that
+share no sandbox, and a summary read from pytest's own reports."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests import lanes
+
+pytestmark = pytest.mark.unit
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def lane_modules(lane: lanes.Lane) -> set[Path]:
+    """The test modules LANE's pytest collects: its paths, less what it ignores."""
+    chosen: set[Path] = set()
+    ignored = {lanes.ROOT / arg.removeprefix("--ignore=") for arg in lane.args
+               if arg.startswith("--ignore=")}
+    for arg in lane.args:
+        if arg.startswith("-"):
+            continue
+        path = lanes.ROOT / arg
+        chosen |= {path} if path.is_file() else set(path.glob("test_*.py"))
+    return chosen - ignored
+
+
+def test_every_cluster_test_module_runs_in_exactly_one_lane() -> None:
+    cluster_modules = {*TESTS.glob("integration/test_*.py"), *TESTS.glob("e2e/test_*.py")}
+    seen: dict[Path, str] = {}
+    for lane in lanes.LANES:
+        for module in lane_modules(lane):
+            assert module not in seen, f"{module.name} in lanes {seen[module]} and {lane.name}"
+            seen[module] = lane.name
+    assert set(seen) == cluster_modules, sorted(p.name for p in cluster_modules ^ set(seen))
+
+
+def test_lanes_share_no_session_sandbox_and_need_only_steps_the_run_has() -> None:
+    assert len({lane.sandbox for lane in lanes.LANES}) == len(lanes.LANES)
+    steps = {"host packages", "images", "kubernetes", "etcd", "kwok", "helm", "coredns",
+             "kueue"}
+    assert all(set(lane.needs) <= steps for lane in lanes.LANES)
+
+
+def test_the_junit_report_gives_counts_and_each_modules_seconds(tmp_path: Path) -> None:
+    report = tmp_path / "r.xml"
+    report.write_text("""<?xml version="1.0"?><testsuites><testsuite>
+      <testcase classname="tests.e2e.test_a" name="test_one" time="10.5"/>
+      <testcase classname="tests.e2e.test_a.TestGroup" name="test_two" time="1.5">
+        <failure message="boom"/></testcase>
+      <testcase classname="tests.e2e.test_b" name="test_three" time="2">
+        <skipped message="no"/></testcase>
+      <testcase classname="tests.e2e.test_b" name="test_four" time="1"><error/></testcase>
+    </testsuite></testsuites>""")
+    counts = lanes.read_report(report)
+    assert (counts.passed, counts.failed, counts.skipped) == (1, 2, 1)
+    assert counts.modules == {"tests.e2e.test_a": 12.0, "tests.e2e.test_b": 3.0}
+    assert counts.line() == "1 passed, 2 failed, 1 skipped"
+    assert lanes.read_report(tmp_path / "absent.xml").line() == "0 passed, 0 failed, 0 skipped"
+
+
+def test_a_failed_runs_report_starts_at_pytests_failures_section() -> None:
+    log = "collected 3\n....F\n===== FAILURES =====\n___ test_x ___\nE boom\n" \
+          "=== short test summary info ===\nFAILED tests/e2e/test_a.py::test_x - boom\n"
+    shown = lanes.failures(log)
+    assert shown.startswith("===== FAILURES =====")
+    assert "FAILED tests/e2e/test_a.py::test_x - boom" in shown
+    assert lanes.failures("no sections\nat all") == "no sections\nat all"
+
+
+def test_a_step_whose_need_failed_never_starts_and_says_which() -> None:
+    run = lanes.Run([])
+    run.declare("build", "after")
+    started = threading.Event()
+
+    def broken(step: lanes.Step) -> None:
+        raise RuntimeError("go build failed")
+    run.after(["build"], "after", lambda step: started.set()).join(timeout=0.01)
+    run.step("build", broken)
+    run.steps["after"].done.wait(timeout=5)
+    assert not started.is_set()
+    assert run.steps["after"].ok is False
+    assert run.steps["after"].note == "RuntimeError: not started: build failed"
+    assert run.steps["build"].note == "RuntimeError: go build failed"
