@@ -25,7 +25,15 @@ from typing import Any
 
 import yaml
 
-from goodput_operator.sandbox import build, hostnet, images, kubeproxy, operator_image, procs
+from goodput_operator.sandbox import (
+    build,
+    hostnet,
+    images,
+    kubeproxy,
+    operator_image,
+    procs,
+    seed,
+)
 from goodput_operator.sandbox.versions import COREDNS_COMPONENT, KUBERNETES_COMPONENT
 
 REAL_LABEL = "sandbox.goodput.dev/real-node"  # the sandbox's mark; the operator ignores it
@@ -232,10 +240,14 @@ class Runtime:
         (node.dir / "cni").mkdir(exist_ok=True)
         (node.dir / "cni" / "10-goodput.conflist").write_text(json.dumps(cni_config(node)))
         (node.dir / "containerd.toml").write_text(containerd_config(node))
+        everywhere = images.ensure_images(self.progress)
+        root = node.dir / "containerd" / "root"  # containerd_config's root
+        planted = not root.exists() and seed.plant(seed.seed_root(everywhere, self.progress),
+                                                     root)
         self._start_containerd(node)
         # the operator's image goes where the operator runs (tags saved by `make image`)
         system = operator_image.saved() if node.is_system else []
-        for image in [*images.ensure_images(self.progress), *system]:
+        for image in [*([] if planted else everywhere), *system]:
             images.import_image(node.ctr(), image)
         (node.dir / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_config(node)))
         self.restart_dns()
