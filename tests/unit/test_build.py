@@ -99,3 +99,19 @@ def test_failed_go_command_names_the_cause() -> None:
     assert line.startswith("go mod download failed:")
     assert "module proxy was not reachable" in line
     assert "\n" not in line
+
+
+def test_a_failed_go_command_keeps_its_output_for_the_reports_tail(tmp_path: Path) -> None:
+    fake_go = tmp_path / "go"
+    fake_go.write_text("#!/bin/sh\necho 'compiling k8s.io/api' >&2\n"
+                       "echo 'cmd/kubelet: undefined: Foo' >&2\nexit 1\n")
+    fake_go.chmod(0o755)
+    go = build._Go(str(fake_go), tmp_path / "work", keep_log=True)
+    go.workdir.mkdir()
+    with pytest.raises(build.BuildError) as caught:
+        go.run("build", "./...")
+    assert str(caught.value) == "go build ./... failed: cmd/kubelet: undefined: Foo"
+    assert caught.value.log == go.log
+    assert caught.value.tail().splitlines() == [
+        "$ go build ./...", "compiling k8s.io/api", "cmd/kubelet: undefined: Foo"]
+    assert build.BuildError("no log").tail() == ""

@@ -140,9 +140,10 @@ def _locked(path: Path) -> Iterator[None]:
 class _Go:
     """Runs go commands in one wrapper module, turning failures into BuildError."""
 
-    def __init__(self, go: str, workdir: Path) -> None:
+    def __init__(self, go: str, workdir: Path, keep_log: bool = False) -> None:
         self.go = go
         self.workdir = workdir
+        self.keep_log = keep_log  # a component's build: its output kept in LOG
         self.env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
 
     @property
@@ -155,7 +156,7 @@ class _Go:
             [self.go, *args], cwd=self.workdir, env=self.env, capture_output=True, text=True,
             check=False,
         )
-        if self.workdir.is_dir():
+        if self.keep_log:
             with self.log.open("a") as log:
                 log.write(f"$ go {' '.join(args)}\n{proc.stderr}")
         if proc.returncode != 0:
@@ -172,7 +173,7 @@ class _Go:
         assert proc.stderr is not None
         compiled = 0
         errors: list[str] = []
-        log = self.log.open("a")
+        log = self.log.open("a") if self.keep_log else open(os.devnull, "w")  # noqa: SIM115
         log.write(f"$ go build -v {' '.join(args)}\n")
         started = time.monotonic()
         stop = threading.Event()
@@ -227,7 +228,8 @@ def module_dir(component: Component, go_cmd: str | None = None) -> Path:
 
 def _prepare_wrapper(go: _Go, component: Component) -> None:
     go.workdir.mkdir(parents=True, exist_ok=True)
-    go.log.write_text("")  # this build's output alone
+    if go.keep_log:
+        go.log.write_text("")  # this build's output alone
     module = f"module goodput.dev/sandbox/build/{component.name}\n\ngo 1.26\n"
     (go.workdir / "go.mod").write_text(module)
     (go.workdir / "go.sum").unlink(missing_ok=True)
@@ -249,7 +251,7 @@ def build(component: Component, progress: Progress = print_progress) -> Path:
     with _locked(cache_root() / "locks" / f"{component.key}.lock"):
         if is_built(component):
             return target
-        go = _Go(find_go(), cache_root() / "build" / component.key)
+        go = _Go(find_go(), cache_root() / "build" / component.key, keep_log=True)
         progress(f"Building {component.name} {component.version} from Go modules "
                  "(first time only; cached afterwards)...")
         started = time.monotonic()
