@@ -173,7 +173,7 @@ class _Go:
         assert proc.stderr is not None
         compiled = 0
         errors: list[str] = []
-        log = self.log.open("a") if self.keep_log else open(os.devnull, "w")  # noqa: SIM115
+        log = self.log.open("a")  # only a component's build compiles: its log is kept
         log.write(f"$ go build -v {' '.join(args)}\n")
         started = time.monotonic()
         stop = threading.Event()

@@ -69,3 +69,11 @@ def wait(probe: Callable[[], bool], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise ProcessError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(0.2)
+
+
+def start_containerd(config: Path, socket: Path, log: Path, pidfile: Path) -> None:
+    """containerd with CONFIG, returned once it answers on SOCKET (a node's, the seed's)."""
+    spawn(["containerd", "--config", str(config)], log, pidfile)
+    wait(lambda: socket.exists() and subprocess.run(
+        ["ctr", "--address", str(socket), "version"], capture_output=True,
+        check=False).returncode == 0, 30, f"containerd (log {log})")

@@ -260,11 +260,8 @@ class Runtime:
         return node
 
     def _start_containerd(self, node: RealNode) -> None:
-        procs.spawn(["containerd", "--config", str(node.dir / "containerd.toml")],
-                    node.dir / "containerd.log", node.dir / "containerd.pid")
-        procs.wait(lambda: node.socket.exists() and subprocess.run(
-            [*node.ctr(), "version"], capture_output=True, check=False).returncode == 0,
-            30, f"containerd of {node.name} (log {node.dir / 'containerd.log'})")
+        procs.start_containerd(node.dir / "containerd.toml", node.socket,
+                               node.dir / "containerd.log", node.dir / "containerd.pid")
 
     def start_kubelet(self, node: RealNode) -> None:
         kubelet = build.binary_path(KUBERNETES_COMPONENT, "kubelet")

@@ -54,15 +54,10 @@ def seed_root(seeded: Sequence[images.Image], progress: build.Progress) -> Path:
             f'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
             f'[grpc]\naddress = {json.dumps(str(socket))}\n')
         pidfile = folder / "containerd.pid"
-        procs.spawn(["containerd", "--config", str(config)], folder / "containerd.log",
-                    pidfile)
         try:
-            ctr = ["ctr", "--address", str(socket)]
-            procs.wait(lambda: socket.exists() and subprocess.run(
-                [*ctr, "version"], capture_output=True, check=False).returncode == 0,
-                30, f"the seed's containerd (log {folder / 'containerd.log'})")
+            procs.start_containerd(config, socket, folder / "containerd.log", pidfile)
             for image in seeded:
-                images.import_image(ctr, image)
+                images.import_image(["ctr", "--address", str(socket)], image)
         finally:
             procs.kill_pidfile(pidfile)  # SIGTERM: its databases closed cleanly
         shutil.rmtree(folder / "state", ignore_errors=True)
