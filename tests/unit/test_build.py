@@ -50,10 +50,23 @@ def test_relative_replaces_of_required_modules_are_repinned() -> None:
         ("go.etcd.io/etcd/server/v3", "server"),
         ("helm.sh/helm/v3/cmd/helm", "helm"),
         ("sigs.k8s.io/kwok/cmd/kwokctl", "kwokctl"),
+        (versions.wrapper_module("coredns"), "coredns"),
     ],
 )
 def test_go_binary_name_follows_go_build(package: str, binary: str) -> None:
     assert build.go_binary_name(package) == binary
+
+
+def test_a_main_of_our_own_is_cached_apart_from_upstreams_command() -> None:
+    # a warm cache holding CoreDNS built from its own main must not pass for the trimmed one
+    component = versions.COREDNS_COMPONENT
+    assert component.key.startswith(f"coredns-{versions.COREDNS}-")
+    upstream = versions.Component(component.name, component.module, component.version,
+                                  {component.module: "coredns"})
+    assert upstream.key == f"coredns-{versions.COREDNS}"
+    other = versions.Component(component.name, component.module, component.version,
+                               component.binaries, main_go="package main\n")
+    assert len({component.key, upstream.key, other.key}) == 3
 
 
 def test_kubernetes_binaries_are_stamped_with_their_version() -> None:
@@ -62,6 +75,12 @@ def test_kubernetes_binaries_are_stamped_with_their_version() -> None:
     assert f"k8s.io/client-go/pkg/version.gitVersion={versions.KUBERNETES}" in flags
     assert "gitMinor=36" in flags
     assert flags.startswith("-s -w")
+
+
+def test_no_compile_makes_debug_information_the_linker_strips() -> None:
+    flags = build.build_flags(versions.COREDNS_COMPONENT)
+    assert "-s -w" in flags[flags.index("-ldflags") + 1]
+    assert "-gcflags=all=-dwarf=false" in flags and "-trimpath" in flags
 
 
 def test_binaries_are_cached_per_version_outside_the_repo(monkeypatch: pytest.MonkeyPatch,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 import tarfile
 import tomllib
 from pathlib import Path
@@ -14,7 +15,16 @@ import pytest
 import yaml
 
 from goodput_operator import names
-from goodput_operator.sandbox import build, cluster, fleet, hostnet, images, kubeproxy, realnode
+from goodput_operator.sandbox import (
+    build,
+    cluster,
+    fleet,
+    hostnet,
+    images,
+    kubeproxy,
+    realnode,
+    versions,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -55,6 +65,21 @@ def test_the_kubelet_settings_that_the_traps_need() -> None:
     assert config["clusterDNS"] == ["10.244.7.1"], "CoreDNS answers on the node's bridge"
     assert config["imageGCHighThresholdPercent"] == 100, "imported images cannot be pulled"
     assert config["containerRuntimeEndpoint"] == "unix:///cache/box/real/trn2-00-0/containerd.sock"
+
+
+def test_cluster_dns_uses_only_the_plugins_its_coredns_is_built_with() -> None:
+    text = realnode.corefile(["10.244.0.1", "10.244.1.1"], Path("/cache/box/kubeconfig"))
+    depth, directives = 0, set()
+    for line in text.splitlines():
+        words = line.split()
+        if depth == 1 and words and words[0] != "}":
+            directives.add(words[0])
+        depth += line.count("{") - line.count("}")
+    assert directives == set(versions.COREDNS_PLUGINS)
+    assert "bind 10.244.0.1 10.244.1.1" in text
+    main = versions.COREDNS_COMPONENT.main_go or ""
+    imported = set(re.findall(r'"github.com/coredns/coredns/plugin/([a-z0-9]+)"', main))
+    assert imported == set(versions.COREDNS_PLUGINS), "a Corefile directive without its plugin"
 
 
 def test_a_real_node_copies_its_fleet_twin_but_not_the_kwok_marks() -> None:

@@ -23,7 +23,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from goodput_operator.sandbox.versions import MIN_GO, SANDBOX_COMPONENTS, Component
+from goodput_operator.sandbox.versions import (
+    MIN_GO,
+    SANDBOX_COMPONENTS,
+    Component,
+    wrapper_module,
+)
 
 Progress = Callable[[str], None]
 
@@ -84,6 +89,16 @@ def relative_replaces(upstream_go_mod: str) -> list[str]:
     """
     replaced = set(_RELATIVE_REPLACE.findall(upstream_go_mod))
     return sorted(replaced & required_modules(upstream_go_mod))
+
+
+def build_flags(component: Component) -> list[str]:
+    """`go build`'s flags: reproducible paths, version stamps, and no debug information.
+
+    `-s -w` strips DWARF at link time, so generating it in every compile is wasted work:
+    `-gcflags=all=-dwarf=false` cut CoreDNS's cold build from 222 to 178 CPU-seconds
+    (126 s to 102 s wall) on the 2-core machine, and the cold run is CPU bound.
+    """
+    return ["-trimpath", "-gcflags=all=-dwarf=false", "-ldflags", ldflags(component)]
 
 
 def ldflags(component: Component) -> str:
@@ -230,7 +245,7 @@ def _prepare_wrapper(go: _Go, component: Component) -> None:
     go.workdir.mkdir(parents=True, exist_ok=True)
     if go.keep_log:
         go.log.write_text("")  # this build's output alone
-    module = f"module goodput.dev/sandbox/build/{component.name}\n\ngo 1.26\n"
+    module = f"module {wrapper_module(component.name)}\n\ngo 1.26\n"
     (go.workdir / "go.mod").write_text(module)
     (go.workdir / "go.sum").unlink(missing_ok=True)
     upstream = Path(_module_info(go, component.module, component.version)["GoMod"]).read_text()
@@ -242,7 +257,13 @@ def _prepare_wrapper(go: _Go, component: Component) -> None:
         ]
         if edits:
             go.run("mod", "edit", *edits)
-    go.run("get", *(f"{pkg}@{component.version}" for pkg in component.binaries))
+    main = go.workdir / "main.go"
+    if component.main_go is None:
+        main.unlink(missing_ok=True)
+        go.run("get", *(f"{pkg}@{component.version}" for pkg in component.binaries))
+    else:  # the wrapper's own command: it needs the upstream module, not a command of it
+        main.write_text(component.main_go)
+        go.run("get", f"{component.module}@{component.version}")
 
 
 def build(component: Component, progress: Progress = print_progress) -> Path:
@@ -261,7 +282,7 @@ def build(component: Component, progress: Progress = print_progress) -> Path:
         staging = target.with_name(target.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        args = ["-trimpath", "-ldflags", ldflags(component), "-o", f"{staging}/", *packages]
+        args = [*build_flags(component), "-o", f"{staging}/", *packages]
         go.build_with_progress(args, total, component.name, progress)
         for pkg, name in component.binaries.items():
             built = staging / go_binary_name(pkg)

@@ -177,6 +177,15 @@ def cni_config(node: RealNode) -> dict[str, Any]:
                               "gateway": hostnet.gateway(node.slot)}]]}}]}
 
 
+def corefile(binds: Sequence[str], kubeconfig: Path) -> str:
+    """Cluster DNS for the sandbox's pods, answering on each bridge address in BINDS. Every
+    directive here must be a plugin in versions.COREDNS_PLUGINS, or CoreDNS will not start."""
+    return (f".:53 {{\n  bind {' '.join(binds)}\n  errors\n"
+            f"  kubernetes cluster.local in-addr.arpa ip6.arpa {{\n"
+            f"    kubeconfig {kubeconfig}\n    pods insecure\n"
+            f"    fallthrough in-addr.arpa ip6.arpa\n  }}\n  cache 5\n}}\n")
+
+
 def kubelet_config(node: RealNode) -> dict[str, Any]:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
@@ -349,12 +358,8 @@ class Runtime:
             return
         coredns = build.build(COREDNS_COMPONENT, self.progress) / "coredns"
         folder = self.home / "real"
-        binds = " ".join(hostnet.gateway(n.slot) for n in nodes)
-        (folder / "Corefile").write_text(
-            f".:53 {{\n  bind {binds}\n  errors\n"
-            f"  kubernetes cluster.local in-addr.arpa ip6.arpa {{\n"
-            f"    kubeconfig {self.kubeconfig}\n    pods insecure\n"
-            f"    fallthrough in-addr.arpa ip6.arpa\n  }}\n  cache 5\n}}\n")
+        binds = [hostnet.gateway(n.slot) for n in nodes]
+        (folder / "Corefile").write_text(corefile(binds, self.kubeconfig))
         procs.spawn([str(coredns), "-conf", str(folder / "Corefile")], folder / "coredns.log",
                     folder / "coredns.pid")
         time.sleep(0.2)
