@@ -24,6 +24,10 @@ GLOBAL_ENDPOINT_LABEL = "goodput.dev/global-endpoint"  # on its pods: the multi-
 # endpoint it serves (a regional Service selects them all by it); on a replica, its endpoint
 GLOBAL_UID_ANNOTATION = "goodput.dev/global-endpoint-uid"  # and that endpoint's uid
 PLACEMENT_GATE = "goodput.dev/placement"  # scheduling gate held until the gang is placed
+# on a PriorityClass or WorkloadPriorityClass, the admin's grants (decide.priority): the
+# namespaces that may use it, and the right to preempt other namespaces' jobs
+PRIORITY_NAMESPACES_ANNOTATION = "goodput.dev/namespaces"
+PREEMPT_ACROSS_ANNOTATION = "goodput.dev/preempt-across-namespaces"
 NODE_ANNOTATION = "goodput.dev/node"  # a pinned pod's node: counted before it binds
 DOMAIN_ANNOTATION = "goodput.dev/domain"  # the domain a pinned pod was placed in
 

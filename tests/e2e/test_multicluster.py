@@ -26,7 +26,12 @@ from typing import Any
 
 import pytest
 
-from goodput_operator.resources.workload import API_VERSION, MULTIKUEUE, QUEUE_LABEL
+from goodput_operator.resources.workload import (
+    API_VERSION,
+    MULTIKUEUE,
+    PREBUILT_LABEL,
+    QUEUE_LABEL,
+)
 from goodput_operator.sandbox import cluster as sandbox_cluster
 from goodput_operator.sandbox import kueue
 from goodput_operator.sdk import Reporter
@@ -269,8 +274,19 @@ def test_under_quota_a_job_waits_is_preempted_with_a_checkpoint_and_starts_when_
     reporter = Reporter(region.operator.report_url,
                         worker_token(here, space, pods[0]["metadata"]["name"]))
     reporter.commit_checkpoint(100, "/fsx/ckpt/step-100")
-    # a higher-priority job: Kueue evicts low, which is asked to save, saves, and stops
-    apply(here, queued_job("urgent", "solo", priority=100), space)
+    # a job of a higher class (the admin's WorkloadPriorityClass; a typed spec.priority
+    # never reaches Kueue): Kueue evicts low, which is asked to save, saves, and stops
+    urgent_class = f"urgent-{space}"
+    apply(here, {"apiVersion": API_VERSION, "kind": "WorkloadPriorityClass",
+                 "metadata": {"name": urgent_class}, "value": 100})
+    apply(here, queued_job("urgent", "solo", priorityClassName=urgent_class), space)
+    wait_for(lambda: status_of(here, space, "urgent").get("workload"), timeout=30,
+             what="urgent's Workload")
+    urgent_wl = json.loads(here.kubectl("get", "workload", "-n", space, "-o", "json",
+                                        status_of(here, space, "urgent")["workload"]).stdout)
+    assert urgent_wl["spec"]["priority"] == 100
+    assert urgent_wl["spec"]["priorityClassRef"] == {
+        "group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": urgent_class}
     wait_for(lambda: (status_of(here, space, "low").get("preemption") or {}).get(
         "by") == "Kueue", timeout=30, what="low asked to checkpoint")
     answer = reporter.report_step(150)
@@ -441,3 +457,47 @@ def fail_nodes(region: Region, nodes: list[str]) -> None:
     from goodput_operator.sandbox import faults
 
     faults.fail_node(sandbox_cluster.Sandbox(region.name), *nodes)
+
+
+def test_a_job_cannot_borrow_another_jobs_admitted_workload(regions: Regions,
+                                                            space: str) -> None:
+    """TENANCY.md rule 3 with the real Kueue: an 8-worker job that names another job's
+    admitted Workload by the label MultiKueue uses is told it is not its own and gets no
+    pod; the owner runs on, and its Workload is never finished by the borrower."""
+    here = regions.workers[0].cluster
+    apply(here, queued_job("small"), space)
+    lent = wait_phase(here, space, "small", "Running", timeout=60)["status"]["workload"]
+    big = training_job("big", GROUP, 8)
+    big["metadata"]["labels"] = {PREBUILT_LABEL: lent}
+    apply(here, big, space)
+    wait_for(lambda: admitted(here, space, "big")[0] == "WorkloadNotOwned", timeout=30,
+             what="the borrowed Workload refused")
+    assert "belongs to TrainingJob small" in admitted(here, space, "big")[1]
+    assert not job_pods(here, space, "big")
+    here.kubectl("delete", "tj", "big", "-n", space, "--wait=true")
+    wl = json.loads(here.kubectl("get", "workload", lent, "-n", space, "-o", "json").stdout)
+    assert not any(c["type"] == "Finished" for c in wl["status"].get("conditions", []))
+    assert status_of(here, space, "small")["phase"] == "Running"
+
+
+def test_a_waiting_jobs_workload_is_made_again_when_its_pods_change(regions: Regions,
+                                                                    space: str) -> None:
+    """As Kueue does for the jobs it integrates: a queued job resized while it waits gets a
+    new Workload counting its pods now (the old one would admit the old size)."""
+    here = regions.workers[1].cluster
+    apply(here, queued_job("holder"), space)  # takes the region's quota: later waits
+    wait_phase(here, space, "holder", "Running", timeout=60)
+    apply(here, queued_job("later"), space)
+    name = wait_for(lambda: status_of(here, space, "later").get("workload"), timeout=30,
+                    what="later's Workload")
+
+    def workload() -> dict[str, Any] | None:
+        found = here.kubectl("get", "workload", name, "-n", space, "-o", "json", check=False)
+        return json.loads(found.stdout) if found.returncode == 0 else None
+    first = wait_for(workload, timeout=30, what="later's Workload")
+    assert [s["count"] for s in first["spec"]["podSets"]] == [JOB_CHIPS // 16]
+    here.kubectl("patch", "tj", "later", "-n", space, "--type=merge",
+                 "-p", '{"spec": {"workers": 2}}')
+    again = wait_for(lambda: (w := workload()) and w["metadata"]["uid"] !=
+                     first["metadata"]["uid"] and w, timeout=30, what="a new Workload")
+    assert [s["count"] for s in again["spec"]["podSets"]] == [2]

@@ -435,6 +435,13 @@ BAD: list[tuple[str, Callable[[str], Doc], list[Mutation], list[str]]] = [
     ("a multi-region endpoint MultiKueue would send away", E,
      [put("spec.multiRegion", REGIONS), put("spec.managedBy", "kueue.x-k8s.io/multikueue")],
      ["spec.multiRegion", "cannot itself be managedBy MultiKueue"]),
+    ("more SDC shards than workers", J, [put("spec.workers", 2), put("spec.sdc.shards", 4)],
+     ["spec.sdc.shards", "sdc.shards must be <= workers"]),
+    ("a restart loop with no backoff", J, [put("spec.failurePolicy", {
+        "maxRestarts": 10000, "backoff": {"initialSeconds": 0, "maxSeconds": 0}})],
+     ["spec.failurePolicy.backoff.initialSeconds", "at least 1 when maxRestarts"]),
+    ("a launcher port with no port after it", J, [put("spec.launcher.port", 65535)],
+     ["spec.launcher.port", "less than or equal to 65534"]),
     ("template forges a node annotation", E,
      [put("spec.template.metadata.annotations", {"x.goodput.dev/node": "us0-n0"})],
      ["spec.template.metadata.annotations", "goodput.dev/ are set by the operator only"]),

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from goodput_operator import metrics, names
+from goodput_operator.decide.priority import PRIORITY_CLASS, PriorityClass, priority_class
 from tests import helm
 from tests.conftest import Cluster, wait_for
 
@@ -50,6 +51,19 @@ def test_values_that_do_not_fit_are_refused_naming_the_key(values: dict[str, Any
     proc = helm.helm("template", "gp", str(helm.CHART), *helm.set_flags(values), check=False)
     assert proc.returncode != 0
     assert named in proc.stderr, proc.stderr
+
+
+def test_the_charts_priority_classes_carry_the_grants_the_operator_reads() -> None:
+    classes = [{"name": "research-urgent", "value": 100000, "namespaces": ["research", "ml"],
+                "preemptAcrossNamespaces": True},
+               {"name": "batch", "value": 10, "preemptionPolicy": "Never"}]
+    rendered = [d for d in render(priorityClasses=classes) if d["kind"] == "PriorityClass"]
+    views = {d["metadata"]["name"]: priority_class(d, PRIORITY_CLASS) for d in rendered}
+    assert views["research-urgent"] == PriorityClass(
+        "research-urgent", 100000, PRIORITY_CLASS, preempts=True, across_namespaces=True,
+        namespaces=frozenset({"research", "ml"}))
+    assert views["batch"] == PriorityClass("batch", 10, PRIORITY_CLASS, preempts=False)
+    assert not [d for d in render() if d["kind"] == "PriorityClass"]  # none by default
 
 
 def test_the_deployment_is_hardened() -> None:

@@ -56,7 +56,7 @@ def test_the_gang_preempts_the_one_job_that_frees_a_whole_ultraserver() -> None:
     high = found["high"]
     assert high.placement is None
     assert conditions(high.desired)["Placed"] == ("False", "Preempting")
-    assert high.desired["message"].startswith("preempting ns/low-a (priority below 10)")
+    assert high.desired["message"].startswith("preempting ns/low-a (below priority 10 within ns)")
     assert [e.reason for e in high.events] == ["Preempting"]
     victim = found["low-a"]
     assert victim.desired["preemption"]["by"] == "ns/high"

@@ -13,6 +13,12 @@ import pytest
 
 from goodput_operator.api.trainingjob import TrainingJobSpec, TrainingJobStatus
 from goodput_operator.decide import JobDecision, decide_jobs, trial
+from goodput_operator.decide.priority import (
+    PRIORITY_CLASS,
+    WORKLOAD_PRIORITY_CLASS,
+    Classes,
+    PriorityClass,
+)
 from goodput_operator.decide.types import Refusal
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import workload as kueue
@@ -35,12 +41,17 @@ def queued(name: str = "j", status: Obj | None = None, **spec: Any) -> Obj:
 
 def workload_of(body: Obj, *conditions_: tuple[str, str, str], flavor: str = "trn2",
                 message: str = "") -> Obj:
-    """BODY's Workload as Kueue left it: CONDITIONS (type, status, reason) and, when
-    QuotaReserved is True, an admission to flavor FLAVOR."""
+    """BODY's Workload (the one the operator made for it, as the watch keeps it) as Kueue
+    left it: CONDITIONS (type, status, reason) and, when QuotaReserved is True, an
+    admission to flavor FLAVOR."""
+    counts = kueue.job_pod_counts(TrainingJobSpec.model_validate(body["spec"]))
     found: Obj = {
         "apiVersion": kueue.API_VERSION,
         "metadata": {"name": kueue.workload_name(body), "namespace": "ns",
-                     "resourceVersion": "7", "generation": 1},
+                     "resourceVersion": "7", "generation": 1,
+                     "ownerReferences": [{"kind": "TrainingJob", "name": body["metadata"][
+                         "name"], "uid": body["metadata"]["uid"], "controller": True}]},
+        "spec": {"podSets": [{"name": k, "count": v} for k, v in counts.items()]},
         "status": {"conditions": [{"type": t, "status": s, "reason": r, "message": message,
                                    "lastTransitionTime": iso(NOW - 5)}
                                   for t, s, r in conditions_]}}
@@ -270,15 +281,114 @@ def test_a_delegated_job_without_a_queue_says_nothing_will_run_it() -> None:
     assert found.quota is None
 
 
-def test_the_workload_counts_every_pod_set_at_the_jobs_priority() -> None:
+def test_the_workload_counts_every_pod_set_at_the_priority_it_is_given() -> None:
     body = queued(priority=7, podSets=[{"name": "launcher", "replicas": 1,
                                         "acceleratorsPerPod": 0}])
     spec = TrainingJobSpec.model_validate(body["spec"])
-    wl = kueue.workload(body, spec, Fabric("aws.amazon.com/neuron", 16, 16))
-    assert wl["spec"]["priority"] == 7 and wl["spec"]["queueName"] == "team-a"
+    ref = {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "high"}
+    wl = kueue.workload(body, spec, Fabric("aws.amazon.com/neuron", 16, 16), 1000, ref)
+    assert wl["spec"]["priority"] == 1000 and wl["spec"]["queueName"] == "team-a"
+    assert wl["spec"]["priorityClassRef"] == ref
     sets = {s["name"]: s for s in wl["spec"]["podSets"]}
     assert sets["workers"]["count"] == 2 and sets["launcher"]["count"] == 1
     requests = sets["workers"]["template"]["spec"]["containers"][0]["resources"]["requests"]
     assert requests["aws.amazon.com/neuron"] == "16"
     assert requests["vpc.amazonaws.com/efa"] == "16"
     assert wl["metadata"]["labels"][kueue.JOB_UID_LABEL] == "uid-j"
+
+
+HIGH_CLASS = PriorityClass("high", 1000, WORKLOAD_PRIORITY_CLASS)
+
+
+@pytest.mark.parametrize(("spec", "classes", "value", "ref"), [
+    # the number a tenant types never reaches Kueue: it orders only its own namespace
+    ({"priority": 1_000_000}, Classes(), 0, None),
+    ({"priorityClassName": "high"}, Classes(workload={"high": HIGH_CLASS}), 1000,
+     {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "high"}),
+    ({"priorityClassName": "high"},
+     Classes(pod={"high": PriorityClass("high", 50, PRIORITY_CLASS)}), 50,
+     {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": "high"}),
+])
+def test_the_workload_takes_its_priority_from_the_admins_class(
+        spec: Obj, classes: Classes, value: int, ref: Obj | None) -> None:
+    found = decided([queued(**spec)], classes=classes)["j"]
+    assert found.quota is not None and found.quota.create is not None
+    created = found.quota.create["spec"]
+    assert created["priority"] == value
+    assert created.get("priorityClassRef") == ref
+
+
+# ---- a Workload is the job's only when it owns it (TENANCY.md rule 3) ------------------
+
+def borrowing(body: Obj, lender: Obj) -> Obj:
+    """BODY pointing at LENDER's Workload with the label MultiKueue sets on workers."""
+    body["metadata"]["labels"] = {kueue.PREBUILT_LABEL: kueue.workload_name(lender)}
+    return body
+
+
+def test_a_job_cannot_run_under_another_jobs_admitted_workload() -> None:
+    small = queued("small", workers=1)
+    big = borrowing(job("big", workers=8), small)
+    found = decided([big], workloads=[workload_of(small, *ADMITTED)])["big"]
+    assert found.placement is None
+    assert found.attempt is not None and found.attempt.create == []
+    reason = conditions(found.desired)["Admitted"]
+    assert reason == ("False", "WorkloadNotOwned")
+    assert "belongs to TrainingJob small (uid uid-small)" in found.desired["message"]
+
+
+def test_a_job_that_ends_never_finishes_a_workload_it_does_not_own() -> None:
+    small = queued("small", workers=1)
+    body, _ = running()
+    body = borrowing(body, small)
+    done = [worker(body, rank, node_name=f"us0-n{rank}", phase="Succeeded") for rank in (0, 1)]
+    found = decided([body], done, [workload_of(small, *ADMITTED)])["j"]
+    assert found.desired["phase"] == "Succeeded"
+    assert found.quota is not None and found.quota.patch is None and found.quota.foreign
+
+
+@pytest.mark.parametrize(("job_origin", "wl_origin", "owned"), [
+    ("manager-1", "manager-1", True),   # MultiKueue's copy of the manager's Workload
+    (None, "manager-1", False),          # the job was not sent here by MultiKueue
+    ("manager-1", None, False),          # a Workload MultiKueue did not make
+    ("manager-1", "manager-2", False),
+])
+def test_an_unowned_workload_is_honoured_only_as_multikueues_copy(
+        job_origin: str | None, wl_origin: str | None, owned: bool) -> None:
+    body = job("j")
+    body["metadata"]["labels"] = {kueue.PREBUILT_LABEL: "remote-wl",
+                                  **({kueue.ORIGIN_LABEL: job_origin} if job_origin else {})}
+    wl = workload_of(body, *ADMITTED)
+    wl["metadata"].update(name="remote-wl", ownerReferences=[],
+                          labels={kueue.ORIGIN_LABEL: wl_origin} if wl_origin else {})
+    found = decided([body], workloads=[wl])["j"]
+    assert (conditions(found.desired)["Admitted"][1] == "Admitted") is owned
+    assert (found.placement is not None) is owned
+
+
+def test_its_own_workload_counting_other_pods_is_made_again_unless_the_workers_run() -> None:
+    body = queued(workers=4)
+    stale = workload_of(queued(workers=2), *ADMITTED)  # the job had 2 workers then
+    found = decided([body], workloads=[stale])["j"]
+    assert conditions(found.desired)["Admitted"] == ("False", "WorkloadOutdated")
+    assert found.quota is not None and found.quota.remove is stale
+    assert found.placement is None
+    running_body, pods = running()
+    grown = {**running_body, "spec": {**running_body["spec"], "workers": 4}}
+    kept = decided([grown], pods, [workload_of(running_body, *ADMITTED)])["j"]
+    assert kept.quota is not None and kept.quota.remove is None  # busy: runs on
+
+
+@pytest.mark.parametrize(("required", "labels", "reason"), [
+    (frozenset({"ns"}), {}, "QueueRequired"),
+    (frozenset({"*"}), {}, "QueueRequired"),
+    (frozenset({"other"}), {}, None),                         # not this namespace: runs
+    (frozenset({"ns"}), {kueue.QUEUE_LABEL: "team-a"}, "Queued"),
+])
+def test_an_admin_can_require_a_queue_in_chosen_namespaces(
+        required: frozenset[str], labels: dict[str, str], reason: str | None) -> None:
+    body = job("j")
+    body["metadata"]["labels"] = labels
+    found = decided([body], require_queue=required)["j"]
+    assert conditions(found.desired).get("Admitted", (None, None))[1] == reason
+    assert (found.placement is not None) is (reason is None)

@@ -200,3 +200,21 @@ def test_only_a_checkpoint_on_record_can_be_marked_corrupt() -> None:
     checkpoint = {"history": [{"step": 100, "path": "/c/100", "verified": True}]}
     assert corrupt(checkpoint, 100, "/elsewhere/100", "x") is None
     assert corrupt(checkpoint, 200, "/c/200", "x") is None
+
+
+def test_one_worker_cannot_grow_the_ledger_without_bound() -> None:
+    """Junk steps and shard names from one rank: the ledger stays bounded (TENANCY.md
+    rule 4) and the real shard is still judged."""
+    from goodput_operator.health.sdc import MAX_JUDGED_STEPS, MAX_PENDING_STEPS, Ledger
+
+    ledger = Ledger(replicas=2, max_shards=1)
+    ledger.add(1, "0", 0, "a")
+    for junk in range(1000):
+        assert ledger.add(1, f"junk-{junk}", 0, "x") == []   # more shards than the job has
+    assert ledger.shards == {"0"}
+    for step in range(10, 10 + 20_000):                      # steps no other rank reports
+        ledger.add(step, "0", 0, "a")
+    assert len(ledger.pending) <= MAX_PENDING_STEPS
+    assert len(ledger.shard_votes) <= MAX_JUDGED_STEPS * 5 // 4
+    votes = ledger.add(30_000, "0", 0, "b") + ledger.add(30_000, "0", 1, "b")
+    assert any(v.step == 30_000 and v.outcome == "agree" for v in votes)

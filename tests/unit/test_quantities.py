@@ -49,6 +49,26 @@ def test_a_fraction_or_negative_device_count_is_refused(text: str) -> None:
         parse_count(text)
 
 
+@pytest.mark.parametrize("text", ["1e10000000", "1e-10000000", "9" * 5000, 10**5000,
+                                  "1" + "0" * 64, "1e25", {"a": 1}],
+                         ids=["exponent", "negative-exponent", "5000-digits",
+                              "5000-digit-number", "65-chars", "1e25", "an-object"])
+def test_a_quantity_bomb_is_refused_at_once(text: Any) -> None:
+    """TENANCY.md rule 5: a quantity that would take seconds (or raise a plain ValueError,
+    as 5,000 digits did in int()) is a QuantityError before anything is expanded."""
+    with pytest.raises(QuantityError):
+        parse_quantity(text)
+    with pytest.raises(QuantityError):
+        parse_count(text)
+
+
+def test_the_worst_accepted_quantity_parses_at_once() -> None:
+    """The longest, largest quantity still accepted: 64 characters, exponent 24."""
+    worst = "9" * 60 + "e24"
+    assert parse_quantity(worst) == 10**24 * int("9" * 60)
+    assert parse_count("1e24") == 10**24
+
+
 def gang_pod(name: str, node_name: str, request: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "ns", "labels": {names.JOB_LABEL: "j"}},
             "spec": {"nodeName": node_name, "containers": [

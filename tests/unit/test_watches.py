@@ -343,7 +343,8 @@ class NoKueueThenKueue:
         wl = {"apiVersion": "kueue.x-k8s.io/v1beta2",
               "metadata": {"name": "w", "namespace": "ns", "resourceVersion": "5",
                            "managedFields": [{"manager": "kueue"}]},
-              "spec": {"podSets": [{"name": "workers", "count": 2}]},
+              "spec": {"podSets": [{"name": "workers", "count": 2,
+                                    "template": {"spec": {"containers": []}}}]},
               "status": {"conditions": [{"type": "Admitted", "status": "True"}],
                          "clusterName": "region-a"}}
         return decode(json.dumps({"metadata": {"resourceVersion": "9"}, "items": [wl]}))
@@ -373,7 +374,8 @@ def test_a_cluster_without_kueue_is_said_and_looked_at_again(
         [(key, slim)] = state.workloads.items()
         assert key == ("ns", "w")
         assert slim["status"]["clusterName"] == "region-a"
-        assert "managedFields" not in slim["metadata"] and "spec" not in slim
+        assert "managedFields" not in slim["metadata"]
+        assert slim["spec"] == {"podSets": [{"name": "workers", "count": 2}]}  # no template
     finally:
         watch.stop()
         if watch._thread is not None:  # done before the test is: it logs nothing after

@@ -35,8 +35,9 @@ class Launcher(ApiModel):
     mpi: Open MPI's mpirun on rank 0
     finds the gang's hostfile by itself (OMPI_MCA_orte_default_hostfile,
     PRTE_MCA_prte_default_hostfile); none: only the GOODPUT_* variables and the hostfile."""
-    port: int = Field(default=29500, ge=1, le=65535)
-    """Rendezvous port on rank 0."""
+    port: int = Field(default=29500, ge=1, le=65534)
+    """Rendezvous port on rank 0 (the Neuron runtime's root communicator takes the next
+    one, so at most 65534)."""
     procs_per_worker: int | None = Field(default=None, ge=1, le=1024)
     """Processes per worker (NPROC_PER_NODE); defaults to acceleratorsPerWorker."""
 
@@ -267,6 +268,14 @@ class TrainingJobSpec(ApiModel):
             "self.launcher.procsPerWorker <= self.acceleratorsPerWorker * 8",
             "launcher.procsPerWorker must be <= 8 x acceleratorsPerWorker",
             ".launcher.procsPerWorker"),
+        cel("self.sdc.shards <= self.workers",
+            "sdc.shards must be <= workers: with more shards than workers no shard has two "
+            "replicas to compare, and every step would look unanimous", ".sdc.shards"),
+        cel("self.failurePolicy.maxRestarts <= 10 || "
+            "self.failurePolicy.backoff.initialSeconds >= 1",
+            "failurePolicy.backoff.initialSeconds must be at least 1 when maxRestarts is "
+            "above 10: a zero backoff deletes and recreates the whole gang in a loop",
+            ".failurePolicy.backoff.initialSeconds"),
         cel("has(self.managedBy) == has(oldSelf.managedBy)",
             "managedBy cannot be added or removed once the job exists", ".managedBy",
             reason="FieldValueForbidden"),
@@ -310,8 +319,20 @@ class TrainingJobSpec(ApiModel):
     """Restart budget, backoff, replacement and exit-code rules."""
     sdc: Sdc = nested(Sdc)
     """Silent-data-corruption checks."""
+    priority_class_name: str | None = Field(
+        default=None, min_length=1, max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    """The job's priority: a Kueue WorkloadPriorityClass, or else a PriorityClass, of this
+    name (both made by the admin); unset: the globalDefault PriorityClass, or 0. Higher
+    classes are placed first, and only a class the admin marked
+    `goodput.dev/preempt-across-namespaces` preempts other namespaces' jobs. A class that
+    is missing, or whose `goodput.dev/namespaces` annotation leaves this namespace out,
+    keeps the job Pending (Placed reason PriorityClassNotFound / PriorityClassNotAllowed).
+    A PriorityClass is also written into the pods and the Kueue Workload."""
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000)
-    """Higher-priority pending jobs are placed first; equal priority by arrival."""
+    """Order among this namespace's own jobs of the same class value (higher first; equal
+    by arrival), and preemption among them. It never orders or preempts another
+    namespace's jobs: that takes priorityClassName (docs/security.md, migration)."""
     preemption_policy: Literal["Never", "LowerPriority"] = "Never"
     """LowerPriority: a gang that does not fit preempts the smallest set of lower-priority
     jobs of its group whose removal lets it be placed as its topology asks (whole
@@ -320,7 +341,7 @@ class TrainingJobSpec(ApiModel):
     """When this job is preempted: how long its workers may take to save a checkpoint
     (the report channel asks them to, sdk.save_requested) before they are stopped; it
     then resumes from that checkpoint once placed again. 0, or no checkpoint.dir: stopped
-    at once."""
+    at once. A preemptor of another namespace waits at most 300 s of it."""
     suspend: bool = False
     """True stops the workers (keeping checkpoints); false resumes."""
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=31_536_000)

@@ -317,6 +317,20 @@ class GroupTotals(ApiModel):
 
 
 MAX_LISTED_DOMAINS = 256  # status.domains' length: the object stays far below etcd's limit
+MAX_IGNORED_PODS = 32  # status.ignoredPods' length
+
+
+class IgnoredPod(ApiModel):
+    """A pod of someone else's pinned to one of the group's nodes that books nothing there
+    (its devices are not counted until it binds)."""
+
+    pod: str = Field(max_length=317)
+    """namespace/name."""
+    node: str = Field(max_length=253)
+    """The node it is pinned to."""
+    reason: str = Field(max_length=1024)
+    """Why it books nothing: held by scheduling gates of its own, or pinned and unbound
+    for over 300 s."""
 
 
 class UltraServerGroupStatus(ApiModel):
@@ -338,6 +352,13 @@ class UltraServerGroupStatus(ApiModel):
     over 30 s; at 7,800 it would pass etcd's 1.5 MiB limit). `totals` counts them all."""
     domains_omitted: int = Field(default=0, ge=0)
     """Domains left out of `domains`."""
+    ignored_pods: list[IgnoredPod] = Field(default_factory=list, max_length=MAX_IGNORED_PODS)
+    """Foreign pods pinned to the group's nodes that book no accelerators there (the first
+    32 by name): a pod with scheduling gates of its own cannot bind, and one pinned and
+    still unbound 300 s after its creation stops booking, so neither holds the node from
+    everyone else."""
+    ignored_pods_omitted: int = Field(default=0, ge=0)
+    """Ignored pods left out of `ignoredPods`."""
     conditions: list[Condition] = conditions_field()
     """Ready, Degraded, StormGuard, MisShaped, Overlapping (another, older group keeps some
     of the nodes the selector matches), ProbesScheduled, ProbesInconclusive (a quarantined

@@ -40,8 +40,10 @@ from goodput_operator.operator.watches import (
     LeaseWatch,
     NodeWatch,
     PodWatch,
+    PriorityClassWatch,
     SliceWatch,
     Watch,
+    WorkloadPriorityClassWatch,
     WorkloadWatch,
 )
 from goodput_operator.resources.probe import report_ca_config_map
@@ -126,12 +128,15 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
                                (SliceWatch(STATE, kube, events), ""),
                                (ClaimWatch(STATE, kube, events), ""),
                                (FlavorWatch(STATE, kube, events), ""),
+                               (PriorityClassWatch(STATE, kube, events), ""),
+                               (WorkloadPriorityClassWatch(STATE, kube, events), ""),
                                (WorkloadWatch(STATE, kube, events), "")):
             watch.start(version)
             _watches.append(watch)
-        for kueue in (w for w in _watches if isinstance(w, KueueWatch)):
-            # Kueue's Workloads listed (or found absent) before the first pass
-            await asyncio.to_thread(kueue.settled.wait, KUEUE_SETTLE_SECONDS)
+        for first in (w for w in _watches if isinstance(w, KueueWatch | PriorityClassWatch)):
+            # Kueue's Workloads and every priority class listed (or Kueue found absent)
+            # before the first pass: no job is first ordered without its class
+            await asyncio.to_thread(first.settled.wait, KUEUE_SETTLE_SECONDS)
     if OPTIONS.report_port and not any(isinstance(s, ReportServer) for s in _servers):
         await _serve(ReportServer(STATE, kube, leading, OPTIONS.reports_per_job),
                      OPTIONS.report_port, OPTIONS.report_tls)

@@ -243,6 +243,21 @@ class Kube:
             group, version, meta["namespace"], "workloads", meta["name"],
             {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": status})
 
+    def delete_workload(self, workload: Obj) -> None:
+        """Delete a Workload of ours, only the one read (its uid): a newer one of the same
+        name is left alone."""
+        self._check_fence()
+        meta = workload["metadata"]
+        group, _, version = workload.get("apiVersion", "kueue.x-k8s.io/v1beta2").rpartition("/")
+        try:
+            self.custom.delete_namespaced_custom_object(
+                group, version, meta["namespace"], "workloads", meta["name"],
+                body=client.V1DeleteOptions(
+                    preconditions=client.V1Preconditions(uid=meta.get("uid"))))
+        except ApiException as err:
+            if err.status not in (404, 409):
+                raise
+
     def delete_custom(self, plural: str, namespace: str, name: str) -> None:
         self._check_fence()
         try:
@@ -396,6 +411,13 @@ async def apply_quota(kube: Kube, quota: Quota | None,
         else:
             if owner is not None:
                 noted(owner, quota.workload, None, time.time())
+    if quota.remove is not None:
+        try:
+            await asyncio.to_thread(kube.delete_workload, quota.remove)
+        except ApiException as err:
+            log.warning("Workload %s/%s not deleted: %s %s",
+                        quota.remove["metadata"]["namespace"], quota.workload, err.status,
+                        err.reason)
     if quota.patch is not None and quota.target is not None:
         try:
             await asyncio.to_thread(kube.patch_workload_status, quota.target, quota.patch)

@@ -23,7 +23,16 @@ from goodput_operator.api.ultraservergroup import OWN_LABELS, UltraServerGroupSp
 from goodput_operator.controllers.kube import BULK_WRITES, wrote
 from goodput_operator.controllers.pacing import WriteLimit
 from goodput_operator.controllers.shapes import NODE_METADATA_KEPT, POD_SPEC_KEPT
-from goodput_operator.decide.snapshot import Scaled, Snapshot
+from goodput_operator.decide.priority import (
+    PRIORITY_CLASS,
+    WORKLOAD_PRIORITY_CLASS,
+    Classes,
+    Priority,
+    PriorityClass,
+    in_order,
+    of_job,
+)
+from goodput_operator.decide.snapshot import Key, Scaled, Snapshot
 from goodput_operator.decide.types import OwnerKey, Refusal, Reservation
 from goodput_operator.health import badput
 from goodput_operator.health.hang import StepClock
@@ -32,9 +41,10 @@ from goodput_operator.health.quarantine import Finding, Renewal
 from goodput_operator.health.sdc import Ledger
 from goodput_operator.health.signals import DeviceTaint
 from goodput_operator.health.straggler import Pace, Straggler
+from goodput_operator.resources.claims import CLAIM
 from goodput_operator.resources.pods import FINISHED
 from goodput_operator.resources.workload import MULTIKUEUE
-from goodput_operator.topology.constraints import pinned_node
+from goodput_operator.topology.bookings import Booking, booking
 from goodput_operator.topology.model import (
     ClaimUse,
     Fleet,
@@ -45,7 +55,6 @@ from goodput_operator.topology.model import (
 
 Obj = dict[str, Any]
 log = logging.getLogger("goodput.state")
-RESERVED_NODE = names.NODE_ANNOTATION
 
 
 def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
@@ -147,16 +156,21 @@ def ending(pod: Obj) -> bool:
         (pod.get("status") or {}).get("phase") in FINISHED
 
 
-def with_reservation(pod: Obj) -> Obj:
-    """A pinned pod that has not bound yet counts on the node it is pinned to: ours by the
-    node we pinned it to, any other by its node selector or required node affinity."""
-    spec = pod.get("spec") or {}
-    if spec.get("nodeName"):
+def without_our_annotations(pod: Obj) -> Obj:
+    """POD without `goodput.dev/` annotations (a copy, when it had any)."""
+    notes = pod["metadata"].get("annotations") or {}
+    if not any(k.startswith(f"{names.PREFIX}/") for k in notes):
         return pod
-    node = (pod["metadata"].get("annotations") or {}).get(RESERVED_NODE) or pinned_node(spec)
-    if node:
-        return {**pod, "spec": {**pod["spec"], "nodeName": node}}
-    return pod
+    kept = {k: v for k, v in notes.items() if not k.startswith(f"{names.PREFIX}/")}
+    return {**pod, "metadata": {**pod["metadata"], "annotations": kept}}
+
+
+def booked(pod: Obj, where: Booking) -> Obj:
+    """POD as the fleet counts it: on the node WHERE books (topology.bookings), if any."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName") or where.node is None:
+        return pod
+    return {**pod, "spec": {**spec, "nodeName": where.node}}
 
 
 class State:
@@ -234,12 +248,20 @@ class State:
         # Kueue (decide.quota): Workloads, ResourceFlavors' node labels, whether served
         self.workloads: dict[tuple[str, str], Obj] = {}
         self.flavors: dict[str, dict[str, str]] = {}
+        # the admin's priority classes by source (decide.priority), name -> class
+        self.priority_classes: dict[str, dict[str, PriorityClass]] = {
+            PRIORITY_CLASS: {}, WORKLOAD_PRIORITY_CLASS: {}}
         self.kueue = False
         # owner (kind, namespace, name) -> (its Workload, the API server's refusal of it)
         self.workload_refusals: dict[OwnerKey, tuple[str, Refusal]] = {}
         self.delegated: dict[tuple[str, str], Obj] = {}  # jobs MultiKueue runs elsewhere
         self.delegated_endpoints: dict[tuple[str, str], Obj] = {}  # and endpoints
         self.cluster_name = ""  # --cluster-name: written into job statuses
+        # foreign pods that book nothing (topology.bookings): key -> (node, why), and the
+        # pinned foreign pods that book until a time
+        self.ignored_pods: dict[str, tuple[str, str]] = {}
+        self.booking_until: dict[str, float] = {}
+        self.require_queue: frozenset[str] = frozenset()  # --require-queue: namespaces
         self.endpoint_pods: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
         # the autoscaler's latest decision and its history (autoscaling.History), per
         # endpoint and role: (namespace, name, role or "")
@@ -257,14 +279,17 @@ class State:
         (but for the small books the report thread writes).
         WITH_MEMBERS: each group's nodes and overlaps (a scan of every node; the group pass
         needs it)."""
+        self.expire_bookings(clock)
         members, overlaps = self.membership() if with_members else ({}, {})
+        classes = self.classes()
+        priorities = {key: of_job(job, classes) for key, job in self.jobs.items()}
         for fleet in self.fleets.values():
             fleet.set_clock(clock)  # incident scores decayed to the pass's clock
         return Snapshot(
             clock=clock, nodes=self.nodes, groups=self.groups,
             group_objects=self.group_objects, fleets=self.fleets,
             members=members, overlaps=overlaps,
-            jobs=self.ordered_jobs(), job_pods=self.job_pods,
+            jobs=self.ordered_jobs(priorities), job_pods=self.job_pods,
             endpoints=list(self.endpoints.values()), endpoint_pods=self.endpoint_pods,
             seen_unhealthy=self.seen_unhealthy, healthy_since=self.healthy_since,
             # what the report thread writes (operator.reports): copies, so that no
@@ -282,7 +307,8 @@ class State:
             workload_refusals=self.workload_refusals,
             delegated=list(self.delegated.values()),
             delegated_endpoints=list(self.delegated_endpoints.values()),
-            cluster_name=self.cluster_name,
+            cluster_name=self.cluster_name, classes=classes, priorities=priorities,
+            require_queue=self.require_queue, ignored_pods=self.ignored_pods,
             report_url=self.report_url, write_budget=self.write_budget,
             refresh_seconds=badput.refresh_seconds(sum(
                 1 for job in self.jobs.values()
@@ -428,7 +454,7 @@ class State:
         return found, overlaps
 
     def _rebuild_fleets(self) -> None:
-        pods = [with_reservation(p) for p in self.pods.values()]
+        pods = [self._held(p) for p in self.pods.values()]
         members = self.members_by_group()
         self.fleets = {name: Fleet.from_objects(GroupShape.from_spec(spec),
                                                 members[name].values(), pods)
@@ -453,7 +479,7 @@ class State:
                 fleet.upsert_node(body)
                 if joined and name in fleet.nodes:  # pods on it from before it joined
                     for pod in self.pods.values():  # (a scan, but only when a node joins)
-                        held = with_reservation(pod)
+                        held = self._held(pod)
                         if held.get("spec", {}).get("nodeName") == name:
                             fleet.observe_pod(held)
                     for claim in [k for k, use in self.claims.items() if use.node == name]:
@@ -518,10 +544,12 @@ class State:
             self.wake.set()
 
     def _count_claim(self, key: str) -> None:
+        """Count claim KEY's devices on its node, unless the fleet counts them by the pod:
+        the claim the operator gave one of its own pods (resources.claims.CLAIM). Any other
+        claim counts, a template's own beside the operator's included."""
         use = self.claims.get(key)
-        ours = use is not None and any(
-            names.ACCELERATORS_ANNOTATION in (self.pods.get(p, {}).get("metadata", {})
-                                              .get("annotations") or {}) for p in use.pods)
+        ours = use is not None and use.pod_claim == CLAIM and any(
+            (pod := self.pods.get(p)) is not None and self._is_own(pod) for p in use.pods)
         for fleet in self.fleets.values():
             if not fleet.shape.claims:
                 continue
@@ -561,19 +589,66 @@ class State:
             self.endpoint_pods[endpoint][body["metadata"]["name"]] = body
             self.wake.set()
 
-    def _observe_pod(self, key: str, body: Obj) -> None:
-        """Count the pod on its node in every fleet; a pod whose device request cannot be
-        read is left out (logged and counted), never fatal to a pass or the start-up."""
-        held = with_reservation(body)
+    def _observe_pod(self, key: str, body: Obj, now: float | None = None) -> None:
+        """Count the pod on its node in every fleet (an unbound one where it books:
+        topology.bookings); a pod whose device request cannot be read is left out (logged
+        and counted), never fatal to a pass or the start-up."""
+        own, where = self._booking(body, now)
+        self.ignored_pods.pop(key, None)
+        self.booking_until.pop(key, None)
+        if where.ignored is not None and where.pinned is not None:
+            self.ignored_pods[key] = (where.pinned, where.ignored)
+        if where.until is not None:
+            self.booking_until[key] = where.until
+            self.wake_at(where.until)
+        held = self._as_counted(body, (own, where))
         if not all([fleet.observe_pod(held) for fleet in self.fleets.values()]):
             metrics.SKIPPED_OBJECTS.labels("Pod").inc()
             log.warning("pod %s left out of the fleet model: its device request is not a "
                         "whole number of devices", key)
 
+    def _held(self, pod: Obj, now: float | None = None) -> Obj:
+        """POD as the fleets count it, at NOW: where it books (topology.bookings), and,
+        when it is not the operator's, without the operator's annotations (on a foreign
+        pod they mean nothing: TENANCY.md rule 3)."""
+        return self._as_counted(pod, self._booking(pod, now))
+
+    def _booking(self, pod: Obj, now: float | None) -> tuple[bool, Booking]:
+        own = self._is_own(pod)
+        return own, booking(pod, own, time.time() if now is None else now)
+
+    @staticmethod
+    def _as_counted(pod: Obj, where: tuple[bool, Booking]) -> Obj:
+        own, booking_ = where
+        held = booked(pod, booking_)
+        return held if own else without_our_annotations(held)
+
+    def _is_own(self, pod: Obj) -> bool:
+        """POD is the operator's: its controller is a TrainingJob or InferenceEndpoint the
+        operator holds, by UID (a label or annotation proves nothing)."""
+        meta = pod["metadata"]
+        ref = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+        if ref is None or ref.get("kind") not in ("TrainingJob", "InferenceEndpoint"):
+            return False
+        held = (self.jobs if ref["kind"] == "TrainingJob" else self.endpoints).get(
+            (meta.get("namespace", "default"), ref.get("name", "")))
+        return held is not None and held["metadata"].get("uid") == ref.get("uid")
+
+    def expire_bookings(self, clock: float) -> None:
+        """Foreign pinned pods whose booking ran out (topology.bookings) book no more."""
+        for key in [k for k, until in self.booking_until.items() if until <= clock]:
+            pod = self.pods.get(key)
+            if pod is None:
+                self.booking_until.pop(key, None)
+            else:
+                self._observe_pod(key, pod, clock)
+
     def remove_pod(self, body: Obj) -> None:
         """A pod is gone. The watch is cluster-wide: a pod the operator never held (no
         devices, not ours) changes nothing and wakes nothing."""
         key = pod_key(body)
+        self.ignored_pods.pop(key, None)
+        self.booking_until.pop(key, None)
         if self.pods.pop(key, None) is None and not any(key in fleet.pods
                                                          for fleet in self.fleets.values()):
             return
@@ -603,8 +678,19 @@ class State:
         held = self.jobs.get(key)
         if not _older(body, held):
             self.jobs[key] = body
+            if held is None or held["metadata"].get("uid") != meta.get("uid"):
+                self._observe_own(self.job_pods.get(key, {}))
             if not _echo(body, held):
                 self.wake_urgently()
+
+    def _observe_own(self, pods: dict[str, Obj]) -> None:
+        """A job or endpoint seen anew: its pods seen before it are its own now (and so
+        are the claims the operator gave them)."""
+        for pod in list(pods.values()):
+            key = pod_key(pod)
+            self._observe_pod(key, pod)
+            for claim in self._claims_of_pod.get(key, ()):
+                self._count_claim(claim)
 
     def wrote_job_status(self, job: Obj, version: str, fields: Obj) -> None:
         """The report channel's status write of FIELDS (None removes one), which made
@@ -691,8 +777,11 @@ class State:
                 self.delegated_endpoints[key] = body
                 self.wake.set()
             return
-        if not _older(body, self.endpoints.get(key)):
+        held = self.endpoints.get(key)
+        if not _older(body, held):
             self.endpoints[key] = body
+            if held is None or held["metadata"].get("uid") != meta.get("uid"):
+                self._observe_own(self.endpoint_pods.get(key, {}))
             self.wake.set()
 
     def remove_endpoint(self, namespace: str, name: str) -> None:
@@ -708,8 +797,28 @@ class State:
             fleet.release_owner(endpoint_owner(namespace, name))
         self.wake.set()
 
-    def ordered_jobs(self) -> list[Obj]:
-        """Priority first (higher first), then arrival (older first), then name."""
-        return sorted(self.jobs.values(), key=lambda j: (
-            -int(j.get("spec", {}).get("priority", 0)),
-            j["metadata"].get("creationTimestamp", ""), j["metadata"]["name"]))
+    def classes(self) -> Classes:
+        return Classes(workload=self.priority_classes[WORKLOAD_PRIORITY_CLASS],
+                       pod=self.priority_classes[PRIORITY_CLASS])
+
+    def upsert_priority_class(self, source: str, name: str,
+                              found: PriorityClass | None) -> None:
+        """A class of SOURCE changed (None: deleted): every job's order may change."""
+        held = self.priority_classes[source]
+        if found is None:
+            if held.pop(name, None) is not None:
+                self.wake.set()
+        elif held.get(name) != found:
+            held[name] = found
+            self.wake.set()
+
+    def ordered_jobs(self, priorities: dict[Key, Priority]) -> list[Obj]:
+        """By the admin's class first, then arrival, then each namespace's own order
+        (decide.priority.in_order); PRIORITIES: every job's."""
+        return in_order(list(self.jobs.values()), lambda j: priorities[_key_of(j)],
+                        lambda j: (j["metadata"].get("creationTimestamp", ""),
+                                   j["metadata"]["name"]))
+
+
+def _key_of(job: Obj) -> Key:
+    return job["metadata"]["namespace"], job["metadata"]["name"]

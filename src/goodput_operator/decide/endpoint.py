@@ -283,7 +283,8 @@ def _report_kueue(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
         return
     meta = result.ie["metadata"]
     generation, at = meta.get("generation"), stamp(snapshot.clock)
-    result.desired["workload"] = quota.workload
+    if quota.workload:  # none when it is held for naming no queue
+        result.desired["workload"] = quota.workload
     conditions = set_condition(result.desired["conditions"], "Admitted", quota.condition.status,
                                quota.condition.reason, quota.condition.message, generation, at)
     if quota.hold or quota.evicted:

@@ -17,7 +17,11 @@ from typing import Any
 
 from goodput_operator import names
 from goodput_operator.api.conditions import is_true, set_condition, stamp
-from goodput_operator.api.ultraservergroup import MAX_LISTED_DOMAINS, UltraServerGroupSpec
+from goodput_operator.api.ultraservergroup import (
+    MAX_IGNORED_PODS,
+    MAX_LISTED_DOMAINS,
+    UltraServerGroupSpec,
+)
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.standby import standby_map
 from goodput_operator.decide.types import Event, ProbeStart
@@ -100,6 +104,7 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
                            inconclusive_message(snapshot, (
                                n for n, body in members.items() if q.record_of(body))),
                            {d: held.endpoint for d, held in standby_map(snapshot, name).items()})
+    desired.update(ignored_pods(snapshot.ignored_pods, fleet))
     events = []
     if verdict.storm and not is_true(status.get("conditions") or [], "StormGuard"):
         events.append(Event("Warning", "StormGuard", verdict.storm))
@@ -303,6 +308,16 @@ def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj]
                                               "standbyDomains")},
             "domains": listed, "domainsOmitted": len(domains) - len(listed),
             "conditions": conditions}
+
+
+def ignored_pods(ignored: Mapping[str, tuple[str, str]], fleet: Fleet) -> Obj:
+    """status.ignoredPods: the foreign pods pinned to this group's nodes that book nothing
+    there (topology.bookings), at most MAX_IGNORED_PODS, by name."""
+    here = sorted((key, node, why) for key, (node, why) in ignored.items()
+                  if node in fleet.nodes)
+    return {"ignoredPods": [{"pod": key, "node": node, "reason": why}
+                            for key, node, why in here[:MAX_IGNORED_PODS]],
+            "ignoredPodsOmitted": max(0, len(here) - MAX_IGNORED_PODS)}
 
 
 def listed_domains(domains: list[Obj]) -> list[Obj]:

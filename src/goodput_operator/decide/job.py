@@ -46,7 +46,8 @@ from goodput_operator.decide.gang import (
 )
 from goodput_operator.decide.group import inconclusive_message, may_probe
 from goodput_operator.decide.preemption import preempt_for, yield_to
-from goodput_operator.decide.quota import finish, quota_for
+from goodput_operator.decide.priority import Priority, with_pod_class
+from goodput_operator.decide.quota import finish, queue_required, quota_for
 from goodput_operator.decide.running import running_job
 from goodput_operator.decide.snapshot import Mark, Snapshot
 from goodput_operator.decide.standby import place_off_standby, standby_map
@@ -95,13 +96,14 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
                                         generation, at)})
     group = spec.ultra_server_group
     fleet = snapshot.fleets.get(group)
-    if fleet is None:
-        message = f"UltraServerGroup {group!r} does not exist"
+    priority = snapshot.priority(job)
+    waits = _waiting_for(group, fleet, priority, status)
+    if waits is not None or fleet is None:
+        reason, message = waits or ("", "")
         return JobDecision(job, status, {
             "phase": "Pending", "message": message,
-            "conditions": set_condition(conditions, "Placed", False,
-                                        "UltraServerGroupNotFound", message, generation, at)})
-
+            "conditions": set_condition(conditions, "Placed", False, reason, message,
+                                        generation, at)})
     pods = owned(snapshot.job_pods.get((namespace, name), {}).values(), job)
     quota, spec = _under_kueue(snapshot, job, spec, pods, at)
     decided = attempt(job, pods, fabric_of(snapshot, spec),
@@ -110,6 +112,7 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
                       spec=spec, steps=snapshot.steps.get((namespace, name))
                       or from_progress(status.get("progress")))
     _hold(decided, quota)
+    with_pod_class(decided.create, priority)
     _creation(snapshot.refused.get((namespace, name)), decided, pods, status, clock)
     wakes = [w for w in (decided.wake_at, _unschedulable_wake(pods, restart_of(job), clock),
                          quota.wake_at if quota else None) if w is not None]
@@ -182,17 +185,31 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
     return result
 
 
+def _waiting_for(group: str, fleet: Fleet | None, priority: Priority,
+                 status: Obj) -> tuple[str, str] | None:
+    """Why a job is left Pending before anything else is decided (reason, message): no
+    group to place on, or, before it is placed, a priority class the admin has not made
+    or not granted its namespace (it would be placed at a priority no one gave it)."""
+    if fleet is None:
+        return "UltraServerGroupNotFound", f"UltraServerGroup {group!r} does not exist"
+    if priority.problem is not None and not status.get("placement"):
+        return priority.reason, priority.problem
+    return None
+
+
 def _under_kueue(snapshot: Snapshot, job: Obj, spec: TrainingJobSpec, pods: list[Obj],
                  at: str) -> tuple[Quota | None, TrainingJobSpec]:
     """A job whose quota Kueue holds (decide.quota): its Workload's verdict, and the spec
     it is placed by (the admitted flavors' node labels join its node selector). An
     eviction marks it for this pass like a preemption victim (decide.preemption)."""
     if not kueue.under_kueue(job):
-        return None, spec
+        return queue_required(snapshot, job), spec
     meta = job["metadata"]
     busy = bool((job.get("status") or {}).get("placement")) or any(map(is_active, pods))
-    quota = quota_for(snapshot, job, lambda: kueue.workload(job, spec, fabric_of(snapshot, spec)),
-                      busy, at)
+    priority = snapshot.priority(job)
+    quota = quota_for(snapshot, job, lambda: kueue.workload(
+        job, spec, fabric_of(snapshot, spec), priority.value, priority.workload_ref()),
+        kueue.job_pod_counts(spec), busy, at)
     if quota.evicted:
         snapshot.preempting[(meta["namespace"], meta["name"])] = Mark(
             "Kueue", None, quota.evicted, verb="evicted")
@@ -208,7 +225,7 @@ def _where(snapshot: Snapshot, quota: Quota | None, desired: Obj, namespace: str
     the manager); a job that ended finishes its Workload."""
     if snapshot.cluster_name:
         desired["cluster"] = snapshot.cluster_name
-    if quota is None:
+    if quota is None or not quota.workload:
         return
     desired["workload"] = quota.workload
     if desired["phase"] in TERMINAL:

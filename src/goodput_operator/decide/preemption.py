@@ -1,7 +1,8 @@
 """A TrainingJob's two parts in preemption (spec.preemptionPolicy: LowerPriority).
 
 As the gang that needs room: when it does not fit, it finds the smallest set of
-lower-priority jobs of its group whose removal lets it be placed as its topology asks
+jobs of its group it may preempt (decide.priority: lower, and of its own namespace unless
+the admin granted its class more) whose removal lets it be placed as its topology asks
 (topology.preemption) and marks them for this pass; it is placed once their pods are
 gone, first in line by its priority. Level-based: the marks are worked out afresh every
 pass, so a gang that no longer needs the room (placed elsewhere, deleted) preempts no one.
@@ -31,6 +32,8 @@ from goodput_operator.topology.placement import Request
 from goodput_operator.topology.preemption import Candidate, preempt
 
 Obj = dict[str, Any]
+# the most a victim's preemptionGraceSeconds holds a preemptor of another namespace
+FOREIGN_GRACE_SECONDS = 300
 
 
 def preempt_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
@@ -39,28 +42,28 @@ def preempt_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Ob
     Placed condition, or None when no preemption makes room."""
     meta = job["metadata"]
     me = f"{meta['namespace']}/{meta['name']}"
+    mine = snapshot.priority(job)
     keys: dict[str, tuple[str, str]] = {}
     candidates = []
     for other in snapshot.jobs:
         other_meta, other_spec = other["metadata"], other.get("spec") or {}
         status = other.get("status") or {}
-        priority = other_spec.get("priority", 0)
+        theirs = snapshot.priority(other)
         if other is job or other_spec.get("ultraServerGroup") != spec.ultra_server_group or \
-                not isinstance(priority, int) or priority >= spec.priority or \
-                status.get("phase") in TERMINAL:
+                not mine.may_preempt(theirs) or status.get("phase") in TERMINAL:
             continue
         owner = trainingjob_owner(other_meta["namespace"], other_meta["name"])
         keys[owner] = (other_meta["namespace"], other_meta["name"])
-        candidates.append(Candidate(owner, priority,
+        candidates.append(Candidate(owner, theirs.rank_for(mine.namespace),
                                     (status.get("preemption") or {}).get("by") == me))
     found = preempt(fleet, request, candidates)
     if found is None:
         return None
     victims = ", ".join("/".join(keys[v]) for v in found.victims)
-    message = (f"preempting {victims} (priority below {spec.priority}); without them: "
+    message = (f"preempting {victims} (below {mine.describe()}); without them: "
                f"{found.placement.reason}")
     for victim in found.victims:
-        snapshot.preempting[keys[victim]] = Mark(me, spec.priority, message[:1024])
+        snapshot.preempting[keys[victim]] = Mark(me, mine, message[:1024])
     # hold the room for the rest of the pass (a trial binding, never a reservation): the
     # jobs decided after this one have lower priorities and must not take what is freed
     # for it, a requeued victim least of all (it would be placed back and preempted again)
@@ -104,9 +107,12 @@ def yield_to(snapshot: Snapshot, spec: TrainingJobSpec, job: Obj, decided: Attem
     # only running workers can save: without a checkpoint dir, or not running, at once
     grace = spec.preemption_grace_seconds \
         if spec.checkpoint.dir and decided.phase == "Running" else 0
+    if mark.priority is not None and mark.priority.namespace != meta["namespace"]:
+        grace = min(grace, FOREIGN_GRACE_SECONDS)  # this job's words hold only its own team
     deadline = at + grace
     saved = parse_time(((status.get("checkpoint") or {}).get("latest") or {}).get("time"))
-    by = (f"preempted by {mark.by} (priority {mark.priority} > {spec.priority})"
+    by = (f"preempted by {mark.by} ({mark.priority.describe()}, above "
+          f"{snapshot.priority(job).describe()})"
           if mark.priority is not None else f"{mark.verb} by {mark.by} ({mark.message})")
     if clock < deadline and (saved is None or saved < at):
         message = (f"{by}: the workers are asked to save a checkpoint, stopped at "

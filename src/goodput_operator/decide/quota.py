@@ -36,12 +36,14 @@ from goodput_operator.resources.pods import is_active
 Obj = dict[str, Any]
 
 
-def quota_for(snapshot: Snapshot, obj: Obj, make: Callable[[], Obj], busy: bool,
-              at: str) -> Quota:
+def quota_for(snapshot: Snapshot, obj: Obj, make: Callable[[], Obj],
+              counts: Mapping[str, int], busy: bool, at: str) -> Quota:
     """OBJ (a job or an endpoint under Kueue) as its Workload stands in SNAPSHOT (with the
     ResourceFlavors' node labels, and whether the cluster serves Kueue's Workload API at
-    all). MAKE: builds the Workload; BUSY: its pods still hold nodes (an eviction gives
-    the quota back only once they are gone); AT: the pass's time, stamped."""
+    all). MAKE: builds the Workload; COUNTS: the pods of each of its pod sets; BUSY: its
+    pods still hold nodes (an eviction gives the quota back only once they are gone); AT:
+    the pass's time, stamped. A Workload that is not OBJ's own, or counts other pods than
+    OBJ runs, admits nothing (TENANCY.md rule 3)."""
     meta = obj["metadata"]
     name = kueue.workload_name(obj)
     wl = snapshot.workloads.get((meta["namespace"], name))
@@ -49,6 +51,13 @@ def quota_for(snapshot: Snapshot, obj: Obj, make: Callable[[], Obj], busy: bool,
     def held(reason: str, message: str, **more: Any) -> Quota:
         return Quota(name, True, ConditionUpdate("Admitted", False, reason, message), **more)
 
+    if wl is not None and (foreign := kueue.not_owned(obj, wl)) is not None:
+        return held("WorkloadNotOwned", f"{foreign}: it admits nothing here, and the "
+                    "operator neither runs under it nor finishes it"[:1024], foreign=True)
+    if wl is not None and kueue.pod_counts(wl) != dict(counts) and not busy:
+        said = ", ".join(f"{k}: {v}" for k, v in sorted(kueue.pod_counts(wl).items()))
+        return held("WorkloadOutdated", f"Workload {name} counts other pods ({said}) than "
+                    f"it runs: deleted, to be made again", remove=wl)
     if wl is None:
         if not snapshot.kueue:
             return held("KueueUnavailable", "it names a Kueue queue but this cluster serves "
@@ -83,6 +92,18 @@ def quota_for(snapshot: Snapshot, obj: Obj, make: Callable[[], Obj], busy: bool,
         "Admitted", True, "Admitted",
         f"admitted by ClusterQueue {queue}" + (f" on nodes {said}" if said else "")),
         node_labels=labels)
+
+
+def queue_required(snapshot: Snapshot, obj: Obj) -> Quota | None:
+    """OBJ names no queue where the admin requires one (--require-queue): it is held, as
+    Kueue's manageJobsWithoutQueueName holds a Job, so that no namespace runs outside the
+    quota its ClusterQueue grants. None: not required, or it is under Kueue."""
+    namespace = obj["metadata"]["namespace"]
+    if kueue.under_kueue(obj) or not snapshot.require_queue & {namespace, "*"}:
+        return None
+    return Quota("", True, ConditionUpdate(
+        "Admitted", False, "QueueRequired", f"namespace {namespace} runs only what a Kueue "
+        f"queue admits: add the {kueue.QUEUE_LABEL} label naming a LocalQueue"))
 
 
 def creating(snapshot: Snapshot, obj: Obj, name: str, make: Callable[[], Obj],
@@ -122,9 +143,9 @@ def _node_labels(admission: Obj, flavors: Mapping[str, Mapping[str, str]]
 
 def finish(quota: Quota, workloads: Mapping[tuple[str, str], Obj], namespace: str,
            phase: str, message: str, at: str) -> None:
-    """The job ended (PHASE): finish its Workload, once."""
+    """The job ended (PHASE): finish its Workload, once (never one that is not its own)."""
     wl = workloads.get((namespace, quota.workload))
-    if wl is not None and kueue.condition(wl, "Finished") is None:
+    if wl is not None and not quota.foreign and kueue.condition(wl, "Finished") is None:
         quota.target = wl
         quota.patch = kueue.finished(wl, phase == "Succeeded", message, at)
 
@@ -171,7 +192,8 @@ def decide_delegated(snapshot: Snapshot, job: Obj, at: str) -> JobDecision:
     """A TrainingJob MultiKueue runs elsewhere (handoff), as the job controller applies it."""
     status = job.get("status") or {}
     said, quota = handoff(snapshot, job, lambda fabric: kueue.workload(
-        job, TrainingJobSpec.model_validate(job["spec"]), fabric))
+        job, TrainingJobSpec.model_validate(job["spec"]), fabric,
+        snapshot.priority(job).value, snapshot.priority(job).workload_ref()))
     wake_at = quota.wake_at if quota is not None else None
     if said is None:
         return JobDecision(job, status, {}, quota=quota, wake_at=wake_at)
@@ -211,7 +233,7 @@ def endpoint_quota(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec,
     Workload's verdict; None for one that is not. It holds no replica until admitted,
     and gives them all up when evicted."""
     if not kueue.under_kueue(ie):
-        return None
+        return queue_required(snapshot, ie)
     fabric = Fabric.of(snapshot.groups[spec.ultra_server_group])
     return quota_for(snapshot, ie, lambda: kueue.endpoint_workload(ie, spec, fabric),
-                     any(map(is_active, pods)), at)
+                     kueue.endpoint_pod_counts(spec), any(map(is_active, pods)), at)

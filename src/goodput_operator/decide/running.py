@@ -139,7 +139,7 @@ def _gangs_waiting(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job:
             waiting = TrainingJobSpec.model_validate(other["spec"])
         except ValidationError:
             continue
-        if waiting.priority >= spec.priority and place(
+        if snapshot.priority(other).at_least(snapshot.priority(job)) and place(
                 fleet, request_for(snapshot, fleet, waiting, other, waiting.workers)).ok:
             return True
     return False

@@ -13,6 +13,7 @@ from typing import Any
 
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.autoscaling.algorithm import Decision as ScalingDecision
+from goodput_operator.decide.priority import Classes, Priority, of_job
 from goodput_operator.decide.types import OwnerKey, Refusal
 from goodput_operator.health.badput import REFRESH_SECONDS
 from goodput_operator.health.hang import StepClock
@@ -93,6 +94,20 @@ class Snapshot:
     delegated: Sequence[Obj] = ()  # jobs MultiKueue runs elsewhere (spec.managedBy)
     delegated_endpoints: Sequence[Obj] = ()  # and endpoints (a multi-region one's replicas)
     cluster_name: str = ""  # this cluster's name, written into job statuses when set
+    # the admin's PriorityClasses and WorkloadPriorityClasses, and each job's priority
+    # from them (decide.priority; State works them out once per pass)
+    classes: Classes = field(default_factory=Classes)
+    priorities: Mapping[Key, Priority] = field(default_factory=dict)
+    # foreign pods that book no node (topology.bookings): pod key -> (node, why)
+    ignored_pods: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # namespaces where an object must name a Kueue queue ("*": all; --require-queue)
+    require_queue: frozenset[str] = frozenset()
+
+    def priority(self, job: Obj) -> Priority:
+        """JOB's priority (decide.priority), worked out here for a job the pass has not."""
+        meta = job["metadata"]
+        found = self.priorities.get((meta["namespace"], meta["name"]))
+        return found if found is not None else of_job(job, self.classes)
 
 
 @dataclass(frozen=True)
@@ -101,6 +116,6 @@ class Mark:
     an endpoint reclaiming the standby domain it borrowed (priority None)."""
 
     by: str  # the preempting job, namespace/name (or "InferenceEndpoint namespace/name")
-    priority: int | None
+    priority: Priority | None
     message: str  # what its removal frees
     verb: str = "reclaimed"  # with priority None: reclaimed (standby), evicted (Kueue)

@@ -90,6 +90,8 @@ class Quota:
     target: Obj | None = None  # the Workload the patch is for (its resourceVersion)
     wake_at: float | None = None  # a refused create is tried again then (Refusal.retry_at)
     owner: OwnerKey | None = None  # whose Workload `create` is (its refusal is noted there)
+    foreign: bool = False  # the Workload found is not the object's: never written to
+    remove: Obj | None = None  # the object's own Workload, outdated: deleted (made anew)
 
     @property
     def message(self) -> str:

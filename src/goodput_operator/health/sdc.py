@@ -75,12 +75,17 @@ def guard(step: int, metrics: Mapping[str, float], recent: Sequence[float],
     return None
 
 
+MAX_PENDING_STEPS = 64  # steps a ledger waits on at once (reports arrive in step order)
+MAX_JUDGED_STEPS = 4096  # steps whose verdicts are kept (checkpoints are of recent ones)
+
+
 @dataclass
 class Ledger:
     """One attempt's reports, voted on as steps complete. Kept by the operator per job."""
 
     replicas: int  # data-parallel replicas per shard (workers / shards)
     attempt: int = 0  # the job's restart these reports belong to
+    max_shards: int = 100_000  # spec.sdc.shards: more shard names are a worker's junk
     pending: dict[int, dict[str, dict[int, str]]] = field(default_factory=dict)
     unanimous: set[int] = field(default_factory=set)  # steps every shard agreed on
     shard_votes: dict[int, dict[str, Outcome]] = field(default_factory=dict)
@@ -103,20 +108,35 @@ class Ledger:
         """Record one fingerprint; return the votes this completes. A step is judged when
         every replica of a shard reported it, or — with whatever arrived — once a later
         step has been judged (late or lost reports do not hold verification forever), and
-        only once."""
-        self.shards.add(shard)
+        only once. Bounded whatever a worker sends (TENANCY.md rule 4): shard names beyond
+        the job's shards are dropped, at most MAX_PENDING_STEPS steps wait (the oldest is
+        judged with what arrived to make room; an older one is dropped), and the verdicts
+        of the newest MAX_JUDGED_STEPS steps are kept."""
+        if shard not in self.shards:
+            if len(self.shards) >= self.max_shards:
+                return []
+            self.shards.add(shard)
         if shard in self.shard_votes.get(step, {}):
             # judged already: a report arriving after its step's verdict is too late to
             # change it (alone it could only make the step unverifiable), and judging it
             # again would cost a status write per late report of a large gang
             return []
-        self.pending.setdefault(step, {}).setdefault(shard, {})[rank] = value
         votes: list[Vote] = []
+        if step not in self.pending and len(self.pending) >= MAX_PENDING_STEPS:
+            oldest = min(self.pending)
+            if step < oldest:
+                return []
+            votes += [self._judge(oldest, other) for other in list(self.pending[oldest])]
+        self.pending.setdefault(step, {}).setdefault(shard, {})[rank] = value
         if len(self.pending[step][shard]) >= self.replicas:
             votes.append(self._judge(step, shard))
         for older in sorted(s for s in self.pending if s < self.newest_judged):
             for other in list(self.pending.get(older, {})):
                 votes.append(self._judge(older, other))
+        if len(self.shard_votes) > MAX_JUDGED_STEPS * 5 // 4:  # now and then: amortized
+            for old in sorted(self.shard_votes)[:len(self.shard_votes) - MAX_JUDGED_STEPS]:
+                del self.shard_votes[old]
+                self.unanimous.discard(old)
         return votes
 
     def _judge(self, step: int, shard: str) -> Vote:

@@ -67,6 +67,11 @@ FLAGS: tuple[Flag, ...] = (
          "URL prefixes an endpoint's scaling.prometheusUrl may name besides --prometheus-url "
          "(repeatable; comma-separated in the variable): scheme and host, optionally port "
          "and path, e.g. http://prometheus.monitoring.svc", shown="none"),
+    Flag("--require-queue", "GOODPUT_REQUIRE_QUEUE", "", "list",
+         "in this namespace (repeatable; `*`: every namespace) a TrainingJob or "
+         "InferenceEndpoint without a `kueue.x-k8s.io/queue-name` label is held Pending "
+         "(Admitted=False, reason QueueRequired), as Kueue's manageJobsWithoutQueueName",
+         shown="none"),
     Flag("--cluster-name", "GOODPUT_CLUSTER_NAME", "", "str",
          "this cluster's name, written into every TrainingJob's and InferenceEndpoint's "
          "status.cluster: under MultiKueue the status is copied to the manager, which then "

@@ -465,7 +465,8 @@ class ReportServer:
         if ledger is None or ledger.attempt != attempt:
             placement = (job.get("status") or {}).get("placement") or {}
             workers = int(placement.get("workers") or spec.workers)
-            ledger = sdc.Ledger(max(1, workers // spec.sdc.shards), attempt=attempt)
+            ledger = sdc.Ledger(max(1, workers // spec.sdc.shards), attempt=attempt,
+                                max_shards=spec.sdc.shards)
             self.state.ledgers[key] = ledger
         return ledger
 

@@ -44,6 +44,11 @@ from goodput_operator.controllers.shapes import (
     decode_pods,
 )
 from goodput_operator.controllers.state import State, pod_key
+from goodput_operator.decide.priority import (
+    PRIORITY_CLASS,
+    WORKLOAD_PRIORITY_CLASS,
+    priority_class,
+)
 from goodput_operator.health.quarantine import parse_time
 from goodput_operator.health.signals import device_taints
 from goodput_operator.operator.runtime import (
@@ -54,11 +59,16 @@ from goodput_operator.operator.runtime import (
     pages,
     tracked_pod,
 )
-from goodput_operator.resources.workload import RESOURCE_FLAVORS, WORKLOADS
+from goodput_operator.resources.workload import (
+    RESOURCE_FLAVORS,
+    WORKLOAD_PRIORITY_CLASSES,
+    WORKLOADS,
+)
 from goodput_operator.topology.model import claim_use
 
 log = logging.getLogger("goodput.watch")
 NODE_LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 RESOURCE_SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 RESOURCE_CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
 KUEUE_LOOK_SECONDS = 30.0  # how often a cluster without Kueue is looked at again
@@ -85,6 +95,8 @@ class Watch:
         self.resource_version = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # set once the first list is in the state (KueueWatch: or Kueue found absent)
+        self.settled = threading.Event()
 
     # ---- what a subclass says ------------------------------------------------------
     def changed(self, body: Obj) -> None:
@@ -170,6 +182,7 @@ class Watch:
         items, version = self.listed()
         asyncio.run_coroutine_threadsafe(self.replace(items), self.loop).result()
         self.resource_version = version
+        self.settled.set()
         log.info("%s watch: listed %d again in %.1fs", self.kind, len(items),
                  time.perf_counter() - started)
 
@@ -340,10 +353,6 @@ class KueueWatch(Watch):
     `settled` is set once the first look is over (listed, or found absent): the first pass
     waits for it, so that a queued job is not first decided without its Workload."""
 
-    def __init__(self, state: State, kube: Kube, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(state, kube, loop)
-        self.settled = threading.Event()
-
     def _run(self) -> None:
         said = False
         while not self._stop.is_set():
@@ -365,18 +374,21 @@ class KueueWatch(Watch):
                 break
         super()._run()
 
-    def relist(self) -> None:
-        super().relist()
-        self.settled.set()
 
 
 def slim_workload(body: Obj) -> Obj:
-    """What decide.quota reads of a Workload."""
+    """What decide.quota reads of a Workload: who owns it and what its pod sets count
+    (resources.workload.not_owned, pod_counts), never the pod templates."""
     meta = body.get("metadata") or {}
     kept = ("name", "namespace", "uid", "resourceVersion", "generation", "labels")
     status = body.get("status") or {}
+    owners = [{k: r.get(k) for k in ("kind", "name", "uid", "controller")}
+              for r in meta.get("ownerReferences") or [] if isinstance(r, dict)]
+    pod_sets = [{"name": s.get("name"), "count": s.get("count")}
+                for s in (body.get("spec") or {}).get("podSets") or [] if isinstance(s, dict)]
     return {"apiVersion": body.get("apiVersion"),
-            "metadata": {k: meta[k] for k in kept if k in meta},
+            "metadata": {**{k: meta[k] for k in kept if k in meta}, "ownerReferences": owners},
+            "spec": {"podSets": pod_sets},
             "status": {k: status[k] for k in ("conditions", "admission", "clusterName",
                                               "admissionChecks", "nominatedClusterNames")
                        if k in status}}
@@ -426,3 +438,39 @@ class FlavorWatch(KueueWatch):
         for item in items:
             self.state.upsert_flavor(item["metadata"]["name"],
                                      dict((item.get("spec") or {}).get("nodeLabels") or {}))
+
+
+class _ClassWatch(Watch):
+    """A watch of priority classes of one SOURCE (decide.priority): each one's view."""
+
+    source = ""
+
+    def changed(self, body: Obj) -> None:
+        self.loop.call_soon_threadsafe(self.state.upsert_priority_class, self.source,
+                                       body["metadata"]["name"],
+                                       priority_class(body, self.source))
+
+    def deleted(self, body: Obj) -> None:
+        self.loop.call_soon_threadsafe(self.state.upsert_priority_class, self.source,
+                                       body["metadata"]["name"], None)
+
+    async def replace(self, items: list[Obj]) -> None:
+        listed = {item["metadata"]["name"] for item in items}
+        for name in [n for n in self.state.priority_classes[self.source] if n not in listed]:
+            self.state.upsert_priority_class(self.source, name, None)
+        for item in items:
+            self.state.upsert_priority_class(self.source, item["metadata"]["name"],
+                                             priority_class(item, self.source))
+
+
+class PriorityClassWatch(_ClassWatch):
+    """Kubernetes PriorityClasses: the admin's job priorities (and the pods')."""
+
+    path, kind, source = PRIORITY_CLASSES, "priorityclasses", PRIORITY_CLASS
+
+
+class WorkloadPriorityClassWatch(_ClassWatch, KueueWatch):
+    """Kueue WorkloadPriorityClasses: job priorities that leave the pods' alone."""
+
+    path, kind = WORKLOAD_PRIORITY_CLASSES, "workloadpriorityclasses"
+    source = WORKLOAD_PRIORITY_CLASS

@@ -23,10 +23,12 @@ Obj = dict[str, Any]
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/workloads"
 RESOURCE_FLAVORS = "/apis/kueue.x-k8s.io/v1beta2/resourceflavors"
+WORKLOAD_PRIORITY_CLASSES = "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"  # set by MultiKueue on a worker
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"  # spec.managedBy: the job runs on a worker
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # how Kueue's messages name the job
+ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"  # MultiKueue's mark on what it creates
 WORKERS = "workers"  # the workers' pod set
 REPLICA = "replica"  # an endpoint's pod set: its replica groups' pods
 
@@ -72,14 +74,21 @@ def _counted(pod: Obj) -> Obj:
     return {"spec": counted}
 
 
-def workload(job: Obj, spec: TrainingJobSpec, fabric: Fabric) -> Obj:
-    """The Workload Kueue admits JOB by, at the job's priority."""
+def workload(job: Obj, spec: TrainingJobSpec, fabric: Fabric, priority: int = 0,
+             class_ref: Obj | None = None) -> Obj:
+    """The Workload Kueue admits JOB by, at PRIORITY: its class's value, the class named
+    by CLASS_REF (decide.priority; spec.priority orders only the namespace's own jobs, so
+    Kueue never sees it)."""
     worker = build.worker_pod(job, 0, 0, fabric, spec=spec)
-    pod_sets = [{"name": WORKERS, "count": spec.workers, "template": _counted(worker)}]
-    pod_sets += [{"name": s.name, "count": s.replicas,
+    counts = job_pod_counts(spec)
+    pod_sets = [{"name": WORKERS, "count": counts[WORKERS], "template": _counted(worker)}]
+    pod_sets += [{"name": s.name, "count": counts[s.name],
                   "template": _counted(build.companion_pod(job, s, 0, 0, fabric, spec=spec))}
                  for s in spec.pod_sets]
-    return _workload(job, build.owner_reference(job), pod_sets, spec.priority)
+    body = _workload(job, build.owner_reference(job), pod_sets, priority)
+    if class_ref is not None:
+        body["spec"]["priorityClassRef"] = class_ref
+    return body
 
 
 def endpoint_workload(ie: Obj, spec: InferenceEndpointSpec, fabric: Fabric) -> Obj:
@@ -87,14 +96,52 @@ def endpoint_workload(ie: Obj, spec: InferenceEndpointSpec, fabric: Fabric) -> O
     replica it may run (scaling.maxReplicas when it scales: the quota must hold what the
     autoscaler may ask for). A replica of a multi-region endpoint is an endpoint of one
     replica: Kueue admits those one by one, as it does LeaderWorkerSet groups."""
-    pod_sets = []
-    for role in spec.serving_roles():
-        pod = inference.group_pods(ie, spec, 0, "0", fabric, role)[0]
-        most = role.scaling.max_replicas if role.scaling else role.desired_default()
-        pod_sets.append({"name": role.name or REPLICA,
-                         "count": role.shape.workers * max(1, most),
-                         "template": _counted(pod)})
+    counts = endpoint_pod_counts(spec)
+    pod_sets = [{"name": role.name or REPLICA, "count": counts[role.name or REPLICA],
+                 "template": _counted(inference.group_pods(ie, spec, 0, "0", fabric, role)[0])}
+                for role in spec.serving_roles()]
     return _workload(ie, inference.owner_reference(ie), pod_sets, 0)
+
+
+def job_pod_counts(spec: TrainingJobSpec) -> dict[str, int]:
+    """The pods of each pod set of a job's Workload: the workers, then each companion set."""
+    return {WORKERS: spec.workers, **{s.name: s.replicas for s in spec.pod_sets}}
+
+
+def endpoint_pod_counts(spec: InferenceEndpointSpec) -> dict[str, int]:
+    """Each role's pods at the most replicas it may run (what the quota must hold)."""
+    return {role.name or REPLICA: role.shape.workers * max(1, role.scaling.max_replicas
+                                                           if role.scaling else
+                                                           role.desired_default())
+            for role in spec.serving_roles()}
+
+
+def pod_counts(wl: Obj) -> dict[str, Any]:
+    """What WL's pod sets count, by name (as the watch keeps them: workloads' slim)."""
+    return {str(s.get("name")): s.get("count") for s in (wl.get("spec") or {}).get("podSets")
+            or [] if isinstance(s, dict)}
+
+
+def not_owned(obj: Obj, wl: Obj) -> str | None:
+    """Why WL is not OBJ's to run under and to finish (TENANCY.md rule 3), or None: its
+    controller must be OBJ by UID, as the operator made it. Without a controller, it must
+    be MultiKueue's copy for OBJ on a worker cluster: OBJ names it by the prebuilt label
+    and both carry MultiKueue's origin mark. A label never makes another's Workload ours."""
+    meta, wl_meta = obj["metadata"], wl.get("metadata") or {}
+    controller = next((r for r in wl_meta.get("ownerReferences") or []
+                       if isinstance(r, dict) and r.get("controller")), None)
+    if controller is not None:
+        if controller.get("uid") == meta.get("uid"):
+            return None
+        return (f"Workload {wl_meta.get('name')} belongs to {controller.get('kind')} "
+                f"{controller.get('name')} (uid {controller.get('uid')}), not to this one")
+    labels, wl_labels = meta.get("labels") or {}, wl_meta.get("labels") or {}
+    origin = wl_labels.get(ORIGIN_LABEL)
+    if labels.get(PREBUILT_LABEL) == wl_meta.get("name") and origin and \
+            labels.get(ORIGIN_LABEL) == origin:
+        return None
+    return (f"Workload {wl_meta.get('name')} has no owner and is not MultiKueue's copy for "
+            "this object")
 
 
 def _workload(owner: Obj, reference: Obj, pod_sets: list[Obj], priority: int) -> Obj:

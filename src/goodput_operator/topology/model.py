@@ -177,14 +177,34 @@ _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(m|Ki|Mi|G
                        r"|k|M|G|T|P|E)?)$")
 
 
+MAX_QUANTITY_CHARS = 64  # longer is no quantity a node or a pod could mean
+MAX_EXPONENT = 24  # 1e24 devices: far past any fleet; 1e10000000 costs seconds to expand
+
+
+def _quantity_text(quantity: Any) -> str:
+    """QUANTITY (a JSON string or number) as text, cut past MAX_QUANTITY_CHARS."""
+    if isinstance(quantity, int) and not isinstance(quantity, bool) and \
+            quantity.bit_length() > 4 * MAX_QUANTITY_CHARS:
+        return "9" * (MAX_QUANTITY_CHARS + 1)  # too long: said so without printing it
+    if isinstance(quantity, str | int | float):
+        return str(quantity)[:MAX_QUANTITY_CHARS + 1]
+    raise QuantityError(f"a {type(quantity).__name__} is not a Kubernetes quantity")
+
+
 def parse_quantity(quantity: Any) -> Fraction:
     """A Kubernetes resource.Quantity, exactly: "16", 16, "1k" (the API server stores 1000
-    devices so), "2Ki", "1e3", "1.5k", "500m"."""
-    text = str(quantity).strip()
+    devices so), "2Ki", "1e3", "1.5k", "500m". Free text from a tenant, so bounded before
+    it is expanded (TENANCY.md rule 5): at most MAX_QUANTITY_CHARS characters and an
+    exponent of at most MAX_EXPONENT; anything else is a QuantityError, never a cost."""
+    text = _quantity_text(quantity).strip()
+    if len(text) > MAX_QUANTITY_CHARS:
+        raise QuantityError(f"{text[:16]!r}... is longer than {MAX_QUANTITY_CHARS} characters")
     match = _QUANTITY.match(text)
     if match is None:
-        raise QuantityError(f"{quantity!r} is not a Kubernetes quantity")
+        raise QuantityError(f"{text!r} is not a Kubernetes quantity")
     number, exponent, suffix = match.groups()
+    if exponent and abs(int(exponent[1:])) > MAX_EXPONENT:
+        raise QuantityError(f"{text!r}: an exponent beyond {MAX_EXPONENT}")
     value = Fraction(number)
     if exponent:
         value *= Fraction(10) ** int(exponent[1:])
@@ -198,9 +218,9 @@ def parse_quantity(quantity: Any) -> Fraction:
 def parse_count(quantity: Any) -> int:
     """A whole number of devices from an extended-resource quantity ("16", "1k" = 1000);
     QuantityError for anything else ("500m", "abc", a negative count)."""
-    text = str(quantity).strip()
-    if text.isascii() and text.isdigit():  # "16": most counts, without the exact parse
-        return int(text)
+    text = _quantity_text(quantity).strip()
+    if text.isascii() and text.isdigit() and len(text) <= MAX_QUANTITY_CHARS:
+        return int(text)  # "16": most counts, without the exact parse
     value = parse_quantity(quantity)
     if value.denominator != 1 or value < 0:
         raise QuantityError(f"{quantity!r} is not a whole number of devices")
@@ -238,6 +258,7 @@ class ClaimUse:
     node: str | None
     devices: tuple[tuple[str, int], ...]
     pods: tuple[str, ...]
+    pod_claim: str = ""  # the pod's name for it, when made from a pod's claim template
 
     def count(self, device_class: str | None) -> int:
         """The devices of a group claiming DEVICE_CLASS: that driver's, when the class is
@@ -245,6 +266,9 @@ class ClaimUse:
         if device_class in KNOWN_DRIVERS:
             return sum(n for driver, n in self.devices if driver == device_class)
         return sum(n for driver, n in self.devices if driver != IMEX_DRIVER)
+
+
+POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"  # the claim controller writes it
 
 
 def claim_use(claim: Mapping[str, Any]) -> ClaimUse:
@@ -263,7 +287,9 @@ def claim_use(claim: Mapping[str, Any]) -> ClaimUse:
     namespace = (claim.get("metadata") or {}).get("namespace", "default")
     pods = tuple(f"{namespace}/{r.get('name', '')}" for r in status.get("reservedFor") or []
                  if r.get("resource") == "pods")
-    return ClaimUse(node if drivers else None, tuple(sorted(drivers.items())), pods)
+    made_for = ((claim.get("metadata") or {}).get("annotations") or {}).get(POD_CLAIM_NAME, "")
+    return ClaimUse(node if drivers else None, tuple(sorted(drivers.items())), pods,
+                    str(made_for))
 
 
 def trainingjob_owner(namespace: str, name: str) -> str:

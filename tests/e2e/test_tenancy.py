@@ -1,0 +1,163 @@
+"""Shared-cluster trust (TENANCY.md), end to end: team A, in a namespace of its own, tries
+an attack on team B's running job in the same group, and B's job runs on. Each attack
+also has unit table cases (tests/unit/test_priority.py, ...)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from goodput_operator import names
+from tests import helm
+from tests.conftest import Cluster, wait_for
+from tests.e2e.conftest import (
+    Operator,
+    apply,
+    get_job,
+    job_pods,
+    training_job,
+    trn2_pool,
+    wait_phase,
+)
+from tests.e2e.test_recovery import group_status
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def team_a(crds: Cluster, namespace: str) -> Iterator[str]:
+    """A second tenant's namespace beside the test's own (team B's)."""
+    name = f"{namespace[:50]}-a"
+    crds.kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        crds.kubectl("delete", "tj,pods", "--all", "-n", name, "--wait=true", check=False)
+        crds.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def placed_reason(crds: Cluster, namespace: str, job: str) -> tuple[str, str] | None:
+    conditions = (get_job(crds, namespace, job).get("status") or {}).get("conditions") or []
+    found = next((c for c in conditions if c["type"] == "Placed"), None)
+    return (found["reason"], found["message"]) if found else None
+
+
+def test_a_typed_priority_preempts_no_other_team_and_an_admin_grant_does(
+        e2e: Operator, crds: Cluster, namespace: str, team_a: str, trn2_group: str) -> None:
+    """Team A's gang at spec.priority 1000000 with LowerPriority waits behind team B's
+    running job (the number orders only A's own jobs); a gang naming a class no one made
+    says so and waits; once the admin makes that PriorityClass, granted to A's namespace
+    with the right to preempt across namespaces, B is preempted and A's pods carry the
+    class. (A class not granted to the namespace: tests/unit/test_priority.py.)"""
+    apply(crds, training_job("b-train", trn2_group, 8, checkpoint={"dir": "/fsx/b"},
+                             preemptionGraceSeconds=0), namespace)
+    wait_phase(crds, namespace, "b-train", "Running")
+
+    grab = training_job("grab", trn2_group, 8, priority=1_000_000,
+                        preemptionPolicy="LowerPriority")
+    apply(crds, grab, team_a)
+    reason = wait_for(lambda: placed_reason(crds, team_a, "grab"), timeout=30,
+                      what="grab's Placed condition")
+    assert reason[0] == "WaitingForCapacity", reason
+    klass = f"urgent-{uuid.uuid4().hex[:6]}"
+    apply(crds, training_job("urgent", trn2_group, 8, priorityClassName=klass,
+                             preemptionPolicy="LowerPriority"), team_a)
+    wait_for(lambda: (placed_reason(crds, team_a, "urgent") or ("",))[0]
+             == "PriorityClassNotFound", timeout=30, what="a class no one made, said")
+    assert not get_job(crds, namespace, "b-train")["status"].get("preemption")
+    assert get_job(crds, namespace, "b-train")["status"]["phase"] == "Running"
+
+    try:
+        apply(crds, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                     "metadata": {"name": klass, "annotations": {
+                         names.PRIORITY_NAMESPACES_ANNOTATION: f"{namespace},{team_a}",
+                         names.PREEMPT_ACROSS_ANNOTATION: "true"}},
+                     "value": 1000, "preemptionPolicy": "PreemptLowerPriority"})
+        wait_phase(crds, team_a, "urgent", "Running", timeout=60)
+        stopped = get_job(crds, namespace, "b-train")["status"]
+        assert stopped["phase"] in ("Recovering", "Pending"), stopped["phase"]
+        preempted = {c["type"]: c for c in stopped["conditions"]}["Preempted"]
+        assert f"preempted by {team_a}/urgent (class {klass} (1000)" in preempted["message"]
+        assert {p["spec"].get("priorityClassName") for p in job_pods(crds, team_a, "urgent")} \
+            == {klass}
+        assert get_job(crds, team_a, "grab")["status"]["phase"] == "Pending"
+        assert e2e.healthy()
+    finally:
+        crds.kubectl("delete", "tj", "--all", "-n", team_a, "--wait=true", check=False)
+        crds.kubectl("delete", "priorityclass", klass, "--ignore-not-found")
+
+
+def squatter(name: str, node: str) -> dict[str, Any]:
+    """A pod pinned to NODE, asking for all its chips, that a gate of its own keeps from
+    ever binding."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                     "schedulingGates": [{"name": "example.com/never"}],
+                     "containers": [{"name": "c", "image": "example.com/c:1", "resources": {
+                         "requests": {"aws.amazon.com/neuron": "16"},
+                         "limits": {"aws.amazon.com/neuron": "16"}}}]}}
+
+
+def test_gated_squatters_book_nothing_and_the_group_names_them(
+        e2e: Operator, crds: Cluster, namespace: str, team_a: str, trn2_group: str) -> None:
+    """Team A pins a gated pod to every node of the group (once: 0 of 128 chips free for
+    anyone); team B's gang of 8 is placed and runs, and the group says which pods it
+    ignores and why."""
+    nodes = trn2_pool(crds)
+    for i, node in enumerate(nodes):
+        apply(crds, squatter(f"squat-{i}", node), team_a)
+    apply(crds, training_job("b-train", trn2_group, len(nodes)), namespace)
+    wait_phase(crds, namespace, "b-train", "Running", timeout=60)
+    ignored = wait_for(lambda: len((s := group_status(crds, trn2_group)).get(
+        "ignoredPods") or []) == len(nodes) and s["ignoredPods"], timeout=30,
+        what="the squatters named on the group")
+    assert {p["pod"] for p in ignored} == {f"{team_a}/squat-{i}" for i in range(len(nodes))}
+    assert all("scheduling gates of its own" in p["reason"] for p in ignored)
+    assert e2e.healthy()
+
+
+def test_the_charts_admission_policy_lets_only_pod_creators_create_jobs(
+        crds: Cluster, namespace: str, trn2_group: str) -> None:
+    """The operator creates the pods with its own ServiceAccount, so whoever may create a
+    TrainingJob runs pods as if they had created them: the chart's policy refuses the job
+    to a user who may not create pods in the namespace, and admits it once they may."""
+    release = f"vap-{uuid.uuid4().hex[:6]}"
+    rendered = helm.helm("template", release, str(helm.CHART)).stdout
+    policy = [d for d in yaml.safe_load_all(rendered)
+              if d and d["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert len(policy) == 2
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "jobs-only"},
+            "rules": [{"apiGroups": ["goodput.dev"], "resources": ["trainingjobs"],
+                       "verbs": ["create", "get", "patch"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "alice"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                           "name": "jobs-only"},
+               "subjects": [{"kind": "User", "name": "alice",
+                             "apiGroup": "rbac.authorization.k8s.io"}]}
+    job = json.dumps(training_job("alices", trn2_group, 1))
+    try:
+        for doc in policy:
+            apply(crds, doc)
+        apply(crds, role, namespace)
+        apply(crds, binding, namespace)
+
+        def as_alice() -> Any:
+            return crds.kubectl("create", "--as=alice", "-n", namespace, "-f", "-",
+                                input_text=job, check=False)
+        refused = wait_for(lambda: (r := as_alice()).returncode != 0 and
+                           "needs the right to create pods" in r.stderr and r, timeout=30,
+                           what="the policy in force")
+        assert "trainingjobs in namespace" in refused.stderr
+        role["rules"].append({"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]})
+        apply(crds, role, namespace)
+        wait_for(lambda: as_alice().returncode == 0, timeout=30, what="alice, a pod creator")
+    finally:
+        for doc in policy:
+            crds.kubectl("delete", doc["kind"], doc["metadata"]["name"], "--ignore-not-found")
