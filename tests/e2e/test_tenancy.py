@@ -161,3 +161,31 @@ def test_the_charts_admission_policy_lets_only_pod_creators_create_jobs(
     finally:
         for doc in policy:
             crds.kubectl("delete", doc["kind"], doc["metadata"]["name"], "--ignore-not-found")
+
+
+def test_a_name_another_object_holds_is_a_refusal_not_a_share(
+        e2e: Operator, crds: Cluster, namespace: str, trn2_group: str) -> None:
+    """A TrainingJob named as an InferenceEndpoint of its namespace would share the
+    endpoint's Service (no rendezvous, or clients reaching training pods): the job is told
+    the name is taken, by whom, and creates no worker."""
+    from tests.e2e.test_hostile import inference_endpoint
+
+    def refused() -> str | None:
+        for c in (get_job(crds, namespace, "shared").get("status") or {}).get(
+                "conditions") or []:
+            if c["type"] == "WorkersCreated" and c["reason"] == "CreateRefused":
+                return str(c["message"])
+        return None
+
+    apply(crds, inference_endpoint("shared", trn2_group), namespace)
+    try:
+        wait_for(lambda: crds.kubectl("get", "service", "shared", "-n", namespace,
+                                      check=False).returncode == 0, timeout=30,
+                 what="the endpoint's Service")
+        apply(crds, training_job("shared", trn2_group, 1), namespace)
+        said = wait_for(refused, timeout=30, what="the taken name refused")
+        assert "belongs to InferenceEndpoint shared, not to TrainingJob shared" in said
+        assert not job_pods(crds, namespace, "shared")
+        assert e2e.healthy()
+    finally:
+        crds.kubectl("delete", "ie", "shared", "-n", namespace, "--wait=true", check=False)

@@ -232,7 +232,7 @@ BAD: list[tuple[str, Callable[[str], Doc], list[Mutation], list[str]]] = [
     ("unknown launcher", J, [put("spec.launcher", {"type": "deepspeed"})],
      ['spec.launcher.type: Unsupported value: "deepspeed"']),
     ("port out of range", J, [put("spec.launcher", {"port": 70000})],
-     ["spec.launcher.port", "less than or equal to 65535"]),
+     ["spec.launcher.port", "less than or equal to 65534"]),
     ("elastic minimum above the gang", J,
      [put("spec.elastic", {"minWorkers": 8}), put("spec.workers", 4)],
      ["spec.workers", "workers must be at least elastic.minWorkers"]),

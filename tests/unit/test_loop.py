@@ -154,12 +154,17 @@ def test_while_the_api_server_is_slow_fewer_bulk_writes_are_in_flight() -> None:
 
     in_flight, peaks = 0, []
     lock = threading.Lock()
+    first_round = threading.Event()  # set once BULK_WRITES writes are in flight at once
 
     def slow_write(index: int) -> int:
         nonlocal in_flight
         with lock:
             in_flight += 1
             peaks.append(in_flight)
+            if in_flight == BULK_WRITES:
+                first_round.set()
+        if index < BULK_WRITES:  # the first round waits for all of it to be in flight: on a
+            first_round.wait(5)  # busy machine 16 threads took longer to start than 0.1 s
         time.sleep(0.1)  # slower than the threshold below
         with lock:
             in_flight -= 1

@@ -184,3 +184,27 @@ def test_a_shutdown_cancels_again_until_the_loops_end(caplog: pytest.LogCaptureF
         lost, ended, left_behind = asyncio.run(stopped())
     assert lost == ["once"] and ended and left_behind
     assert "stubborn did not stop within 1s" in caplog.text
+
+
+def test_service_discovery_is_built_again_only_when_the_serving_pods_change(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """TENANCY.md rule 6: a GET loop on /sd/serving costs the loop nothing; a change is
+    served within SD_SECONDS."""
+    from goodput_operator.operator import runtime
+
+    builds: list[int] = []
+    monkeypatch.setattr(runtime, "scrape_targets",
+                        lambda endpoints, pods: builds.append(1) or [{"targets": []}])
+    clock = [100.0]
+    monkeypatch.setattr(runtime.time, "monotonic", lambda: clock[0])
+    state = State()
+    health = Health(state, kube=None)  # type: ignore[arg-type]
+    for _ in range(1000):
+        asyncio.run(health._serving_targets(None))  # type: ignore[arg-type]
+    assert len(builds) == 1
+    state.serving_version += 1                      # a serving pod changed
+    asyncio.run(health._serving_targets(None))  # type: ignore[arg-type]
+    assert len(builds) == 1                          # within SD_SECONDS of the last build
+    clock[0] += runtime.SD_SECONDS
+    asyncio.run(health._serving_targets(None))  # type: ignore[arg-type]
+    assert len(builds) == 2

@@ -169,13 +169,59 @@ class Kube:
             created = create(namespace, obj)
         except ApiException as err:
             if err.status == 409:
+                self._check_holder(obj)
                 return None
             raise
         return cast(Obj, self.api.sanitize_for_serialization(created))  # type: ignore[no-untyped-call]
 
+    def _read(self, obj: Obj) -> Obj | None:
+        """The stored object of OBJ's kind, namespace and name (None when there is none):
+        by a get for Services and ConfigMaps, by a list of that one name for the kinds the
+        operator lists anyway; None for the kinds it may only create."""
+        kind, meta = obj["kind"], obj["metadata"]
+        name, namespace = meta["name"], meta["namespace"]
+        group, _, version = obj["apiVersion"].rpartition("/")
+        listed = {"Pod": f"/api/v1/namespaces/{namespace}/pods",
+                  "Workload": f"/apis/{group}/{version}/namespaces/{namespace}/workloads",
+                  "InferenceEndpoint":
+                      f"/apis/{group}/{version}/namespaces/{namespace}/inferenceendpoints"}
+        try:
+            if kind == "Service":
+                return cast(Obj, self.api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
+                    self.core.read_namespaced_service(name, namespace)))
+            if kind == "ConfigMap":
+                return cast(Obj, self.api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
+                    self.core.read_namespaced_config_map(name, namespace)))
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        if kind not in listed:
+            return None
+        items = self.get_json(listed[kind], [("fieldSelector", f"metadata.name={name}")])
+        found = items.get("items") or []
+        return cast(Obj, found[0]) if found else None
+
+    def _check_holder(self, obj: Obj) -> None:
+        """OBJ's name is taken: fine when the holder is OBJ's owner's too (made in an
+        earlier pass); NameTaken when someone else holds it (TENANCY.md rule 3: a name is
+        never taken as ours)."""
+        mine = controller_uid(obj)
+        held = self._read(obj) if mine is not None else None
+        if held is None or controller_uid(held) == mine:
+            return
+        owner = next((r for r in held["metadata"].get("ownerReferences") or []
+                      if r.get("controller")), None)
+        by = f"{owner.get('kind')} {owner.get('name')}" if owner else "no controller"
+        raise NameTaken(f"{obj['kind']} {obj['metadata']['name']} already exists and belongs "
+                        f"to {by}, not to {obj['metadata']['ownerReferences'][0].get('kind')} "
+                        f"{obj['metadata']['ownerReferences'][0].get('name')}: rename one")
+
     def replace_config_map(self, obj: Obj) -> None:
         self._check_fence()
         meta = obj["metadata"]
+        if controller_uid(obj) is not None:
+            self._check_holder(obj)  # never rewrite a ConfigMap of someone else's
         try:
             self.core.patch_namespaced_config_map(
                 meta["name"], meta["namespace"], {"data": obj["data"]},
@@ -288,6 +334,20 @@ class Kube:
             log.warning("could not post event %s on %s: %s", reason, meta["name"], err.reason)
 
 
+class NameTaken(ApiException):
+    """A child's name is held by an object its owner does not control: a refusal."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(status=409, reason="NameTaken")
+        self.body = json.dumps({"message": message})
+
+
+def controller_uid(obj: Obj) -> str | None:
+    """The UID of OBJ's controller (its ownerReferences' controller: true)."""
+    return next((str(r.get("uid")) for r in (obj.get("metadata") or {}).get(
+        "ownerReferences") or [] if r.get("controller")), None)
+
+
 def api_message(err: ApiException) -> str:
     """The API server's own message (its Status body), else the HTTP status and reason."""
     try:
@@ -301,6 +361,8 @@ def refusal(err: ApiException) -> str | None:
     """The API server's message when it refused a request for good: a 4xx other than a
     conflict or throttling (an invalid object, a PodSecurity or webhook denial, a missing
     namespace). None for what may pass by retrying."""
+    if isinstance(err, NameTaken):
+        return api_message(err)
     if err.status is None or not 400 <= err.status < 500 or err.status in (409, 429):
         return None
     return api_message(err)

@@ -262,6 +262,7 @@ class State:
         self.ignored_pods: dict[str, tuple[str, str]] = {}
         self.booking_until: dict[str, float] = {}
         self.require_queue: frozenset[str] = frozenset()  # --require-queue: namespaces
+        self.serving_version = 0  # bumped when an endpoint or its pods change (/sd/serving)
         self.endpoint_pods: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
         # the autoscaler's latest decision and its history (autoscaling.History), per
         # endpoint and role: (namespace, name, role or "")
@@ -587,6 +588,7 @@ class State:
         if names.ENDPOINT_LABEL in labels:
             endpoint = (body["metadata"].get("namespace", "default"), labels[names.ENDPOINT_LABEL])
             self.endpoint_pods[endpoint][body["metadata"]["name"]] = body
+            self.serving_version += 1
             self.wake.set()
 
     def _observe_pod(self, key: str, body: Obj, now: float | None = None) -> None:
@@ -659,6 +661,7 @@ class State:
             if label in labels:
                 owner = (body["metadata"].get("namespace", "default"), labels[label])
                 index[owner].pop(body["metadata"]["name"], None)
+                self.serving_version += 1
                 if not index[owner]:
                     del index[owner]
         if names.JOB_LABEL in labels:
@@ -780,12 +783,14 @@ class State:
         held = self.endpoints.get(key)
         if not _older(body, held):
             self.endpoints[key] = body
+            self.serving_version += 1
             if held is None or held["metadata"].get("uid") != meta.get("uid"):
                 self._observe_own(self.endpoint_pods.get(key, {}))
             self.wake.set()
 
     def remove_endpoint(self, namespace: str, name: str) -> None:
         key = (namespace, name)
+        self.serving_version += 1
         self.endpoints.pop(key, None)
         self.delegated_endpoints.pop(key, None)
         self.workload_refusals.pop(("InferenceEndpoint", namespace, name), None)

@@ -189,6 +189,9 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placem
     ranks = spots.ranks
     if decided.create:
         await create(kube.create, build.service(job))
+        if refused:  # no gang without its Service (its name held by another object, say)
+            state.note_creates((namespace, job["metadata"]["name"]), refused[0], time.time())
+            return
         group = state.groups.get(job["spec"].get("ultraServerGroup", ""))
         device_class = group.accelerator.device_class if group is not None else None
         for source in build.claim_sources(job, decided.create, device_class):

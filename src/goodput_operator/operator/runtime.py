@@ -211,6 +211,9 @@ async def cancelled(tasks: list[asyncio.Task[None]], seconds: float = STOP_SECON
                   seconds)
 
 
+SD_SECONDS = 2.0  # how old /sd/serving's answer may be (Prometheus refreshes each 60 s)
+
+
 @dataclass
 class Health:
     """/healthz (liveness) and /readyz (readiness) on one port, and /sd/serving: where
@@ -227,6 +230,12 @@ class Health:
     stuck_seconds: float = 300.0
     _api_ok_at: float = 0.0
     _runner: web.AppRunner | None = field(default=None, repr=False)
+    # /sd/serving's answer, when it was built and from which State.serving_version: built
+    # again only when the serving pods changed, at most once per SD_SECONDS, whatever the
+    # rate of GETs (at 80k pods a build takes about a second of the loop)
+    _sd_body: bytes = field(default=b"", repr=False)
+    _sd_at: float = field(default=-1e18, repr=False)
+    _sd_version: int = field(default=-1, repr=False)
 
     def live(self, now: float) -> tuple[bool, str]:
         if self.leading() and self.state.primed and self.state.last_pass and \
@@ -260,9 +269,14 @@ class Health:
                                  status=200 if ok else 503)
 
     async def _serving_targets(self, _: web.Request) -> web.Response:
-        """Prometheus HTTP service discovery of the serving pods (docs/inference.md)."""
-        return web.json_response(scrape_targets(list(self.state.endpoints.values()),
-                                                self.state.endpoint_pods))
+        """Prometheus HTTP service discovery of the serving pods (docs/inference.md), from
+        a cache at most SD_SECONDS old: a GET loop costs the decision loop nothing more."""
+        now, version = time.monotonic(), self.state.serving_version
+        if version != self._sd_version and now - self._sd_at >= SD_SECONDS:
+            self._sd_body = json.dumps(scrape_targets(list(self.state.endpoints.values()),
+                                                      self.state.endpoint_pods)).encode()
+            self._sd_at, self._sd_version = now, version
+        return web.Response(body=self._sd_body, content_type="application/json")
 
     async def start(self, port: int, host: str = "0.0.0.0",
                     tls: ssl.SSLContext | None = None) -> None:
