@@ -25,6 +25,7 @@ from goodput_operator.controllers.shapes import Decode
 from goodput_operator.decide import Event, Failure
 from goodput_operator.decide.types import OwnerKey, Quota, changed_keys
 from goodput_operator.resources import claims, computedomain
+from goodput_operator.resources.pods import controller_of
 
 Obj = dict[str, Any]
 D = TypeVar("D")  # a controller's decision for one object
@@ -210,8 +211,7 @@ class Kube:
         held = self._read(obj) if mine is not None else None
         if held is None or controller_uid(held) == mine:
             return
-        owner = next((r for r in held["metadata"].get("ownerReferences") or []
-                      if r.get("controller")), None)
+        owner = controller_of(held)
         by = f"{owner.get('kind')} {owner.get('name')}" if owner else "no controller"
         raise NameTaken(f"{obj['kind']} {obj['metadata']['name']} already exists and belongs "
                         f"to {by}, not to {obj['metadata']['ownerReferences'][0].get('kind')} "
@@ -343,9 +343,9 @@ class NameTaken(ApiException):
 
 
 def controller_uid(obj: Obj) -> str | None:
-    """The UID of OBJ's controller (its ownerReferences' controller: true)."""
-    return next((str(r.get("uid")) for r in (obj.get("metadata") or {}).get(
-        "ownerReferences") or [] if r.get("controller")), None)
+    """The UID of OBJ's controller (resources.pods.controller_of)."""
+    ref = controller_of(obj)
+    return None if ref is None else str(ref.get("uid"))
 
 
 def api_message(err: ApiException) -> str:

@@ -42,7 +42,7 @@ from goodput_operator.health.sdc import Ledger
 from goodput_operator.health.signals import DeviceTaint
 from goodput_operator.health.straggler import Pace, Straggler
 from goodput_operator.resources.claims import CLAIM
-from goodput_operator.resources.pods import FINISHED
+from goodput_operator.resources.pods import FINISHED, controller_of
 from goodput_operator.resources.workload import MULTIKUEUE
 from goodput_operator.topology.bookings import Booking, booking
 from goodput_operator.topology.model import (
@@ -603,7 +603,7 @@ class State:
         if where.until is not None:
             self.booking_until[key] = where.until
             self.wake_at(where.until)
-        held = self._as_counted(body, (own, where))
+        held = self._as_counted(body, own, where)
         if not all([fleet.observe_pod(held) for fleet in self.fleets.values()]):
             metrics.SKIPPED_OBJECTS.labels("Pod").inc()
             log.warning("pod %s left out of the fleet model: its device request is not a "
@@ -613,23 +613,22 @@ class State:
         """POD as the fleets count it, at NOW: where it books (topology.bookings), and,
         when it is not the operator's, without the operator's annotations (on a foreign
         pod they mean nothing: TENANCY.md rule 3)."""
-        return self._as_counted(pod, self._booking(pod, now))
+        return self._as_counted(pod, *self._booking(pod, now))
 
     def _booking(self, pod: Obj, now: float | None) -> tuple[bool, Booking]:
         own = self._is_own(pod)
         return own, booking(pod, own, time.time() if now is None else now)
 
     @staticmethod
-    def _as_counted(pod: Obj, where: tuple[bool, Booking]) -> Obj:
-        own, booking_ = where
-        held = booked(pod, booking_)
+    def _as_counted(pod: Obj, own: bool, where: Booking) -> Obj:
+        held = booked(pod, where)
         return held if own else without_our_annotations(held)
 
     def _is_own(self, pod: Obj) -> bool:
         """POD is the operator's: its controller is a TrainingJob or InferenceEndpoint the
         operator holds, by UID (a label or annotation proves nothing)."""
         meta = pod["metadata"]
-        ref = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+        ref = controller_of(pod)
         if ref is None or ref.get("kind") not in ("TrainingJob", "InferenceEndpoint"):
             return False
         held = (self.jobs if ref["kind"] == "TrainingJob" else self.endpoints).get(

@@ -105,7 +105,7 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
             "conditions": set_condition(conditions, "Placed", False, reason, message,
                                         generation, at)})
     pods = owned(snapshot.job_pods.get((namespace, name), {}).values(), job)
-    quota, spec = _under_kueue(snapshot, job, spec, pods, at)
+    quota, spec = _under_kueue(snapshot, job, spec, priority, pods, at)
     decided = attempt(job, pods, fabric_of(snapshot, spec),
                       lost_nodes(snapshot, fleet, job, pods), clock, snapshot.report_url,
                       suspects=snapshot.seen_unhealthy.keys(), probed=snapshot.probed_at,
@@ -197,8 +197,8 @@ def _waiting_for(group: str, fleet: Fleet | None, priority: Priority,
     return None
 
 
-def _under_kueue(snapshot: Snapshot, job: Obj, spec: TrainingJobSpec, pods: list[Obj],
-                 at: str) -> tuple[Quota | None, TrainingJobSpec]:
+def _under_kueue(snapshot: Snapshot, job: Obj, spec: TrainingJobSpec, priority: Priority,
+                 pods: list[Obj], at: str) -> tuple[Quota | None, TrainingJobSpec]:
     """A job whose quota Kueue holds (decide.quota): its Workload's verdict, and the spec
     it is placed by (the admitted flavors' node labels join its node selector). An
     eviction marks it for this pass like a preemption victim (decide.preemption)."""
@@ -206,7 +206,6 @@ def _under_kueue(snapshot: Snapshot, job: Obj, spec: TrainingJobSpec, pods: list
         return queue_required(snapshot, job), spec
     meta = job["metadata"]
     busy = bool((job.get("status") or {}).get("placement")) or any(map(is_active, pods))
-    priority = snapshot.priority(job)
     quota = quota_for(snapshot, job, lambda: kueue.workload(
         job, spec, fabric_of(snapshot, spec), priority.value, priority.workload_ref()),
         kueue.job_pod_counts(spec), busy, at)

@@ -191,9 +191,10 @@ def handoff(snapshot: Snapshot, obj: Obj, make: Callable[[Fabric], Obj]
 def decide_delegated(snapshot: Snapshot, job: Obj, at: str) -> JobDecision:
     """A TrainingJob MultiKueue runs elsewhere (handoff), as the job controller applies it."""
     status = job.get("status") or {}
+    priority = snapshot.priority(job)
     said, quota = handoff(snapshot, job, lambda fabric: kueue.workload(
-        job, TrainingJobSpec.model_validate(job["spec"]), fabric,
-        snapshot.priority(job).value, snapshot.priority(job).workload_ref()))
+        job, TrainingJobSpec.model_validate(job["spec"]), fabric, priority.value,
+        priority.workload_ref()))
     wake_at = quota.wake_at if quota is not None else None
     if said is None:
         return JobDecision(job, status, {}, quota=quota, wake_at=wake_at)

@@ -77,6 +77,12 @@ def pinned(pod: Obj, node: str, domain: str | None) -> Obj:
     return result
 
 
+def controller_of(obj: Obj) -> Obj | None:
+    """OBJ's controller: its owner reference with controller true, if any."""
+    return next((r for r in (obj.get("metadata") or {}).get("ownerReferences") or []
+                 if isinstance(r, dict) and r.get("controller")), None)
+
+
 def owned(pods: Iterable[Obj], owner: Obj) -> list[Obj]:
     """The PODS whose controller is OWNER, by UID: a pod that only carries an owner's
     labels (a tenant's own, or one left from a deleted namesake) is not its worker."""

@@ -18,6 +18,7 @@ from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.resources import inference
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.fabric import Fabric
+from goodput_operator.resources.pods import controller_of
 
 Obj = dict[str, Any]
 API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -128,8 +129,7 @@ def not_owned(obj: Obj, wl: Obj) -> str | None:
     be MultiKueue's copy for OBJ on a worker cluster: OBJ names it by the prebuilt label
     and both carry MultiKueue's origin mark. A label never makes another's Workload ours."""
     meta, wl_meta = obj["metadata"], wl.get("metadata") or {}
-    controller = next((r for r in wl_meta.get("ownerReferences") or []
-                       if isinstance(r, dict) and r.get("controller")), None)
+    controller = controller_of(wl)
     if controller is not None:
         if controller.get("uid") == meta.get("uid"):
             return None
