@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from goodput_operator.decide.attempt import Lost
+from goodput_operator.decide.attempt import Attempt, Lost
 from goodput_operator.decide.attempt import attempt as plan
 from goodput_operator.resources import pods
 from goodput_operator.resources import trainingjob as build
@@ -39,10 +39,17 @@ def pod(index: int, restart: int = 0, phase: str = "Pending", gated: bool = True
 PLACED = {"placement": {"slices": [{"firstRank": 0, "domain": "d", "nodes": "n[0-1]"}]}}
 
 
-def test_a_new_job_creates_all_workers_gated_and_asks_for_a_placement() -> None:
+def created(result: Attempt) -> list[dict[str, Any]]:
+    """The bodies of the pods the attempt lacks (what the pass builds once placed)."""
+    return result.missing.bodies() if result.missing is not None else []
+
+
+def test_a_new_job_says_which_workers_it_lacks_builds_none_and_asks_for_a_placement() -> None:
     result = plan(job(), [], NEURON)
-    assert [p["metadata"]["name"] for p in result.create] == ["j-r0-w0", "j-r0-w1"]
-    assert all(pods.is_gated(p) for p in result.create)
+    assert result.create == [] and result.missing is not None
+    assert (len(result.missing), result.missing.workers) == (2, (0, 1))
+    assert [p["metadata"]["name"] for p in created(result)] == ["j-r0-w0", "j-r0-w1"]
+    assert all(pods.is_gated(p) for p in created(result))
     assert result.needs_placement and result.phase == "Pending"
 
 
@@ -61,7 +68,7 @@ def test_a_placement_pins_the_gated_workers_to_their_ranks() -> None:
 def test_after_a_restart_mid_launch_only_the_remaining_gated_pods_are_pinned() -> None:
     result = plan(job(PLACED), [pod(0, gated=False), pod(1)], NEURON)
     assert result.pin == [("j-r0-w1", "n1", "d")]
-    assert result.create == []
+    assert created(result) == []
 
 
 def test_running_when_every_worker_is_ready() -> None:
@@ -215,9 +222,9 @@ def test_the_new_attempt_resumes_from_the_checkpoint_and_waits_for_the_old_pods(
                              "latestVerified": {"step": 200, "path": "/c/200"}}}
     result = plan(job(status), [pod(0, restart=0, phase="Running", gated=False)], NEURON)
     assert result.delete == ["j-r0-w0"] and result.hold and result.pin == []
-    names = [p["metadata"]["name"] for p in result.create]
+    names = [p["metadata"]["name"] for p in created(result)]
     assert names == ["j-r1-w0", "j-r1-w1"]
-    env = {e["name"]: e["value"] for e in result.create[0]["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e["value"] for e in created(result)[0]["spec"]["containers"][0]["env"]}
     assert env["GOODPUT_RESUME_FROM"] == "/c/200" and env["GOODPUT_RESTART"] == "1"
     assert env["GOODPUT_RESUME_STEP"] == "200"
     gone = plan(job(status), [pod(0, restart=1), pod(1, restart=1)], NEURON)
@@ -247,12 +254,12 @@ def test_running_again_closes_the_incident_with_its_costs() -> None:
 def test_suspend_stops_every_worker() -> None:
     result = plan(job(PLACED, suspend=True), [pod(0), pod(1)], NEURON)
     assert result.phase == "Suspended" and result.delete == ["j-r0-w0", "j-r0-w1"]
-    assert result.create == []
+    assert created(result) == []
 
 
 def test_terminal_jobs_stay_terminal() -> None:
     result = plan(job({"phase": "Succeeded", "message": "done"}), [], NEURON)
-    assert result.phase == "Succeeded" and not result.create
+    assert result.phase == "Succeeded" and not created(result)
 
 
 def test_a_gang_is_not_restarted_while_another_of_its_nodes_awaits_its_verdict() -> None:
@@ -285,6 +292,6 @@ def test_after_an_elastic_shrink_the_new_workers_learn_the_smaller_world() -> No
     shrunk = job({**PLACED, "restarts": 1}, workers=4, elastic={"minWorkers": 2},
                  launcher={"type": "torchrun", "procsPerWorker": 2})
     result = plan(shrunk, [], NEURON)
-    assert [p["metadata"]["name"] for p in result.create] == ["j-r1-w0", "j-r1-w1"]
-    env = {e["name"]: e["value"] for e in result.create[1]["spec"]["containers"][0]["env"]}
+    assert [p["metadata"]["name"] for p in created(result)] == ["j-r1-w0", "j-r1-w1"]
+    env = {e["name"]: e["value"] for e in created(result)[1]["spec"]["containers"][0]["env"]}
     assert (env["NNODES"], env["WORLD_SIZE"], env["GOODPUT_WORKERS"]) == ("2", "4", "2")

@@ -18,7 +18,7 @@ from goodput_operator.controllers.inferenceendpoint import reconcile_endpoints
 from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import State
 from goodput_operator.decide import EndpointDecision, Scaled, decide, decide_endpoints, trial
-from goodput_operator.decide.endpoint import WriteBudget
+from goodput_operator.decide.creates import WriteBudget
 from goodput_operator.decide.types import Refusal
 from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import inference as build

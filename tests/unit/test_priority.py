@@ -18,6 +18,7 @@ from goodput_operator.decide.priority import (
     PriorityClass,
     in_order,
     of_job,
+    pod_class,
     priority_class,
     resolve,
     with_pod_class,
@@ -110,9 +111,9 @@ def test_a_namespace_reorders_only_the_places_its_jobs_hold() -> None:
 
 def test_only_a_priority_class_is_written_into_the_pods() -> None:
     pods = [{"spec": {"priority": 7}}, {"spec": {}}]
-    with_pod_class(pods, a("a", 1000, 0, TEAM_ONLY))
+    with_pod_class(pods, pod_class(a("a", 1000, 0, TEAM_ONLY)))
     assert pods == [{"spec": {"priority": 7}}, {"spec": {}}]
-    with_pod_class(pods, a("a", 1000, 0, GRANTED))
+    with_pod_class(pods, pod_class(a("a", 1000, 0, GRANTED)))
     assert pods == [{"spec": {"priorityClassName": "urgent"}}] * 2
 
 

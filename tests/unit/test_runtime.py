@@ -69,7 +69,7 @@ def test_the_cache_keeps_of_a_pod_only_what_the_operator_reads() -> None:
 
 def test_a_pass_spends_its_write_budget_then_asks_for_another_pass() -> None:
     from goodput_operator.controllers.state import PASS_WRITE_BUDGET
-    from goodput_operator.decide.endpoint import WriteBudget
+    from goodput_operator.decide.creates import WriteBudget
 
     state, budget = State(), WriteBudget(PASS_WRITE_BUDGET)
     assert budget.spend(PASS_WRITE_BUDGET + 10), "one object may overdraw"

@@ -39,9 +39,9 @@ from goodput_operator.controllers.kube import (
 )
 from goodput_operator.controllers.state import State
 from goodput_operator.decide import Event, Failure, Scaled, decide_endpoints, trial
+from goodput_operator.decide.creates import WriteBudget
 from goodput_operator.decide.endpoint import (
     EndpointDecision,
-    WriteBudget,
     desired_replicas,
     placed_groups,
     role_pods,

@@ -24,6 +24,7 @@ from goodput_operator.controllers.kube import (
 from goodput_operator.controllers.state import State
 from goodput_operator.decide import Event, Failure, JobDecision, decide_jobs, trial
 from goodput_operator.decide.attempt import TERMINAL, Attempt, Spots
+from goodput_operator.decide.creates import WriteBudget
 from goodput_operator.health import badput
 from goodput_operator.health.quarantine import parse_time
 from goodput_operator.resources import trainingjob as build
@@ -66,8 +67,11 @@ async def reconcile_jobs(state: State, kube: Kube, clock: float) -> int:
     for job in snapshot.jobs:  # before the decisions: the snapshot's fleets see them
         reserve_from_status(state, job)
     failures: list[Failure] = []
+    budget = WriteBudget(state.write_budget)
     with trial(snapshot):
-        decisions = decide_jobs(snapshot, failures)
+        decisions = decide_jobs(snapshot, failures, budget)
+    state.write_budget = budget.left  # what the endpoints' pass may still write
+    state.defer_writes(budget.deferred)
     for decision in decisions:  # before any await: the endpoints' pass must see them
         record(state, decision)
     log_failures(failures)

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from goodput_operator.api.conditions import stamp
-from goodput_operator.decide.endpoint import EndpointDecision, WriteBudget, decide_endpoint
+from goodput_operator.decide.creates import WriteBudget, allot
+from goodput_operator.decide.endpoint import EndpointDecision, decide_endpoint
 from goodput_operator.decide.gang import JobDecision
 from goodput_operator.decide.group import GroupDecision, decide_group
 from goodput_operator.decide.job import decide_job
@@ -85,13 +86,18 @@ def decide_groups(snapshot: Snapshot, failures: list[Failure]) -> list[GroupDeci
                  lambda group: decide_group(snapshot, group["metadata"]["name"]), failures)
 
 
-def decide_jobs(snapshot: Snapshot, failures: list[Failure]) -> list[JobDecision]:
-    """Call inside `trial(snapshot)` (the later jobs see the earlier's reservations)."""
+def decide_jobs(snapshot: Snapshot, failures: list[Failure],
+                budget: WriteBudget | None = None) -> list[JobDecision]:
+    """Call inside `trial(snapshot)` (the later jobs see the earlier's reservations).
+    BUDGET: pod writes left in the pass; the placed gangs' pods are built from it
+    (decide.creates.allot), the smallest requests first."""
     reclaim_marks(snapshot)  # standby domains endpoints take back from the jobs
     at = stamp(snapshot.clock)
-    return _each("TrainingJob", snapshot.jobs, lambda job: decide_job(snapshot, job),
-                 failures) + _each("TrainingJob", snapshot.delegated,
-                                   lambda job: decide_delegated(snapshot, job, at), failures)
+    decided = _each("TrainingJob", snapshot.jobs, lambda job: decide_job(snapshot, job),
+                    failures)
+    allot(decided, budget or WriteBudget(snapshot.write_budget))
+    return decided + _each("TrainingJob", snapshot.delegated,
+                           lambda job: decide_delegated(snapshot, job, at), failures)
 
 
 def decide_endpoints(snapshot: Snapshot, failures: list[Failure],
@@ -111,7 +117,8 @@ def decide(snapshot: Snapshot) -> PassPlan:
     the reservations of the kinds before it. The fleets are left as they were."""
     plan = PassPlan()
     plan.groups = decide_groups(snapshot, plan.failures)
+    budget = WriteBudget(snapshot.write_budget)  # one for the pass, as the loop has
     with trial(snapshot):
-        plan.jobs = decide_jobs(snapshot, plan.failures)
-        plan.endpoints = decide_endpoints(snapshot, plan.failures)
+        plan.jobs = decide_jobs(snapshot, plan.failures, budget)
+        plan.endpoints = decide_endpoints(snapshot, plan.failures, budget)
     return plan

@@ -5,9 +5,10 @@ lost event or an operator restart loses nothing.
 
 Attempts: a job's pods belong to attempt `status.restarts`; pods of older attempts are
 deleted, and the new attempt's pods stay gated until they are gone (a pod pinned to a node
-still held by its predecessor would wait in the scheduler's backoff). A placement in the
-status belongs to the current attempt, so after an operator restart mid-launch the
-remaining gated pods are pinned from it and no pod is created twice.
+still held by its predecessor would wait in the scheduler's backoff). A gang has pods only
+once it is placed (decide.creates): an attempt says which are missing, not their bodies.
+A placement in the status belongs to the current attempt, so after an operator restart
+mid-launch the remaining pods are created (or pinned) from it and none is created twice.
 
 Incidents: a failure of the current attempt (a rank's node lost, a worker failed) opens an
 incident for the next attempt; the restart happens once its backoff has passed, and a node
@@ -22,12 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from goodput_operator.api.trainingjob import TrainingJobSpec
+from goodput_operator.decide.creates import Missing, missing
 from goodput_operator.decide.types import ConditionUpdate, Event, Refusal
 from goodput_operator.health import badput
 from goodput_operator.health.failures import Classified, classify
 from goodput_operator.health.hang import StepClock, deadline, hung, judged
 from goodput_operator.health.quarantine import parse_time
-from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.fabric import Fabric
 from goodput_operator.resources.pods import (
     FINISHED,
@@ -60,7 +61,8 @@ class Attempt:
 
     phase: str
     message: str
-    create: list[Obj] = field(default_factory=list)
+    create: list[Obj] = field(default_factory=list)  # built by decide.creates.allot
+    missing: Missing | None = None  # the pods still to create, not yet built
     delete: list[str] = field(default_factory=list)  # pod names
     pin: list[tuple[str, str, str | None]] = field(default_factory=list)  # pod, node, domain
     needs_placement: bool = False
@@ -160,13 +162,13 @@ def attempt(job: Obj, pods: list[Obj], fabric: Fabric, lost: Mapping[str, Lost] 
         return _finish(result, "Succeeded", f"all {result.workers} workers succeeded",
                        "AllWorkersSucceeded", [])
     resume = badput.resume_point(books["checkpoint"], strict_checkpoints(spec))
-    result.create = _missing(job, spec, current, companions, restart, fabric, resume,
-                             report_url, result.workers)
+    result.missing = missing(job, spec, list(current), list(companions), restart, fabric,
+                             resume, report_url, result.workers)
     recovering = incident is not None and incident["restart"] == restart
     if not ranks:
-        # Place as soon as no worker runs ungated, whether or not every pod exists yet:
-        # a job's turn (priority, then arrival) must not depend on how fast its pods were
-        # created. Missing pods are created gated and pinned from the recorded placement.
+        # Place as soon as no worker runs ungated: a gang that is not placed has no pods
+        # (decide.creates), and one whose pods exist gated (an operator from before that)
+        # is placed as it is. Missing pods are created pinned once the placement is made.
         result.needs_placement = not stale and all(
             is_gated(p) for p in (*current.values(), *companions.values()))
         result.phase = "Recovering" if recovering else "Pending"
@@ -182,19 +184,6 @@ def attempt(job: Obj, pods: list[Obj], fabric: Fabric, lost: Mapping[str, Lost] 
     if not stale:
         result.pin = pins(spots, pods, restart)
     return _progress(result, books, recovering, restart, now)
-
-
-def _missing(job: Obj, spec: TrainingJobSpec, current: Mapping[int, Obj],
-             companions: Mapping[tuple[str, int], Obj], restart: int, fabric: Fabric,
-             resume: Obj | None, report_url: str, workers: int) -> list[Obj]:
-    """The pods of attempt RESTART still to create: workers, then companions."""
-    missing = [build.worker_pod(job, index, restart, fabric, resume, spec, report_url,
-                                workers) for index in range(workers) if index not in current]
-    missing += [build.companion_pod(job, pod_set, index, restart, fabric, resume, spec,
-                                    report_url, workers)
-                for pod_set in spec.pod_sets for index in range(pod_set.replicas)
-                if (pod_set.name, index) not in companions]
-    return missing
 
 
 def pins(spots: Spots, pods: list[Obj], restart: int) -> list[tuple[str, str, str | None]]:
@@ -444,7 +433,7 @@ def _recover(result: Attempt, spec: TrainingJobSpec, books: Obj, incident: Obj,
         result.message = f"{incident['cause']}: restarting the gang (restart {restart + 1})"
         result.delete = [p["metadata"]["name"] for p in pods]
         result.events.append(Event("Warning", "Restarting", result.message))
-    result.create, result.pin = [], []
+    result.missing, result.pin = None, []
     return result
 
 
@@ -480,7 +469,7 @@ def refuse(result: Attempt, refusal: Refusal, pods: list[Obj], books: Obj, now: 
     result.conditions.append(ConditionUpdate("WorkersCreated", False, "CreateRefused", message))
     retry = refusal.retry_at()
     if now < retry:  # the backoff runs: no creates until then, whatever wakes the pass
-        result.create = []
+        result.missing = None
         result.wake_at = retry if result.wake_at is None else min(result.wake_at, retry)
 
 
@@ -491,7 +480,7 @@ def _goodput_only(books: Obj) -> Obj:
 def _finish(result: Attempt, phase: str, message: str, reason: str, pods: list[Obj]
             ) -> Attempt:
     result.phase, result.message = phase, message
-    result.create = []
+    result.missing = None
     result.pin = []
     result.needs_placement = False
     result.delete = [p["metadata"]["name"] for p in pods if is_active(p)]

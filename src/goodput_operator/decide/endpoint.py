@@ -23,6 +23,7 @@ from goodput_operator.api.inferenceendpoint import (
     ReplicaShape,
     ServingRole,
 )
+from goodput_operator.decide.creates import WriteBudget
 from goodput_operator.decide.fit import pod_fit
 from goodput_operator.decide.quota import endpoint_quota
 from goodput_operator.decide.replicas import EndpointPlan, Group, Removal, groups_of, plan_groups
@@ -50,21 +51,6 @@ from goodput_operator.topology.placement import Placement, Request, place, room_
 Obj = dict[str, Any]
 MAX_DECISIONS = 16  # scaling decisions kept in status.recentScaling
 ROOM_LIMIT = 16  # the most status.room says (under Kueue)
-
-
-@dataclass
-class WriteBudget:
-    """Pod writes left in this pass; what does not fit is counted and waits for the next."""
-
-    left: int
-    deferred: int = 0
-
-    def spend(self, count: int) -> bool:
-        if self.left <= 0:
-            self.deferred += count
-            return False
-        self.left -= count
-        return True
 
 
 @dataclass

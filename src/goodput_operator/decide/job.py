@@ -32,6 +32,7 @@ from goodput_operator.decide.attempt import (
     pins,
     refuse,
 )
+from goodput_operator.decide.creates import with_class
 from goodput_operator.decide.gang import (
     JobDecision,
     companions_for,
@@ -46,7 +47,7 @@ from goodput_operator.decide.gang import (
 )
 from goodput_operator.decide.group import inconclusive_message, may_probe
 from goodput_operator.decide.preemption import preempt_for, yield_to
-from goodput_operator.decide.priority import Priority, with_pod_class
+from goodput_operator.decide.priority import Priority, pod_class
 from goodput_operator.decide.quota import finish, queue_required, quota_for
 from goodput_operator.decide.running import running_job
 from goodput_operator.decide.snapshot import Mark, Snapshot
@@ -112,7 +113,7 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
                       spec=spec, steps=snapshot.steps.get((namespace, name))
                       or from_progress(status.get("progress")))
     _hold(decided, quota)
-    with_pod_class(decided.create, priority)
+    decided.missing = with_class(decided.missing, pod_class(priority))
     _creation(snapshot.refused.get((namespace, name)), decided, pods, status, clock)
     wakes = [w for w in (decided.wake_at, _unschedulable_wake(pods, restart_of(job), clock),
                          quota.wake_at if quota else None) if w is not None]
@@ -237,7 +238,7 @@ def _hold(decided: Attempt, quota: Quota | None) -> None:
         return
     decided.conditions.append(quota.condition)
     if quota.hold:
-        decided.create, decided.needs_placement = [], False
+        decided.missing, decided.needs_placement = None, False
         if decided.phase in ("Pending", "Recovering"):
             decided.message = quota.message
 

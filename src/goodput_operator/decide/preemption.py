@@ -132,7 +132,7 @@ def yield_to(snapshot: Snapshot, spec: TrainingJobSpec, job: Obj, decided: Attem
     why = (f"{by}: workers stopped and requeued; resumes from "
            f"{'step ' + str(resume['step']) if 'step' in resume else 'the start'}")
     decided.delete = list(result.observed)
-    decided.create, decided.pin, decided.probe = [], [], []
+    decided.missing, decided.pin, decided.probe = None, [], []
     decided.phase, decided.message = "Recovering", why
     decided.status = {"incidents": books["incidents"], "goodput": books["goodput"]}
     decided.conditions.append(ConditionUpdate("Preempted", True, "Requeued", why))

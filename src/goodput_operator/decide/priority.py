@@ -192,12 +192,18 @@ def of_job(job: Obj, classes: Classes) -> Priority:
                    classes)
 
 
-def with_pod_class(pods: Sequence[Obj], priority: Priority) -> None:
-    """PODS (bodies still to create) carry the job's class when it is a PriorityClass:
-    the scheduler and the admin's ResourceQuotas then see the same priority the operator
-    decides by (a WorkloadPriorityClass leaves the pods' own, as in Kueue)."""
-    if priority.klass is None or priority.klass.source != PRIORITY_CLASS:
+def pod_class(priority: Priority) -> str | None:
+    """The class a job's pods carry: its PriorityClass, so that the scheduler and the
+    admin's ResourceQuotas see the same priority the operator decides by (a
+    WorkloadPriorityClass leaves the pods' own, as in Kueue)."""
+    klass = priority.klass
+    return klass.name if klass is not None and klass.source == PRIORITY_CLASS else None
+
+
+def with_pod_class(pods: Sequence[Obj], name: str | None) -> None:
+    """PODS (bodies still to create) carry the PriorityClass NAME, if any."""
+    if name is None:
         return
     for pod in pods:
-        pod["spec"]["priorityClassName"] = priority.klass.name
+        pod["spec"]["priorityClassName"] = name
         pod["spec"].pop("priority", None)  # the API server fills it in from the class

@@ -105,7 +105,7 @@ def _grow(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
     decided.phase, decided.restart = "Recovering", False
     decided.message = f"elastic: {grown.reason} (restart {restart + 1})"
     decided.status = {"incidents": books["incidents"], "goodput": books["goodput"]}
-    decided.create, decided.pin = [], []
+    decided.missing, decided.pin = None, []
     decided.delete = [p["metadata"]["name"] for p in result.observed.values()]
     decided.conditions = [c for c in decided.conditions if c.type != "Running"]
     decided.conditions.append(ConditionUpdate("Running", False, "Resizing", decided.message))
