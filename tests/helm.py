@@ -72,6 +72,8 @@ def granted(release: str, namespace: str, **values: Any) -> set[Permission]:
             continue
         scope = "*" if doc["kind"] == "ClusterRole" else doc["metadata"]["namespace"]
         for rule in doc["rules"]:
+            if "nonResourceURLs" in rule:  # granted to readers (/sd/serving), not to us
+                continue
             rules |= {(group, resource, verb, scope) for group in rule["apiGroups"]
                       for resource in rule["resources"] for verb in rule["verbs"]}
     return rules

@@ -107,8 +107,11 @@ class Operator:
 
 CHART_RELEASE = "goodput-e2e"  # installed once per session; its namespace holds the Lease
 CHART_NAMESPACE = "goodput-e2e"
+SD_READER = "sd-reader"  # the ServiceAccount the chart grants /sd/serving (test_tenancy)
 CHART_VALUES = {"replicaCount": 0, "probeNamespace": "goodput-probes",
-                "dashboards": {"enabled": False}}
+                "dashboards": {"enabled": False},
+                "serviceDiscovery": {"readers": [{"name": SD_READER,
+                                                  "namespace": CHART_NAMESPACE}]}}
 
 
 @contextlib.contextmanager

@@ -42,6 +42,7 @@ TRAINER = "/opt/goodput/trainer/train.py"
 RELEASE = "goodput-operator"
 RELEASE_NAMESPACE = "goodput-system"
 PROBES = "goodput-probes"
+SD_READER = "prometheus"  # the ServiceAccount the tests' Prometheus reads /sd/serving as
 
 
 @dataclass
@@ -84,7 +85,11 @@ def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
             cluster, RELEASE, RELEASE_NAMESPACE,
             incluster.image_values(__version__) | {"probeNamespace": PROBES,
                                                    "dashboards": {"enabled": False},
-                                                   "prometheusUrl": prometheus_url}, log)
+                                                   "prometheusUrl": prometheus_url,
+                                                   "serviceDiscovery": {"readers": [
+                                                       {"name": SD_READER,
+                                                        "namespace": RELEASE_NAMESPACE}]}},
+            log)
         operator.install()
         group = yaml_doc(root / "examples" / "trn2" / "ultraservergroup-real.yaml")
         group["spec"]["probes"] = NO_SWEEPS

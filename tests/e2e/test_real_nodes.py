@@ -32,6 +32,7 @@ from tests.e2e import incluster
 from tests.e2e.conftest import apply, get_job, job_pods, lift_quarantine
 from tests.e2e.prometheus import Prometheus
 from tests.e2e.realnodes import (
+    SD_READER,
     SPARE,
     STEPS,
     US0,
@@ -442,7 +443,15 @@ def serving_metrics(real: Real, ns: str, tmp_path: Path) -> Iterator[Prometheus]
     [job, _] = yaml.safe_load(SCRAPE.read_text())
     operator = real.operator
     sd = f"http://{operator.service_ip('metrics')}:{operator.values_port('health', 8080)}"
-    job["http_sd_configs"][0] |= {"url": f"{sd}/sd/serving", "refresh_interval": "1s"}
+    # Prometheus reads /sd/serving with the token of the ServiceAccount the chart grants it
+    # to (serviceDiscovery.readers), as a pod's mounted token would be
+    real.cluster.kubectl("create", "serviceaccount", SD_READER, "-n", operator.namespace,
+                         check=False)
+    token = tmp_path / "sd-token"
+    token.write_text(real.cluster.kubectl("create", "token", SD_READER, "-n",
+                                          operator.namespace, "--duration=2h").stdout.strip())
+    job["http_sd_configs"][0] |= {"url": f"{sd}/sd/serving", "refresh_interval": "1s",
+                                  "authorization": {"credentials_file": str(token)}}
     address = urllib.parse.urlsplit(real.prometheus_url)
     server = Prometheus(tmp_path, None, str(address.hostname), [job], address.port)
     server.start()

@@ -5,8 +5,11 @@ also has unit table cases (tests/unit/test_priority.py, ...)."""
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +19,9 @@ from goodput_operator import names
 from tests import helm
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
+    CHART_NAMESPACE,
+    SD_READER,
+    Faults,
     Operator,
     apply,
     get_job,
@@ -24,7 +30,7 @@ from tests.e2e.conftest import (
     trn2_pool,
     wait_phase,
 )
-from tests.e2e.test_recovery import group_status
+from tests.e2e.test_recovery import group_status, ranks, running_again
 
 pytestmark = pytest.mark.e2e
 
@@ -189,3 +195,68 @@ def test_a_name_another_object_holds_is_a_refusal_not_a_share(
         assert e2e.healthy()
     finally:
         crds.kubectl("delete", "ie", "shared", "-n", namespace, "--wait=true", check=False)
+
+
+def rss_mib(e2e: Operator) -> float:
+    assert e2e.proc is not None
+    status = Path(f"/proc/{e2e.proc.pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines()
+                    if line.startswith("VmRSS:"))) / 1024
+
+
+def test_a_dozen_capped_gangs_that_fit_nowhere_own_no_pods_and_cost_b_nothing(
+        e2e: Operator, crds: Cluster, namespace: str, team_a: str, make_group: Any,
+        faults: Faults) -> None:
+    """Team A submits twelve 8,192-worker jobs that fit nowhere (each pass once built and
+    created 98,000 gated pods for them): they wait as statuses with no pods, the operator's
+    memory stays bounded, and a node failure under team B's running job is recovered
+    from as it is without them (running_again's usual bound)."""
+    group = make_group(spares={"perDomain": 1})
+    apply(crds, training_job("b-train", group, 3, checkpoint={"dir": "/fsx/b"}), namespace)
+    job = wait_phase(crds, namespace, "b-train", "Running")
+    before = rss_mib(e2e)
+    capped = [f"capped-{i}" for i in range(12)]
+    for name in capped:
+        apply(crds, training_job(name, group, 8192), team_a)
+    for name in capped:
+        wait_for(lambda name=name: (placed_reason(crds, team_a, name) or ("",))[0]
+                 == "WaitingForCapacity", timeout=60, what=f"{name} waiting for capacity")
+    assert all(job_pods(crds, team_a, name) == [] for name in capped)
+    grown = rss_mib(e2e) - before
+    assert grown < 200, f"the operator grew {grown:.0f} MiB for twelve waiting jobs"
+
+    faults.fail(ranks(job)[1])                      # team B's node fails meanwhile
+    again = running_again(crds, namespace, "b-train", 1)
+    assert again["status"]["incidents"][-1]["cause"] == "NodeFailure"
+    assert all(job_pods(crds, team_a, name) == [] for name in capped)
+
+
+def sd_status(e2e: Operator, token: str | None) -> tuple[int, bytes]:
+    request = urllib.request.Request(f"http://127.0.0.1:{e2e.health_port}/sd/serving")
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def test_sd_serving_answers_only_the_readers_the_chart_grants(
+        e2e: Operator, crds: Cluster, namespace: str) -> None:
+    """/sd/serving lists every namespace's serving pods: without credentials it is a 401,
+    with a tenant's token a 403 (a TokenReview, then a SubjectAccessReview by the chart's
+    ServiceAccount), and with the token of the ServiceAccount the chart's
+    serviceDiscovery.readers names, the list."""
+    assert sd_status(e2e, None)[0] == 401
+    assert sd_status(e2e, "not-a-token")[0] == 401
+    wait_for(lambda: crds.kubectl("get", "sa", "default", "-n", namespace,
+                                  check=False).returncode == 0,
+             timeout=30, what="default service account")
+    tenant = crds.kubectl("create", "token", "default", "-n", namespace).stdout.strip()
+    status, body = sd_status(e2e, tenant)
+    assert status == 403 and b"may not get /sd/serving" in body, body
+    crds.kubectl("create", "serviceaccount", SD_READER, "-n", CHART_NAMESPACE, check=False)
+    reader = crds.kubectl("create", "token", SD_READER, "-n", CHART_NAMESPACE).stdout.strip()
+    status, body = sd_status(e2e, reader)
+    assert status == 200 and isinstance(json.loads(body), list), body

@@ -29,6 +29,7 @@ from goodput_operator.controllers.kube import API_CONNECTIONS, Kube
 from goodput_operator.controllers.state import State
 from goodput_operator.health.cadence import REPORTS_PER_SECOND
 from goodput_operator.operator import loop
+from goodput_operator.operator.access import AccessGate
 from goodput_operator.operator.leader import LeaderElection
 from goodput_operator.operator.reports import ReportServer
 from goodput_operator.operator.runtime import Health, cancelled, prime
@@ -59,6 +60,7 @@ class Options:
     kube: Kube | None = None
     namespaces: list[str] | None = None  # None: every namespace
     health_port: int = 0
+    sd_auth: bool = True  # /sd/serving only for readers (operator.access)
     report_port: int = 0  # the workers' report channel (0: off)
     report_tls: ssl.SSLContext | None = None
     reports_per_job: int = REPORTS_PER_SECOND  # health.cadence: above it, every k-th step
@@ -115,7 +117,8 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     if election is not None:
         kube.fence = election.holds  # no write lands once the lease has lapsed
     if OPTIONS.health_port and not _servers:
-        await _serve(Health(STATE, kube, leading), OPTIONS.health_port)
+        gate = AccessGate(kube, "/sd/serving") if OPTIONS.sd_auth else None
+        await _serve(Health(STATE, kube, leading, sd_gate=gate), OPTIONS.health_port)
     await _label_own_pod(kube, False)
     if not STATE.primed:
         await prime(STATE, kube, OPTIONS.namespaces)

@@ -106,6 +106,7 @@ class Kube:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.authentication = client.AuthenticationV1Api(api_client)
+        self.authorization = client.AuthorizationV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         _count_requests(api_client)
 
@@ -257,6 +258,15 @@ class Kube:
         body: Any = {"spec": {"token": token, "audiences": audiences}}
         review = self.authentication.create_token_review(body)
         return cast(Obj, self.api.sanitize_for_serialization(review.status) or {})  # type: ignore[no-untyped-call]
+
+    def review_access(self, user: Obj, path: str, verb: str) -> bool:
+        """Whether USER (a TokenReview's: username, uid, groups) may VERB the non-resource
+        URL PATH: a SubjectAccessReview, answered by the cluster's authorizers (RBAC)."""
+        body: Any = {"spec": {"user": user.get("username"), "uid": user.get("uid"),
+                              "groups": user.get("groups") or [],
+                              "nonResourceAttributes": {"path": path, "verb": verb}}}
+        review = self.authorization.create_subject_access_review(body)
+        return bool(review.status and review.status.allowed)
 
     def patch_node(self, name: str, patch: Obj) -> Obj:
         """JSON merge patch of a Node (taints are replaced whole; a resourceVersion in the

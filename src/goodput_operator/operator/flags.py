@@ -67,6 +67,11 @@ FLAGS: tuple[Flag, ...] = (
          "URL prefixes an endpoint's scaling.prometheusUrl may name besides --prometheus-url "
          "(repeatable; comma-separated in the variable): scheme and host, optionally port "
          "and path, e.g. http://prometheus.monitoring.svc", shown="none"),
+    Flag("--sd-auth", "GOODPUT_SD_AUTH", "true", "bool",
+         "answer /sd/serving (the serving pods Prometheus discovers) only for a bearer token "
+         "whose user may `get` the non-resource URL /sd/serving (TokenReview and "
+         "SubjectAccessReview; the chart binds it to `serviceDiscovery.readers`); "
+         "`--no-sd-auth`: anyone who reaches the health port", shown="on"),
     Flag("--require-queue", "GOODPUT_REQUIRE_QUEUE", "", "list",
          "in this namespace (repeatable; `*`: every namespace) a TrainingJob or "
          "InferenceEndpoint without a `kueue.x-k8s.io/queue-name` label is held Pending "

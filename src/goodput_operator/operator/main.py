@@ -75,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     options.report_port = args.report_port
     options.reports_per_job = args.reports_per_job
     options.health_port = args.health_port
+    options.sd_auth = args.sd_auth
     options.namespaces = args.namespace or None
     options.leader_election = args.leader_election
     options.lease_namespace, options.lease_name = args.lease_namespace, args.lease_name

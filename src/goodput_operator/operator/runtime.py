@@ -28,6 +28,8 @@ from goodput_operator.api.base import GROUP, VERSION, describe_errors
 from goodput_operator.controllers.kube import Kube, Obj
 from goodput_operator.controllers.shapes import Decode, decode_nodes, decode_pods
 from goodput_operator.controllers.state import State
+from goodput_operator.operator.access import AccessGate
+from goodput_operator.operator.tokens import Refused
 from goodput_operator.resources.inference import scrape_targets
 
 log = logging.getLogger("goodput.runtime")
@@ -236,6 +238,8 @@ class Health:
     _sd_body: bytes = field(default=b"", repr=False)
     _sd_at: float = field(default=-1e18, repr=False)
     _sd_version: int = field(default=-1, repr=False)
+    # who may read /sd/serving (operator.access); None: anyone who reaches the port
+    sd_gate: AccessGate | None = None
 
     def live(self, now: float) -> tuple[bool, str]:
         if self.leading() and self.state.primed and self.state.last_pass and \
@@ -268,9 +272,16 @@ class Health:
         return web.json_response({"ok": ok, "reason": why, "leader": self.leading()},
                                  status=200 if ok else 503)
 
-    async def _serving_targets(self, _: web.Request) -> web.Response:
+    async def _serving_targets(self, request: web.Request) -> web.Response:
         """Prometheus HTTP service discovery of the serving pods (docs/inference.md), from
-        a cache at most SD_SECONDS old: a GET loop costs the decision loop nothing more."""
+        a cache at most SD_SECONDS old: a GET loop costs the decision loop nothing more.
+        Only for a token allowed to get /sd/serving (SD_GATE), when there is a gate."""
+        if self.sd_gate is not None:
+            try:
+                await self.sd_gate.check(request.headers.get("Authorization", ""),
+                                         request.remote or "unknown")
+            except Refused as err:
+                return web.json_response({"error": str(err)}, status=err.status)
         now, version = time.monotonic(), self.state.serving_version
         if version != self._sd_version and now - self._sd_at >= SD_SECONDS:
             self._sd_body = json.dumps(scrape_targets(list(self.state.endpoints.values()),
@@ -291,3 +302,5 @@ class Health:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+        if self.sd_gate is not None:
+            self.sd_gate.close()

@@ -12,6 +12,7 @@ import hashlib
 import json
 import random
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -123,8 +124,15 @@ class TokenGate:
     out or one refused within REFUSAL_TTL, at most REVIEW_RATE new tokens a second from
     one source, on REVIEW_THREADS threads of their own and within REVIEW_TIMEOUT."""
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, audiences: Sequence[str] = (names.REPORT_AUDIENCE,),
+                 check: Callable[[str, float], str | None] = precheck,
+                 groups: bool = False) -> None:
+        """AUDIENCES: what the TokenReview asks the token to be for (none: the API
+        server's own); CHECK: why a token cannot be one worth a review (its claims);
+        GROUPS: keep the user's uid and groups too (what an access review asks about; a
+        report token keeps only what binds it to its pod, 100,000 of them)."""
         self.kube = kube
+        self.audiences, self.check, self.groups = list(audiences), check, groups
         # sha256(token) -> (until when it is trusted, the review's user: the pod it is for)
         self.reviews: dict[str, tuple[float, Obj]] = {}
         self.refusals: dict[str, tuple[float, str]] = {}  # sha256(token) -> (expiry, why)
@@ -150,7 +158,7 @@ class TokenGate:
             raise Refused(401, f"token rejected: {refused[1]}")
         if cached is not None and cached[0] > now:
             return cached[1]
-        why = precheck(token, time.time())
+        why = self.check(token, time.time())
         if why is not None:
             self._refuse(key, why, now)
         if cached is not None and cached[0] + STALE_SECONDS > now:
@@ -180,12 +188,14 @@ class TokenGate:
         if not review.get("authenticated"):
             self._refuse(key, review.get("error") or "not authenticated", now)
         user = review.get("user") or {}
-        kept = {"authenticated": True, "user": {
+        kept: Obj = {"authenticated": True, "user": {
             "username": user.get("username"),
             "extra": {k: v for k, v in (user.get("extra") or {}).items()
                       if k in (POD_NAME, POD_UID)}}}
-        expiry = (claims_of(token) or {}).get("exp")
-        left = float(expiry) - time.time() if isinstance(expiry, int | float) else 0.0
+        if self.groups:
+            kept["user"] |= {"uid": user.get("uid"), "groups": list(user.get("groups") or [])}
+        expiry = (claims_of(token) or {}).get("exp")  # none: a legacy token (CHECK allowed)
+        left = float(expiry) - time.time() if isinstance(expiry, int | float) else REVIEW_TTL
         trusted = min(REVIEW_TTL * (1 - random.random() / 4), left)
         if trusted > 0:
             remember(self.reviews, key, (now + trusted, kept), MAX_ACCEPTED, now)
@@ -195,7 +205,7 @@ class TokenGate:
         loop = asyncio.get_running_loop()
         try:
             review: Obj = await asyncio.wait_for(loop.run_in_executor(
-                self.executor, self.kube.review_token, token, [names.REPORT_AUDIENCE]),
+                self.executor, self.kube.review_token, token, self.audiences),
                 REVIEW_TIMEOUT)
         except Exception as err:  # the API server is slow or away: the worker retries
             metrics.TOKEN_REVIEWS.labels("error").inc()
