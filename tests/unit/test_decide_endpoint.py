@@ -262,9 +262,34 @@ def test_an_endpoint_on_a_group_that_claims_devices_by_dra_claims_them_per_membe
     for pod in decision.create:
         assert NEURON not in pod["spec"]["containers"][0]["resources"]["requests"]
         assert pod["spec"]["resourceClaims"] == [
-            {"name": "accelerators", "resourceClaimTemplateName": "ie-accelerators-16"}]
+            {"name": "accelerators", "resourceClaimTemplateName": "ie-serving-accelerators-16"}]
     [template] = build.claim_sources(decision.ie, decision.create, "neuron.aws.com")
     assert template["metadata"]["ownerReferences"][0]["kind"] == "InferenceEndpoint"
+
+
+def test_a_job_and_an_endpoint_of_one_name_want_no_child_of_the_same_name_but_the_service(
+        ) -> None:
+    """Only the Service keeps the bare name for both kinds (JobSet's and KServe's
+    convention, which workers' and clients' DNS names rely on): whichever comes second is
+    refused with a condition naming the holder (tests/e2e/test_tenancy.py)."""
+    from goodput_operator.resources import trainingjob as training
+    from tests.unit.world import job as training_job
+    spec = group_spec(accelerator={"resource": NEURON, "perNode": 16,
+                                   "requestStyle": "ResourceClaim"})
+    plan = decide(world(None, [training_job("same", workers=2)], endpoints=[endpoint("same")],
+                        spec=spec))
+    [job], [ie] = plan.jobs, plan.endpoints
+    assert job.attempt is not None
+
+    def children(sources: list[Obj], pods: list[Obj], services: list[str]) -> set[str]:
+        return {s["metadata"]["name"] for s in sources} | \
+            {p["metadata"]["name"] for p in pods} | set(services)
+    of_job = children(training.claim_sources(job.job, job.attempt.create, "neuron.aws.com"),
+                      job.attempt.create, [training.service_name("same"),
+                                           training.hostfile_name("same")])
+    of_endpoint = children(build.claim_sources(ie.ie, ie.create, "neuron.aws.com"),
+                           ie.create, [s["metadata"]["name"] for s in ie.services])
+    assert of_job & of_endpoint == {"same"}
 
 
 class RefusingKube:

@@ -160,16 +160,22 @@ def group_pods(ie: Obj, spec: InferenceEndpointSpec, index: int, rev: str,
                             "ownerReferences": [owner_reference(ie)]},
                "spec": pod_spec}
         if fabric.device_class and accelerators:
-            claim_accelerators(pod, name, accelerators)
+            claim_accelerators(pod, claim_base(name), accelerators)
         pods.append(pod)
     return pods
+
+
+def claim_base(name: str) -> str:
+    """What the endpoint's claim templates are named from: not its bare name, which a
+    TrainingJob of the same name names its own from (resources.claims.template_name)."""
+    return f"{name}-serving"
 
 
 def claim_sources(ie: Obj, pods: list[Obj], device_class: str | None) -> list[Obj]:
     """What the replicas' claims are made from, created before them (resources.claims)."""
     return claims.claim_sources(ie, pods, device_class,
                                 {**selector(ie["metadata"]["name"]), **MANAGED_BY},
-                                owner_reference(ie))
+                                owner_reference(ie), claim_base(ie["metadata"]["name"]))
 
 
 SCRAPE = "prometheus.io/scrape"  # the pod annotations Prometheus setups read

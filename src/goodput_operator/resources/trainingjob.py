@@ -79,7 +79,7 @@ def claim_sources(job: Obj, pods: list[Obj], device_class: str | None) -> list[O
     """What PODS' claims are made from, created before them (resources.claims)."""
     return claims.claim_sources(job, pods, device_class,
                                 {**selector(job["metadata"]["name"]), **MANAGED_BY},
-                                owner_reference(job))
+                                owner_reference(job), job["metadata"]["name"])
 
 
 def hostfile(job: Obj, workers: int, report_ca: str = "") -> Obj:
