@@ -290,7 +290,8 @@ def test_a_standby_ultraserver_is_lent_to_a_job_and_reclaimed_for_a_burst(
     assert {d["id"]: d.get("standbyFor") for d in usg["domains"]}[spare] == \
         f"{namespace}/warm"
     try:
-        apply(crds, training_job("borrower", group, 4), namespace)   # fits only in the spare
+        apply(crds, training_job("borrower", group, 4, borrowStandby=True),
+              namespace)                                  # fits only in the spare
         job = wait_phase(crds, namespace, "borrower", "Running", timeout=60)
         assert "borrows standby UltraServer(s)" in job["status"]["placement"]["reason"]
 

@@ -11,6 +11,7 @@ import pytest
 from goodput_operator.api.inferenceendpoint import InferenceEndpointStatus
 from goodput_operator.api.ultraservergroup import UltraServerGroupStatus
 from goodput_operator.decide import decide, decide_groups, trial
+from goodput_operator.decide.priority import PRIORITY_CLASS, Classes, PriorityClass
 from goodput_operator.decide.standby import Held, choose_standby
 from goodput_operator.health.quarantine import iso
 from tests.unit.test_decide_endpoint import endpoint, group
@@ -70,15 +71,24 @@ def test_jobs_keep_off_standby_domains_while_anything_else_fits() -> None:
 
 def test_a_job_that_fits_nowhere_else_borrows_a_standby_domain_and_is_told() -> None:
     ie = standby_ie(["us-1"])
-    big = job("big", workers=12)                     # all three UltraServers
+    big = job("big", workers=12, borrowStandby=True)   # all three UltraServers
     plan = decide(world(three(), [big], endpoints=[ie]))
     reason = plan.jobs[0].placement["reason"]
     assert "borrows standby UltraServer(s) us-1 of InferenceEndpoint(s) ns/ie" in reason
 
 
+def test_a_job_that_did_not_opt_in_never_borrows_and_is_told_it_would_fit() -> None:
+    ie = standby_ie(["us-1"])
+    plan = decide(world(three(), [job("big", workers=12)], endpoints=[ie]))
+    [decision] = plan.jobs
+    assert decision.placement is None and decision.desired["phase"] == "Pending"
+    assert "which only a job with spec.borrowStandby borrows" in \
+        decision.desired["message"]
+
+
 def test_a_standby_domain_being_reclaimed_is_lent_to_no_one() -> None:
     ie = standby_ie(["us-1"], reclaim={"domain": "us-1", "jobs": ["ns/gone"]})
-    big = job("big", workers=12)
+    big = job("big", workers=12, borrowStandby=True)
     plan = decide(world(three(), [big], endpoints=[ie]))
     assert plan.jobs[0].placement is None
 
@@ -117,3 +127,34 @@ def test_a_reclaim_no_longer_needed_is_dropped_and_the_job_runs_on() -> None:
     [decision] = plan.endpoints
     assert decision.desired["standby"]["reclaim"] is None   # its one group fits in us-0
     assert decision.desired["standby"]["lent"] == ["ns/borrower"]
+
+
+def test_a_borrower_of_a_higher_class_than_the_endpoint_is_never_reclaimed() -> None:
+    classes = Classes(pod={"urgent": PriorityClass("urgent", 1000, PRIORITY_CLASS)})
+    ie = standby_ie(["us-2"], replicas=3)
+    borrower, borrowed = running_job("borrower", *[f"us2-n{s}" for s in range(4)])
+    borrower["spec"]["priorityClassName"] = "urgent"
+    filler, filled = running_job("filler", *[f"us1-n{s}" for s in range(4)])
+    pods = borrowed + filled + group(ie, 0, ("us0-n0", "us0-n1")) + group(ie, 1, (
+        "us0-n2", "us0-n3"))
+    plan = decide(world(three(), [borrower, filler], pods=pods, endpoints=[ie],
+                        classes=classes))
+    assert plan.endpoints[0].desired["standby"]["reclaim"] is None
+    ie["spec"]["priorityClassName"] = "urgent"       # an endpoint of the same class may
+    plan = decide(world(three(), [borrower, filler], pods=pods, endpoints=[ie],
+                        classes=classes))
+    assert plan.endpoints[0].desired["standby"]["reclaim"] == {"domain": "us-2",
+                                                               "jobs": ["ns/borrower"]}
+
+
+def test_a_namespaces_endpoints_hold_at_most_the_admins_cap_of_standby_domains() -> None:
+    first = standby_ie(["us-1"])
+    second = endpoint("second", status={"desiredReplicas": 1},
+                      scaling={**SCALING, "standbyDomains": 1})
+    plan = decide(world(nodes(4), endpoints=[first, second], standby_per_namespace=1))
+    held = {d.ie["metadata"]["name"]: d.desired for d in plan.endpoints}
+    assert held["ie"]["standby"]["domains"] == ["us-1"]
+    assert held["second"]["standby"]["domains"] == []
+    assert conditions(held["second"])["Standby"] == ("False", "NamespaceLimit")
+    assert "may hold 1 in all" in dict((c["type"], c["message"]) for c in
+                                       held["second"]["conditions"])["Standby"]

@@ -166,9 +166,12 @@ class Scaling(ApiModel):
     """Prometheus to query; defaults to the operator's configured URL."""
     standby_domains: int = Field(default=0, ge=0, le=64)
     """Whole domains kept free for the next replica groups, so that a burst's replica is
-    placed at once. Meanwhile training jobs may borrow them (only when nothing else fits
-    them): preemptible capacity, reclaimed, after the job's checkpoint grace, when a
-    replica group needs it. 0: none."""
+    placed at once; at most the operator's --standby-domains-per-namespace for all of a
+    namespace's endpoints together (the admin's cap: standby is held outside any quota).
+    Meanwhile training jobs that set borrowStandby may borrow them (only when nothing else
+    fits them): preemptible capacity, reclaimed, after the job's checkpoint grace, when a
+    replica group needs it, never from a job of a higher class than the endpoint's
+    (priorityClassName). 0: none."""
 
 
 class Rollout(ApiModel):
@@ -358,6 +361,12 @@ class InferenceEndpointSpec(ApiModel):
     replicas: int | None = Field(default=None, ge=0, le=MAX_REPLICAS)
     """Desired replicas when `scaling` is absent (the /scale subresource sets it);
     defaults to 1. With `scaling`, the autoscaler decides within its bounds."""
+    priority_class_name: str | None = Field(
+        default=None, min_length=1, max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    """The endpoint's class (a WorkloadPriorityClass or PriorityClass the admin made, as a
+    job's): it reclaims its standby domains only from borrowers not above it. Unset: the
+    globalDefault PriorityClass, or 0."""
     scaling: Scaling | None = None
     """Autoscaling from Prometheus metrics."""
     rollout: Rollout = nested(Rollout)

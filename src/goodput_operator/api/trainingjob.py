@@ -342,6 +342,11 @@ class TrainingJobSpec(ApiModel):
     (the report channel asks them to, sdk.save_requested) before they are stopped; it
     then resumes from that checkpoint once placed again. 0, or no checkpoint.dir: stopped
     at once. A preemptor of another namespace waits at most 300 s of it."""
+    borrow_standby: bool = False
+    """True: when nothing else fits, the gang may run on domains an InferenceEndpoint keeps
+    on warm standby (scaling.standbyDomains), and is stopped, after its checkpoint grace
+    (preemptionGraceSeconds), when that endpoint reclaims them for a replica group; never
+    by an endpoint of a lower class than this job's. False: it never borrows."""
     suspend: bool = False
     """True stops the workers (keeping checkpoints); false resumes."""
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=31_536_000)

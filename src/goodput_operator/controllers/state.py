@@ -113,6 +113,7 @@ def _echo(incoming: Obj, held: Obj | None) -> bool:
 
 
 T = TypeVar("T")
+STANDBY_PER_NAMESPACE = 8  # standby domains one namespace's endpoints may hold
 PASS_WRITE_BUDGET = 256  # label and pod writes per pass: a second or two of API work
 WORKLOAD_RETRY_TIMES = 8  # a refused Workload is tried again at most 2**8 s after the last
 
@@ -202,6 +203,7 @@ class State:
         self.nodes_version = ""  # and for nodes
         self.last_pass = 0.0  # when the reconcile loop last finished a pass (liveness)
         self.write_budget = PASS_WRITE_BUDGET  # endpoints' pod writes left this pass
+        self.standby_per_namespace = STANDBY_PER_NAMESPACE  # --standby-domains-per-namespace
         # the members' goodput.dev labels (ultraservergroup.label_nodes): asked for, being
         # written, and the tasks writing them
         self.labels_wanted: dict[str, dict[str, str]] = {}
@@ -311,6 +313,7 @@ class State:
             cluster_name=self.cluster_name, classes=classes, priorities=priorities,
             require_queue=self.require_queue, ignored_pods=self.ignored_pods,
             report_url=self.report_url, write_budget=self.write_budget,
+            standby_per_namespace=self.standby_per_namespace,
             refresh_seconds=badput.refresh_seconds(sum(
                 1 for job in self.jobs.values()
                 if (job.get("status") or {}).get("phase") == "Running")))

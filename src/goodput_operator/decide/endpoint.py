@@ -302,8 +302,8 @@ def _standby(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
     result.desired["standby"] = standby.status
     meta = result.ie["metadata"]
     result.desired["conditions"] = set_condition(
-        result.desired["conditions"], "Standby", standby.held,
-        "Held" if standby.held else "InsufficientCapacity", standby.message,
+        result.desired["conditions"], "Standby", standby.held, standby.reason,
+        standby.message,
         meta.get("generation"), stamp(snapshot.clock))
     if standby.reclaiming:
         result.events.append(Event("Warning", "Reclaiming", standby.reclaiming))

@@ -455,7 +455,8 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
     # a recovering gang may take spares
     with fleet.spares_released() if recovering else contextlib.nullcontext():
         placed = place_off_standby(fleet, request,
-                                   standby_map(snapshot, spec.ultra_server_group))
+                                   standby_map(snapshot, spec.ultra_server_group),
+                                   spec.borrow_standby)
         if not placed.ok and spec.preemption_policy == "LowerPriority":
             preempting = preempt_for(snapshot, fleet, spec, job, request)
     result.placement_seconds = time.perf_counter() - started

@@ -76,6 +76,7 @@ class Snapshot:
     scaled: Mapping[ScaleKey, Scaled] = field(default_factory=dict)  # not yet written
     report_url: str = ""  # where workers report (given to their pods)
     write_budget: int = 256  # pod writes this pass may make; the rest wait for the next
+    standby_per_namespace: int = 8  # standby domains one namespace's endpoints may hold
     refresh_seconds: float = REFRESH_SECONDS  # how old a running job's goodput may grow
     # what one pass works out once and several decisions read (which nodes a pod spec
     # fits, by group and spec, decide.fit): filled as the pass goes (State.fits)

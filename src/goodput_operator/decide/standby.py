@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from goodput_operator.decide.priority import resolve
 from goodput_operator.decide.snapshot import Mark, Snapshot
 from goodput_operator.topology.model import Fleet
 from goodput_operator.topology.placement import Placement, Request, is_pristine, place, unhealthy
@@ -67,10 +68,11 @@ def reclaim_marks(snapshot: Snapshot) -> None:
                 f"its standby domain {reclaim.get('domain')} is needed for a replica group"))
 
 
-def place_off_standby(fleet: Fleet, request: Request, standby: Mapping[str, Held]
-                      ) -> Placement:
-    """A job's gang: off the standby domains when it fits there; else on any it may
-    borrow (not one being reclaimed), the reason saying which it borrows."""
+def place_off_standby(fleet: Fleet, request: Request, standby: Mapping[str, Held],
+                      may_borrow: bool) -> Placement:
+    """A job's gang: off the standby domains when it fits there; else, when it MAY_BORROW
+    (spec.borrowStandby), on any it may borrow (not one being reclaimed), the reason
+    saying which it borrows; a job that may not is told when borrowing would place it."""
     if not standby:
         return place(fleet, request)
     free = frozenset(d for d in fleet.domains if d not in standby)
@@ -83,8 +85,14 @@ def place_off_standby(fleet: Fleet, request: Request, standby: Mapping[str, Held
         return placed
     lent = [d for d in borrowing.domains if d in standby]
     holders = sorted({standby[d].endpoint for d in lent})
+    noun = fleet.shape.domain_noun
+    if not may_borrow:
+        return dataclasses.replace(placed, reason=(
+            f"{placed.reason}; it would fit on standby {noun}(s) {', '.join(lent)} of "
+            f"InferenceEndpoint(s) {', '.join(holders)}, which only a job with "
+            f"spec.borrowStandby borrows"))
     return dataclasses.replace(borrowing, reason=(
-        f"{borrowing.reason}; borrows standby {fleet.shape.domain_noun}(s) "
+        f"{borrowing.reason}; borrows standby {noun}(s) "
         f"{', '.join(lent)} of InferenceEndpoint(s) {', '.join(holders)}: reclaimed, after "
         f"a checkpoint, when a replica group needs it"))
 
@@ -149,32 +157,71 @@ class Standby:
     held: bool  # every wanted domain is held
     message: str
     reclaiming: str = ""  # a new reclaim: said in an event once
+    reason: str = "Held"  # the Standby condition's: Held, NamespaceLimit, InsufficientCapacity
+
+
+def held_elsewhere(snapshot: Snapshot, namespace: str, me: str) -> int:
+    """Standby domains NAMESPACE's other endpoints hold (their statuses, every group)."""
+    held = 0
+    for ie in snapshot.endpoints:
+        meta = ie["metadata"]
+        if meta["namespace"] == namespace and f"{namespace}/{meta['name']}" != me:
+            domains = ((ie.get("status") or {}).get("standby") or {}).get("domains")
+            held += len(domains) if isinstance(domains, list) else 0
+    return held
+
+
+def reclaimable(snapshot: Snapshot, ie: dict[str, Any], lent: Mapping[str, list[str]]
+                ) -> dict[str, list[str]]:
+    """The lent domains IE may take back: those whose every borrower is not above IE's
+    class (a borrower opted in with spec.borrowStandby, but never for a lower class)."""
+    meta = ie["metadata"]
+    name = (ie.get("spec") or {}).get("priorityClassName")
+    mine = resolve(meta["namespace"], name if isinstance(name, str) else None, 0,
+                   snapshot.classes)
+
+    jobs = {(j["metadata"]["namespace"], j["metadata"]["name"]): j for j in snapshot.jobs}
+
+    def may(owner: str) -> bool:
+        namespace, _, name = job_key(owner).partition("/")
+        job = jobs.get((namespace, name))
+        return job is None or not snapshot.priority(job).above(mine)
+    return {d: owners for d, owners in lent.items() if all(map(may, owners))}
 
 
 def decide_standby(snapshot: Snapshot, fleet: Fleet, ie: dict[str, Any], wanted: int,
                    request: Request, mine: set[str], waiting: bool) -> Standby:
-    """IE's standby domains after its pass (MINE: the domains its groups hold now), and
-    the one it reclaims when a group of REQUEST is WAITING for room."""
+    """IE's standby domains after its pass (MINE: the domains its groups hold now), within
+    its namespace's cap, and the one it reclaims when a group of REQUEST is WAITING."""
     meta = ie["metadata"]
     me = f"{meta['namespace']}/{meta['name']}"
     group = ie["spec"]["ultraServerGroup"]
     before = (ie.get("status") or {}).get("standby") or {}
-    domains = choose_standby(fleet, wanted, before.get("domains") or [], mine,
+    room = max(0, snapshot.standby_per_namespace - held_elsewhere(snapshot,
+                                                                 meta["namespace"], me))
+    capped = min(wanted, room)
+    domains = choose_standby(fleet, capped, before.get("domains") or [], mine,
                              standby_map(snapshot, group), me)
     lent = borrowers(fleet, domains)
     reclaim = None
     if waiting:
-        found = reclaim_for(fleet, request, lent, (before.get("reclaim") or {}).get("domain"))
+        found = reclaim_for(fleet, request, reclaimable(snapshot, ie, lent),
+                            (before.get("reclaim") or {}).get("domain"))
         if found is not None:
             reclaim = {"domain": found[0], "jobs": [job_key(o) for o in found[1]]}
     noun = fleet.shape.domain_noun
     jobs = sorted({job_key(o) for owners in lent.values() for o in owners})
     message = (f"{len(domains)}/{wanted} standby {noun}s held"
                + (f": {', '.join(domains)}" if domains else "")
-               + ("" if len(domains) >= wanted else f"; no other whole free {noun}")
+               + (f"; namespace {meta['namespace']} may hold "
+                  f"{snapshot.standby_per_namespace} in all (the operator's "
+                  f"--standby-domains-per-namespace)" if capped < wanted else "")
+               + ("" if len(domains) >= capped else f"; no other whole free {noun}")
                + (f"; lent to {', '.join(jobs)}" if jobs else "")
                + (f"; reclaiming {reclaim['domain']} from {', '.join(reclaim['jobs'])} for a "
                   f"replica group" if reclaim else ""))
     fresh = reclaim is not None and reclaim != before.get("reclaim")
+    reason = "Held" if len(domains) >= wanted else \
+        "NamespaceLimit" if len(domains) >= capped else "InsufficientCapacity"
     return Standby({"domains": domains, "lent": jobs, "reclaim": reclaim},
-                   len(domains) >= wanted, message, message if fresh else "")
+                   len(domains) >= wanted, message, message if fresh else "", reason)

@@ -72,6 +72,9 @@ FLAGS: tuple[Flag, ...] = (
          "whose user may `get` the non-resource URL /sd/serving (TokenReview and "
          "SubjectAccessReview; the chart binds it to `serviceDiscovery.readers`); "
          "`--no-sd-auth`: anyone who reaches the health port", shown="on"),
+    Flag("--standby-domains-per-namespace", "GOODPUT_STANDBY_DOMAINS_PER_NAMESPACE", "8",
+         "int", "the most standby domains (InferenceEndpoint scaling.standbyDomains) all of one "
+         "namespace's endpoints may hold together: standby is held outside any quota"),
     Flag("--require-queue", "GOODPUT_REQUIRE_QUEUE", "", "list",
          "in this namespace (repeatable; `*`: every namespace) a TrainingJob or "
          "InferenceEndpoint without a `kueue.x-k8s.io/queue-name` label is held Pending "
