@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from goodput_operator import names
 from goodput_operator.controllers.kube import Kube, NotLeading
@@ -109,3 +110,34 @@ def test_a_replica_holds_the_lease_only_within_the_renew_deadline_and_writes_onl
         kube.patch_status("trainingjobs", "ns", "j", {"phase": "Running"})
     with pytest.raises(NotLeading):
         kube.create({"kind": "Pod", "metadata": {"namespace": "ns", "name": "p"}})
+
+
+def test_a_release_that_meets_a_renewal_in_flight_reads_again_and_gives_the_lease_up(
+        ) -> None:
+    """The leader's last renewal may land between the release's read and its write (the
+    test_operator flake of 2026-12-02: `could not release lease: Conflict`, and the
+    standby waited for the lease to expire): the release reads again."""
+    class Leases:
+        def __init__(self) -> None:
+            self.version, self.writes, self.conflicts = 1, [], 1
+
+        def read_namespaced_lease(self, name: str, namespace: str, **_: Any) -> Any:
+            return {"metadata": {"name": name, "resourceVersion": str(self.version)},
+                    "spec": {"holderIdentity": ME}}
+
+        def replace_namespaced_lease(self, name: str, namespace: str, body: Any) -> None:
+            if self.conflicts:
+                self.conflicts -= 1
+                self.version += 1                  # a renewal landed first
+                raise ApiException(status=409, reason="Conflict")
+            self.writes.append(body)
+
+    kube = Kube(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))
+    election = LeaderElection(kube, "ns", "lease", ME)
+    leases = Leases()
+    election.api = leases  # type: ignore[assignment]
+    election._read = lambda: leases.read_namespaced_lease("lease", "ns")  # type: ignore[method-assign]
+    election.leading = True
+    election.release()
+    [written] = leases.writes
+    assert written["spec"]["holderIdentity"] == "" and not election.leading

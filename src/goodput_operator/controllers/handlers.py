@@ -221,8 +221,9 @@ async def shutdown() -> None:
     for server in _servers:
         await server.stop()
     _servers.clear()
-    for election in _election:
-        await asyncio.to_thread(election.release)
+    for election in _election:  # on the lease's own thread: after a renewal in flight
+        await asyncio.get_running_loop().run_in_executor(election.executor,
+                                                         election.release)
     _election.clear()
     for watch in _watches:
         watch.stop()

@@ -138,21 +138,30 @@ class LeaderElection:
             raise
         return True
 
-    def release(self) -> None:
+    def release(self, attempts: int = 3) -> None:
         """Give the lease up at shutdown so a successor takes over at once, not after
-        the lease expires."""
+        the lease expires. Run it on `executor`, after any renewal still in flight; a
+        renewal that landed between the read and the write anyway (409) is read again,
+        up to ATTEMPTS times: a lost release costs the successor the whole lease."""
         if not self.leading:
             return
-        try:
-            lease = self._read()
-            if lease and lease["spec"].get("holderIdentity") == self.identity:
-                lease["spec"].update({"holderIdentity": "", "leaseDurationSeconds": 1,
-                                      "renewTime": micro_time(time.time())})
-                self.api.replace_namespaced_lease(self.name, self.namespace, cast(Any, lease))
-                log.info("released leadership of lease %s/%s", self.namespace, self.name)
-        except ApiException as err:
-            log.warning("could not release lease %s/%s: %s", self.namespace, self.name,
-                        err.reason)
+        for attempt in range(attempts):
+            try:
+                lease = self._read()
+                if lease and lease["spec"].get("holderIdentity") == self.identity:
+                    lease["spec"].update({"holderIdentity": "", "leaseDurationSeconds": 1,
+                                          "renewTime": micro_time(time.time())})
+                    self.api.replace_namespaced_lease(self.name, self.namespace,
+                                                      cast(Any, lease))
+                    log.info("released leadership of lease %s/%s", self.namespace,
+                             self.name)
+                break
+            except ApiException as err:
+                if err.status == 409 and attempt + 1 < attempts:
+                    continue
+                log.warning("could not release lease %s/%s: %s", self.namespace,
+                            self.name, err.reason)
+                break
         self.leading = False
 
     async def run(self, on_started: Callable[[], Awaitable[None]],
