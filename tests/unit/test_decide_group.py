@@ -54,9 +54,20 @@ CPU_RUN = Inconclusive("goodput:dev", "the probe ran on numpy (cpu), not on the 
                        "neuron devices")
 
 
-def vote(since: float) -> Finding:
-    """Blame from job ns/dp's replicas' vote (its reports: a tenant's word)."""
-    return Finding(SDC, "rank 2 diverged at step 250", since, owner="ns/dp")
+def vote(since: float, owner: str = "ns/dp") -> Finding:
+    """Blame from job OWNER's replicas' vote (its reports: a tenant's word)."""
+    return Finding(SDC, "rank 2 diverged at step 250", since, owner=owner)
+
+
+def job_in(namespace: str, name: str) -> Obj:
+    body = job(name)
+    body["metadata"]["namespace"] = namespace
+    return body
+
+
+def probed(since: float) -> Finding:
+    """Blame from a probe run (the admin's image: no owner)."""
+    return Finding(SDC, "probe: bad device(s) 3", since)
 
 
 def outcome(decision: GroupDecision) -> dict[str, Any]:
@@ -69,6 +80,7 @@ def outcome(decision: GroupDecision) -> dict[str, Any]:
         "write": decision.write, "wake_at": decision.wake_at,
         "sweep_mark": decision.sweep_mark, "health": decision.desired["health"],
         "conditions": conditions(decision.desired),
+        "held": [(h["node"], h["owner"]) for h in decision.desired["heldEvidence"]],
     }
 
 
@@ -121,9 +133,28 @@ CASES = [
     Case("blame dies with the job that made it",
          FRESH, {"quarantine": [], "forget": ["us0-n3"]},
          snapshot={"blamed": {"us0-n3": vote(NOW - 1)}}),
-    Case("blame the budget held for 15 minutes expires",
+    Case("a probe's blame the budget held for 15 minutes expires",
          FRESH, {"quarantine": [], "forget": ["us0-n3"]},
-         snapshot={"blamed": {"us0-n3": vote(NOW - 901)}, "jobs": [job("dp")]}),
+         snapshot={"blamed": {"us0-n3": probed(NOW - 901)}, "jobs": [job("dp")]}),
+    Case("a job's blame the budget holds is kept while the job lives, and shown",
+         FRESH, {"quarantine": [("us0-n0", SDC)], "forget": [], "held": [("us0-n3", "ns/dp")]},
+         spec={"quarantine": {"maxUnavailable": 1}},
+         snapshot={"blamed": {"us0-n0": vote(NOW - 1000), "us0-n3": vote(NOW - 901)},
+                   "jobs": [job("dp")]}),
+    Case("one namespace's votes hold at most half the budget: another team's are acted on",
+         FRESH, {"quarantine": [("us0-n0", SDC), ("us0-n1", SDC), ("us1-n3", SDC)],
+                 "held": [("us1-n0", "a/forger")]},
+         spec={"quarantine": {"maxUnavailable": 4}},
+         snapshot={"blamed": {"us0-n0": vote(NOW - 30, "a/forger"),
+                              "us0-n1": vote(NOW - 20, "a/forger"),
+                              "us1-n0": vote(NOW - 10, "a/forger"),
+                              "us1-n3": vote(NOW - 1, "b/train")},
+                   "jobs": [job_in("a", "forger"), job_in("b", "train")]}),
+    Case("a probe's finding goes before the tenants' votes",
+         FRESH, {"quarantine": [("us1-n3", SDC)], "held": [("us0-n0", "ns/dp")]},
+         spec={"quarantine": {"maxUnavailable": 1}},
+         snapshot={"blamed": {"us0-n0": vote(NOW - 30), "us1-n3": probed(NOW - 1)},
+                   "jobs": [job("dp")]}),
     Case("blame has a budget of its own and never trips the storm guard",
          FRESH, {"quarantine": [("us0-n0", SDC)], "events": [],
                  "conditions": {"StormGuard": ("False", "WithinBudget")}},

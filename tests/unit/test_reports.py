@@ -305,3 +305,33 @@ def test_progress_is_the_newest_step_and_a_late_report_of_an_older_one_does_not_
         return seen
 
     assert asyncio.run(scenario()) == [(4, 0), (8, 0), (8, 0), (8, 1)]
+
+
+@pytest.mark.parametrize(("forgery", "status"), [
+    ({}, None),                                                   # the operator's own worker
+    ({"name": "j-r0-w1-copy"}, 403),                              # another name, same labels
+    ({"node": "us1-n0"}, 403),                                    # bound to another's node
+    ({"rank": "3"}, 403),                                         # a rank placement lacks
+])
+def test_a_report_counts_only_from_the_operators_pod_for_the_rank_on_its_placed_node(
+        forgery: dict[str, str], status: int | None) -> None:
+    """A tenant may create a pod with its own job as controller, a rank label and the
+    current attempt, bound straight to another team's node (spec.nodeName): its reports
+    are refused, so that node is never blamed (blame goes to the placement's node)."""
+    from tests.unit.world import job, placed, worker
+    body = job(status={"phase": "Running", "restarts": 0,
+                       "placement": placed("us0-n0", "us0-n1")})
+    rank = int(forgery.get("rank", "1"))
+    pod = worker(body, min(rank, 1), node_name=forgery.get("node", "us0-n1"),
+                 phase="Running", ready=True)
+    pod["metadata"]["name"] = forgery.get("name", pod["metadata"]["name"])
+    pod["metadata"]["labels"][names.RANK_LABEL] = str(rank)
+    state = State()
+    state.jobs[("ns", "j")] = body
+    server = ReportServer(state, Reviewer())  # type: ignore[arg-type]
+    if status is None:
+        assert server._job_of(pod) is body
+        return
+    with pytest.raises(Refused) as refused:
+        server._job_of(pod)
+    assert refused.value.status == status and "is not the job's worker" in str(refused.value)

@@ -333,6 +333,23 @@ class IgnoredPod(ApiModel):
     for over 300 s."""
 
 
+MAX_HELD_EVIDENCE = 32  # status.heldEvidence's length
+
+
+class HeldEvidence(ApiModel):
+    """A node a job's reports (SDC votes, a straggler's pace) or a probe blamed, not
+    quarantined yet: the blame budget (quarantine.maxUnavailable, at most half of it per
+    namespace) is in use. Kept until it fits, or until the job that blamed it is gone."""
+
+    node: str = Field(max_length=253)
+    reason: str = Field(max_length=64)
+    """SilentDataCorruption or Straggler."""
+    owner: str = Field(default="", max_length=317)
+    """namespace/name of the job whose reports blamed it; empty: a probe."""
+    since: str = Field(max_length=64)
+    evidence: str = Field(max_length=1024)
+
+
 class UltraServerGroupStatus(ApiModel):
     """Observed state of the group, written by the operator."""
 
@@ -359,6 +376,11 @@ class UltraServerGroupStatus(ApiModel):
     everyone else."""
     ignored_pods_omitted: int = Field(default=0, ge=0)
     """Ignored pods left out of `ignoredPods`."""
+    held_evidence: list[HeldEvidence] = Field(default_factory=list,
+                                              max_length=MAX_HELD_EVIDENCE)
+    """Blame not acted on yet (the oldest 32): which node, why, and whose reports."""
+    held_evidence_omitted: int = Field(default=0, ge=0)
+    """Held evidence left out of `heldEvidence`."""
     conditions: list[Condition] = conditions_field()
     """Ready, Degraded, StormGuard, MisShaped, Overlapping (another, older group keeps some
     of the nodes the selector matches), ProbesScheduled, ProbesInconclusive (a quarantined

@@ -18,6 +18,7 @@ from typing import Any
 from goodput_operator import names
 from goodput_operator.api.conditions import is_true, set_condition, stamp
 from goodput_operator.api.ultraservergroup import (
+    MAX_HELD_EVIDENCE,
     MAX_IGNORED_PODS,
     MAX_LISTED_DOMAINS,
     UltraServerGroupSpec,
@@ -75,7 +76,7 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
             for j in snapshot.jobs} if snapshot.blamed else set()
     forget = [n for n, f in snapshot.blamed.items() if n in members and (
         q.record_of(members[n]) or (f.owner and f.owner not in jobs)
-        or f.since < now - q.BLAME_SECONDS)]
+        or (not f.owner and f.since < now - q.BLAME_SECONDS))]  # a job's: while it lives
     reported = {n: f for n, f in snapshot.blamed.items() if n in members and n not in forget}
     verdict = q.decide(members, policy, now, snapshot.seen_unhealthy, snapshot.healthy_since,
                        reported, snapshot.clean_probes, snapshot.renewing,
@@ -105,6 +106,7 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
                                n for n, body in members.items() if q.record_of(body))),
                            {d: held.endpoint for d, held in standby_map(snapshot, name).items()})
     desired.update(ignored_pods(snapshot.ignored_pods, fleet))
+    desired.update(held_evidence(verdict.held_blame))
     events = []
     if verdict.storm and not is_true(status.get("conditions") or [], "StormGuard"):
         events.append(Event("Warning", "StormGuard", verdict.storm))
@@ -318,6 +320,16 @@ def ignored_pods(ignored: Mapping[str, tuple[str, str]], fleet: Fleet) -> Obj:
     return {"ignoredPods": [{"pod": key, "node": node, "reason": why}
                             for key, node, why in here[:MAX_IGNORED_PODS]],
             "ignoredPodsOmitted": max(0, len(here) - MAX_IGNORED_PODS)}
+
+
+def held_evidence(held: list[tuple[str, q.Finding]]) -> Obj:
+    """status.heldEvidence: blame the budget holds back (health.quarantine.decide), the
+    oldest first, at most MAX_HELD_EVIDENCE."""
+    ordered = sorted(held, key=lambda h: (h[1].since, h[0]))
+    return {"heldEvidence": [{"node": node, "reason": f.reason, "owner": f.owner,
+                              "since": q.iso(f.since), "evidence": f.evidence[:1024]}
+                             for node, f in ordered[:MAX_HELD_EVIDENCE]],
+            "heldEvidenceOmitted": max(0, len(ordered) - MAX_HELD_EVIDENCE)}
 
 
 def listed_domains(domains: list[Obj]) -> list[Obj]:

@@ -54,6 +54,7 @@ class Record:
     since: float  # when the problem began
     at: float  # when the node was quarantined
     by: str  # operator | manual
+    owner: str = ""  # namespace/name of the job whose reports blamed it, if they did
 
 
 @dataclass
@@ -156,7 +157,8 @@ def record_of(node: Obj) -> Record | None:
     added = parse_time(taint.get("timeAdded")) or 0.0
     return Record(str(data.get("reason") or taint.get("value") or "Manual"),
                   str(data.get("evidence", "")), parse_time(data.get("since")) or added,
-                  parse_time(data.get("at")) or added, str(data.get("by", BY_HAND)))
+                  parse_time(data.get("at")) or added, str(data.get("by", BY_HAND)),
+                  str(data.get("owner") or ""))
 
 
 def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
@@ -176,6 +178,7 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
     decision = Decision()
     heard = max((r.at for r in (renewing or {}).values()), default=None)
     out, out_blamed = 0, 0  # quarantined for health, and for corruption (reports, probes)
+    out_by: dict[str, int] = {}  # nodes out on a namespace's jobs' reports
     due: list[tuple[str, Finding]] = []
     blamed: list[tuple[str, Finding]] = []
     failing: list[str] = []
@@ -191,6 +194,9 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
         if record is not None:
             if record.reason in PROBED:
                 out_blamed += 1
+                if record.owner:
+                    space = namespace_of(record.owner)
+                    out_by[space] = out_by.get(space, 0) + 1
                 needed = policy.release_after_clean_probes
                 if found is None and needed and (clean_probes or {}).get(name, 0) >= needed:
                     decision.release.append((name, record))
@@ -222,11 +228,27 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
         decision.quarantine = due
     # Blame (a vote of a job's replicas, a probe) has a budget of its own, the same size,
     # and never trips the guard: a tenant's reports must not stop the quarantine of
-    # failing nodes for everybody; what does not fit waits, and expires (BLAME_SECONDS).
+    # failing nodes for everybody. A probe's finding (the admin's image) goes first; the
+    # reports of one namespace's jobs hold at most half the budget out at once, so one
+    # tenant's votes, forged or not, never use up another team's. What does not fit is
+    # held (said in the group's status.heldEvidence) until it does.
     room = max(0, limit - out_blamed)
-    decision.quarantine += blamed[:room]
-    decision.held_blame = blamed[room:]
+    share = max(1, limit // 2)  # what one namespace's reports may hold out at once
+    for name, found in sorted(blamed, key=lambda b: (bool(b[1].owner), b[1].since, b[0])):
+        space = namespace_of(found.owner) if found.owner else ""
+        if room > 0 and (not space or out_by.get(space, 0) < share):
+            decision.quarantine.append((name, found))
+            room -= 1
+            if space:
+                out_by[space] = out_by.get(space, 0) + 1
+        else:
+            decision.held_blame.append((name, found))
     return decision
+
+
+def namespace_of(owner: str) -> str:
+    """`ns/name` (a Finding's owner) -> `ns`."""
+    return owner.partition("/")[0]
 
 
 def _maybe_release(decision: Decision, name: str, record: Record, found: Finding | None,
@@ -255,7 +277,8 @@ def quarantine_patch(node: Obj, found: Finding, now: float, by: str = BY_OPERATO
     taints.append({"key": names.QUARANTINE_TAINT, "value": found.reason, "effect": "NoSchedule",
                    "timeAdded": iso(now)})
     evidence = {"reason": found.reason, "class": found.failure_class, "evidence": found.evidence,
-                "since": iso(found.since), "at": iso(now), "by": by}
+                "since": iso(found.since), "at": iso(now), "by": by,
+                **({"owner": found.owner} if found.owner else {})}
     score, at = lemon_of((node.get("metadata") or {}).get("annotations") or {})
     lemon = decayed(score, at, now, half_life_days) + 1
     return {"metadata": {"resourceVersion": node["metadata"].get("resourceVersion"),

@@ -55,8 +55,10 @@ from goodput_operator.health.probing import Inconclusive, inconclusive
 from goodput_operator.health.quarantine import SDC, STRAGGLER, Finding, iso
 from goodput_operator.health.straggler import Pace
 from goodput_operator.operator.tokens import POD_NAME, POD_UID, Refused, TokenGate
+from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.pods import attempt_of, index_of, owned
 from goodput_operator.resources.probe import expects
+from goodput_operator.topology.record import ranks_of
 
 Obj = dict[str, Any]
 log = logging.getLogger("goodput.reports")
@@ -258,6 +260,14 @@ class ReportServer:
             raise Refused(409, f"pod {meta['name']} belongs to attempt "
                                f"{labels.get(names.RESTART_LABEL)}; the job is at attempt "
                                f"{restarts}")
+        rank = index_of(pod)
+        placed = placed_nodes(job).get(rank)
+        if meta["name"] != build.pod_name(job["metadata"]["name"], restarts, rank) or \
+                placed is None or pod.get("spec", {}).get("nodeName") != placed:
+            # a pod of the tenant's making, with the job as its owner and a rank label,
+            # bound to another team's node, must not get that node blamed
+            raise Refused(403, f"pod {meta['name']} is not the job's worker for rank {rank} "
+                               f"on its placed node ({placed or 'none placed'})")
         return job
 
     async def _checkpoint(self, job: Obj, pod: Obj, report: CheckpointReport) -> Obj:
@@ -386,13 +396,9 @@ class ReportServer:
         recovers from its verified checkpoint. Blaming again on every later divergent step
         would quarantine the node anew after an operator released it by hand."""
         meta = job["metadata"]
-        pods = owned(list(self.state.job_pods.get((meta["namespace"], meta["name"]),
-                                                  {}).values()), job)  # a copy: see above
-        restart = int((job.get("status") or {}).get("restarts", 0))
+        placed = placed_nodes(job)  # the placement's node, never a pod's claim to one
         for rank in ranks:
-            pod = next((p for p in pods if index_of(p) == rank and attempt_of(p) == restart),
-                       None)
-            node = (pod or {}).get("spec", {}).get("nodeName")
+            node = placed.get(rank)
             if not node:
                 continue
             evidence = f"rank {rank} on {node}: {result.message}"
@@ -475,3 +481,8 @@ class ReportServer:
         written = await asyncio.to_thread(self.kube.patch_status, "trainingjobs",
                                           meta["namespace"], meta["name"], fields)
         self.state.wrote_job_status(job, written, fields)
+
+
+def placed_nodes(job: Obj) -> dict[int, str]:
+    """Rank -> node, as the job's placement (its status, written by the operator) says."""
+    return {r["rank"]: r["node"] for r in ranks_of((job.get("status") or {}).get("placement"))}
