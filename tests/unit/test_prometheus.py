@@ -88,3 +88,33 @@ def test_default_queries_read_each_engines_names_for_this_endpoint_only(
         used = re.findall(re.escape(prefix) + r"[a-z_]+(\{[^}]*\})?", query)
         assert used and all(found == selector for found in used), query  # each selected
         assert other not in query, query
+
+
+class Redirecting(Handler):
+    target: ClassVar[str] = ""
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/api/v1/query"):
+            self.send_response(302)
+            self.send_header("Location", f"{self.target}{self.path}")
+            self.end_headers()
+            return
+        self.answer(200, {"status": "success",
+                          "data": {"resultType": "scalar", "result": [9e9, "7"]}})
+
+
+@pytest.mark.parametrize(("target", "allowed_to"), [
+    ("http://169.254.169.254/latest", False),           # an allowed Prometheus bounces to
+    ("http://127.0.0.1:{port}/ok", True),               # cloud metadata: refused; to itself:
+])                                                      # followed
+def test_every_redirect_hop_is_checked_against_the_allow_list(target: str,
+                                                              allowed_to: bool) -> None:
+    with serving(Redirecting) as url:
+        port = url.rsplit(":", 1)[1].rstrip("/")
+        Redirecting.target = target.format(port=port)
+        if allowed_to:
+            assert prometheus.instant(url, "up", timeout=5, now=9e9,
+                                      allow=["http://127.0.0.1"]) == 7.0
+            return
+        with pytest.raises(prometheus.PrometheusError, match="which the operator may not"):
+            prometheus.instant(url, "up", timeout=5, allow=["http://127.0.0.1"])

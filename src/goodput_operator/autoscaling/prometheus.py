@@ -16,7 +16,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from goodput_operator.api.inferenceendpoint import MetricTarget
@@ -109,13 +109,31 @@ def query_for(metric: MetricTarget, namespace: str, name: str, names: str = "vLL
         namespace=namespace, name=name, role=f',role="{role}"' if role else "")
 
 
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """Follow a redirect only to where the allow-list lets the operator go: a Prometheus
+    the admin allowed must not bounce the operator to cloud metadata or the API server."""
+
+    def __init__(self, allow: Sequence[str] | None) -> None:
+        self.allow = allow
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str,
+                         headers: Any, newurl: str) -> urllib.request.Request | None:
+        if self.allow is not None and not allowed(newurl, self.allow):
+            raise PrometheusError(f"Prometheus at {req.full_url.split('?')[0]} redirected "
+                                  f"to {newurl.split('?')[0]}, which the operator may not "
+                                  "query (--prometheus-url, --prometheus-allow)")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 def instant(url: str, promql: str, timeout: float = 5.0, stale_after: float = 60.0,
-            now: float | None = None) -> float | None:
+            now: float | None = None, allow: Sequence[str] | None = None) -> float | None:
     """The query's single value now; None when it returns nothing, NaN, or a stale
-    sample. Raises PrometheusError when Prometheus cannot be reached or refuses."""
+    sample. Raises PrometheusError when Prometheus cannot be reached or refuses. ALLOW:
+    the prefixes every redirect hop must be under (None: any, for the tests' own use)."""
     address = f"{url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+    opener = urllib.request.build_opener(_Redirects(allow))
     try:
-        with urllib.request.urlopen(address, timeout=timeout) as response:
+        with opener.open(address, timeout=timeout) as response:
             raw_body = response.read(MAX_ANSWER + 1)
         if len(raw_body) > MAX_ANSWER:
             raise PrometheusError(f"Prometheus at {url} answered with over {MAX_ANSWER} "

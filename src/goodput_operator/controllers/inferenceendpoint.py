@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -158,8 +160,10 @@ async def reconcile_endpoints(state: State, kube: Kube, clock: float) -> None:
 # ---- the autoscaler ---------------------------------------------------------------------
 
 async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, role: ServingRole,
-                   now: float) -> None:
-    """Query ROLE's metrics, decide its size, and hand the decision to the loop."""
+                   now: float, queries: Executor | None = None) -> None:
+    """Query ROLE's metrics, decide its size, and hand the decision to the loop.
+    QUERIES: the threads Prometheus is read on (the autoscaler's own: a query past its
+    deadline goes on reading there, never on the API calls' threads)."""
     scaling = role.scaling
     assert scaling is not None
     meta = ie["metadata"]
@@ -176,10 +180,12 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, role: Ser
     for metric in scaling.metrics:
         promql = prometheus.query_for(metric, meta["namespace"], meta["name"],
                                       scaling.metric_names, role.name)
+        allow = [state.prometheus_url, *state.prometheus_allow]
         try:
-            value = await asyncio.wait_for(asyncio.to_thread(
-                prometheus.instant, url, promql, QUERY_SECONDS,
-                4.0 * scaling.interval_seconds), QUERY_SECONDS)
+            value = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
+                queries, functools.partial(prometheus.instant, url, promql, QUERY_SECONDS,
+                                           4.0 * scaling.interval_seconds, allow=allow)),
+                QUERY_SECONDS)
         except (prometheus.PrometheusError, TimeoutError) as err:
             previous = state.scaled.get(key)
             if previous is None or previous.decision.unavailable is None:  # once per outage
@@ -222,37 +228,59 @@ def _record(state: State, key: tuple[str, str, str], decision: Decision, current
 
 
 async def run_autoscaler(state: State, tick: float = 1.0) -> None:
-    """Every TICK, evaluate the endpoints whose interval has passed, EVALUATIONS at a
-    time: one endpoint with a slow Prometheus delays none of the others."""
+    """Every TICK, start the evaluation of each endpoint whose interval has passed, each
+    on its own (EVALUATIONS at once, their queries on EVALUATIONS threads of their own): one
+    endpoint with a slow Prometheus delays none of the others' next evaluation, and is not
+    started again while its last one still runs."""
     limit = asyncio.Semaphore(EVALUATIONS)
+    queries = ThreadPoolExecutor(EVALUATIONS, thread_name_prefix="prometheus")
+    running: dict[tuple[str, str, str], asyncio.Task[None]] = {}
 
     async def one(key: tuple[str, str, str], ie: Obj, spec: InferenceEndpointSpec,
                   role: ServingRole, now: float) -> None:
         async with limit:
             try:
-                await evaluate(state, ie, spec, role, now)
+                await evaluate(state, ie, spec, role, now, queries)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("autoscaling %s/%s %s failed", *key)
 
-    while True:
-        now = time.time()
-        due = []
-        for key, ie in list(state.endpoints.items()):
-            try:
-                spec = InferenceEndpointSpec.model_validate(ie["spec"])
-            except ValidationError:
+    try:
+        while True:
+            for key, start in due_evaluations(state, time.time(), tick):
+                if key not in running:
+                    task = running[key] = asyncio.create_task(one(key, *start))
+                    task.add_done_callback(functools.partial(_finished, running, key))
+            await asyncio.sleep(tick)
+    finally:
+        for task in list(running.values()):
+            task.cancel()
+        queries.shutdown(wait=False, cancel_futures=True)
+
+
+def _finished(running: dict[tuple[str, str, str], asyncio.Task[None]],
+              key: tuple[str, str, str], _: asyncio.Task[None]) -> None:
+    running.pop(key, None)
+
+
+def due_evaluations(state: State, now: float, tick: float) -> list[tuple[
+        tuple[str, str, str], tuple[Obj, InferenceEndpointSpec, ServingRole, float]]]:
+    """The roles whose evaluation is due now (key, and evaluate's arguments)."""
+    due = []
+    for key, ie in list(state.endpoints.items()):
+        try:
+            spec = InferenceEndpointSpec.model_validate(ie["spec"])
+        except ValidationError:
+            continue
+        for role in spec.serving_roles():
+            scaling, scale_key = role.scaling, (*key, role.name)
+            if scaling is None:
+                state.scaled.pop(scale_key, None)
                 continue
-            for role in spec.serving_roles():
-                scaling, scale_key = role.scaling, (*key, role.name)
-                if scaling is None:
-                    state.scaled.pop(scale_key, None)
-                    continue
-                last = state.scaled.get(scale_key)
-                # within half a tick of due counts as due: evaluations stay one interval
-                # apart
-                if last is None or now - last.at >= scaling.interval_seconds - tick / 2:
-                    due.append(one(scale_key, ie, spec, role, now))
-        await asyncio.gather(*due)
-        await asyncio.sleep(tick)
+            last = state.scaled.get(scale_key)
+            # within half a tick of due counts as due: evaluations stay one interval
+            # apart
+            if last is None or now - last.at >= scaling.interval_seconds - tick / 2:
+                due.append((scale_key, (ie, spec, role, now)))
+    return due
