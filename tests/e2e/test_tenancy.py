@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from goodput_operator import names
+from goodput_operator.sdk import Reporter, ReportError
 from tests import helm
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
@@ -30,7 +31,13 @@ from tests.e2e.conftest import (
     trn2_pool,
     wait_phase,
 )
-from tests.e2e.test_recovery import group_status, ranks, running_again
+from tests.e2e.test_recovery import (
+    group_status,
+    quarantined,
+    ranks,
+    running_again,
+    worker_token,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -209,8 +216,9 @@ def test_a_dozen_capped_gangs_that_fit_nowhere_own_no_pods_and_cost_b_nothing(
         faults: Faults) -> None:
     """Team A submits twelve 8,192-worker jobs that fit nowhere (each pass once built and
     created 98,000 gated pods for them): they wait as statuses with no pods, the operator's
-    memory stays bounded, and a node failure under team B's running job is recovered
-    from as it is without them (running_again's usual bound)."""
+    memory stays bounded, a quantity bomb in a template is refused at admission, a node
+    failure under team B's running job is recovered from as it is without them
+    (running_again's usual bound), and a restarted operator is ready."""
     group = make_group(spares={"perDomain": 1})
     apply(crds, training_job("b-train", group, 3, checkpoint={"dir": "/fsx/b"}), namespace)
     job = wait_phase(crds, namespace, "b-train", "Running")
@@ -225,9 +233,21 @@ def test_a_dozen_capped_gangs_that_fit_nowhere_own_no_pods_and_cost_b_nothing(
     grown = rss_mib(e2e) - before
     assert grown < 200, f"the operator grew {grown:.0f} MiB for twelve waiting jobs"
 
+    bomb = training_job("bomb", group, 1)             # a quantity that costs seconds to
+    bomb["spec"]["template"]["spec"]["containers"][0]["resources"] = {  # expand: refused
+        "requests": {"cpu": "1e10000000"}}
+    refused = crds.kubectl("apply", "-n", team_a, "-f", "-", input_text=json.dumps(bomb),
+                           check=False)
+    assert refused.returncode != 0 and "resources" in refused.stderr, refused.stderr
+
     faults.fail(ranks(job)[1])                      # team B's node fails meanwhile
     again = running_again(crds, namespace, "b-train", 1)
     assert again["status"]["incidents"][-1]["cause"] == "NodeFailure"
+    assert all(job_pods(crds, team_a, name) == [] for name in capped)
+    e2e.stop()                                      # a new leader lists it all again
+    e2e.start()
+    wait_for(lambda: e2e.readiness().get("ok"), timeout=60,
+             what="the restarted operator ready beside the twelve jobs")
     assert all(job_pods(crds, team_a, name) == [] for name in capped)
 
 
@@ -260,3 +280,54 @@ def test_sd_serving_answers_only_the_readers_the_chart_grants(
     reader = crds.kubectl("create", "token", SD_READER, "-n", CHART_NAMESPACE).stdout.strip()
     status, body = sd_status(e2e, reader)
     assert status == 200 and isinstance(json.loads(body), list), body
+
+
+def test_forged_votes_leave_room_for_another_teams_and_a_forged_worker_blames_nothing(
+        e2e: Operator, crds: Cluster, namespace: str, team_a: str, make_group: Any) -> None:
+    """Team A's own replicas vote two of its ranks corrupt (forged or not, a tenant's
+    word): one node goes out, the other is held and listed in the group's heldEvidence,
+    so that team B's real divergence still goes out at once (maxUnavailable 2: one
+    namespace holds at most half). A pod of A's making, owned by A's job, with a rank label
+    and bound straight to B's node, has its reports refused: B's node is never blamed."""
+    group = make_group(quarantine={"maxUnavailable": 2})
+    apply(crds, training_job("a-votes", group, 5, sdc={"crossReplicaCheck": True}), team_a)
+    apply(crds, training_job("b-train", group, 3, sdc={"crossReplicaCheck": True}),
+          namespace)
+    a_job = wait_phase(crds, team_a, "a-votes", "Running")
+    b_job = wait_phase(crds, namespace, "b-train", "Running")
+    a_placed, b_placed = ranks(a_job), ranks(b_job)
+
+    impostor = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "impostor", "labels": {names.JOB_LABEL: "a-votes", names.RANK_LABEL: "1",
+                                       names.RESTART_LABEL: "0"},
+        "ownerReferences": [{"apiVersion": "goodput.dev/v1alpha1", "kind": "TrainingJob",
+                             "name": "a-votes", "uid": a_job["metadata"]["uid"],
+                             "controller": True}]},
+        "spec": {"nodeName": b_placed[1],
+                 "containers": [{"name": "c", "image": "example.com/c:1"}]}}
+    apply(crds, impostor, team_a)
+    forged = Reporter(e2e.report_url, worker_token(crds, team_a, "impostor"))
+    with pytest.raises(ReportError) as refused:
+        forged.send("step", {"step": 100, "metrics": {"loss": 1.0},
+                             "fingerprint": "ffffffff" * 4})
+    assert refused.value.status == 403, refused.value
+
+    def vote(ns: str, job: str, odd: dict[int, str]) -> None:
+        for pod in job_pods(crds, ns, job):
+            if pod["metadata"]["name"] == "impostor":
+                continue
+            rank = int(pod["metadata"]["labels"][names.RANK_LABEL])
+            Reporter(e2e.report_url, worker_token(crds, ns, pod["metadata"]["name"])
+                     ).report_step(100, {"loss": 1.0},
+                                   fingerprint=odd.get(rank, "00c0ffee") * 4)
+    vote(team_a, "a-votes", {1: "deadbeef", 2: "0badf00d"})   # two of A's ranks "diverge"
+    held = wait_for(lambda: group_status(crds, group).get("heldEvidence"), timeout=30,
+                    what="one of A's two blamed nodes held")
+    assert [(h["owner"], h["reason"]) for h in held] == [
+        (f"{team_a}/a-votes", "SilentDataCorruption")]
+    assert held[0]["node"] in (a_placed[1], a_placed[2])
+    vote(namespace, "b-train", {2: "deadbeef"})               # B's rank 2 really diverges
+    wait_for(lambda: quarantined(crds, b_placed[2]), timeout=30,
+             what="team B's diverged node quarantined beside A's")
+    assert quarantined(crds, b_placed[1]) is None, "the impostor's node was blamed"
+    crds.kubectl("delete", "pod", "impostor", "-n", team_a, "--wait=false", check=False)

@@ -579,3 +579,22 @@ def test_after_an_operator_restart_a_hung_job_is_judged_from_its_recorded_progre
     older = job(status={**RUNNING_2, "progress": {**progress, "restart": None}})
     [decision] = decide(world(None, [older], running_pods(older, "Running", "Running"))).jobs
     assert decision.desired["phase"] == "Running"
+
+
+def test_blame_the_groups_budget_holds_back_is_said_on_the_job_that_reported_it() -> None:
+    from goodput_operator.health.quarantine import SDC, Finding
+    body = job(status=RUNNING_2)
+    pods = running_pods(body, "Running", "Running")
+    held = {"us1-n0": Finding(SDC, "rank 1 diverged", NOW - 5, owner="ns/j"),
+            "us1-n1": Finding(SDC, "someone else's", NOW - 5, owner="ns/other")}
+    snapshot = world(None, [body], pods, blamed=held)
+    with trial(snapshot):
+        [decision] = decide_jobs(snapshot, [])
+    said = next(c for c in decision.desired["conditions"] if c["type"] == "EvidenceHeld")
+    assert (said["status"], said["reason"]) == ("True", "BlameBudgetInUse")
+    assert "us1-n0" in said["message"] and "us1-n1" not in said["message"]
+    body["status"] = {**RUNNING_2, "conditions": decision.desired["conditions"]}
+    snapshot = world(None, [body], pods)           # quarantined, or the job gone: settled
+    with trial(snapshot):
+        [decision] = decide_jobs(snapshot, [])
+    assert conditions(decision.desired)["EvidenceHeld"] == ("False", "Settled")

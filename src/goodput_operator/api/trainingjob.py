@@ -658,7 +658,8 @@ class TrainingJobStatus(ApiModel):
     jobs make room), WorkersCreated,
     Running (reason Resizing during an elastic grow), HangDetection and Straggler (which
     signal is in force, and what it found), Preempted (Checkpointing, Requeued, Resumed,
-    Cancelled), Succeeded, Failed, Suspended."""
+    Cancelled), EvidenceHeld (nodes its reports blamed that the group's blame budget holds
+    back: BlameBudgetInUse), Succeeded, Failed, Suspended."""
     workers: WorkerCounts = nested(WorkerCounts)
     """Workers by state."""
     accelerators: int = Field(default=0, ge=0)

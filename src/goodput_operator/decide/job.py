@@ -132,7 +132,8 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
         placement = None
     if (namespace, name) in snapshot.progress:
         desired["progress"] = snapshot.progress[(namespace, name)]
-    conditions = apply_conditions(conditions, decided.conditions, generation, at)
+    held = _evidence_held(snapshot, f"{namespace}/{name}", conditions)
+    conditions = apply_conditions(conditions, [*decided.conditions, *held], generation, at)
 
     if decided.needs_placement:
         placement, update = _place(snapshot, fleet, spec, job, conditions, result)
@@ -184,6 +185,21 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
         result.events.append(Event("Warning" if desired["phase"] == "Failed" else "Normal",
                                    desired["phase"], desired["message"]))
     return result
+
+
+def _evidence_held(snapshot: Snapshot, key: str, conditions: list[Obj]
+                   ) -> list[ConditionUpdate]:
+    """The EvidenceHeld condition: nodes this job's reports blamed that are not out yet
+    (the group's blame budget is in use: its status.heldEvidence says more)."""
+    held = sorted(node for node, found in snapshot.blamed.items() if found.owner == key)
+    if not held and not any(c.get("type") == "EvidenceHeld" for c in conditions):
+        return []
+    if not held:
+        return [ConditionUpdate("EvidenceHeld", False, "Settled", "")]
+    return [ConditionUpdate("EvidenceHeld", True, "BlameBudgetInUse", (
+        f"blamed by this job's reports, not quarantined yet (the group's blame budget is in "
+        f"use): {', '.join(held[:8])}" + (f" and {len(held) - 8} more" if len(held) > 8
+                                          else ""))[:1024])]
 
 
 def _waiting_for(group: str, fleet: Fleet | None, priority: Priority,
