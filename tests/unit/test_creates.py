@@ -57,3 +57,24 @@ def test_the_pods_are_built_with_the_jobs_priority_class() -> None:
     snapshot = world(None, [job(workers=2, priorityClassName="urgent")], classes=classes)
     [decision] = decide(snapshot).jobs
     assert [p["spec"]["priorityClassName"] for p in decision.attempt.create] == ["urgent"] * 2
+
+
+def test_a_job_whose_pods_cannot_be_built_is_handed_back_and_the_others_go_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from goodput_operator.decide import creates
+    real = creates.build.worker_pod
+
+    def worker_pod(job: dict[str, object], *args: object, **kwargs: object) -> object:
+        if job["metadata"]["name"] == "bad":  # type: ignore[index]
+            raise ValueError("bad data of one job")
+        return real(job, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(creates.build, "worker_pod", worker_pod)
+    snapshot = world(None, [job("bad", workers=2), job("good", workers=2)])
+    failures: list[object] = []
+    budget = WriteBudget(10)
+    with trial(snapshot):
+        decided = decide_jobs(snapshot, failures, budget)  # type: ignore[arg-type]
+    assert [d.key[1] for d in decided] == ["good"] and len(decided[0].attempt.create) == 2
+    assert [str(f.error) for f in failures] == ["bad data of one job"]  # type: ignore[attr-defined]
+    assert (budget.left, budget.deferred) == (8, 0)

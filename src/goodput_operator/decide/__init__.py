@@ -95,7 +95,9 @@ def decide_jobs(snapshot: Snapshot, failures: list[Failure],
     at = stamp(snapshot.clock)
     decided = _each("TrainingJob", snapshot.jobs, lambda job: decide_job(snapshot, job),
                     failures)
-    allot(decided, budget or WriteBudget(snapshot.write_budget))
+    unbuilt = allot(decided, budget or WriteBudget(snapshot.write_budget))
+    failures += [Failure("TrainingJob", d.job, err) for d, err in unbuilt]
+    decided = [d for d in decided if all(d is not u for u, _ in unbuilt)]
     return decided + _each("TrainingJob", snapshot.delegated,
                            lambda job: decide_delegated(snapshot, job, at), failures)
 

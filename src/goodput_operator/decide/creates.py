@@ -101,10 +101,14 @@ def with_class(found: Missing | None, priority_class: str | None) -> Missing | N
         else found
 
 
-def allot(decisions: Sequence[JobDecision], budget: WriteBudget) -> None:
+def allot(decisions: Sequence[JobDecision], budget: WriteBudget
+          ) -> list[tuple[JobDecision, Exception]]:
     """Build the pods each placed gang may create this pass (`Attempt.create`), the
     smallest requests first; a gang that is not placed gets none. A gang given only part
-    of what it lacks says so in its message."""
+    of what it lacks says so in its message. Returns the decisions whose pods could not
+    be built (bad data of one job), with why: the caller hands them back, as a decision
+    that raised, and the budget they took is given back."""
+    failed = []
     wanting = [d for d in decisions if d.attempt is not None and d.attempt.missing
                and ranks_of(d.placement)]
     for decision in sorted(wanting, key=lambda d: len(d.attempt.missing)):  # type: ignore
@@ -112,8 +116,15 @@ def allot(decisions: Sequence[JobDecision], budget: WriteBudget) -> None:
         assert decided is not None and decided.missing is not None
         wanted = len(decided.missing)
         granted = budget.take(wanted)
-        decided.create = decided.missing.bodies(granted)
+        try:
+            decided.create = decided.missing.bodies(granted)
+        except Exception as err:  # reported by the controller, with its traceback
+            budget.left += granted
+            budget.deferred -= wanted - granted
+            failed.append((decision, err))
+            continue
         if granted < wanted:
             decision.desired["message"] = (
                 f"{decision.desired.get('message') or ''}; creating pods: {granted} of "
                 f"{wanted} missing this pass, the rest in the next").lstrip("; ")
+    return failed
