@@ -450,8 +450,8 @@ def serving_metrics(real: Real, ns: str, tmp_path: Path) -> Iterator[Prometheus]
     token = tmp_path / "sd-token"
     token.write_text(real.cluster.kubectl("create", "token", SD_READER, "-n",
                                           operator.namespace, "--duration=2h").stdout.strip())
-    job["http_sd_configs"][0] |= {"url": f"{sd}/sd/serving", "refresh_interval": "1s",
-                                  "authorization": {"credentials_file": str(token)}}
+    job["http_sd_configs"][0] |= {"url": f"{sd}/sd/serving", "refresh_interval": "1s"}
+    job["http_sd_configs"][0]["authorization"]["credentials_file"] = str(token)
     address = urllib.parse.urlsplit(real.prometheus_url)
     server = Prometheus(tmp_path, None, str(address.hostname), [job], address.port)
     server.start()
