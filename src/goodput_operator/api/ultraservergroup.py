@@ -342,12 +342,15 @@ class HeldEvidence(ApiModel):
     namespace) is in use. Kept until it fits, or until the job that blamed it is gone."""
 
     node: str = Field(max_length=253)
+    """The node blamed."""
     reason: str = Field(max_length=64)
     """SilentDataCorruption or Straggler."""
     owner: str = Field(default="", max_length=317)
     """namespace/name of the job whose reports blamed it; empty: a probe."""
     since: str = Field(max_length=64)
+    """When the blame was first made."""
     evidence: str = Field(max_length=1024)
+    """What the reports or the probe found."""
 
 
 class UltraServerGroupStatus(ApiModel):
