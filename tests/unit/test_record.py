@@ -13,6 +13,7 @@ from goodput_operator.topology.record import (
     MAX_RANKS,
     compress,
     expand,
+    node_of,
     nodes_of,
     ranks_of,
     to_slices,
@@ -71,6 +72,8 @@ def test_any_placement_round_trips_through_its_slices(placed: list[tuple[str, st
     record = {"slices": to_slices(ranks)}
     assert ranks_of(record) == ranks
     assert nodes_of(record) == [node for node, _ in placed]
+    assert [node_of(record, r) for r in range(len(placed) + 1)] == \
+        [node for node, _ in placed] + [None]     # one rank, its slice alone expanded
 
 
 def test_slices_are_runs_of_consecutive_ranks_in_one_domain() -> None:

@@ -170,7 +170,8 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, role: Ser
     key = (meta["namespace"], meta["name"], role.name)
     url = scaling.prometheus_url or state.prometheus_url
     current = desired_replicas(state.scaled.get(key), ie, role)
-    if not prometheus.allowed(url, [state.prometheus_url, *state.prometheus_allow]):
+    allow = [state.prometheus_url, *state.prometheus_allow]
+    if not prometheus.allowed(url, allow):
         why = (f"scaling.prometheusUrl {url} is not one the operator may query "
                "(its --prometheus-url or --prometheus-allow)")
         _record(state, key, Decision(current, f"holding {current}: {why}", {},
@@ -180,7 +181,6 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, role: Ser
     for metric in scaling.metrics:
         promql = prometheus.query_for(metric, meta["namespace"], meta["name"],
                                       scaling.metric_names, role.name)
-        allow = [state.prometheus_url, *state.prometheus_allow]
         try:
             value = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
                 queries, functools.partial(prometheus.instant, url, promql, QUERY_SECONDS,

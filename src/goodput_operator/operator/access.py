@@ -24,6 +24,7 @@ from goodput_operator.operator.tokens import (
     REVIEW_TIMEOUT,
     Refused,
     TokenGate,
+    bearer,
     claims_of,
     remember,
 )
@@ -56,10 +57,11 @@ class AccessGate:
 
     async def check(self, authorization: str, source: str) -> None:
         """AUTHORIZATION: the request's header, as sent."""
-        if not authorization.startswith("Bearer ") or not authorization[7:].strip():
+        token = bearer(authorization)
+        if token is None:
             raise Refused(401, f"{self.path} needs a bearer token (Prometheus: "
                                "authorization.credentials_file in http_sd_configs)")
-        user = (await self.tokens.review(authorization[7:].strip(), source))["user"]
+        user = (await self.tokens.review(token, source))["user"]
         key = json.dumps([user.get("username"), sorted(user.get("groups") or [])])
         now = time.monotonic()
         cached = self.answers.get(key)

@@ -54,11 +54,11 @@ from goodput_operator.health.hang import StepClock
 from goodput_operator.health.probing import Inconclusive, inconclusive
 from goodput_operator.health.quarantine import SDC, STRAGGLER, Finding, iso
 from goodput_operator.health.straggler import Pace
-from goodput_operator.operator.tokens import POD_NAME, POD_UID, Refused, TokenGate
+from goodput_operator.operator.tokens import POD_NAME, POD_UID, Refused, TokenGate, bearer
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.pods import attempt_of, index_of, owned
 from goodput_operator.resources.probe import expects
-from goodput_operator.topology.record import ranks_of
+from goodput_operator.topology.record import node_of
 
 Obj = dict[str, Any]
 log = logging.getLogger("goodput.reports")
@@ -205,11 +205,10 @@ class ReportServer:
         if not self.leading():
             raise Refused(503, "this operator replica is a standby; retry (the leader takes "
                                "reports)")
-        header = request.headers.get("Authorization", "")
-        if not header.startswith("Bearer ") or not header[7:].strip():
+        token = bearer(request.headers.get("Authorization", ""))
+        if token is None:
             raise Refused(401, "missing bearer token (the pod's goodput.dev/report token)")
-        pod = self._pod_of(await self.tokens.review(header[7:].strip(),
-                                                    request.remote or "unknown"))
+        pod = self._pod_of(await self.tokens.review(token, request.remote or "unknown"))
         try:
             report = KINDS[kind].model_validate(json.loads(await request.read()))
         except ValidationError as err:
@@ -261,7 +260,7 @@ class ReportServer:
                                f"{labels.get(names.RESTART_LABEL)}; the job is at attempt "
                                f"{restarts}")
         rank = index_of(pod)
-        placed = placed_nodes(job).get(rank)
+        placed = node_of((job.get("status") or {}).get("placement"), rank)
         if meta["name"] != build.pod_name(job["metadata"]["name"], restarts, rank) or \
                 placed is None or pod.get("spec", {}).get("nodeName") != placed:
             # a pod of the tenant's making, with the job as its owner and a rank label,
@@ -396,9 +395,9 @@ class ReportServer:
         recovers from its verified checkpoint. Blaming again on every later divergent step
         would quarantine the node anew after an operator released it by hand."""
         meta = job["metadata"]
-        placed = placed_nodes(job)  # the placement's node, never a pod's claim to one
+        placement = (job.get("status") or {}).get("placement")
         for rank in ranks:
-            node = placed.get(rank)
+            node = node_of(placement, rank)  # the placement's node, never a pod's claim
             if not node:
                 continue
             evidence = f"rank {rank} on {node}: {result.message}"
@@ -481,8 +480,3 @@ class ReportServer:
         written = await asyncio.to_thread(self.kube.patch_status, "trainingjobs",
                                           meta["namespace"], meta["name"], fields)
         self.state.wrote_job_status(job, written, fields)
-
-
-def placed_nodes(job: Obj) -> dict[int, str]:
-    """Rank -> node, as the job's placement (its status, written by the operator) says."""
-    return {r["rank"]: r["node"] for r in ranks_of((job.get("status") or {}).get("placement"))}

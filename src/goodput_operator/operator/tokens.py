@@ -68,6 +68,12 @@ def remember(cache: dict[str, tuple[float, Any]], key: str, value: tuple[float, 
     cache[key] = value
 
 
+def bearer(authorization: str) -> str | None:
+    """The token of an Authorization header `Bearer <token>`, or None."""
+    token = authorization[7:].strip() if authorization.startswith("Bearer ") else ""
+    return token or None
+
+
 def claims_of(token: str) -> Obj | None:
     """TOKEN's JWT claims, unverified; None for what is not a JWT."""
     parts = token.split(".")

@@ -150,6 +150,22 @@ def ranks_of(placement: Mapping[str, Any] | None) -> list[Obj]:
     return sorted(found, key=lambda r: r["rank"])
 
 
+def node_of(placement: Mapping[str, Any] | None, rank: int) -> str | None:
+    """The node a recorded placement gives RANK, or None: only the slice that holds it is
+    expanded (a report asks this for one rank of a gang of thousands)."""
+    slices = sorted((placement or {}).get("slices") or [], key=lambda s: int(s["firstRank"]))
+    holder = None
+    for piece in slices:
+        if int(piece["firstRank"]) > rank:
+            break
+        holder = piece
+    if holder is None:
+        return None
+    names = expand(holder["nodes"])
+    at = rank - int(holder["firstRank"])
+    return names[at] if at < len(names) else None
+
+
 def nodes_of(placement: Mapping[str, Any] | None) -> list[str]:
     """The recorded placement's node of each rank, in rank order."""
     return [r["node"] for r in ranks_of(placement)]
