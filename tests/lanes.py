@@ -43,18 +43,30 @@ class Lane:
     args: tuple[str, ...]
     needs: tuple[str, ...]  # steps (below) that must be done before it starts
     sandbox: str  # the session sandbox's name, should any of its tests ask for one
+    # its session operator's requests count in the RBAC audit of the whole suite, which
+    # another lane runs (test_chart_rbac.py): written to audit_file() as the lane ends
+    audited: bool = False
+
+    def audit_file(self) -> Path:
+        return LOGS / f"{self.name}.audited.json"
 
 
 REAL_NODES = "tests/e2e/test_real_nodes.py"
+# simulated-fleet modules with a session sandbox of their own, so that the fleet's e2e
+# modules take two lanes' time instead of one's (docs/testing.md, the time budget)
+FLEET_2 = ("tests/e2e/test_inference.py", "tests/e2e/test_recovery.py",
+           "tests/e2e/test_hostile.py")
 SANDBOX_PARTS = ("host packages", "kubernetes", "etcd", "kwok")
 LANES = (
     # the real-node module brings its own sandbox with real kubelets and the chart in-cluster
     Lane("real-nodes", (REAL_NODES,), (*SANDBOX_PARTS, "helm", "coredns", "images"),
          "goodput-test-real"),
-    # every other cluster test shares the session sandbox (the multicluster module adds
+    # every other cluster test shares a session sandbox (the multicluster module adds
     # three of its own beside it); Kueue and helm are built on demand under their locks
-    Lane("fleet", ("tests/integration", "tests/e2e", f"--ignore={REAL_NODES}"),
-         SANDBOX_PARTS, "goodput-test"),
+    Lane("fleet", ("tests/integration", "tests/e2e", f"--ignore={REAL_NODES}",
+                   *(f"--ignore={module}" for module in FLEET_2)), SANDBOX_PARTS,
+         "goodput-test"),
+    Lane("fleet-2", FLEET_2, SANDBOX_PARTS, "goodput-test-2", audited=True),
 )
 
 
@@ -271,15 +283,33 @@ def verify(run: Run) -> None:
         run.step(name, check)
 
 
-def lane(run: Run, spec: Lane, others: Sequence[Lane]) -> Callable[[Step], None]:
-    """SPEC's pytest run, with the session sandbox's name and, for the RBAC audit's "whole
-    suite", the modules the other lanes run."""
+def lane_env(spec: Lane, others: Sequence[Lane]) -> dict[str, str]:
+    """SPEC's session sandbox's name and, for the RBAC audit's "whole suite", the modules
+    the other lanes run and the files where the audited ones say what their operators did
+    (and, for an audited lane, where it says so itself)."""
     elsewhere = " ".join(Path(arg).name for other in others for arg in other.args
                          if arg.endswith(".py") and not arg.startswith("-"))
+    env = {"GOODPUT_TEST_SANDBOX": spec.sandbox, "GOODPUT_TEST_ELSEWHERE": elsewhere,
+           "GOODPUT_TEST_AUDITED_IN": os.pathsep.join(
+               str(other.audit_file()) for other in others if other.audited)}
+    if spec.audited:
+        env["GOODPUT_TEST_AUDIT_OUT"] = str(spec.audit_file())
+    return env
+
+
+def lane(run: Run, spec: Lane, others: Sequence[Lane]) -> Callable[[Step], None]:
+    """SPEC's pytest run (lane_env). An audited lane's file is written whatever happens (a
+    note of why it holds no audit, if the lane wrote none), so an audit waiting on it
+    always ends."""
+    env = lane_env(spec, others)
 
     def work(step: Step) -> None:
-        run.pytest(step, spec.name, spec.args, env={
-            "GOODPUT_TEST_SANDBOX": spec.sandbox, "GOODPUT_TEST_ELSEWHERE": elsewhere})
+        try:
+            run.pytest(step, spec.name, spec.args, env=env)
+        finally:
+            if spec.audited and not spec.audit_file().is_file():
+                spec.audit_file().write_text(json.dumps(
+                    {"absent": f"lane {spec.name} ended without its operator's audit"}))
     return work
 
 
@@ -332,6 +362,8 @@ def main(argv: Sequence[str]) -> int:
     LOGS.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, interrupted)
     run = Run(argv)
+    for spec in LANES:
+        spec.audit_file().unlink(missing_ok=True)  # a file from the last run is not this one's
     run.declare("host packages", "kubernetes", "etcd", "kwok", "helm", "coredns", "kueue",
                 "images", "ruff", "mypy", "generated files", "unit",
                 *(f"lane {spec.name}" for spec in LANES))

@@ -183,6 +183,31 @@ class Audited:
         self.used |= used
         self.refused += refused
 
+    def load(self, saved: Path) -> str | None:
+        """Add what another lane's operator did (saved by save_audit); the reason it holds
+        nothing when that lane wrote no audit."""
+        found = json.loads(saved.read_text())
+        if "absent" in found:
+            return str(found["absent"])
+        self.used |= {cast(helm.Permission, tuple(use)) for use in found["used"]}
+        self.refused += found["refused"]
+        return None
+
+
+def save_audit(cluster: Cluster) -> None:
+    """In `make test`, what the chart's ServiceAccount did in this lane's session sandbox,
+    for the RBAC audit that another lane runs (tests/lanes.py: GOODPUT_TEST_AUDIT_OUT).
+    Written once the operator has stopped, whole or not at all (the reader polls for it)."""
+    out = os.environ.get("GOODPUT_TEST_AUDIT_OUT")
+    if not out or not cluster.sandbox_name:
+        return
+    from goodput_operator.sandbox.cluster import Sandbox
+
+    used, refused = helm.audited(Sandbox(cluster.sandbox_name).audit_log, CHART_ACCOUNT)
+    partial = Path(out + ".partial")
+    partial.write_text(json.dumps({"used": sorted(used), "refused": refused}))
+    partial.rename(out)
+
 
 @pytest.fixture(scope="session")
 def audited_elsewhere() -> Audited:
@@ -199,12 +224,14 @@ def operator(request: pytest.FixtureRequest, crds: Cluster, chart_kubeconfig: Pa
         deployed.install()
         yield cast(Operator, deployed)  # answers what the tests ask of an Operator
         deployed.save_logs()
+        save_audit(crds)
         print(f"in-cluster operator logs: {log}")
         return
     running = Operator(crds, log, chart_kubeconfig)
     running.start()
     yield running
     running.stop()
+    save_audit(crds)
     print(f"operator log: {log}")
 
 

@@ -45,6 +45,23 @@ def test_lanes_share_no_session_sandbox_and_need_only_steps_the_run_has() -> Non
     assert all(set(lane.needs) <= steps for lane in lanes.LANES)
 
 
+def test_the_lane_that_runs_the_rbac_audit_reads_what_every_audited_lane_did() -> None:
+    """The audit waits for each audited lane's file: those lanes need no step the audit's
+    lane lacks (a lane that never starts writes nothing), and write where it reads."""
+    rbac = lanes.ROOT / "tests/e2e/test_chart_rbac.py"
+    auditor = next(lane for lane in lanes.LANES if rbac in lane_modules(lane))
+    others = [lane for lane in lanes.LANES if lane is not auditor]
+    audited = [lane for lane in others if lane.audited]
+    assert audited and not auditor.audited
+    assert all(set(lane.needs) <= set(auditor.needs) for lane in audited)
+    read = lanes.lane_env(auditor, others)["GOODPUT_TEST_AUDITED_IN"].split(":")
+    written = [lanes.lane_env(lane, [o for o in lanes.LANES if o is not lane])
+               ["GOODPUT_TEST_AUDIT_OUT"] for lane in audited]
+    assert sorted(read) == sorted(written)
+    names = lanes.lane_env(auditor, others)["GOODPUT_TEST_ELSEWHERE"].split()
+    assert {Path(module).name for lane in others for module in lane.args} <= set(names)
+
+
 def test_the_junit_report_gives_counts_and_each_modules_seconds(tmp_path: Path) -> None:
     report = tmp_path / "r.xml"
     report.write_text("""<?xml version="1.0"?><testsuites><testsuite>
