@@ -191,7 +191,12 @@ def _evidence_held(snapshot: Snapshot, key: str, conditions: list[Obj]
                    ) -> list[ConditionUpdate]:
     """The EvidenceHeld condition: nodes this job's reports blamed that are not out yet
     (the group's blame budget is in use: its status.heldEvidence says more)."""
-    held = sorted(node for node, found in snapshot.blamed.items() if found.owner == key)
+    if "blamed by owner" not in snapshot.memo:  # one walk a pass, not one a job
+        by_owner: dict[str, list[str]] = {}
+        for node, found in sorted(snapshot.blamed.items()):
+            by_owner.setdefault(found.owner, []).append(node)
+        snapshot.memo["blamed by owner"] = by_owner
+    held: list[str] = snapshot.memo["blamed by owner"].get(key, [])
     if not held and not any(c.get("type") == "EvidenceHeld" for c in conditions):
         return []
     if not held:

@@ -161,14 +161,19 @@ class Standby:
 
 
 def held_elsewhere(snapshot: Snapshot, namespace: str, me: str) -> int:
-    """Standby domains NAMESPACE's other endpoints hold (their statuses, every group)."""
-    held = 0
-    for ie in snapshot.endpoints:
-        meta = ie["metadata"]
-        if meta["namespace"] == namespace and f"{namespace}/{meta['name']}" != me:
+    """Standby domains NAMESPACE's other endpoints hold (their statuses, every group).
+    Counted once a pass for every endpoint: one namespace's thousands of endpoints cost
+    one walk, not one each."""
+    if "standby held" not in snapshot.memo:
+        counts: dict[str, dict[str, int]] = {}
+        for ie in snapshot.endpoints:
+            meta = ie["metadata"]
             domains = ((ie.get("status") or {}).get("standby") or {}).get("domains")
-            held += len(domains) if isinstance(domains, list) else 0
-    return held
+            counts.setdefault(meta["namespace"], {})[f"{meta['namespace']}/{meta['name']}"] = (
+                len(domains) if isinstance(domains, list) else 0)
+        snapshot.memo["standby held"] = counts
+    mine: dict[str, int] = snapshot.memo["standby held"].get(namespace, {})
+    return sum(mine.values()) - mine.get(me, 0)
 
 
 def reclaimable(snapshot: Snapshot, ie: dict[str, Any], lent: Mapping[str, list[str]]
@@ -180,11 +185,13 @@ def reclaimable(snapshot: Snapshot, ie: dict[str, Any], lent: Mapping[str, list[
     mine = resolve(meta["namespace"], name if isinstance(name, str) else None, 0,
                    snapshot.classes)
 
-    jobs = {(j["metadata"]["namespace"], j["metadata"]["name"]): j for j in snapshot.jobs}
+    if "jobs by key" not in snapshot.memo:
+        snapshot.memo["jobs by key"] = {
+            f"{j['metadata']['namespace']}/{j['metadata']['name']}": j for j in snapshot.jobs}
+    jobs: dict[str, dict[str, Any]] = snapshot.memo["jobs by key"]
 
     def may(owner: str) -> bool:
-        namespace, _, name = job_key(owner).partition("/")
-        job = jobs.get((namespace, name))
+        job = jobs.get(job_key(owner))
         return job is None or not snapshot.priority(job).above(mine)
     return {d: owners for d, owners in lent.items() if all(map(may, owners))}
 
