@@ -120,9 +120,10 @@ def crds(cluster: Cluster) -> Cluster:
     """The cluster with our CRDs installed (server-side apply) and established."""
     root = Path(__file__).resolve().parents[1]
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(root / "crds"))
-    cluster.kubectl("wait", "--for", "condition=Established", "--timeout=60s",
-                    "crd/trainingjobs.goodput.dev", "crd/ultraservergroups.goodput.dev",
-                    "crd/inferenceendpoints.goodput.dev")
+    from goodput_operator.sandbox.cluster import wait_established
+
+    wait_established(cluster.kubeconfig, "crd/trainingjobs.goodput.dev",
+                     "crd/ultraservergroups.goodput.dev", "crd/inferenceendpoints.goodput.dev")
     return cluster
 
 

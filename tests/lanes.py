@@ -361,6 +361,9 @@ def interrupted(signum: int, frame: object) -> None:
 def main(argv: Sequence[str]) -> int:
     LOGS.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, interrupted)
+    # started in the background, a shell leaves SIGINT ignored, and an ignored signal stays
+    # ignored across exec: the lanes' pytest runs would never hear the stop below
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     run = Run(argv)
     for spec in LANES:
         spec.audit_file().unlink(missing_ok=True)  # a file from the last run is not this one's

@@ -77,8 +77,8 @@ def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         cluster = Cluster(box.kubeconfig, is_sandbox=True, sandbox_name=SANDBOX)
         root = Path(__file__).resolve().parents[2]
         cluster.kubectl("apply", "--server-side", "-f", str(root / "crds"))
-        cluster.kubectl("wait", "--for", "condition=Established", "--timeout=60s",
-                        "crd/trainingjobs.goodput.dev", "crd/ultraservergroups.goodput.dev")
+        sandbox_cluster.wait_established(box.kubeconfig, "crd/trainingjobs.goodput.dev",
+                                         "crd/ultraservergroups.goodput.dev")
         cluster.kubectl("create", "namespace", PROBES)
         prometheus_url = f"http://{hostnet.host_ip()}:{free_port()}"
         operator = incluster.InClusterOperator(

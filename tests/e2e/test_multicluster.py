@@ -124,8 +124,8 @@ def regions(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
             here = Cluster(box.kubeconfig, is_sandbox=True, sandbox_name=box.name)
             here.kubectl("apply", "--server-side", "-f",
                          str(Path(__file__).resolve().parents[2] / "crds"))
-            here.kubectl("wait", "--for", "condition=Established", "--timeout=60s",
-                         "crd/trainingjobs.goodput.dev", "crd/inferenceendpoints.goodput.dev")
+            sandbox_cluster.wait_established(box.kubeconfig, "crd/trainingjobs.goodput.dev",
+                                             "crd/inferenceendpoints.goodput.dev")
             apply(here, {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
                          "metadata": {"name": GROUP}, "spec": trn2_group_spec(
                              nodeSelector={"node.kubernetes.io/instance-type": TRN2_TYPE},

@@ -78,6 +78,24 @@ def run_kubectl(kubeconfig: Path, *args: str, timeout: float = 120,
     )
 
 
+def wait_established(kubeconfig: Path, *targets: str, timeout: float = 60) -> None:
+    """`kubectl wait --for=condition=Established TARGETS` (names or `-f PATH`), which fails
+    at once, instead of waiting, on a CRD the API server has not written a status for
+    yet (`.status.conditions accessor error`): seen when two sandboxes start together on
+    two cores. Retried until TIMEOUT; any other failure is raised as it came."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = max(1, int(deadline - time.monotonic()))
+        proc = run_kubectl(kubeconfig, "wait", "--for=condition=Established",
+                           f"--timeout={left}s", *targets, timeout=left + 30)
+        if proc.returncode == 0:
+            return
+        if "accessor error" not in proc.stderr or time.monotonic() > deadline:
+            raise SandboxError(f"CRDs not established ({' '.join(targets)}): "
+                               f"{proc.stderr.strip()}")
+        time.sleep(0.5)
+
+
 @dataclass(frozen=True)
 class Sandbox:
     """Paths and commands of one named sandbox."""
@@ -361,8 +379,7 @@ def start_drivers(sandbox: Sandbox, nodes: list[dict[str, Any]], progress: Progr
              "ResourceSlices (Neuron devices, GB200 IMEX channels)...")
     for crd in crds:
         sandbox.kubectl("apply", "-f", "-", input_text=json.dumps(crd))
-        sandbox.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                        f"crd/{crd['metadata']['name']}")
+        wait_established(sandbox.kubeconfig, f"crd/{crd['metadata']['name']}")
     for start in range(0, len(rest), 500):
         document = {"apiVersion": "v1", "kind": "List", "items": rest[start:start + 500]}
         sandbox.kubectl("apply", "-f", "-", input_text=json.dumps(document), timeout=300)

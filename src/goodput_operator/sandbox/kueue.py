@@ -29,7 +29,12 @@ import yaml
 from goodput_operator.api.base import GROUP, VERSION
 from goodput_operator.sandbox import build, procs
 from goodput_operator.sandbox.build import Progress
-from goodput_operator.sandbox.cluster import Sandbox, SandboxError, require_running
+from goodput_operator.sandbox.cluster import (
+    Sandbox,
+    SandboxError,
+    require_running,
+    wait_established,
+)
 from goodput_operator.sandbox.versions import KUEUE, KUEUE_COMPONENT
 
 NAMESPACE = "kueue-system"
@@ -152,8 +157,7 @@ def start(sandbox: Sandbox, progress: Progress = build.print_progress) -> None:
     crds = str(source / "config" / "components" / "crd" / "bases")
     sandbox.kubectl("apply", "--server-side", "--force-conflicts", "-f", crds, timeout=120)
     # served before the manager starts: it exits at once on a kind it cannot map yet
-    sandbox.kubectl("wait", "--for", "condition=Established", "--timeout=60s", "-f", crds,
-                    timeout=90)
+    wait_established(sandbox.kubeconfig, "-f", crds)
     sandbox.kubectl("create", "namespace", NAMESPACE, check=False)
     procs.kill_pidfile(pidfile(sandbox))
     here = home(sandbox)
