@@ -50,7 +50,12 @@ from tests.e2e.conftest import (
 )
 from tests.e2e.test_recovery import env_of, worker_token
 
-pytestmark = pytest.mark.e2e
+KUEUE_BUILD_SECONDS = 1200
+"""How long the module's first test may wait, in its sandboxes' setup, for `make test` to
+finish building Kueue (its lock: 14 min on a cold 2-core machine beside both lanes, seen
+when the fleet lane reached this module at 32 min and Kueue was ready at 40 min); on top
+of the suite's per-test timeout, which is for a hang, not for a build."""
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600 + KUEUE_BUILD_SECONDS)]
 GROUP = "trn2-pool"  # the same group name in every cluster (the manager's: counting only)
 CHIPS = "aws.amazon.com/neuron"
 JOB_CHIPS = 64  # every job here: 4 workers x 16 chips, one UltraServer
