@@ -203,9 +203,10 @@ def save_audit(cluster: Cluster) -> None:
         return
     from goodput_operator.sandbox.cluster import Sandbox
 
-    used, refused = helm.audited(Sandbox(cluster.sandbox_name).audit_log, CHART_ACCOUNT)
+    audited = Audited()
+    audited.read(Sandbox(cluster.sandbox_name).audit_log)
     partial = Path(out + ".partial")
-    partial.write_text(json.dumps({"used": sorted(used), "refused": refused}))
+    partial.write_text(json.dumps({"used": sorted(audited.used), "refused": audited.refused}))
     partial.rename(out)
 
 
