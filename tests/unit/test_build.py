@@ -69,6 +69,70 @@ def test_a_main_of_our_own_is_cached_apart_from_upstreams_command() -> None:
     assert len({component.key, upstream.key, other.key}) == 3
 
 
+ETCD_GO_MOD = """module go.etcd.io/etcd/server/v3
+
+require (
+\tgo.etcd.io/etcd/api/v3 v3.6.16
+\tgo.etcd.io/etcd/client/v3 v3.6.16
+\tk8s.io/api v0.0.0
+)
+
+replace (
+\tgo.etcd.io/etcd/api/v3 => ../api
+\tgo.etcd.io/etcd/client/v3 => ../client/v3
+)
+"""
+
+
+def _member(name: str, module: str, version: str, replace_version: str | None,
+            main_go: str | None = None) -> versions.Component:
+    return versions.Component(name, module, version, {f"{module}/cmd/{name}": name},
+                              replace_version=replace_version, main_go=main_go)
+
+
+def test_a_graph_pins_every_members_relative_replaces_but_not_the_members() -> None:
+    k8s = _member("kubernetes", "k8s.io/kubernetes", "v1.36.3", "v0.36.3")
+    etcd = _member("etcd", "go.etcd.io/etcd/server/v3", "v3.6.16", "v3.6.16")
+    kwok = _member("kwok", "sigs.k8s.io/kwok", "v0.8.0", None)
+    k8s_go_mod = UPSTREAM_GO_MOD.replace("replace go.etcd.io/etcd/api/v3 => ../api\n", "")
+    pins = build.graph_replaces((k8s, etcd, kwok), (k8s_go_mod, ETCD_GO_MOD, ""))
+    assert pins == {"k8s.io/api": "v0.36.3", "k8s.io/client-go": "v0.36.3",
+                    "go.etcd.io/etcd/api/v3": "v3.6.16", "go.etcd.io/etcd/client/v3": "v3.6.16"}
+    # two members that replace one module pin it at two versions: a graph that cannot be
+    # built says so before Go runs
+    with pytest.raises(build.BuildError, match=r"etcd/api/v3 is pinned to both v0\.36\.3 and v3"):
+        build.graph_replaces((k8s, etcd), (UPSTREAM_GO_MOD, ETCD_GO_MOD))
+
+
+def test_a_graph_asks_go_for_every_members_commands_at_its_version() -> None:
+    k8s = _member("kubernetes", "k8s.io/kubernetes", "v1.36.3", "v0.36.3")
+    dns = _member("coredns", "github.com/coredns/coredns", "v1.15.0", None, "package main\n")
+    assert build.graph_requirements((k8s, dns)) == [
+        "k8s.io/kubernetes/cmd/kubernetes@v1.36.3", "github.com/coredns/coredns@v1.15.0"]
+
+
+def test_the_shared_graph_is_kubernetes_and_what_links_its_packages() -> None:
+    shared = {c.name for c in versions.SHARED_GRAPH}
+    assert shared == {"kubernetes", "etcd", "kwok", "helm"}
+    for component in versions.ALL_COMPONENTS:
+        graph = versions.graph_of(component)
+        assert component in graph and (len(graph) > 1) == (component.name in shared)
+
+
+def test_a_members_cache_key_changes_with_any_other_members_version(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # kwok's binary compiles the dependency versions the whole graph resolves: a new etcd
+    # may move them, so a warm cache of the old kwok must not pass for the new one
+    before = versions.KWOK_COMPONENT.key
+    newer_etcd = versions.Component("etcd", versions.ETCD_COMPONENT.module, "v3.6.99",
+                                    versions.ETCD_COMPONENT.binaries, replace_version="v3.6.99")
+    graph = tuple(newer_etcd if c.name == "etcd" else c for c in versions.SHARED_GRAPH)
+    monkeypatch.setattr(versions, "SHARED_GRAPH", graph)
+    assert versions.KWOK_COMPONENT.key != before
+    assert versions.KWOK_COMPONENT.key.startswith(f"kwok-{versions.KWOK}-")
+    assert versions.COREDNS_COMPONENT.key == versions.COREDNS_COMPONENT.key  # not a member
+
+
 def test_kubernetes_binaries_are_stamped_with_their_version() -> None:
     flags = build.ldflags(versions.KUBERNETES_COMPONENT)
     assert f"k8s.io/component-base/version.gitVersion={versions.KUBERNETES}" in flags
@@ -87,7 +151,7 @@ def test_binaries_are_cached_per_version_outside_the_repo(monkeypatch: pytest.Mo
                                                            tmp_path: Path) -> None:
     monkeypatch.setenv("GOODPUT_CACHE", str(tmp_path))
     folder = build.bin_dir(versions.ETCD_COMPONENT)
-    assert folder == tmp_path / "bin" / f"etcd-{versions.ETCD}"
+    assert folder.parent == tmp_path / "bin" and folder.name.startswith(f"etcd-{versions.ETCD}-")
     assert not build.is_built(versions.ETCD_COMPONENT)
 
 

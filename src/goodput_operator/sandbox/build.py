@@ -4,8 +4,11 @@ Upstream modules such as k8s.io/kubernetes replace their own sub-modules with re
 paths (`k8s.io/api => ./staging/src/k8s.io/api`), and a depending module does not inherit
 those replaces. So each component is built from a small generated wrapper module that
 re-pins every relative replace to the published version — read from the upstream go.mod,
-never hand-listed. Binaries live in ``<cache>/bin/<component>-<version>/`` and are never
-committed; Go's own module and build caches make rebuilds cheap.
+never hand-listed. Components that share most of their packages (versions.SHARED_GRAPH)
+are each built in a wrapper that resolves the whole group, so they compile one set of
+dependency versions and Go's build cache compiles a shared package once. Binaries live
+in ``<cache>/bin/<component>-<version>[-<hash>]/`` and are never committed; Go's own
+module and build caches make rebuilds cheap.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from goodput_operator.sandbox.versions import (
     MIN_GO,
     SANDBOX_COMPONENTS,
     Component,
+    graph_of,
     wrapper_module,
 )
 
@@ -249,29 +253,53 @@ def module_dir(component: Component, go_cmd: str | None = None) -> Path:
     return Path(_module_info(go, component.module, component.version)["Dir"])
 
 
+def graph_replaces(graph: Sequence[Component], go_mods: Sequence[str]) -> dict[str, str]:
+    """Every relative replace of the graph's upstream go.mods (GO_MODS, in GRAPH's order),
+    pinned to the version its component names; a module two members pin differently is a
+    graph that cannot be built, said before Go is asked."""
+    members = {m.module for m in graph}
+    pins: dict[str, str] = {}
+    for component, go_mod in zip(graph, go_mods, strict=True):
+        if not component.replace_version:
+            continue
+        for mod in relative_replaces(go_mod):
+            pinned = pins.setdefault(mod, component.replace_version)
+            if pinned != component.replace_version:
+                raise BuildError(f"{mod} is pinned to both {pinned} and "
+                                 f"{component.replace_version} in {component.name}'s graph")
+    return {mod: version for mod, version in pins.items() if mod not in members}
+
+
+def graph_requirements(graph: Sequence[Component]) -> list[str]:
+    """What `go get` asks for: each member's commands at its version, or its module where
+    the wrapper's own main is the command."""
+    wanted: list[str] = []
+    for m in graph:
+        wanted += ([f"{pkg}@{m.version}" for pkg in m.binaries] if m.main_go is None
+                   else [f"{m.module}@{m.version}"])
+    return wanted
+
+
 def _prepare_wrapper(go: _Go, component: Component) -> None:
+    """A wrapper module that resolves COMPONENT's whole graph, so every member compiles the
+    same dependency versions and shares one build cache."""
     go.workdir.mkdir(parents=True, exist_ok=True)
     if go.keep_log:
         go.log.write_text("")  # this build's output alone
     module = f"module {wrapper_module(component.name)}\n\ngo 1.26\n"
     (go.workdir / "go.mod").write_text(module)
     (go.workdir / "go.sum").unlink(missing_ok=True)
-    upstream = Path(_module_info(go, component.module, component.version)["GoMod"]).read_text()
-    if component.replace_version:
-        edits = [
-            f"-replace={mod}={mod}@{component.replace_version}"
-            for mod in relative_replaces(upstream)
-            if mod != component.module
-        ]
-        if edits:
-            go.run("mod", "edit", *edits)
+    graph = graph_of(component)
+    go_mods = [Path(_module_info(go, m.module, m.version)["GoMod"]).read_text() for m in graph]
+    pins = graph_replaces(graph, go_mods)
+    if pins:
+        go.run("mod", "edit", *(f"-replace={mod}={mod}@{v}" for mod, v in sorted(pins.items())))
     main = go.workdir / "main.go"
     if component.main_go is None:
         main.unlink(missing_ok=True)
-        go.run("get", *(f"{pkg}@{component.version}" for pkg in component.binaries))
     else:  # the wrapper's own command: it needs the upstream module, not a command of it
         main.write_text(component.main_go)
-        go.run("get", f"{component.module}@{component.version}")
+    go.run("get", *graph_requirements(graph))
 
 
 def build(component: Component, progress: Progress = print_progress) -> Path:
