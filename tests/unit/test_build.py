@@ -123,14 +123,14 @@ def test_a_members_cache_key_changes_with_any_other_members_version(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # kwok's binary compiles the dependency versions the whole graph resolves: a new etcd
     # may move them, so a warm cache of the old kwok must not pass for the new one
-    before = versions.KWOK_COMPONENT.key
+    before, dns_before = versions.KWOK_COMPONENT.key, versions.COREDNS_COMPONENT.key
     newer_etcd = versions.Component("etcd", versions.ETCD_COMPONENT.module, "v3.6.99",
                                     versions.ETCD_COMPONENT.binaries, replace_version="v3.6.99")
     graph = tuple(newer_etcd if c.name == "etcd" else c for c in versions.SHARED_GRAPH)
     monkeypatch.setattr(versions, "SHARED_GRAPH", graph)
     assert versions.KWOK_COMPONENT.key != before
     assert versions.KWOK_COMPONENT.key.startswith(f"kwok-{versions.KWOK}-")
-    assert versions.COREDNS_COMPONENT.key == versions.COREDNS_COMPONENT.key  # not a member
+    assert versions.COREDNS_COMPONENT.key == dns_before  # not a member: unmoved
 
 
 def test_kubernetes_binaries_are_stamped_with_their_version() -> None:
