@@ -106,14 +106,28 @@ def test_a_graph_pins_every_members_relative_replaces_but_not_the_members() -> N
 
 def test_a_graph_asks_go_for_every_members_commands_at_its_version() -> None:
     k8s = _member("kubernetes", "k8s.io/kubernetes", "v1.36.3", "v0.36.3")
-    dns = _member("coredns", "github.com/coredns/coredns", "v1.15.0", None, "package main\n")
+    # a member whose command is the wrapper's own main: the packages of its module that
+    # the main imports, never the module's root (CoreDNS's root links every plugin)
+    main = ('package main\n\nimport (\n\t"github.com/coredns/coredns/coremain"\n'
+            '\t_ "github.com/coredns/coredns/plugin/cache"\n\t"fmt"\n'
+            '\t_ "github.com/coredns/corednsx/plugin"\n)\n')
+    dns = _member("coredns", "github.com/coredns/coredns", "v1.14.7", None, main)
     assert build.graph_requirements((k8s, dns)) == [
-        "k8s.io/kubernetes/cmd/kubernetes@v1.36.3", "github.com/coredns/coredns@v1.15.0"]
+        "k8s.io/kubernetes/cmd/kubernetes@v1.36.3",
+        "github.com/coredns/coredns/coremain@v1.14.7",
+        "github.com/coredns/coredns/plugin/cache@v1.14.7"]
+
+
+def test_corednss_requirements_are_the_plugins_its_main_links() -> None:
+    wanted = build.graph_requirements((versions.COREDNS_COMPONENT,))
+    plugins = {f"github.com/coredns/coredns/plugin/{p}@{versions.COREDNS}"
+               for p in versions.COREDNS_PLUGINS}
+    assert set(wanted) == plugins | {f"github.com/coredns/coredns/coremain@{versions.COREDNS}"}
 
 
 def test_the_shared_graph_is_kubernetes_and_what_links_its_packages() -> None:
     shared = {c.name for c in versions.SHARED_GRAPH}
-    assert shared == {"kubernetes", "etcd", "kwok", "helm"}
+    assert shared == {"kubernetes", "etcd", "kwok", "helm", "coredns"}
     for component in versions.ALL_COMPONENTS:
         graph = versions.graph_of(component)
         assert component in graph and (len(graph) > 1) == (component.name in shared)
@@ -124,13 +138,16 @@ def test_a_members_cache_key_changes_with_any_other_members_version(
     # kwok's binary compiles the dependency versions the whole graph resolves: a new etcd
     # may move them, so a warm cache of the old kwok must not pass for the new one
     before, dns_before = versions.KWOK_COMPONENT.key, versions.COREDNS_COMPONENT.key
+    kueue_before = versions.KUEUE_COMPONENT.key
     newer_etcd = versions.Component("etcd", versions.ETCD_COMPONENT.module, "v3.6.99",
                                     versions.ETCD_COMPONENT.binaries, replace_version="v3.6.99")
     graph = tuple(newer_etcd if c.name == "etcd" else c for c in versions.SHARED_GRAPH)
     monkeypatch.setattr(versions, "SHARED_GRAPH", graph)
     assert versions.KWOK_COMPONENT.key != before
     assert versions.KWOK_COMPONENT.key.startswith(f"kwok-{versions.KWOK}-")
-    assert versions.COREDNS_COMPONENT.key == dns_before  # not a member: unmoved
+    assert versions.COREDNS_COMPONENT.key != dns_before  # a member with a main of its own
+    assert versions.COREDNS_COMPONENT.key.startswith(f"coredns-{versions.COREDNS}-")
+    assert versions.KUEUE_COMPONENT.key == kueue_before  # not a member: unmoved
 
 
 def test_kubernetes_binaries_are_stamped_with_their_version() -> None:

@@ -271,13 +271,23 @@ def graph_replaces(graph: Sequence[Component], go_mods: Sequence[str]) -> dict[s
 
 
 def graph_requirements(graph: Sequence[Component]) -> list[str]:
-    """What `go get` asks for: each member's commands at its version, or its module where
-    the wrapper's own main is the command."""
+    """What `go get` asks for: each member's commands at its version, or, where the
+    wrapper's own main is the command, the member's packages that main imports. Not the
+    module's root: CoreDNS's root is its own main, and asking for it downloads the
+    dependencies of every plugin it ships (cloud SDKs, tracing) into every member's
+    wrapper, although none of them is compiled."""
     wanted: list[str] = []
     for m in graph:
-        wanted += ([f"{pkg}@{m.version}" for pkg in m.binaries] if m.main_go is None
-                   else [f"{m.module}@{m.version}"])
+        packages = list(m.binaries) if m.main_go is None else main_imports(m)
+        wanted += [f"{pkg}@{m.version}" for pkg in packages]
     return wanted
+
+
+def main_imports(component: Component) -> list[str]:
+    """The packages of COMPONENT's own module that its wrapper's main imports."""
+    imported = re.findall(r'"([^"\s]+)"', component.main_go or "")
+    return sorted({pkg for pkg in imported
+                   if pkg == component.module or pkg.startswith(component.module + "/")})
 
 
 def _prepare_wrapper(go: _Go, component: Component) -> None:

@@ -14,7 +14,9 @@ ETCD = "v3.6.16"
 KWOK = "v0.8.0"
 HELM = "v3.21.4"
 KUEUE = "v0.17.0"  # quotas and MultiKueue (goodput sandbox up --kueue)
-COREDNS = "v1.15.0"  # cluster DNS for real nodes: the newest the Go module proxy offers
+# cluster DNS for real nodes: the newest on k8s.io v0.35 (v1.15 needs v0.37, newer than
+# Kubernetes' own staging), so it joins SHARED_GRAPH and compiles against Kubernetes' client-go
+COREDNS = "v1.14.7"
 MIN_GO = (1, 26)
 
 
@@ -144,9 +146,12 @@ KUEUE_COMPONENT = Component(
 # etcd's packages, 90% of kwok's and 89% of helm's are in Kubernetes' build; built apart
 # (each at the versions its own go.mod picks) they reuse nothing, and on the 2-core machine
 # they took 1:00, 2:10 and 2:18 after Kubernetes' build against 0:19, 0:41 and 0:26 inside
-# its graph. Kueue stays apart: v0.17 links Kubeflow Trainer v2.2, whose generated code
-# needs k8s.io/api v0.35 (corev1.WorkloadReference is gone in v0.36); CoreDNS needs v0.37.
-SHARED_GRAPH = (KUBERNETES_COMPONENT, ETCD_COMPONENT, KWOK_COMPONENT, HELM_COMPONENT)
+# its graph. CoreDNS's client-go, apimachinery and api are Kubernetes' too (it took 5:09
+# apart in a cold run, on the real-node lane's critical path). Kueue stays apart: v0.17
+# links Kubeflow Trainer v2.2, whose generated code needs k8s.io/api v0.35
+# (corev1.WorkloadReference is gone in v0.36).
+SHARED_GRAPH = (KUBERNETES_COMPONENT, ETCD_COMPONENT, KWOK_COMPONENT, HELM_COMPONENT,
+                COREDNS_COMPONENT)
 
 
 def graph_of(component: Component) -> tuple[Component, ...]:
