@@ -327,6 +327,14 @@ def test_forged_votes_leave_room_for_another_teams_and_a_forged_worker_blames_no
     assert [(h["owner"], h["reason"]) for h in held] == [
         (f"{team_a}/a-votes", "SilentDataCorruption")]
     assert held[0]["node"] in (a_placed[1], a_placed[2])
+    out = {a_placed[1], a_placed[2]} - {held[0]["node"]}
+    [a_out] = out
+    a_body = wait_for(lambda: quarantined(crds, a_out), timeout=30,
+                      what="the other of A's blamed nodes held for a probe")
+    # A's word holds the node for a probe; it is no incident of the node's (TENANCY.md 1)
+    annotations = a_body["metadata"]["annotations"]
+    assert json.loads(annotations[names.EVIDENCE_ANNOTATION])["owner"] == f"{team_a}/a-votes"
+    assert names.LEMON_ANNOTATION not in annotations
     vote(namespace, "b-train", {2: "deadbeef"})               # B's rank 2 really diverges
     wait_for(lambda: quarantined(crds, b_placed[2]), timeout=30,
              what="team B's diverged node quarantined beside A's")

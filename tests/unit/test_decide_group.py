@@ -13,7 +13,7 @@ from goodput_operator.api.ultraservergroup import UltraServerGroupStatus
 from goodput_operator.decide import GroupDecision, decide, decide_groups
 from goodput_operator.decide.group import group_status
 from goodput_operator.health.probing import Inconclusive
-from goodput_operator.health.quarantine import SDC, Finding, iso
+from goodput_operator.health.quarantine import HOLD_SECONDS, SDC, Finding, iso
 from tests.unit.world import (
     NOW,
     conditions,
@@ -46,6 +46,7 @@ SDC_OUT = labelled(nodes(us0_n0=quarantined(nodes()["us0-n0"], "SilentDataCorrup
 DOWN_OUT = labelled(nodes(us0_n0=quarantined(nodes()["us0-n0"], "NodeNotReady", NOW - 900)))
 BUSY_US0_N0 = worker(job("busy", workers=1), 0, node_name="us0-n0", phase="Running",
                      ready=True)
+HELD = labelled(nodes(us0_n0=quarantined(nodes()["us0-n0"], SDC, NOW - 300, owner="a/forger")))
 BY_HAND = labelled(nodes(us0_n0=quarantined(nodes()["us0-n0"], "Maintenance", NOW - 900,
                                             by="manual")))
 
@@ -172,6 +173,30 @@ CASES = [
                         us1_n2=not_ready(NOW - 20))),
          {"quarantine": [("us1-n2", "NodeNotReady")], "events": []},
          spec={"quarantine": {"maxUnavailable": 1}}),
+    Case("a tenant's hold is probed at once, and waits for the answer at most HOLD_SECONDS",
+         HELD, {"probes": [("us0-n0", "suspicion", 0)], "release": [],
+                "wake_at": NOW - 300 + HOLD_SECONDS},
+         snapshot={"jobs": [job_in("a", "forger")], "clean_probes": {"us0-n0": 7},
+                   "probed_at": {"us0-n0": NOW - 400}}),  # clean runs before it don't answer
+    Case("one clean probe run since a tenant's hold began releases it, and says so",
+         HELD, {"probes": [], "release": ["us0-n0"], "quarantine": []},
+         snapshot={"jobs": [job_in("a", "forger")], "probed_at": {"us0-n0": NOW - 10}}),
+    Case("a hold no probe answers (probes off) ends after HOLD_SECONDS",
+         HELD, {"probes": [], "release": ["us0-n0"]},
+         spec={"probes": {"schedule": "", "onSuspicion": False}},
+         snapshot={"clock": NOW - 300 + HOLD_SECONDS}),
+    Case("a hold stays while the node's own health is bad (the admin's signal)",
+         labelled(nodes(us0_n0={**quarantined(nodes()["us0-n0"], SDC, NOW - 300,
+                                              owner="a/forger"), **not_ready(NOW - 20)})),
+         {"release": [], "quarantine": []},
+         snapshot={"probed_at": {"us0-n0": NOW - 10}}),
+    Case("a probe's bad answer makes a tenant's hold the admin's quarantine",
+         HELD, {"quarantine": [("us0-n0", SDC)], "release": [], "forget": []},
+         snapshot={"blamed": {"us0-n0": probed(NOW - 1)}, "jobs": [job_in("a", "forger")]}),
+    Case("a tenant's further reports on its hold are dropped",
+         HELD, {"quarantine": [], "forget": ["us0-n0"]},
+         snapshot={"blamed": {"us0-n0": vote(NOW - 1, "a/forger")},
+                   "jobs": [job_in("a", "forger")]}),
     Case("a corruption suspect is probed, run after run",
          SDC_OUT, {"probes": [("us0-n0", "suspicion", 2)], "release": []},
          snapshot={"probe_runs": {"us0-n0": 2}, "clean_probes": {"us0-n0": 1}}),

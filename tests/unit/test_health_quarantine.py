@@ -169,6 +169,30 @@ def test_every_quarantine_raises_the_lemon_score() -> None:
     assert again["metadata"]["annotations"][names.LEMON_ANNOTATION] == "5"
 
 
+def test_a_tenants_hold_raises_no_lemon_score_and_the_probes_answer_does() -> None:
+    """A job's reports only ask for a probe (TENANCY.md rule 1): the hold they put on a
+    node is no incident of the node's, so placement does not learn to avoid it; the probe's
+    bad answer is, and raises the score as any quarantine does."""
+    body = node("a")
+    body["metadata"]["annotations"][names.LEMON_ANNOTATION] = "2"
+    vote = q.Finding(q.SDC, "rank 2 diverged", NOW, owner="a/forger")
+    held = q.quarantine_patch(body, vote, NOW)["metadata"]["annotations"]
+    assert names.LEMON_ANNOTATION not in held and names.LEMON_AT_ANNOTATION not in held
+    probe = q.quarantine_patch(body, q.Finding(q.SDC, "probe: bad device 3", NOW), NOW)
+    assert probe["metadata"]["annotations"][names.LEMON_ANNOTATION] == "3"
+
+
+@pytest.mark.parametrize(("by", "owner", "reason", "hold"), [
+    ("operator", "a/forger", q.SDC, True),
+    ("operator", "a/forger", q.STRAGGLER, True),
+    ("operator", "", q.SDC, False),               # a probe's finding: the admin's
+    ("manual", "a/forger", q.SDC, False),         # put there by hand
+    ("operator", "a/forger", "NodeNotReady", False),
+])
+def test_what_is_a_tenants_hold(by: str, owner: str, reason: str, hold: bool) -> None:
+    assert q.Record(reason, "e", NOW, NOW, by, owner).is_hold is hold
+
+
 def test_a_kubelet_silent_past_lease_silence_seconds_fails_its_node_at_once() -> None:
     """A kubelet renewing every 10 s: 25 s of silence (leaseSilenceSeconds 20) fails the
     node while it still reads Ready (the node controller would take 40-50 s); 5 s is

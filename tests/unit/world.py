@@ -61,8 +61,9 @@ def not_ready(since: float) -> Obj:
                                        "lastTransitionTime": iso(since)}]}}
 
 
-def quarantined(body: Obj, reason: str, at: float, by: str = "operator") -> Obj:
-    patch = quarantine_patch(body, Finding(reason, "seen", at), at, by)
+def quarantined(body: Obj, reason: str, at: float, by: str = "operator", owner: str = "") -> Obj:
+    """BODY quarantined at AT (OWNER: the job whose reports asked for it: a hold)."""
+    patch = quarantine_patch(body, Finding(reason, "seen", at, owner=owner), at, by)
     patch["metadata"].pop("resourceVersion")
     return _merge(body, patch)
 

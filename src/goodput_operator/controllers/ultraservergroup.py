@@ -95,6 +95,10 @@ async def apply_group(state: State, kube: Kube, decision: GroupDecision, now: fl
         state.upsert_node(patched)
         state.blamed.pop(quarantine.node, None)
         log.warning("%s (group %s)", quarantine.message, name)
+        if quarantine.finding.owner:  # a tenant's reports: a hold until a probe answers
+            on_nodes.append((patched, Event("Warning", "HeldForProbe", quarantine.message)))
+            events.append(Event("Warning", "NodeHeldForProbe", quarantine.message))
+            continue
         on_nodes.append((patched, Event("Warning", "Quarantined", quarantine.message)))
         events.append(Event("Warning", "NodeQuarantined", quarantine.message))
         metrics.QUARANTINES.labels(name, quarantine.finding.reason,

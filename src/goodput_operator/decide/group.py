@@ -23,6 +23,7 @@ from goodput_operator.api.ultraservergroup import (
     MAX_LISTED_DOMAINS,
     UltraServerGroupSpec,
 )
+from goodput_operator.api.ultraservergroup import Quarantine as QuarantinePolicy
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.standby import standby_map
 from goodput_operator.decide.types import Event, ProbeStart
@@ -75,22 +76,18 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
     jobs = {f"{j['metadata']['namespace']}/{j['metadata']['name']}"
             for j in snapshot.jobs} if snapshot.blamed else set()
     forget = [n for n, f in snapshot.blamed.items() if n in members and (
-        q.record_of(members[n]) or (f.owner and f.owner not in jobs)
+        _settled(q.record_of(members[n]), f) or (f.owner and f.owner not in jobs)
         or (not f.owner and f.since < now - q.BLAME_SECONDS))]  # a job's: while it lives
     reported = {n: f for n, f in snapshot.blamed.items() if n in members and n not in forget}
     verdict = q.decide(members, policy, now, snapshot.seen_unhealthy, snapshot.healthy_since,
                        reported, snapshot.clean_probes, snapshot.renewing,
-                       snapshot.device_taints)
+                       snapshot.device_taints, snapshot.probed_at)
     wakes = [verdict.wake_at]
     quarantine = [Quarantine(node, found, q.quarantine_patch(
         members[node], found, now, half_life_days=spec.quarantine.lemon_half_life_days),
-                             f"quarantined {node}: {found.reason}: {found.evidence}")
-                  for node, found in verdict.quarantine]
+                             quarantine_message(node, found)) for node, found in verdict.quarantine]
     release = [Release(node, record, q.release_patch(members[node]),
-                       f"released {node} from quarantine ({record.reason}): " + (
-                           f"{snapshot.clean_probes.get(node, 0)} clean probe runs in a row"
-                           if record.reason in q.PROBED else
-                           f"healthy for {policy.release_after_healthy_seconds}s"))
+                       release_message(snapshot, policy, node, record))
                for node, record in verdict.release]
     probes = _suspects(snapshot, name, spec, members) if spec.probes.on_suspicion else []
     sweep, sweep_mark, schedule_error = _sweep(snapshot, name, spec, fleet)
@@ -120,6 +117,32 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
         min((w for w in wakes if w is not None), default=None))
 
 
+def _settled(record: q.Record | None, blame: q.Finding) -> bool:
+    """Whether BLAME on a node with RECORD has nothing left to do: the node is out already,
+    unless it is a tenant's hold and BLAME is the probe's answer to it."""
+    return record is not None and not (record.is_hold and not blame.owner)
+
+
+def quarantine_message(node: str, found: q.Finding) -> str:
+    if found.owner:
+        return (f"held {node} out of new placements until a probe answers: {found.reason} "
+                f"reported by {found.owner}: {found.evidence}")
+    return f"quarantined {node}: {found.reason}: {found.evidence}"
+
+
+def release_message(snapshot: Snapshot, policy: QuarantinePolicy, node: str,
+                    record: q.Record) -> str:
+    if record.is_hold:
+        answered = snapshot.probed_at.get(node, 0.0) > record.at
+        return (f"released {node} from the hold {record.owner}'s reports asked for "
+                f"({record.reason}): " + ("a probe run was clean" if answered else
+                                           f"no probe answered in {q.HOLD_SECONDS:.0f}s"))
+    return f"released {node} from quarantine ({record.reason}): " + (
+        f"{snapshot.clean_probes.get(node, 0)} clean probe runs in a row"
+        if record.reason in q.PROBED else
+        f"healthy for {policy.release_after_healthy_seconds}s")
+
+
 def may_probe(snapshot: Snapshot, spec: UltraServerGroupSpec, node: str) -> bool:
     """Whether a probe run on NODE could prove anything: not when the image the group's
     probes run already came back inconclusive there (health.probing)."""
@@ -140,14 +163,18 @@ def inconclusive_message(snapshot: Snapshot, nodes: Iterable[str]) -> str:
 def _suspects(snapshot: Snapshot, group: str, spec: UltraServerGroupSpec,
               members: Mapping[str, Obj]) -> list[ProbeStart]:
     """Keep one probe Job running on each node quarantined for corruption (or as a
-    straggler's) until it has
-    enough clean runs; each result lets the next run start (Job names count the runs)."""
+    straggler's) until it has enough clean runs, and on each node a tenant's reports hold
+    until one run answers; each result lets the next run start (Job names count the runs)."""
     starts = []
     for node_name, node in members.items():
         record = q.record_of(node)
         if record is None or record.reason not in q.PROBED:
             continue
-        if snapshot.clean_probes.get(node_name, 0) >= spec.quarantine.release_after_clean_probes:
+        if record.is_hold:
+            if snapshot.probed_at.get(node_name, 0.0) > record.at:
+                continue  # answered: released in this pass
+        elif snapshot.clean_probes.get(node_name, 0) >= \
+                spec.quarantine.release_after_clean_probes:
             continue
         if not may_probe(snapshot, spec, node_name):
             continue  # this image cannot test the node: it waits for a human or a new image

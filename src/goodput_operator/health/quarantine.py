@@ -3,7 +3,9 @@
 Pure: nodes are plain dicts, the policy is the group's `Quarantine` model, time is a float.
 A node is *unhealthy* when its Ready condition is not True (after a grace period: a
 NotReady blip must not cost a restart), when a device-health agent's condition is True,
-when another remediation system's taint is on it, or when a worker failure blamed it.
+when another remediation system's taint is on it, or when the operator's probe found a bad
+device. A job's reports (votes, paces: a tenant's word) only *hold* a node out of new
+placements until a probe answers (Record.is_hold), within a budget per namespace.
 The storm guard (like NHC's minHealthy) stops quarantining when too much of the group
 would be out at once: a mass failure is more likely the network or the control plane than
 that many bad nodes, and quarantining them all would only take the rest of the work down.
@@ -32,6 +34,10 @@ SDC = "SilentDataCorruption"
 STRAGGLER = "Straggler"  # a rank persistently slower than its peers (health.straggler)
 PROBED = frozenset({SDC, STRAGGLER})  # released after clean probes, not after time
 BLAME_SECONDS = 900.0  # reports' blame not acted on by then is forgotten (the guard held it)
+HOLD_SECONDS = 1800.0
+"""How long a tenant's evidence may hold a node out of new placements with no probe
+answering (probes off, an image that cannot test the node, a probe that cannot run): a
+tenant's word asks for a probe, it never decides (TENANCY.md, rule 1)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,13 @@ class Record:
     at: float  # when the node was quarantined
     by: str  # operator | manual
     owner: str = ""  # namespace/name of the job whose reports blamed it, if they did
+
+    @property
+    def is_hold(self) -> bool:
+        """A job's reports (a tenant's evidence) put the node here: it is held out of new
+        placements until a probe answers, not condemned (`is_hold` records raise no lemon
+        score, and one clean probe run, or HOLD_SECONDS without an answer, ends them)."""
+        return bool(self.owner) and self.reason in PROBED and self.by == BY_OPERATOR
 
 
 @dataclass
@@ -165,7 +178,8 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
            seen_unhealthy: Mapping[str, float], healthy_since: Mapping[str, float],
            reported: Mapping[str, Finding], clean_probes: Mapping[str, int] | None = None,
            renewing: Mapping[str, Renewal] | None = None,
-           device_taints: Mapping[str, Sequence[DeviceTaint]] | None = None) -> Decision:
+           device_taints: Mapping[str, Sequence[DeviceTaint]] | None = None,
+           probed_at: Mapping[str, float] | None = None) -> Decision:
     """Quarantine what is due, release what has been healthy long enough, hold the rest.
 
     SEEN_UNHEALTHY: when the operator first saw each node unhealthy; HEALTHY_SINCE: when it
@@ -173,7 +187,8 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
     CLEAN_PROBES: clean SDC probe runs in a row per node (what releases a corruption
     suspect); RENEWING: each node's Lease renewals (nodes seen renewing): a silence
     longer than Renewal.limit is a failure, and a pass is asked for when the earliest
-    silence would become one.
+    silence would become one; PROBED_AT: each node's last clean probe run (what answers a
+    tenant's hold: Record.is_hold).
     """
     decision = Decision()
     heard = max((r.at for r in (renewing or {}).values()), default=None)
@@ -191,6 +206,13 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
             # when its silence runs out; past that, until the others are heard after it
             _wake(decision, max(now + 1, renewal.at + renewal.limit(policy) + 0.1))
         found = health or reported.get(name)
+        if record is not None and record.is_hold:
+            out_blamed += 1
+            space = namespace_of(record.owner)
+            out_by[space] = out_by.get(space, 0) + 1
+            answered = (probed_at or {}).get(name, 0.0) > record.at
+            _judge_hold(decision, name, record, health, reported.get(name), answered, now)
+            continue
         if record is not None:
             if record.reason in PROBED:
                 out_blamed += 1
@@ -224,8 +246,8 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
                           f"exceeds quarantine.maxUnavailable={policy.max_unavailable} "
                           f"({limit} of {len(nodes)} nodes): quarantining none of them; "
                           f"failing: {', '.join(sorted(failing)[:10])}")
-    else:
-        decision.quarantine = due
+    else:  # after the holds a probe's answer turned into quarantines (_judge_hold)
+        decision.quarantine = [*due, *decision.quarantine]
     # Blame (a vote of a job's replicas, a probe) has a budget of its own, the same size,
     # and never trips the guard: a tenant's reports must not stop the quarantine of
     # failing nodes for everybody. A probe's finding (the admin's image) goes first; the
@@ -244,6 +266,23 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
         else:
             decision.held_blame.append((name, found))
     return decision
+
+
+def _judge_hold(decision: Decision, name: str, record: Record, health: Finding | None,
+                reported: Finding | None, answered: bool, now: float) -> None:
+    """A tenant's hold on NAME ends when a probe answers: a bad run (a reported finding
+    with no owner: the admin's image) makes it a quarantine of the admin's, a clean run
+    since the hold began (ANSWERED) releases it. With no answer it ends after HOLD_SECONDS;
+    while the node's own health is bad (an admin's signal) it stays out."""
+    if reported is not None and not reported.owner:
+        decision.quarantine.append((name, reported))
+        return
+    if health is not None:
+        return
+    if answered or now >= record.at + HOLD_SECONDS:
+        decision.release.append((name, record))
+    else:
+        _wake(decision, record.at + HOLD_SECONDS)
 
 
 def namespace_of(owner: str) -> str:
@@ -279,13 +318,14 @@ def quarantine_patch(node: Obj, found: Finding, now: float, by: str = BY_OPERATO
     evidence = {"reason": found.reason, "class": found.failure_class, "evidence": found.evidence,
                 "since": iso(found.since), "at": iso(now), "by": by,
                 **({"owner": found.owner} if found.owner else {})}
-    score, at = lemon_of((node.get("metadata") or {}).get("annotations") or {})
-    lemon = decayed(score, at, now, half_life_days) + 1
+    annotations = {names.EVIDENCE_ANNOTATION: json.dumps(evidence)}
+    if not found.owner:  # a tenant's hold is no incident of the node's (Record.is_hold)
+        score, at = lemon_of((node.get("metadata") or {}).get("annotations") or {})
+        lemon = decayed(score, at, now, half_life_days) + 1
+        annotations |= {names.LEMON_ANNOTATION: f"{lemon:.3g}", names.LEMON_AT_ANNOTATION: iso(now)}
     return {"metadata": {"resourceVersion": node["metadata"].get("resourceVersion"),
                          "labels": {names.QUARANTINE_LABEL: found.reason},
-                         "annotations": {names.EVIDENCE_ANNOTATION: json.dumps(evidence),
-                                         names.LEMON_ANNOTATION: f"{lemon:.3g}",
-                                         names.LEMON_AT_ANNOTATION: iso(now)}},
+                         "annotations": annotations},
             "spec": {"taints": taints}}
 
 
