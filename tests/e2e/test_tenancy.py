@@ -25,12 +25,15 @@ from tests.e2e.conftest import (
     Faults,
     Operator,
     apply,
+    delete_all,
     get_job,
     job_pods,
+    settle_autoscaler,
     training_job,
     trn2_pool,
     wait_phase,
 )
+from tests.e2e.test_inference import autoscaled, condition, get_ie, wait_status
 from tests.e2e.test_recovery import (
     group_status,
     quarantined,
@@ -340,3 +343,65 @@ def test_forged_votes_leave_room_for_another_teams_and_a_forged_worker_blames_no
              what="team B's diverged node quarantined beside A's")
     assert quarantined(crds, b_placed[1]) is None, "the impostor's node was blamed"
     crds.kubectl("delete", "pod", "impostor", "-n", team_a, "--wait=false", check=False)
+
+
+def test_standby_hoarding_takes_no_running_team_b_job_and_the_admins_cap_holds(
+        e2e: Operator, crds: Cluster, namespace: str, team_a: str, make_group: Any,
+        metrics_source: Any) -> None:
+    """Team A's endpoint asks 64 standby UltraServers (outside any quota) and gets the one
+    whole free domain; team B's gang of an admin's class, opted in with borrowStandby,
+    borrows it; A's burst then wants it back and may not take it from a higher class: B
+    runs on, A is told it is limited. An operator restarted with the admin's cap at 0
+    (--standby-domains-per-namespace) leaves A no standby and is ready."""
+    exporter, prometheus = metrics_source
+    group = make_group()                                  # 2 UltraServers x 4 nodes
+    exporter.queue(team_a, "hoard", 5)                    # one two-node replica
+    apply(crds, autoscaled("hoard", group, prometheus.url, workers=2, standbyDomains=64),
+          team_a)
+    klass = f"b-critical-{uuid.uuid4().hex[:6]}"
+    try:
+        status = wait_status(crds, team_a, "hoard", "1 replica, the one whole free domain held",
+                             readyReplicas=1, standby=lambda held: len(held["domains"]) == 1)
+        [spare] = status["standby"]["domains"]
+        apply(crds, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                     "metadata": {"name": klass, "annotations": {
+                         names.PRIORITY_NAMESPACES_ANNOTATION: namespace}},
+                     "value": 1000, "preemptionPolicy": "Never"})
+        apply(crds, training_job("b-borrow", group, 4, borrowStandby=True,
+                                 priorityClassName=klass), namespace)
+        job = wait_phase(crds, namespace, "b-borrow", "Running", timeout=60)
+        assert "borrows standby UltraServer(s)" in job["status"]["placement"]["reason"]
+        assert job["status"]["placement"]["domains"] == [spare]
+        assert {p["spec"].get("priorityClassName") for p in job_pods(crds, namespace,
+                                                                      "b-borrow")} == {klass}
+
+        exporter.queue(team_a, "hoard", 20)               # A bursts: its third replica
+        settle_autoscaler(e2e, team_a, "hoard")           # would fit only on the spare
+        limited = condition(get_ie(crds, team_a, "hoard")["status"], "ScalingLimited")
+        assert limited["status"] == "True", limited
+        b = get_job(crds, namespace, "b-borrow")["status"]
+        assert b["phase"] == "Running" and not b.get("preemption"), b
+        assert get_ie(crds, team_a, "hoard")["status"]["standby"].get("reclaim") is None
+
+        if not isinstance(e2e, Operator) or e2e.proc is None:
+            return  # the chart's Deployment: its flags are the chart's values
+        e2e.stop()
+        e2e.extra_args, kept = (*e2e.extra_args, "--standby-domains-per-namespace", "0"), \
+            e2e.extra_args
+        try:
+            e2e.start()
+            wait_for(lambda: e2e.readiness().get("ok"), timeout=60,
+                     what="the operator restarted with the cap at 0 ready")
+            capped = wait_status(crds, team_a, "hoard", "no standby under the admin's cap",
+                                 standby=lambda held: held["domains"] == [])
+            assert condition(capped, "Standby")["reason"] == "NamespaceLimit", capped
+            assert get_job(crds, namespace, "b-borrow")["status"]["phase"] == "Running"
+        finally:
+            e2e.stop()
+            e2e.extra_args = kept
+            e2e.start()
+    finally:
+        delete_all(crds, "ie", team_a)
+        crds.kubectl("delete", "tj", "--all", "-n", namespace, "--wait=true", "--timeout=60s",
+                     check=False)
+        crds.kubectl("delete", "priorityclass", klass, "--ignore-not-found")

@@ -39,3 +39,17 @@ def test_due_when_a_scheduled_minute_passed_since_the_last_sweep() -> None:
 def test_bad_schedules_are_refused(expression: str) -> None:
     with pytest.raises(CronError):
         matches(expression, T)
+
+
+def test_a_schedule_is_parsed_once_however_long_the_walk(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """`0 0 31 2 *` never comes: a month of minutes is walked (and then counted as due),
+    with the schedule parsed once, not once a minute (44,640 times a pass)."""
+    from goodput_operator.health import cron
+    parsed = []
+    real = cron.parse
+    monkeypatch.setattr(cron, "parse", lambda e: parsed.append(e) or real(e))
+    last = T.timestamp()
+    assert not due("0 0 31 2 *", last, last + 7 * 86_400)
+    assert due("0 0 31 2 *", last, last + 40 * 86_400)
+    assert parsed == ["0 0 31 2 *"] * 2
