@@ -1,6 +1,6 @@
 """Tenancy benchmark: what one tenant's objects cost everyone else's pass.
 
-    python -m bench.tenancy [--json] [--jobs N] [--domains D]
+    python -m bench.tenancy [--json] [--jobs N] [--domains D] [--endpoints E]
 
 The dozen-jobs attack (issue 45, item 4): team A submits N TrainingJobs (default 12) at the
 worker cap (8,192) that fit nowhere, beside team B's 2-worker job, on a Trn2 group of D
@@ -12,7 +12,10 @@ controllers' `State`) is filled with the objects and one whole pass is decided
 - attack:   team A's N jobs and team B's job, as the pass decides them now (an unplaced
             gang has no pods; decide.creates);
 - baseline: the same, plus what the pass did before: every missing pod's body built for
-            the N gangs (Missing.bodies(), the 98,000 gated pods it then created).
+            the N gangs (Missing.bodies(), the 98,000 gated pods it then created);
+- endpoints: team A's E InferenceEndpoints instead (default 2,000; `--endpoints E`), each
+            a replica of a whole UltraServer with 64 standby domains asked, beside team
+            B's job: what thousands of one namespace's endpoints cost every pass.
 
 Reported per variant: the pass's time, the process's peak RSS, the pods the pass would
 create; the ratios attack/quiet and baseline/attack. Also the cost of the worst quantity
@@ -75,16 +78,32 @@ def job(namespace: str, name: str, workers: int) -> Obj:
             "status": {}}
 
 
-def one_pass(variant: str, jobs: int, domains: int) -> Obj:
+def endpoint(namespace: str, name: str) -> Obj:
+    """A replica of a whole UltraServer (4 nodes x 16 chips), 64 standby domains asked."""
+    return {"apiVersion": "goodput.dev/v1alpha1", "kind": "InferenceEndpoint",
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-ie-{name}",
+                         "generation": 1, "creationTimestamp": "2026-12-02T00:00:00Z",
+                         "resourceVersion": "1"},
+            "spec": {"ultraServerGroup": "trn2", "model": {"name": "m"},
+                     "replicaShape": {"workers": 4, "acceleratorsPerWorker": 16},
+                     "template": {"spec": {"containers": [{"name": "s", "image": "s:1"}]}},
+                     "scaling": {"minReplicas": 1, "maxReplicas": 4, "standbyDomains": 64,
+                                 "metrics": [{"type": "QueueDepth", "target": 8}]}},
+            "status": {}}
+
+
+def one_pass(variant: str, jobs: int, domains: int, endpoints: int = 0) -> Obj:
     """One pass of VARIANT, in this process (see the module's docstring)."""
     state = State()
     state.upsert_group(group())
     for d in range(domains):
         for s in range(4):
             state.upsert_node(node(d, s))
-    attackers = jobs if variant != "quiet" else 0
+    attackers = jobs if variant in ("attack", "baseline") else 0
     for i in range(attackers):
         state.upsert_job(job("team-a", f"capped-{i}", MAX_WORKERS))
+    for i in range(endpoints if variant == "endpoints" else 0):
+        state.upsert_endpoint(endpoint("team-a", f"serve-{i}"))
     state.upsert_job(job("team-b", "train", 2))
     started = time.perf_counter()
     plan = decide(state.snapshot(time.time()))
@@ -98,13 +117,16 @@ def one_pass(variant: str, jobs: int, domains: int) -> Obj:
     phases = {d.key: d.desired.get("phase") for d in plan.jobs}
     return {"variant": variant, "seconds": seconds,
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "pods": sum(len(d.attempt.create) for d in plan.jobs if d.attempt) + len(held),
+            "pods": sum(len(d.attempt.create) for d in plan.jobs if d.attempt) + len(held)
+            + sum(len(d.create) for d in plan.endpoints),
+            "failures": len(plan.failures),
             "team_b": phases[("team-b", "train")]}
 
 
-def in_child(variant: str, jobs: int, domains: int) -> Obj:
+def in_child(variant: str, jobs: int, domains: int, endpoints: int) -> Obj:
     out = subprocess.run([sys.executable, "-m", "bench.tenancy", "--child", variant,
-                          "--jobs", str(jobs), "--domains", str(domains)],
+                          "--jobs", str(jobs), "--domains", str(domains),
+                          "--endpoints", str(endpoints)],
                          check=True, capture_output=True, text=True).stdout
     return dict(json.loads(out))
 
@@ -126,14 +148,20 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--jobs", type=int, default=12)
     parser.add_argument("--domains", type=int, default=32)
+    parser.add_argument("--endpoints", type=int, default=2000)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(one_pass(args.child, args.jobs, args.domains)))
+        print(json.dumps(one_pass(args.child, args.jobs, args.domains, args.endpoints)))
         return
-    runs = {v: in_child(v, args.jobs, args.domains) for v in ("quiet", "attack", "baseline")}
+    runs = {v: in_child(v, args.jobs, args.domains, args.endpoints)
+            for v in ("quiet", "attack", "baseline", "endpoints")}
     result = {"jobs": args.jobs, "workers": MAX_WORKERS, "domains": args.domains,
-              "runs": runs, "quantities": quantity_costs(),
+              "endpoints": args.endpoints, "runs": runs, "quantities": quantity_costs(),
+              "endpoints_over_quiet": {"seconds": runs["endpoints"]["seconds"]
+                                       / runs["quiet"]["seconds"],
+                                       "rss": runs["endpoints"]["peak_rss_mib"]
+                                       / runs["quiet"]["peak_rss_mib"]},
               "attack_over_quiet": {"seconds": runs["attack"]["seconds"]
                                     / runs["quiet"]["seconds"],
                                     "rss": runs["attack"]["peak_rss_mib"]
@@ -145,13 +173,13 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{args.jobs} jobs x {MAX_WORKERS} workers that fit nowhere, beside team B's job, "
-          f"on {args.domains} UltraServers")
+    print(f"{args.jobs} jobs x {MAX_WORKERS} workers that fit nowhere (or {args.endpoints} "
+          f"endpoints), beside team B's job, on {args.domains} UltraServers")
     print(f"{'variant':10} {'pass s':>9} {'peak RSS MiB':>13} {'pods':>7}  team B")
     for run in runs.values():
         print(f"{run['variant']:10} {run['seconds']:9.3f} {run['peak_rss_mib']:13.0f} "
               f"{run['pods']:7d}  {run['team_b']}")
-    for key in ("attack_over_quiet", "baseline_over_attack"):
+    for key in ("attack_over_quiet", "baseline_over_attack", "endpoints_over_quiet"):
         ratios = result[key]
         print(f"{key}: time x{ratios['seconds']:.1f}, peak RSS x{ratios['rss']:.2f}")
     q = result["quantities"]
