@@ -376,9 +376,12 @@ def test_standby_hoarding_takes_no_running_team_b_job_and_the_admins_cap_holds(
                                                                       "b-borrow")} == {klass}
 
         exporter.queue(team_a, "hoard", 20)               # A bursts: its third replica
-        settle_autoscaler(e2e, team_a, "hoard")           # would fit only on the spare
-        limited = condition(get_ie(crds, team_a, "hoard")["status"], "ScalingLimited")
-        assert limited["status"] == "True", limited
+        limited = wait_for(                               # would fit only on the spare
+            lambda: (c := condition(get_ie(crds, team_a, "hoard")["status"],
+                                    "ScalingLimited"))["status"] == "True" and c,
+            timeout=60, what="A's burst limited by capacity")
+        assert limited["reason"] == "InsufficientCapacity", limited
+        settle_autoscaler(e2e, team_a, "hoard")           # and nothing more happens
         b = get_job(crds, namespace, "b-borrow")["status"]
         assert b["phase"] == "Running" and not b.get("preemption"), b
         assert get_ie(crds, team_a, "hoard")["status"]["standby"].get("reclaim") is None
