@@ -99,8 +99,28 @@ def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         if operator is not None:
             operator.save_logs()
             print(f"in-cluster operator logs: {log}")
+        if request.session.testsfailed:
+            print(f"control plane and cluster DNS logs: {save_sandbox_logs(box, log.parent)}")
         if not request.config.getoption("--keep-sandbox"):
             sandbox_cluster.down(box)
+
+
+def save_sandbox_logs(box: sandbox_cluster.Sandbox, into: Path) -> Path:
+    """The control plane's logs (kwokctl's) and the cluster DNS's, copied before `down`
+    deletes them: a failure on real nodes is often the cluster's, not the operator's
+    (a name the DNS did not answer, an EndpointSlice that came late)."""
+    from goodput_operator.sandbox import build
+
+    kept = into / "sandbox-logs"
+    logs = build.cache_root() / "kwok" / "clusters" / box.name / "logs"
+    if logs.is_dir():
+        shutil.copytree(logs, kept / "control-plane", dirs_exist_ok=True)
+    for name in ("coredns.log", "kube-proxy.log"):
+        found = box.home / "real" / name
+        if found.is_file():
+            kept.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(found, kept / name)
+    return kept
 
 
 def yaml_doc(path: Path) -> dict[str, Any]:

@@ -28,7 +28,7 @@ def test_the_worst_accepted_quantity_parses_and_the_bomb_is_refused() -> None:
 def test_the_endpoints_variant_decides_one_namespaces_endpoints_beside_team_b() -> None:
     # two UltraServers: team B's 2 workers take half of one, the other is whole; of team
     # A's three whole-UltraServer endpoints one is placed there, the other two fit nowhere
-    # and wait as whole gated groups (decide.endpoint._place)
+    # and wait with no pods (decide.endpoint._place)
     run = tenancy.one_pass("endpoints", jobs=0, domains=2, endpoints=3)
     assert (run["team_b"], run["failures"]) == ("Placing", 0)
-    assert run["pods"] == 2 + 4 + 2 * 4
+    assert run["pods"] == 2 + 4

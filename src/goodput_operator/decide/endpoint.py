@@ -369,7 +369,10 @@ def _place(snapshot: Snapshot, fleet: Fleet, scopes: Scopes | None,
     with roles, inside a serving unit (decide.units). Each is reserved at once so the next
     group (and the next endpoint) sees it. A gated group is pinned; a new one placed now
     is created pinned, one write per pod instead of a gated create and a pin a pass
-    later. Groups that do not fit stay (or are created) gated, whole."""
+    later. A gated group that does not fit stays gated, whole; a new one that does not fit
+    is not created: a group that is not placed costs no pods (TENANCY.md, rule 4: one
+    namespace's thousands of endpoints made thousands of gated pods that every pass and
+    every new leader listed), and it is asked for again, whole, in the next pass."""
     namespace, name = result.key
     owner = endpoint_owner(namespace, name)
     group_name = spec.ultra_server_group
@@ -412,7 +415,6 @@ def _place(snapshot: Snapshot, fleet: Fleet, scopes: Scopes | None,
     waiting = []
     for item, why in left.items():
         waiting.append(f"group {build.group_id(item.role, item.index)}: {why}")
-        result.create += by_role[item.role].new.get(item.index, {}).values()
     if done:  # one event a pass, not one a group: a rollout's 9,000 groups were 9,000 POSTs
         result.events.append(Event("Normal", "Placed", f"group {done[0][0]}: {done[0][2]}"
                                    if len(done) == 1 else
