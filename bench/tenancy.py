@@ -143,6 +143,12 @@ def quantity_costs(repeats: int = 2000) -> Obj:
             "bomb_refused_us": per_parse(BOMB)}
 
 
+def ratio(top: Obj, bottom: Obj) -> Obj:
+    """TOP's pass time and peak RSS over BOTTOM's."""
+    return {"seconds": top["seconds"] / bottom["seconds"],
+            "rss": top["peak_rss_mib"] / bottom["peak_rss_mib"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
@@ -158,18 +164,9 @@ def main() -> None:
             for v in ("quiet", "attack", "baseline", "endpoints")}
     result = {"jobs": args.jobs, "workers": MAX_WORKERS, "domains": args.domains,
               "endpoints": args.endpoints, "runs": runs, "quantities": quantity_costs(),
-              "endpoints_over_quiet": {"seconds": runs["endpoints"]["seconds"]
-                                       / runs["quiet"]["seconds"],
-                                       "rss": runs["endpoints"]["peak_rss_mib"]
-                                       / runs["quiet"]["peak_rss_mib"]},
-              "attack_over_quiet": {"seconds": runs["attack"]["seconds"]
-                                    / runs["quiet"]["seconds"],
-                                    "rss": runs["attack"]["peak_rss_mib"]
-                                    / runs["quiet"]["peak_rss_mib"]},
-              "baseline_over_attack": {"seconds": runs["baseline"]["seconds"]
-                                       / runs["attack"]["seconds"],
-                                       "rss": runs["baseline"]["peak_rss_mib"]
-                                       / runs["attack"]["peak_rss_mib"]}}
+              "endpoints_over_quiet": ratio(runs["endpoints"], runs["quiet"]),
+              "attack_over_quiet": ratio(runs["attack"], runs["quiet"]),
+              "baseline_over_attack": ratio(runs["baseline"], runs["attack"])}
     if args.json:
         print(json.dumps(result, indent=2))
         return

@@ -133,7 +133,7 @@ def quarantine_message(node: str, found: q.Finding) -> str:
 def release_message(snapshot: Snapshot, policy: QuarantinePolicy, node: str,
                     record: q.Record) -> str:
     if record.is_hold:
-        answered = snapshot.probed_at.get(node, 0.0) > record.at
+        answered = record.answered(snapshot.probed_at.get(node))
         return (f"released {node} from the hold {record.owner}'s reports asked for "
                 f"({record.reason}): " + ("a probe run was clean" if answered else
                                            f"no probe answered in {q.HOLD_SECONDS:.0f}s"))
@@ -171,7 +171,7 @@ def _suspects(snapshot: Snapshot, group: str, spec: UltraServerGroupSpec,
         if record is None or record.reason not in q.PROBED:
             continue
         if record.is_hold:
-            if snapshot.probed_at.get(node_name, 0.0) > record.at:
+            if record.answered(snapshot.probed_at.get(node_name)):
                 continue  # answered: released in this pass
         elif snapshot.clean_probes.get(node_name, 0) >= \
                 spec.quarantine.release_after_clean_probes:

@@ -69,6 +69,11 @@ class Record:
         score, and one clean probe run, or HOLD_SECONDS without an answer, ends them)."""
         return bool(self.owner) and self.reason in PROBED and self.by == BY_OPERATOR
 
+    def answered(self, clean_probe_at: float | None) -> bool:
+        """Whether a node's last clean probe run (CLEAN_PROBE_AT) came after this record
+        began: what ends a hold (a clean run from before it answers nothing)."""
+        return clean_probe_at is not None and clean_probe_at > self.at
+
 
 @dataclass
 class Decision:
@@ -206,19 +211,16 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
             # when its silence runs out; past that, until the others are heard after it
             _wake(decision, max(now + 1, renewal.at + renewal.limit(policy) + 0.1))
         found = health or reported.get(name)
-        if record is not None and record.is_hold:
-            out_blamed += 1
-            space = namespace_of(record.owner)
-            out_by[space] = out_by.get(space, 0) + 1
-            answered = (probed_at or {}).get(name, 0.0) > record.at
-            _judge_hold(decision, name, record, health, reported.get(name), answered, now)
-            continue
         if record is not None:
             if record.reason in PROBED:
                 out_blamed += 1
                 if record.owner:
                     space = namespace_of(record.owner)
                     out_by[space] = out_by.get(space, 0) + 1
+                if record.is_hold:
+                    _judge_hold(decision, name, record, health, reported.get(name),
+                                record.answered((probed_at or {}).get(name)), now)
+                    continue
                 needed = policy.release_after_clean_probes
                 if found is None and needed and (clean_probes or {}).get(name, 0) >= needed:
                     decision.release.append((name, record))
