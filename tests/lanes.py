@@ -131,7 +131,8 @@ class Run:
             step.ok = False
             step.note = f"{type(err).__name__}: {err}"
             tail = getattr(err, "tail", None)
-            step.detail = tail() if callable(tail) else ""
+            if callable(tail):  # else keep what the work recorded (a pytest run's failures)
+                step.detail = tail()
             self.say(f"FAILED {name}: {step.note}")
         finally:
             step.ended = time.monotonic()

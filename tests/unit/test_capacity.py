@@ -148,7 +148,7 @@ def layouts(draw: st.DrawFn) -> tuple[list[Obj], list[Obj], list[Obj], list[Obj]
     return nodes, groups, pods, jobs
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(layouts())
 def test_no_accelerator_is_ever_booked_twice(layout: tuple[list[Obj], list[Obj], list[Obj],
                                                            list[Obj]]) -> None:

@@ -102,7 +102,7 @@ def test_held_room_never_costs_the_workers_a_domain_under_required() -> None:
     assert "no room in the workers' UltraServers" in placed.reason
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=120)
 @given(st.integers(1, 4), st.integers(1, 16), st.sampled_from([1, 2, 4, 8, 16]),
        st.lists(st.tuples(st.integers(1, 3), st.sampled_from([0, 1, 2, 4, 8])),
                 min_size=1, max_size=3),

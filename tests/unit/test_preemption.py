@@ -88,7 +88,7 @@ def test_a_job_already_being_preempted_comes_first_and_is_kept() -> None:
     assert found is not None and found.victims == ("q",)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(st.lists(st.tuples(st.integers(0, 23), st.integers(1, 4), st.integers(0, 3)),
                 min_size=1, max_size=8),
        st.integers(1, 16), st.sampled_from([4, 8, 16]))

@@ -83,7 +83,7 @@ def listed(kind: str, *items: dict[str, Any]) -> str:
                        "items": list(items)})
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(spec=EXTRA, container=EXTRA, status=JSON)
 def test_a_decoded_pod_is_the_slimmed_pod(spec: dict[str, Any], container: dict[str, Any],
                                           status: Any) -> None:
@@ -98,7 +98,7 @@ def test_a_decoded_pod_is_the_slimmed_pod(spec: dict[str, Any], container: dict[
     assert "env" not in decoded["spec"]["containers"][0]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(top=EXTRA, spec=EXTRA, status=EXTRA)
 def test_a_decoded_node_is_the_slimmed_node(top: dict[str, Any], spec: dict[str, Any],
                                             status: dict[str, Any]) -> None:

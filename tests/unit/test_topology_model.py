@@ -66,7 +66,7 @@ def test_spares_are_the_highest_empty_healthy_slots() -> None:
     assert fleet.nodes["us0-n2"].spare and not fleet.nodes["us0-n3"].spare
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(st.permutations([f"us{d}-n{s}" for d in range(3) for s in range(4)]),
        st.integers(0, 6))
 def test_the_groups_spares_are_its_last_nodes_whatever_order_they_join_in(
@@ -200,7 +200,7 @@ def test_a_heartbeat_does_not_wake_the_operator() -> None:
     assert (heartbeat, failure) == (False, True)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 11), st.sampled_from(
     [f"us{d}-n{s}" for d in range(2) for s in range(4)]), st.integers(1, 16)), max_size=30),
        st.integers(0, 1), st.sampled_from([0, 1, 4]))
