@@ -102,3 +102,16 @@ def test_a_step_whose_need_failed_never_starts_and_says_which() -> None:
     assert run.steps["after"].ok is False
     assert run.steps["after"].note == "RuntimeError: not started: build failed"
     assert run.steps["build"].note == "RuntimeError: go build failed"
+
+
+def test_a_failed_pytest_run_keeps_the_failures_it_recorded_for_the_summary() -> None:
+    """CI once printed `1 failed` for the unit lane and not which test: the step's
+    failure handler blanked the report the pytest run had just recorded."""
+    run = lanes.Run([])
+
+    def failing_pytest(step: lanes.Step) -> None:
+        step.detail = "FAILED tests/unit/test_a.py::test_x - boom"
+        raise RuntimeError("pytest exited 1")
+    step = run.step("unit", failing_pytest)
+    assert step.ok is False
+    assert step.detail == "FAILED tests/unit/test_a.py::test_x - boom"
