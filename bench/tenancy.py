@@ -1,6 +1,6 @@
 """Tenancy benchmark: what one tenant's objects cost everyone else's pass.
 
-    python -m bench.tenancy [--json] [--jobs N] [--domains D] [--endpoints E]
+    python -m bench.tenancy [--json] [--jobs N] [--domains D] [--endpoints E] [--waiting W]
 
 The dozen-jobs attack (issue 45, item 4): team A submits N TrainingJobs (default 12) at the
 worker cap (8,192) that fit nowhere, beside team B's 2-worker job, on a Trn2 group of D
@@ -15,10 +15,18 @@ controllers' `State`) is filled with the objects and one whole pass is decided
             the N gangs (Missing.bodies(), the 98,000 gated pods it then created);
 - endpoints: team A's E InferenceEndpoints instead (default 2,000; `--endpoints E`), each
             a replica of a whole UltraServer with 64 standby domains asked, beside team
-            B's job: what thousands of one namespace's endpoints cost every pass.
+            B's job: what thousands of one namespace's endpoints cost every pass, with
+            the default turns at placement (decide.turns: 32 searches a pass for one
+            namespace's waiting endpoints);
+- endpoints-unbounded: the same with every waiting endpoint searched in every pass (as
+            before the turns): the baseline of the endpoints variant;
+- waiting:  team A's W TrainingJobs of 8 workers (default 2,000; `--waiting W`): the first
+            16 fill the fleet, the others wait, searched in turns (decide.turns);
+- waiting-unbounded: the same with every waiting job searched in every pass.
 
 Reported per variant: the pass's time, the process's peak RSS, the pods the pass would
-create; the ratios attack/quiet and baseline/attack. Also the cost of the worst quantity
+create; the ratios attack/quiet, baseline/attack, endpoints/quiet and
+endpoints-unbounded/endpoints and waiting-unbounded/waiting. Also the cost of the worst quantity
 the operator accepts (64 characters, exponent 24) and of a bomb it refuses
 (`1e10000000`), against a plain "16", over many parses (topology.model.parse_quantity).
 """
@@ -92,9 +100,12 @@ def endpoint(namespace: str, name: str) -> Obj:
             "status": {}}
 
 
-def one_pass(variant: str, jobs: int, domains: int, endpoints: int = 0) -> Obj:
+def one_pass(variant: str, jobs: int, domains: int, endpoints: int = 0, waiting: int = 0
+             ) -> Obj:
     """One pass of VARIANT, in this process (see the module's docstring)."""
     state = State()
+    if variant.endswith("-unbounded"):
+        state.searches_per_namespace = endpoints + waiting + 1
     state.upsert_group(group())
     for d in range(domains):
         for s in range(4):
@@ -102,8 +113,10 @@ def one_pass(variant: str, jobs: int, domains: int, endpoints: int = 0) -> Obj:
     attackers = jobs if variant in ("attack", "baseline") else 0
     for i in range(attackers):
         state.upsert_job(job("team-a", f"capped-{i}", MAX_WORKERS))
-    for i in range(endpoints if variant == "endpoints" else 0):
+    for i in range(endpoints if variant.startswith("endpoints") else 0):
         state.upsert_endpoint(endpoint("team-a", f"serve-{i}"))
+    for i in range(waiting if variant.startswith("waiting") else 0):
+        state.upsert_job(job("team-a", f"wait-{i}", 8))
     state.upsert_job(job("team-b", "train", 2))
     started = time.perf_counter()
     plan = decide(state.snapshot(time.time()))
@@ -120,13 +133,14 @@ def one_pass(variant: str, jobs: int, domains: int, endpoints: int = 0) -> Obj:
             "pods": sum(len(d.attempt.create) for d in plan.jobs if d.attempt) + len(held)
             + sum(len(d.create) for d in plan.endpoints),
             "failures": len(plan.failures),
+            "job_searches": sum(1 for d in plan.jobs if d.placement_seconds is not None),
             "team_b": phases[("team-b", "train")]}
 
 
-def in_child(variant: str, jobs: int, domains: int, endpoints: int) -> Obj:
+def in_child(variant: str, jobs: int, domains: int, endpoints: int, waiting: int) -> Obj:
     out = subprocess.run([sys.executable, "-m", "bench.tenancy", "--child", variant,
                           "--jobs", str(jobs), "--domains", str(domains),
-                          "--endpoints", str(endpoints)],
+                          "--endpoints", str(endpoints), "--waiting", str(waiting)],
                          check=True, capture_output=True, text=True).stdout
     return dict(json.loads(out))
 
@@ -155,28 +169,37 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=12)
     parser.add_argument("--domains", type=int, default=32)
     parser.add_argument("--endpoints", type=int, default=2000)
+    parser.add_argument("--waiting", type=int, default=2000)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(one_pass(args.child, args.jobs, args.domains, args.endpoints)))
+        print(json.dumps(one_pass(args.child, args.jobs, args.domains, args.endpoints,
+                                  args.waiting)))
         return
-    runs = {v: in_child(v, args.jobs, args.domains, args.endpoints)
-            for v in ("quiet", "attack", "baseline", "endpoints")}
+    runs = {v: in_child(v, args.jobs, args.domains, args.endpoints, args.waiting)
+            for v in ("quiet", "attack", "baseline", "endpoints", "endpoints-unbounded",
+                      "waiting", "waiting-unbounded")}
     result = {"jobs": args.jobs, "workers": MAX_WORKERS, "domains": args.domains,
-              "endpoints": args.endpoints, "runs": runs, "quantities": quantity_costs(),
+              "endpoints": args.endpoints, "waiting": args.waiting, "runs": runs,
+              "quantities": quantity_costs(),
               "endpoints_over_quiet": ratio(runs["endpoints"], runs["quiet"]),
               "attack_over_quiet": ratio(runs["attack"], runs["quiet"]),
-              "baseline_over_attack": ratio(runs["baseline"], runs["attack"])}
+              "baseline_over_attack": ratio(runs["baseline"], runs["attack"]),
+              "unbounded_over_endpoints": ratio(runs["endpoints-unbounded"],
+                                                runs["endpoints"]),
+              "unbounded_over_waiting": ratio(runs["waiting-unbounded"], runs["waiting"])}
     if args.json:
         print(json.dumps(result, indent=2))
         return
     print(f"{args.jobs} jobs x {MAX_WORKERS} workers that fit nowhere (or {args.endpoints} "
-          f"endpoints), beside team B's job, on {args.domains} UltraServers")
-    print(f"{'variant':10} {'pass s':>9} {'peak RSS MiB':>13} {'pods':>7}  team B")
+          f"endpoints, or {args.waiting} waiting jobs), beside team B's job, on "
+          f"{args.domains} UltraServers")
+    print(f"{'variant':19} {'pass s':>9} {'peak RSS MiB':>13} {'pods':>7}  team B")
     for run in runs.values():
-        print(f"{run['variant']:10} {run['seconds']:9.3f} {run['peak_rss_mib']:13.0f} "
+        print(f"{run['variant']:19} {run['seconds']:9.3f} {run['peak_rss_mib']:13.0f} "
               f"{run['pods']:7d}  {run['team_b']}")
-    for key in ("attack_over_quiet", "baseline_over_attack", "endpoints_over_quiet"):
+    for key in ("attack_over_quiet", "baseline_over_attack", "endpoints_over_quiet",
+                "unbounded_over_endpoints", "unbounded_over_waiting"):
         ratios = result[key]
         print(f"{key}: time x{ratios['seconds']:.1f}, peak RSS x{ratios['rss']:.2f}")
     q = result["quantities"]

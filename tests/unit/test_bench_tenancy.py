@@ -32,3 +32,12 @@ def test_the_endpoints_variant_decides_one_namespaces_endpoints_beside_team_b() 
     run = tenancy.one_pass("endpoints", jobs=0, domains=2, endpoints=3)
     assert (run["team_b"], run["failures"]) == ("Placing", 0)
     assert run["pods"] == 2 + 4
+
+
+def test_the_waiting_variant_searches_in_turns_and_its_baseline_searches_every_job() -> None:
+    # of team A's 40 waiting 8-worker jobs, 32 have a turn (the default); team B's job,
+    # of another namespace, is searched as ever
+    turns = tenancy.one_pass("waiting", jobs=0, domains=2, waiting=40)
+    every = tenancy.one_pass("waiting-unbounded", jobs=0, domains=2, waiting=40)
+    assert (turns["job_searches"], every["job_searches"]) == (32 + 1, 40 + 1)
+    assert turns["team_b"] == every["team_b"] == "Placing"

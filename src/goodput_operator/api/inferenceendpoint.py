@@ -546,6 +546,9 @@ class InferenceEndpointStatus(ApiModel):
     workload: str | None = None
     """The Kueue Workload that holds this endpoint's quota."""
     conditions: list[Condition] = conditions_field()
-    """Ready, Progressing, ScalingLimited, MetricsUnavailable, Panic, Standby, Admitted
-    (under Kueue: Queued, Admitted, Evicted, WorkloadMissing, WorkloadRefused,
-    KueueUnavailable) conditions."""
+    """Ready, Progressing, ScalingLimited (InsufficientCapacity, AtMaxReplicas;
+    WaitingForTurn before its first placement search, while more of its namespace's
+    endpoints wait than a pass searches: --searches-per-namespace; multi-region:
+    ReplicaCreateRefused while a refused replica backs off), MetricsUnavailable, Panic,
+    Standby, Admitted (under Kueue: Queued, Admitted, Evicted, WorkloadMissing,
+    WorkloadRefused, KueueUnavailable) conditions."""

@@ -655,7 +655,8 @@ class TrainingJobStatus(ApiModel):
     conditions: list[Condition] = conditions_field()
     """Admitted (under Kueue: Queued, Admitted, Evicted, WorkloadMissing,
     WorkloadRefused, KueueUnavailable), Placed (reason Preempting while lower-priority
-    jobs make room), WorkersCreated,
+    jobs make room; WaitingForTurn before its first search, while more of its namespace's
+    jobs wait than a pass searches: --searches-per-namespace), WorkersCreated,
     Running (reason Resizing during an elastic grow), HangDetection and Straggler (which
     signal is in force, and what it found), Preempted (Checkpointing, Requeued, Resumed,
     Cancelled), EvidenceHeld (nodes its reports blamed that the group's blame budget holds

@@ -40,7 +40,7 @@ from goodput_operator.controllers.kube import (
     write_status,
 )
 from goodput_operator.controllers.state import State
-from goodput_operator.decide import Event, Failure, Scaled, decide_endpoints, trial
+from goodput_operator.decide import Event, Failure, Scaled, decide_endpoints, trial, turns
 from goodput_operator.decide.creates import WriteBudget
 from goodput_operator.decide.endpoint import (
     EndpointDecision,
@@ -50,6 +50,7 @@ from goodput_operator.decide.endpoint import (
     role_requests,
     room_for_role,
 )
+from goodput_operator.decide.regions import REGIONS
 from goodput_operator.decide.standby import borrowers
 from goodput_operator.resources import inference as build
 from goodput_operator.resources.fabric import Fabric
@@ -113,19 +114,26 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
             meta.get("generation"), stamp(time.time()))
     await asyncio.gather(*(state.bulk(kube.delete_pod, meta["namespace"], name)
                            for name in decided.delete))
-    await _replicas(kube, decided)
+    await _replicas(state, kube, decided)
     await write_status(kube, PLURAL, ie, decided.status, decided.desired, decided.events)
     await apply_quota(kube, decided.quota, state.note_workload)
 
 
-async def _replicas(kube: Kube, decided: EndpointDecision) -> None:
+async def _replicas(state: State, kube: Kube, decided: EndpointDecision) -> None:
     """A multi-region endpoint's replicas to send (MultiKueue takes them from here) and
-    to delete (MultiKueue deletes their copies in the regions)."""
+    to delete (MultiKueue deletes their copies in the regions). A replica the API server
+    refuses for good (a quota, a webhook) backs the endpoint's sending off (Refusal)."""
     namespace = decided.ie["metadata"]["namespace"]
+    refused: list[str] = []
     done = await asyncio.gather(
-        *(asyncio.to_thread(kube.create, body) for body in decided.children),
+        *(unless_refused(asyncio.to_thread(kube.create, body), body, refused)
+          for body in decided.children),
         *(asyncio.to_thread(kube.delete_custom, PLURAL, namespace, name)
           for name in decided.drop), return_exceptions=True)
+    if decided.children:
+        state.note_creates(decided.key, refused[0] if refused else None, time.time())
+    if refused:
+        decided.events.append(Event("Warning", "ReplicaCreateRefused", refused[0]))
     for failed in (r for r in done if isinstance(r, ApiException)):  # the next pass retries
         decided.events.append(Event("Warning", "ReplicaWriteFailed", api_message(failed)))
     for raised in (r for r in done if isinstance(r, BaseException)
@@ -143,6 +151,8 @@ async def reconcile_endpoints(state: State, kube: Kube, clock: float) -> None:
         decisions = decide_endpoints(snapshot, failures, budget)
     state.write_budget = budget.left
     state.defer_writes(budget.deferred)
+    state.note_turns([*turns.granted(snapshot, "InferenceEndpoint"),
+                      *turns.granted(snapshot, REGIONS)], clock)
     for decision in decisions:  # before any await: reservations hold from now on
         state.reserve(decision.reservations)
         state.wake_at(decision.wake_at)

@@ -33,6 +33,7 @@ from goodput_operator.decide.priority import (
     of_job,
 )
 from goodput_operator.decide.snapshot import Key, Scaled, Snapshot
+from goodput_operator.decide.turns import TurnKey
 from goodput_operator.decide.types import OwnerKey, Refusal, Reservation
 from goodput_operator.health import badput
 from goodput_operator.health.hang import StepClock
@@ -114,6 +115,7 @@ def _echo(incoming: Obj, held: Obj | None) -> bool:
 
 T = TypeVar("T")
 STANDBY_PER_NAMESPACE = 8  # standby domains one namespace's endpoints may hold
+SEARCHES_PER_NAMESPACE = 32  # placement searches a pass runs for one namespace's waiters
 PASS_WRITE_BUDGET = 256  # label and pod writes per pass: a second or two of API work
 WORKLOAD_RETRY_TIMES = 8  # a refused Workload is tried again at most 2**8 s after the last
 
@@ -204,6 +206,8 @@ class State:
         self.last_pass = 0.0  # when the reconcile loop last finished a pass (liveness)
         self.write_budget = PASS_WRITE_BUDGET  # endpoints' pod writes left this pass
         self.standby_per_namespace = STANDBY_PER_NAMESPACE  # --standby-domains-per-namespace
+        self.searches_per_namespace = SEARCHES_PER_NAMESPACE  # --searches-per-namespace
+        self.searched: dict[TurnKey, float] = {}  # when each object last had a turn
         # the members' goodput.dev labels (ultraservergroup.label_nodes): asked for, being
         # written, and the tasks writing them
         self.labels_wanted: dict[str, dict[str, str]] = {}
@@ -314,9 +318,16 @@ class State:
             require_queue=self.require_queue, ignored_pods=self.ignored_pods,
             report_url=self.report_url, write_budget=self.write_budget,
             standby_per_namespace=self.standby_per_namespace,
+            searches_per_namespace=self.searches_per_namespace, searched=self.searched,
             refresh_seconds=badput.refresh_seconds(sum(
                 1 for job in self.jobs.values()
                 if (job.get("status") or {}).get("phase") == "Running")))
+
+    def note_turns(self, keys: Iterable[TurnKey], clock: float) -> None:
+        """The objects that had a turn at placement in the pass of CLOCK (decide.turns):
+        the next turns go to those that waited longer."""
+        for key in keys:
+            self.searched[key] = clock
 
     def defer_writes(self, count: int) -> None:
         """COUNT writes wait for the next pass, which is asked for: bulk work (thousands
@@ -743,6 +754,7 @@ class State:
         self.ledgers.pop((namespace, name), None)
         self._specs.pop((namespace, name), None)
         self._locks.pop((namespace, name), None)
+        self.searched.pop(("TrainingJob", namespace, name), None)
         for fleet in self.fleets.values():  # reservations of pods that never bound
             fleet.release_owner(trainingjob_owner(namespace, name))
         self.wake_urgently()
@@ -797,6 +809,8 @@ class State:
         self.delegated_endpoints.pop(key, None)
         self.workload_refusals.pop(("InferenceEndpoint", namespace, name), None)
         self.refused.pop(key, None)
+        for kind in ("InferenceEndpoint", "InferenceEndpoint/regions"):  # decide.turns
+            self.searched.pop((kind, namespace, name), None)
         for role in ("", *ROLE_NAMES):
             self.scaled.pop((namespace, name, role), None)
             self.scaling_history.pop((namespace, name, role), None)

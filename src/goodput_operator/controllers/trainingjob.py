@@ -22,7 +22,7 @@ from goodput_operator.controllers.kube import (
     write_status,
 )
 from goodput_operator.controllers.state import State
-from goodput_operator.decide import Event, Failure, JobDecision, decide_jobs, trial
+from goodput_operator.decide import Event, Failure, JobDecision, decide_jobs, trial, turns
 from goodput_operator.decide.attempt import TERMINAL, Attempt, Spots
 from goodput_operator.decide.creates import WriteBudget
 from goodput_operator.health import badput
@@ -74,6 +74,7 @@ async def reconcile_jobs(state: State, kube: Kube, clock: float) -> int:
     state.defer_writes(budget.deferred)
     for decision in decisions:  # before any await: the endpoints' pass must see them
         record(state, decision)
+    state.note_turns(turns.granted(snapshot, "TrainingJob"), clock)
     log_failures(failures)
     await apply_each("TrainingJob", decisions, lambda d: apply_job(state, kube, d, clock),
                      lambda d: d.job, lambda d: state.remove_job(*d.key))

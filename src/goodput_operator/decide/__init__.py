@@ -6,6 +6,8 @@
                                      placement, incidents, status; decide.quota: Kueue
         endpoints  decide.endpoint   (decide.replicas) replica groups, placement, status;
                                      decide.regions: multi-region endpoints (MultiKueue)
+        (both)     decide.turns      the placement searches one namespace's waiting
+                                     objects run in a pass
 
 Nothing here does I/O, reads the clock or changes the operator's state: the controllers
 take a `Snapshot`, call these, and apply the plan (one status write per object, events

@@ -29,7 +29,14 @@ from goodput_operator.decide.quota import endpoint_quota
 from goodput_operator.decide.replicas import EndpointPlan, Group, Removal, groups_of, plan_groups
 from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.standby import decide_standby
-from goodput_operator.decide.types import Event, Quota, Reservation
+from goodput_operator.decide.turns import kept, short_of_replicas, turn
+from goodput_operator.decide.types import (
+    ConditionUpdate,
+    Event,
+    Quota,
+    Reservation,
+    apply_conditions,
+)
 from goodput_operator.decide.units import (
     DECODE,
     PREFILL,
@@ -192,13 +199,7 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
                     "Warning" if removal is Removal.RESTART else "Normal",
                     "GroupRestarted" if removal is Removal.RESTART else "GroupMoved",
                     f"group {build.group_id(rp.role.name, index)}: {why}"))
-    refusal = snapshot.refused.get((namespace, name))
-    if refusal is not None and snapshot.clock < refusal.retry_at():
-        # the API server refused its pods: no creates, and none of the pass's write budget
-        # (other endpoints' rollouts), until the backoff runs out
-        for rp in plans:
-            rp.plan.create, rp.plan.complete = [], []
-        result.wake_at = min(refusal.retry_at(), result.wake_at or refusal.retry_at())
+    no_turn = _held_back(snapshot, plans, result)
     writes = sum(rp.size * (len(rp.plan.create) + len(rp.plan.place)) + sum(
         rp.size - len(rp.plan.groups[i].pods) for i in rp.plan.complete) for rp in plans)
     waiting: list[str] = []
@@ -223,7 +224,10 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
                  for rp in plans if rp.scaled and rp.scaled.decision.limited),
                *(f"{rp.role.name} held at {rp.desired}: {rp.held}" for rp in plans if rp.held),
                *waiting]
-    result.limited = bool(limited)
+    result.limited = bool(limited) or no_turn
+    # without a turn, ScalingLimited stays what the last search said
+    held = kept(conditions, "ScalingLimited", True, namespace,
+                snapshot.searches_per_namespace) if no_turn else None
     totals = EndpointPlan(ready=sum(rp.plan.ready for rp in plans),
                           updated=sum(rp.plan.updated for rp in plans),
                           live=sum(rp.plan.live for rp in plans))
@@ -238,7 +242,7 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
                    for rp in plans for i, g in sorted(rp.plan.groups.items())
                    if i not in rp.plan.delete],
         "conditions": _conditions(spec, totals, desired, plans, waiting, limited,
-                                  conditions, generation, at),
+                                  conditions, generation, at, held),
     }
     if scopes is not None:
         result.desired["roles"] = [
@@ -246,7 +250,8 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
              "readyReplicas": rp.plan.ready} for rp in plans]
         result.desired["units"] = _units_status(scopes, plans)
     if spec.scaling is not None and spec.scaling.standby_domains:
-        _standby(snapshot, fleet, spec, plans, result, bool(waiting))
+        _standby(snapshot, fleet, spec, plans, result, bool(waiting) or (
+            held is not None and held.reason == "InsufficientCapacity"))
     elif status.get("standby"):  # standby turned off: nothing held any more
         result.desired["standby"] = None
         result.desired["conditions"] = [c for c in result.desired["conditions"]
@@ -255,6 +260,25 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
         record_scaling(rp.scaled, result, rp.role.name)
     _report_kueue(snapshot, fleet, spec, plans, pods, result)
     return result
+
+
+def _held_back(snapshot: Snapshot, plans: list[RolePlan], result: EndpointDecision
+               ) -> bool:
+    """Take out of PLANS what waits for a later pass; True when the endpoint has no turn
+    at placement in this one (decide.turns: nothing new is placed or created). The API
+    server refused its pods: no creates, and none of the pass's write budget (other
+    endpoints' rollouts), until the backoff runs out."""
+    refusal = snapshot.refused.get(result.key)
+    if refusal is not None and snapshot.clock < refusal.retry_at():
+        for rp in plans:
+            rp.plan.create, rp.plan.complete = [], []
+        result.wake_at = min(refusal.retry_at(), result.wake_at or refusal.retry_at())
+    no_turn = turn(snapshot, "InferenceEndpoint", result.ie, snapshot.endpoints,
+                   _waits_for_placement) is False
+    if no_turn:
+        for rp in plans:
+            rp.plan.create, rp.plan.place = [], []
+    return no_turn
 
 
 def _report_kueue(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
@@ -440,7 +464,10 @@ def _units_status(scopes: Scopes, plans: list[RolePlan]) -> list[Obj]:
 
 def _conditions(spec: InferenceEndpointSpec, totals: EndpointPlan, desired: int,
                 plans: list[RolePlan], waiting: list[str], limited: list[str],
-                conditions: list[Obj], generation: int | None, at: str) -> list[Obj]:
+                conditions: list[Obj], generation: int | None, at: str,
+                held: ConditionUpdate | None = None) -> list[Obj]:
+    """The endpoint's conditions after this pass; HELD: the ScalingLimited condition of
+    an endpoint that had no turn at placement (decide.turns), kept as it was."""
     ready = all(rp.plan.ready >= rp.desired for rp in plans)
     conditions = set_condition(conditions, "Ready", ready,
                                "ReplicasReady" if ready else "ReplicasNotReady",
@@ -454,10 +481,10 @@ def _conditions(spec: InferenceEndpointSpec, totals: EndpointPlan, desired: int,
                                f"{totals.live} exist", generation, at)
     scaled = [rp.scaled for rp in plans if rp.scaled is not None]
     short = bool(waiting) or any(s.decision.capacity_limited for s in scaled)
-    conditions = set_condition(conditions, "ScalingLimited", bool(limited),
-                               "InsufficientCapacity" if short
-                               else "AtMaxReplicas" if limited else "WithinLimits",
-                               "; ".join(limited), generation, at)
+    conditions = apply_conditions(conditions, [held or ConditionUpdate(
+        "ScalingLimited", bool(limited), "InsufficientCapacity" if short
+        else "AtMaxReplicas" if limited else "WithinLimits", "; ".join(limited))],
+        generation, at)
     if any(rp.role.scaling is not None for rp in plans):
         missing = "; ".join(f"{rp.role.name}: {u}" if rp.role.name else u for rp in plans
                             if rp.scaled and (u := rp.scaled.decision.unavailable))
@@ -489,3 +516,9 @@ def record_scaling(scaled: Scaled | None, result: EndpointDecision, role: str) -
                                                    f"{scaled.decision.desired}: "
                                                    f"{scaled.decision.reason}"))
     result.scaling_recorded.append(role)
+
+
+def _waits_for_placement(ie: Obj) -> bool:
+    """An endpoint that asks for placement searches in every pass until its groups fit
+    (decide.turns). Multi-region endpoints place nothing here (decide.regions)."""
+    return not (ie.get("spec") or {}).get("multiRegion") and short_of_replicas(ie)

@@ -52,6 +52,7 @@ from goodput_operator.decide.quota import finish, queue_required, quota_for
 from goodput_operator.decide.running import running_job
 from goodput_operator.decide.snapshot import Mark, Snapshot
 from goodput_operator.decide.standby import place_off_standby, standby_map
+from goodput_operator.decide.turns import kept, turn
 from goodput_operator.decide.types import (
     ConditionUpdate,
     Event,
@@ -467,7 +468,11 @@ def _companions_after(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, j
 
 def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
            conditions: list[Obj], result: JobDecision) -> tuple[Obj | None, ConditionUpdate]:
-    """Place the whole gang, or say why it waits (an event when the reason changes)."""
+    """Place the whole gang, or say why it waits (an event when the reason changes); in
+    a namespace with more waiting jobs than turns, only when it has a turn (decide.turns)."""
+    if turn(snapshot, "TrainingJob", job, snapshot.jobs, _waits_for_placement) is False:
+        return None, kept(conditions, "Placed", False, job["metadata"]["namespace"],
+                          snapshot.searches_per_namespace)
     request = dataclasses.replace(request_for(snapshot, fleet, spec, job, spec.workers),
                                   companions=tuple(companions_for(snapshot, fleet, spec, job)))
     started = time.perf_counter()
@@ -497,3 +502,14 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
     result.events.append(Event("Normal", "Placed", placed.reason))
     return (placement_record(placed, snapshot.clock),
             ConditionUpdate("Placed", True, "Placed", placed.reason))
+
+
+def _waits_for_placement(job: Obj) -> bool:
+    """A job that asks for a placement search in every pass until it fits (decide.turns):
+    not placed, not ended or suspended, and not preempting already (its victims are
+    marked anew each pass, or they go on running)."""
+    status = job.get("status") or {}
+    if status.get("placement") or status.get("phase") in (*TERMINAL, "Suspended"):
+        return False
+    return not any(c.get("type") == "Placed" and c.get("reason") == "Preempting"
+                   for c in status.get("conditions") or [])

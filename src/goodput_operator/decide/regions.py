@@ -38,7 +38,8 @@ from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec, MultiR
 from goodput_operator.decide.endpoint import EndpointDecision, desired_replicas, record_scaling
 from goodput_operator.decide.quota import handoff
 from goodput_operator.decide.snapshot import Snapshot
-from goodput_operator.decide.types import Event
+from goodput_operator.decide.turns import kept, short_of_replicas, turn
+from goodput_operator.decide.types import ConditionUpdate, Event, apply_conditions
 from goodput_operator.health.quarantine import iso, parse_time
 from goodput_operator.resources import workload as kueue
 from goodput_operator.resources.pods import child_name
@@ -49,6 +50,7 @@ COPIED = ("ultraServerGroup", "model", "template", "replicaShape", "rollout", "p
 # MultiKueue's work): a tenant's 4,096-replica endpoint costs a bounded pass, and the rest
 # go in the passes right after (each write wakes the next)
 SENT_PER_PASS, DROPPED_PER_PASS = 32, 64
+REGIONS = "InferenceEndpoint/regions"  # the turns of multi-region endpoints (decide.turns)
 
 
 @dataclass(frozen=True)
@@ -253,6 +255,7 @@ def decide_regions(snapshot: Snapshot, ie: Obj) -> EndpointDecision:
     plan = plan_regions(policy, desired, [r for _, r in children], held, now)
     plan.create, plan.delete = plan.create[:SENT_PER_PASS], plan.delete[:DROPPED_PER_PASS]
     result = EndpointDecision(ie, status, {}, drop=plan.delete)
+    waits = _held_back(snapshot, ie, plan, result, conditions)
     used = {r.name for _, r in children}
     queues = {r.name: r.queue for r in policy.regions}
     index = 0
@@ -283,10 +286,10 @@ def decide_regions(snapshot: Snapshot, ie: Obj) -> EndpointDecision:
                                f"{ready}/{desired} replicas ready in "
                                f"{sum(1 for r in regions if r['readyReplicas'])} region(s)",
                                generation, at)
-    conditions = set_condition(conditions, "ScalingLimited", bool(plan.short),
-                               "InsufficientCapacity" if plan.short else "WithinLimits",
-                               plan.short, generation, at)
-    result.limited = bool(plan.short)
+    conditions = apply_conditions(conditions, [waits or ConditionUpdate(
+        "ScalingLimited", bool(plan.short), "InsufficientCapacity" if plan.short
+        else "WithinLimits", plan.short)], generation, at)
+    result.limited = bool(plan.short or waits)
     result.desired = {
         "observedGeneration": generation, "replicas": count, "desiredReplicas": desired,
         "readyReplicas": ready, "updatedReplicas": sum(1 for r in left if r.fresh)
@@ -298,6 +301,32 @@ def decide_regions(snapshot: Snapshot, ie: Obj) -> EndpointDecision:
         result.desired["cluster"] = snapshot.cluster_name
     record_scaling(scaled if role.scaling else None, result, "")
     return result
+
+
+def _held_back(snapshot: Snapshot, ie: Obj, plan: RegionPlan, result: EndpointDecision,
+               conditions: list[Obj]) -> ConditionUpdate | None:
+    """Take out of PLAN the replicas not sent this pass, and say why on ScalingLimited:
+    none while the API server's refusal of the last ones backs off, and none without a
+    turn (decide.turns: one namespace's multi-region endpoints send replicas for at most
+    `searches_per_namespace` of them a pass)."""
+    refusal = snapshot.refused.get(result.key)
+    if refusal is not None and snapshot.clock < refusal.retry_at():
+        plan.create = []
+        result.wake_at = refusal.retry_at()
+        return ConditionUpdate("ScalingLimited", True, "ReplicaCreateRefused", (
+            f"the API server refused a replica: {refusal.message}; sending again at "
+            f"{iso(refusal.retry_at())}")[:1024])
+    if plan.create and turn(snapshot, REGIONS, ie, snapshot.endpoints,
+                            _sends_replicas) is False:
+        plan.create = []
+        return kept(conditions, "ScalingLimited", True, ie["metadata"]["namespace"],
+                    snapshot.searches_per_namespace)
+    return None
+
+
+def _sends_replicas(ie: Obj) -> bool:
+    """A multi-region endpoint that may send replicas in this pass (decide.turns)."""
+    return bool((ie.get("spec") or {}).get("multiRegion")) and short_of_replicas(ie)
 
 
 def decide_handed_off(snapshot: Snapshot, ie: Obj, at: str) -> EndpointDecision:

@@ -77,6 +77,11 @@ class Snapshot:
     report_url: str = ""  # where workers report (given to their pods)
     write_budget: int = 256  # pod writes this pass may make; the rest wait for the next
     standby_per_namespace: int = 8  # standby domains one namespace's endpoints may hold
+    # placement searches a pass runs for one namespace's waiting objects of a kind, and
+    # when each object last had one of those turns, by (kind, namespace, name)
+    # (decide.turns; the controllers record the turns)
+    searches_per_namespace: int = 32
+    searched: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
     refresh_seconds: float = REFRESH_SECONDS  # how old a running job's goodput may grow
     # what one pass works out once and several decisions read (which nodes a pod spec
     # fits, by group and spec, decide.fit): filled as the pass goes (State.fits)

@@ -66,7 +66,9 @@ class Refusal(NamedTuple):
     at: float = 0.0  # when the last refusal came (the next try waits 2**times s after it)
 
     def retry_at(self) -> float:
-        return self.at + 2.0 ** self.times
+        """2**times s after the last refusal, at most 256 s: a refusal the admin lifts
+        (a quota raised) is noticed within minutes, not days later."""
+        return self.at + 2.0 ** min(self.times, 8)
 
 
 def changed_keys(current: dict[str, Any], desired: dict[str, Any]) -> set[str]:

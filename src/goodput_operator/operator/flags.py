@@ -75,6 +75,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--standby-domains-per-namespace", "GOODPUT_STANDBY_DOMAINS_PER_NAMESPACE", "8",
          "int", "the most standby domains (InferenceEndpoint scaling.standbyDomains) all of one "
          "namespace's endpoints may hold together: standby is held outside any quota"),
+    Flag("--searches-per-namespace", "GOODPUT_SEARCHES_PER_NAMESPACE", "32", "int",
+         "placement searches one pass runs for one namespace's TrainingJobs (and as many "
+         "for its InferenceEndpoints) that wait for placement: those searched longest ago "
+         "go first, the others keep their last answer, so one namespace's backlog does not "
+         "slow every pass"),
     Flag("--require-queue", "GOODPUT_REQUIRE_QUEUE", "", "list",
          "in this namespace (repeatable; `*`: every namespace) a TrainingJob or "
          "InferenceEndpoint without a `kueue.x-k8s.io/queue-name` label is held Pending "

@@ -89,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers.STATE.cluster_name = args.cluster_name
     handlers.STATE.require_queue = frozenset(args.require_queue)
     handlers.STATE.standby_per_namespace = max(0, args.standby_domains_per_namespace)
+    handlers.STATE.searches_per_namespace = max(1, args.searches_per_namespace)
     handlers.STATE.prometheus_allow = list(args.prometheus_allow)
     handlers.STATE.report_url = args.report_url or (
         f"http://127.0.0.1:{args.report_port}" if args.report_port else "")
