@@ -146,3 +146,20 @@ def test_a_requeued_victim_is_not_placed_back_on_the_room_freed_for_the_gang() -
     assert found["low-a"].desired["preemption"]["by"] == "ns/high"
     assert found["low-b"].placement is None
     assert found["low-b"].desired["phase"] == "Recovering"
+
+
+def test_victims_not_proven_the_fewest_are_said_to_be_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """low-b and low-c share us-1 (two victims); low-d alone leaves a foreign-free node
+    short on us-0: proving no one victim does needs placements, none allowed here."""
+    from goodput_operator.topology import preemption
+    monkeypatch.setattr(preemption, "TRIALS", 0)
+    b, b_pods = running_job("low-b", "us1-n0", "us1-n1")
+    c, c_pods = running_job("low-c", "us1-n2")
+    d, d_pods = running_job("low-d", "us0-n0")
+    e, e_pods = running_job("e", "us0-n1", priority=20)  # not a victim: higher
+    found = passed([HIGH, b, c, d, e], [*b_pods, *c_pods, *d_pods, *e_pods])
+    message = found["high"].desired["message"]
+    assert message.startswith("preempting ns/low-b, ns/low-c") or \
+        message.startswith("preempting ns/low-c, ns/low-b"), message
+    assert "fewer might do, beyond the search's budget" in message

@@ -336,7 +336,9 @@ class TrainingJobSpec(ApiModel):
     preemption_policy: Literal["Never", "LowerPriority"] = "Never"
     """LowerPriority: a gang that does not fit preempts the smallest set of lower-priority
     jobs of its group whose removal lets it be placed as its topology asks (whole
-    domains, aligned slices), never victims scattered over the fleet; Never: it waits."""
+    domains, aligned slices), never victims scattered over the fleet (searched exactly
+    within a budget; past it a minimal set, and the Placed message says so); Never: it
+    waits."""
     preemption_grace_seconds: int = Field(default=120, ge=0, le=3600)
     """When this job is preempted: how long its workers may take to save a checkpoint
     (the report channel asks them to, sdk.save_requested) before they are stopped; it

@@ -60,7 +60,9 @@ def preempt_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Ob
     if found is None:
         return None
     victims = ", ".join("/".join(keys[v]) for v in found.victims)
-    message = (f"preempting {victims} (below {mine.describe()}); without them: "
+    bound = "" if found.exact else (" (each needed; fewer might do, beyond the "
+                                    "search's budget)")
+    message = (f"preempting {victims} (below {mine.describe()}){bound}; without them: "
                f"{found.placement.reason}")
     for victim in found.victims:
         snapshot.preempting[keys[victim]] = Mark(me, mine, message[:1024])
