@@ -85,3 +85,20 @@ def test_each_topology_field_changes_where_the_gang_goes(
         what: str, bodies: dict[str, Obj], taken: list[str], workers: int, topology: Obj,
         expected: dict[str, int] | None) -> None:
     assert spread(bodies, taken, workers, topology) == expected, what
+
+
+# b0 (us-0, us-2) holds 6 only as 4+2; b1 (us-1, us-3) has 2 free: an even 2+2+2 leaves b0
+UNEVEN_BLOCK = ["us2-n0", "us2-n1", *(f"us1-n{s}" for s in range(4)), "us3-n0", "us3-n1"]
+
+
+@pytest.mark.parametrize(("what", "topology", "expected"), [
+    ("block, preferred, balance: inside the block first, evenness second",
+     {"unit": "block", "policy": "preferred", "balance": True}, {"us-0": 4, "us-2": 2}),
+    ("block, required, balance: waits for a block with an even split",
+     {"unit": "block", "balance": True}, None),
+    ("domain, preferred, balance: spreads wider, evenly (the domain is its level)",
+     {"policy": "preferred", "balance": True}, {"us-0": 2, "us-2": 2, "us-3": 2}),
+])
+def test_staying_inside_the_requested_level_comes_before_an_even_split(
+        what: str, topology: Obj, expected: dict[str, int] | None) -> None:
+    assert spread(fleet(4, blocks=2), UNEVEN_BLOCK, 6, topology) == expected, what

@@ -70,7 +70,9 @@ class Topology(ApiModel):
     by at most one: 6+6, not 10+2), over the fewest domains that allow such a split, so
     that collectives see symmetric domains; a failed rank is replaced only inside its own
     domain (else the gang moves or shrinks, evenly). With policy required the gang waits
-    while the fewest domains it needs cannot take an even split."""
+    while the fewest domains it needs cannot take an even split. With unit block and
+    policy preferred, staying inside one block comes first: unevenly in a block before
+    evenly across blocks."""
     rank_order: Literal["fabric", "index"] = "fabric"
     """fabric: ranks follow network level, domain, then slot, so consecutive ranks are
     physical neighbours; index: ranks follow the placed nodes' names (natural order, as

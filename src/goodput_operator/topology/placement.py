@@ -229,6 +229,10 @@ def _fewest_domains(fleet: Fleet, caps: list[tuple[Domain, int]], request: Reque
     balance = request.balance
     if request.unit == "block":
         choice = _best_in_groups(caps, request.workers, depth=levels, k=None, balance=balance)
+        if choice is None and balance and request.policy == "preferred":
+            # staying inside one block comes first, evenness second (as Kueue's TAS
+            # keeps a preferred level before anything else): unevenly, in one block
+            choice = _best_in_groups(caps, request.workers, depth=levels, k=None)
         if choice is not None or request.policy == "required":
             return choice
     if not balance and any(c >= request.workers for _, c in caps):
