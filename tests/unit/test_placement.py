@@ -365,3 +365,43 @@ def test_within_keeps_a_gang_inside_the_given_domains() -> None:
     assert placed.ok and placed.domains == ("us-3",), placed.reason
     assert not place(fleet, Request(2, 16, within=frozenset({"us-0"}))).ok
     assert not place(fleet, Request(1, 16, within=frozenset({"elsewhere"}))).ok
+
+
+def larger_nodes(accelerators: int = 32, nodes_per_domain: int = 4) -> Fleet:
+    """A group whose spec says 4 x 16 per UltraServer, on two with nodes of ACCELERATORS
+    (a newer node type; or more nodes to a domain than the spec says)."""
+    from goodput_operator.topology.model import GroupShape
+    from tests.unit.fleets import L1, L2, US
+    shape = GroupShape(US, 4, 16, network_levels=(L1, L2), domain_noun="UltraServer")
+    return Fleet.from_objects(shape, [node(f"us{d}-n{s}", f"us-{d}", "b0", accelerators)
+                                      for d in range(2) for s in range(nodes_per_domain)])
+
+
+@pytest.mark.parametrize(("what", "fleet", "request_", "domains"), [
+    ("slices of 8 workers x 16 inside one UltraServer of 4 nodes x 32",
+     larger_nodes, Request(16, 16, slice=8), ["us-0", "us-1"]),
+    ("a worker of 32 on nodes of 32 (the spec says 16)", larger_nodes, Request(2, 32),
+     ["us-0"]),
+    ("slices of 6 nodes in UltraServers of 6 nodes (the spec says 4)",
+     lambda: larger_nodes(16, 6), Request(12, 16, slice=6), ["us-0", "us-1"]),
+])
+def test_slices_and_workers_fit_what_the_nodes_really_hold(
+        what: str, fleet: Callable[[], Fleet], request_: Request, domains: list[str]) -> None:
+    placed = place(fleet(), request_)
+    assert placed.ok, (what, placed.reason)
+    assert sorted(placed.domains) == domains, what
+
+
+def test_a_slice_no_domain_holds_is_still_refused_as_such() -> None:
+    placed = place(larger_nodes(), Request(16, 16, slice=16))
+    assert not placed.ok and "do not make whole slices of 16" in placed.reason
+    assert "of 8 workers" in placed.reason
+
+
+def test_what_nodes_hold_is_counted_again_when_a_node_grows() -> None:
+    fleet = larger_nodes(16)
+    assert not place(fleet, Request(8, 16, slice=8)).ok
+    for d in range(2):
+        for s in range(4):
+            fleet.upsert_node(node(f"us{d}-n{s}", f"us-{d}", "b0", 32))
+    assert place(fleet, Request(8, 16, slice=8)).ok

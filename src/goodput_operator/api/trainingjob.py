@@ -64,7 +64,8 @@ class Topology(ApiModel):
     """Multi-layer placement: the gang in slices of `size` workers, each slice inside one
     domain, while `unit` holds for the whole gang (unit block with slices of 4 on Trn2: 4
     whole UltraServers in one network block; slices of 16 on NVL72: one per 18-node rack).
-    Domains are chosen, balanced and replaced in whole slices."""
+    Domains are chosen, balanced and replaced in whole slices; a slice fits a domain by
+    what its nodes really hold (nodes larger than the group's perNode count as such)."""
     balance: bool = False
     """true: a gang that spans several domains is split evenly over them (counts differ
     by at most one: 6+6, not 10+2), over the fewest domains that allow such a split, so

@@ -332,6 +332,7 @@ class Fleet:
         self.pods: dict[str, PodUse] = {}
         self.by_owner: dict[str, set[str]] = {}  # owner -> pod keys
         self._ordered: list[Domain] | None = None
+        self._most: dict[int, tuple[int, int]] = {}  # most_workers, by accelerators
         self._journal: dict[str, PodUse | None] | None = None  # inside trial(): undo log
         self._tail: list[tuple[tuple[Any, ...], str]] = []  # the group's spares, by key
         self._designated: set[str] = set()  # their names
@@ -411,6 +412,8 @@ class Fleet:
             else natural_key(name)
         moved = moved or (existing is not None and existing.sort_key != sort_key)
         raised = lemon_of(meta.get("annotations") or {})
+        if existing is None or moved or existing.capacity != capacity:
+            self._most.clear()  # not on a heartbeat: most_workers counts every node
         if existing is None:
             existing = Node(name, domain_id, capacity, state, sort_key=sort_key)
             self.nodes[name] = existing
@@ -434,6 +437,7 @@ class Fleet:
             self._refresh_domain(domain)
 
     def remove_node(self, name: str) -> None:
+        self._most.clear()
         node = self.nodes.pop(name, None)
         if node is None:
             return
@@ -642,6 +646,23 @@ class Fleet:
                 self._refresh_domain(domain)
 
     # ---- views ---------------------------------------------------------------
+    def most_workers(self, accelerators: int) -> tuple[int, int]:
+        """The most workers of ACCELERATORS one node, and one domain (its spares left
+        out), of this fleet hold when empty: what the nodes really hold, which may be
+        more than the group's nominal size (larger nodes, a larger rack). Cached until a
+        node changes."""
+        found = self._most.get(accelerators)
+        if found is None:
+            spares = self.shape.spares_per_domain
+            per_node = {n.name: n.capacity // accelerators for n in self.nodes.values()}
+            per_domain = 0
+            for domain in self.domains.values():
+                counts = sorted((per_node[n.name] for n in domain.nodes), reverse=True)
+                per_domain = max(per_domain, sum(counts[:max(len(counts) - spares, 1)]))
+            found = self._most[accelerators] = (max(per_node.values(), default=0),
+                                                per_domain)
+        return found
+
     def ordered_domains(self) -> list[Domain]:
         """Domains in fabric order (network path, then natural id order)."""
         if self._ordered is None:

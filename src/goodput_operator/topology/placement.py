@@ -185,13 +185,17 @@ def place_gang(fleet: Fleet, request: Request) -> Placement:
     shape = fleet.shape
     if request.workers < 1 or request.accelerators < 1:
         return Placement(False, "a gang needs at least 1 worker and 1 accelerator per worker")
-    per_node = shape.accelerators_per_node // request.accelerators
+    # the group's nominal sizes, or what its nodes really hold when that is more
+    nominal = shape.accelerators_per_node // request.accelerators
+    node_most, domain_most = fleet.most_workers(request.accelerators)
+    per_node = max(nominal, node_most)
     if per_node == 0:
         return Placement(False, f"each worker asks {request.accelerators} "
                                 f"{shape.accelerator_resource}; nodes have "
                                 f"{shape.accelerators_per_node}")
     # spares never take new placements, so a domain offers its other nodes
-    per_domain = per_node * max(shape.nodes_per_domain - shape.spares_per_domain, 1)
+    per_domain = max(nominal * max(shape.nodes_per_domain - shape.spares_per_domain, 1),
+                     domain_most)
     size = max(1, request.slice)  # with slices, domains are chosen in whole slices
     if request.workers % size or size > per_domain:
         return Placement(False, f"{request.workers} workers do not make whole slices of "
@@ -423,7 +427,9 @@ def _some_nodes(fleet: Fleet, domain: Domain, count: int, accelerators: int,
             remaining -= take
     if not remaining:
         return picked
-    per_node = fleet.shape.accelerators_per_node // accelerators
+    # the nominal size, or (a worker larger than it, on larger nodes) what nodes hold
+    per_node = fleet.shape.accelerators_per_node // accelerators or \
+        fleet.most_workers(accelerators)[0] or 1
     free_nodes = [n.usable and n.used == 0 and workers_on(n, accelerators, eligible) > 0
                   for n in domain.nodes]
     needed = math.ceil(remaining / per_node)
