@@ -53,6 +53,10 @@ def with_sets(request: Request, companions: list[Companion]) -> Request:
     ("mixed node sizes: the tightest UltraServer leaves no room for the leader; the one "
      "with a double node holds the 4 workers and the leader", mixed, Request(4, 16),
      [Companion("leader", 1, 4)], ("us-0",), {"leader": ["us0-n3"]}),
+    ("a leader limited to a node of the other UltraServer: the workers go there too",
+     lambda: trn2(2), Request(4, 16),
+     [Companion("leader", 1, 0, eligible=frozenset({"us1-n0"}), ineligible="selector")],
+     ("us-1",), {"leader": ["us1-n0"]}),
     ("near block: a leader that fits no worker domain goes to a domain of the same block",
      lambda: trn2(4), Request(4, 16), [Companion("leader", 1, 4, near="block")],
      ("us-0",), {"leader": ["us1-n0"]}),
@@ -76,8 +80,8 @@ def test_pod_sets_land_together_near_their_workers(
      lambda: trn2(1), Request(4, 16), [Companion("leader", 1, 1)],
      "pod set leader (1 x 1 aws.amazon.com/neuron) finds no room in the workers' "
      "UltraServers (us-0)"),
-    ("a leader limited to nodes outside the workers' UltraServer",
-     lambda: trn2(2), Request(4, 16),
+    ("a leader limited to a node of an UltraServer the workers cannot have",
+     lambda: used(trn2(2), *((f"us1-n{s}", 16) for s in range(4))), Request(4, 16),
      [Companion("leader", 1, 0, eligible=frozenset({"us1-n0"}), ineligible="selector")],
      "its pod fits only 1 of the group's 8 nodes (selector)"),
     ("the workers do not fit: nothing is placed",
@@ -150,3 +154,27 @@ def test_pod_sets_never_overcommit_and_always_hold_their_level(
         elif near == "block":
             assert fleet.domains[slot.domain].path in blocks
     commit(fleet, placed, request, "ns/TrainingJob/job")  # the ranks still commit cleanly
+
+
+def two_taken_on_us0() -> Fleet:
+    """us-0 with two nodes free (the gang's tightest fit), us-1 whole."""
+    fleet = trn2(2)
+    for s in (0, 1):
+        fleet.bind(f"other#{s}", f"us0-n{s}", 16, "other")
+    return fleet
+
+
+@pytest.mark.parametrize(("what", "request_", "leader"), [
+    ("a leader larger than a worker", Request(4, 8), Companion("leader", 1, 16)),
+    ("balance on", Request(4, 8, balance=True), Companion("leader", 1, 8)),
+    ("slices on", Request(4, 8, slice=2), Companion("leader", 1, 8)),
+])
+def test_a_gang_whose_first_domain_has_no_room_for_its_leader_tries_another(
+        what: str, request_: Request, leader: Companion) -> None:
+    """The tightest fit, us-0, leaves no node for the leader; us-1 holds both: the gang
+    goes there, in its one domain, rather than wait."""
+    fleet = two_taken_on_us0()
+    placed = place(fleet, dataclasses.replace(request_, companions=(leader,)))
+    assert placed.ok, (what, placed.reason)
+    assert placed.domains == ("us-1",), what
+    assert [c.domain for c in placed.companions] == ["us-1"], what

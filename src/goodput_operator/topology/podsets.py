@@ -10,7 +10,10 @@ that a leader never breaks a whole domain. When the workers' best placement leav
 room near them for companions that need accelerators, the gang is placed once more with
 that room held inside it (one extra worker slot per such companion, at the end of the
 fabric order) — still within the gang's own required domain count — and the companions
-take the held slots. Nothing is reserved here: the caller reserves what it gets.
+take the held slots. When that cannot be (balance or slices on, a companion larger than a
+worker) or does not help, the workers are placed again away from the domains tried, a
+few times, until a placement holds the companions too. Nothing is reserved here: the
+caller reserves what it gets.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from goodput_operator.topology.placement import (
 
 __all__ = ["Companion", "Near", "companions_near", "place_together"]
 SCRATCH = "scratch/pod-sets"  # the trial bindings made while solving, released after
+ELSEWHERE = 8  # other placements of the workers tried for room for their companions
 
 
 def place_together(fleet: Fleet, request: Request) -> Placement:
@@ -42,10 +46,24 @@ def place_together(fleet: Fleet, request: Request) -> Placement:
     slots = companions_near(fleet, placed, request, companions)
     if isinstance(slots, list):
         return _with(placed, slots)
+    why = slots
+    if sum(c.count for c in companions if c.accelerators) and request.slice == 1 and \
+            not request.balance and all(c.accelerators <= request.accelerators
+                                        for c in companions):
+        roomy = _room_held(fleet, request, companions, placed, slots)
+        if roomy.ok:
+            return roomy
+        why = roomy.reason
+    moved = _elsewhere(fleet, request, companions, placed)
+    return moved if moved is not None else Placement(False, why,
+                                                     min_domains=placed.min_domains)
+
+
+def _room_held(fleet: Fleet, request: Request, companions: Sequence[Companion],
+               placed: Placement, slots: str) -> Placement:
+    """The gang placed once more with a worker's slot held for each companion pod that
+    needs accelerators (at the end of the fabric order), the companions in those slots."""
     held = sum(c.count for c in companions if c.accelerators)
-    if not held or request.slice > 1 or request.balance or any(
-            c.accelerators > request.accelerators for c in companions):
-        return Placement(False, slots, min_domains=placed.min_domains)
     roomy = place_gang(fleet, dataclasses.replace(request, workers=request.workers + held))
     if not roomy.ok:
         return Placement(False, slots, min_domains=placed.min_domains)
@@ -66,6 +84,33 @@ def place_together(fleet: Fleet, request: Request) -> Placement:
     if isinstance(again, str):
         return Placement(False, again, min_domains=placed.min_domains)
     return _with(narrowed, again)
+
+
+def _elsewhere(fleet: Fleet, request: Request, companions: Sequence[Companion],
+               placed: Placement) -> Placement | None:
+    """The workers placed again away from the domains whose neighbourhood could not take
+    the companions, up to ELSEWHERE times, within the gang's required domain count: the
+    tightest fit for the workers alone may be the one place a leader does not fit, and
+    with balance, slices or a companion larger than a worker no slot can be held for it
+    inside the gang. None when no such placement holds them all."""
+    allowed = request.eligible if request.eligible is not None else frozenset(fleet.nodes)
+    tried = set(placed.domains)
+    for _ in range(ELSEWHERE):
+        left = frozenset(n for n in allowed
+                         if n in fleet.nodes and fleet.nodes[n].domain not in tried)
+        again = place_gang(fleet, dataclasses.replace(request, eligible=left))
+        if not again.ok or (request.policy == "required" and request.unit == "domain"
+                            and len(again.domains) > placed.min_domains):
+            return None
+        slots = companions_near(fleet, again, request, companions)
+        if isinstance(slots, list):
+            noun = fleet.shape.domain_noun
+            return _with(dataclasses.replace(
+                again, min_domains=placed.min_domains,
+                reason=f"{again.reason} (no room for them near the workers in "
+                       f"{', '.join(sorted(tried))}: another {noun} chosen)"), slots)
+        tried |= set(again.domains)
+    return None
 
 
 def _with(placed: Placement, slots: list[CompanionSlot]) -> Placement:
