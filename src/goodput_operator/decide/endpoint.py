@@ -104,13 +104,21 @@ def request_of(shape: ReplicaShape, eligible: frozenset[str] | None = None,
 def role_requests(nodes: Mapping[str, Obj], memo: dict[Any, Any], fleet: Fleet, ie: Obj,
                   spec: InferenceEndpointSpec, fabric: Fabric) -> dict[str, Request]:
     """Each role's replica group as a placement request ("": the one role), on the nodes
-    its pods fit as FABRIC dresses them (decide.fit, remembered in MEMO)."""
-    requests = {}
-    for role in spec.serving_roles():
-        member = build.group_pods(ie, spec, 0, "0", fabric, role)[0]
-        requests[role.name] = request_of(role.shape, *pod_fit(
-            nodes, memo, fleet, spec.ultra_server_group, member["spec"]))
-    return requests
+    its pods fit as FABRIC dresses them (decide.fit); remembered in MEMO for the pass, by
+    the endpoint's UID and resourceVersion (its placement and its standby both ask)."""
+    meta = ie["metadata"]
+    key = ("role_requests", meta.get("uid"), meta.get("resourceVersion"),
+           spec.ultra_server_group)
+    found: dict[str, Request] | None = memo.get(key) if meta.get("uid") else None
+    if found is None:
+        found = {}
+        for role in spec.serving_roles():
+            [leader] = build.group_pods(ie, spec, 0, "0", fabric, role, members=1)
+            found[role.name] = request_of(role.shape, *pod_fit(
+                nodes, memo, fleet, spec.ultra_server_group, leader["spec"]))
+        if meta.get("uid"):
+            memo[key] = found
+    return found
 
 
 def room_for_role(fleet: Fleet, spec: InferenceEndpointSpec, role: ServingRole,

@@ -107,12 +107,14 @@ def headless(ie: Obj) -> Obj:
 
 
 def group_pods(ie: Obj, spec: InferenceEndpointSpec, index: int, rev: str,
-               fabric: Fabric, serving: ServingRole | None = None) -> list[Obj]:
+               fabric: Fabric, serving: ServingRole | None = None,
+               members: int | None = None) -> list[Obj]:
     """Replica group INDEX at revision REV of the role SERVING (default: the one role):
     member 0 is the leader. Each member holds its accelerators (by extended resource or DRA
     claim, as the group asks: FABRIC) and its share of EFA, with the fabric's settings; a
     multi-node replica on NVLink joins its own ComputeDomain (`<endpoint>-r<index>-imex`,
-    or `<endpoint>-<role>-r<index>-imex`, kept across rollouts and restarts)."""
+    or `<endpoint>-<role>-r<index>-imex`, kept across rollouts and restarts). MEMBERS: only
+    the first so many (the leader alone, for what a group's pods ask of a node)."""
     meta = ie["metadata"]
     name, namespace = meta["name"], meta["namespace"]
     serving = serving or spec.serving_roles()[0]
@@ -125,7 +127,7 @@ def group_pods(ie: Obj, spec: InferenceEndpointSpec, index: int, rev: str,
     regional = {k: v for k, v in (ie["metadata"].get("labels") or {}).items()
                 if k == names.GLOBAL_ENDPOINT_LABEL}
     pods = []
-    for member in range(size):
+    for member in range(size if members is None else min(members, size)):
         template = copy.deepcopy(role_template(ie["spec"], own))
         pod_spec: Obj = template.get("spec", {})
         role = "leader" if member == 0 else "worker"
