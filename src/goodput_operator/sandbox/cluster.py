@@ -50,6 +50,10 @@ STAGE_FILES = (
 )
 
 OWN_STAGES = Path(__file__).parent / "stages"  # ours, e.g. pods that succeed on demand
+COMPLETE_STAGE = "kustomize/stage/pod/fast/pod-complete.yaml"
+# a Job's pod labelled so keeps running (kwok's pod-complete finishes every Job's pod at
+# once): a peer's gangs that must hold their nodes, as Indexed Jobs (bench.peers_placement)
+KEEP_RUNNING = "sandbox.goodput.dev/keep-running"
 SERVICE_RANGE = "10.96.0.0/16"
 NODE_MONITOR_PERIOD_MS = 5_000
 NODE_MONITOR_GRACE_MS = 50_000
@@ -263,7 +267,7 @@ class Sandbox:
             apiserver_args.append({"key": "bind-address", "value": "0.0.0.0", "override": True})
             options["kubeApiserverCertSANs"] = [api_service_ip(), hostnet.host_ip()]
         source = build.module_dir(KWOK_COMPONENT)
-        stages = [(source / rel).read_text() for rel in STAGE_FILES
+        stages = [stage_text(rel, (source / rel).read_text()) for rel in STAGE_FILES
                   if rel != HEARTBEAT_STAGE or not quiet]
         stages += [p.read_text() for p in sorted(OWN_STAGES.glob("*.yaml"))]
         documents = [config]
@@ -288,6 +292,19 @@ def system_node(name: str) -> dict[str, Any]:
     the operator itself run (a CPU node pool on a real cluster)."""
     labels = {realnode.SYSTEM_LABEL: "true", "node-role.kubernetes.io/system": ""}
     return {"metadata": {"name": name, "labels": labels}, "status": {}}
+
+
+def stage_text(rel: str, text: str) -> str:
+    """A kwok stage as the sandbox plays it: pod-complete spares pods labelled
+    KEEP_RUNNING (any value)."""
+    if rel != COMPLETE_STAGE:
+        return text
+    keep = (f"    - key: '.metadata.labels[\"{KEEP_RUNNING}\"]'\n"
+            "      operator: 'DoesNotExist'\n")
+    marker = "    matchExpressions:\n"
+    if marker not in text:
+        raise SandboxError(f"kwok's {rel} has no matchExpressions to add to")
+    return text.replace(marker, marker + keep, 1)
 
 
 def up(sandbox: Sandbox, fleet_ref: str = fleet.DEFAULT_FLEET,

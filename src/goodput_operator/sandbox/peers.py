@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
+from goodput_operator.sandbox.cluster import KEEP_RUNNING
 
 Obj = dict[str, Any]
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -77,9 +78,10 @@ def tas_level(spec: UltraServerGroupSpec, unit: Unit) -> str:
 def tas_gang(name: str, namespace: str, queue: str, spec: UltraServerGroupSpec,
              workers: int, accelerators: int, unit: Unit = "domain",
              policy: Literal["required", "preferred"] = "required", slice_size: int = 1,
-             image: str = "registry.k8s.io/pause:3.10") -> Obj:
+             image: str = "registry.k8s.io/pause:3.10", keep_running: bool = False) -> Obj:
     """WORKERS pods of ACCELERATORS as an Indexed Job that TAS admits whole: inside one
-    UNIT as POLICY asks, in slices of SLICE_SIZE each inside one domain."""
+    UNIT as POLICY asks, in slices of SLICE_SIZE each inside one domain. KEEP_RUNNING: its
+    pods hold their nodes in the sandbox until deleted (kwok finishes a Job's pods)."""
     annotations = {REQUIRED if policy == "required" else PREFERRED: tas_level(spec, unit)}
     if slice_size > 1:
         annotations |= {SLICE_REQUIRED: spec.domain_key, SLICE_SIZE: str(slice_size)}
@@ -91,7 +93,8 @@ def tas_gang(name: str, namespace: str, queue: str, spec: UltraServerGroupSpec,
             "completions": workers, "parallelism": workers, "completionMode": "Indexed",
             "suspend": True,  # Kueue unsuspends it once admitted
             "template": {
-                "metadata": {"annotations": annotations},
+                "metadata": {"annotations": annotations,
+                             "labels": {KEEP_RUNNING: "true"} if keep_running else {}},
                 "spec": {"restartPolicy": "Never",
                          "nodeSelector": dict(spec.node_selector),
                          "containers": [{"name": "worker", "image": image,
