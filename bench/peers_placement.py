@@ -174,6 +174,15 @@ def kueue_tas(box: cluster.Sandbox, nodes: list[Obj], sizes: list[int]
         outcomes.append(got)
         if got is not None:
             waits.append(time.monotonic() - started)
+    held = sum(len(got) for got in outcomes if got is not None)
+    deadline = time.monotonic() + 60
+    while (running := len(json.loads(box.kubectl(
+            "get", "pods", "-n", NAMESPACE, "-o", "json",
+            "--field-selector=status.phase=Running").stdout)["items"])) != held:
+        if time.monotonic() > deadline:  # kwok finished them: the room was not held
+            raise RuntimeError(f"{running} of the admitted gangs' {held} pods are running: "
+                               f"the sandbox's kwok did not keep them")
+        time.sleep(1)
     return outcomes, waits
 
 
