@@ -234,3 +234,14 @@ def test_the_manager_backs_off_a_refused_replica_instead_of_posting_it_every_pas
 def test_a_refusals_backoff_doubles_up_to_a_few_minutes(times: int, wait: float) -> None:
     from goodput_operator.decide.types import Refusal
     assert Refusal(times, "refused", NOW).retry_at() == NOW + wait
+
+
+def test_an_odd_status_on_one_endpoint_fails_no_other_endpoints_turns() -> None:
+    odd = in_namespace(endpoint("odd", replicas=1, status={
+        "observedGeneration": 1, "replicas": "many", "desiredReplicas": [1]}), "a")
+    fine = [in_namespace(endpoint(f"e{i}", replicas=1), "a") for i in range(2)]
+    snapshot = world(nodes(2), endpoints=[odd, *fine], searches_per_namespace=1)
+    failures: list[object] = []
+    with trial(snapshot):
+        decided = decide_endpoints(snapshot, failures, WriteBudget(100))  # type: ignore[arg-type]
+    assert failures == [] and len(decided) == 3
