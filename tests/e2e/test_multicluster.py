@@ -238,11 +238,16 @@ def test_a_job_submitted_on_the_manager_runs_in_a_region_with_room_and_reports_t
     done = wait_for(lambda: (s := status_of(manager, space, "second")).get(
         "phase") == "Succeeded" and s, timeout=60, what="the second job Succeeded on the manager")
     assert done["cluster"] == region_b.name
-    workload = json.loads(manager.kubectl("get", "workloads", "-n", space, "-o", "json")
-                          .stdout)["items"]
-    finished = [w for w in workload if any(c["type"] == "Finished" and c["status"] == "True"
-                                           for c in w["status"].get("conditions", []))]
-    assert len(finished) == 1
+
+    def finished() -> list[dict[str, Any]]:
+        workloads = json.loads(manager.kubectl("get", "workloads", "-n", space, "-o", "json")
+                               .stdout)["items"]
+        return [w for w in workloads if any(c["type"] == "Finished" and c["status"] == "True"
+                                            for c in w["status"].get("conditions", []))]
+    # the job's status is written before its Workload is finished (one pass, two writes):
+    # read right after the status, the Workload was not finished yet once (a flake)
+    wait_for(lambda: finished(), timeout=30, what="the second job's Workload finished")
+    assert len(finished()) == 1
 
 
 def finish(region: Region, namespace: str, job: str) -> None:
