@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -262,3 +262,23 @@ def test_a_background_send_s_failure_is_raised_once_by_the_next_call(server: str
     assert reporter.report_step(2) == {"queued": True}
     reporter.flush()
     assert len(Scripted.seen) == 2
+
+
+def test_a_send_s_own_failure_is_never_raised_by_the_call_that_queued_it(server: str) -> None:
+    """The sender may fail on a step before the call that queued it returns (CI saw it once):
+    that call still says queued, and the next call raises the failure."""
+
+    class SenderFirst(Reporter):
+        def _enqueue(self, bodies: list[dict[str, Any]]) -> None:
+            super()._enqueue(bodies)
+            with self._ready:  # the caller is slow: the sender is done before it returns
+                self._ready.wait_for(lambda: not self._queue and not self._sending, 30)
+
+    Scripted.answers = [403, 200]
+    reporter = SenderFirst(url=server, token="t", background=True)
+    assert reporter.report_step(1) == {"queued": True}
+    with pytest.raises(ReportError) as err:
+        reporter.report_step(2)
+    assert err.value.status == 403
+    reporter.flush()
+    assert len(Scripted.seen) == 2, "step 2 was queued and sent although its call raised"

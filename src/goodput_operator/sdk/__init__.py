@@ -237,8 +237,12 @@ class Reporter:
     def _dispatch(self, bodies: list[dict[str, Any]]) -> dict[str, Any]:
         if not self.background:
             return self._deliver(bodies)
+        # The failure an *earlier* send met, taken before this call's bodies are queued: the
+        # sender may fail on them before this returns, and that failure is the next call's.
+        failure = self._take_failure()
         self._enqueue(bodies)
-        self._raise_failure()
+        if failure is not None:
+            raise failure
         return {"queued": True}
 
     def _enqueue(self, bodies: list[dict[str, Any]]) -> None:
@@ -252,8 +256,13 @@ class Reporter:
                                             name="goodput-reports")
             self._sender.start()
 
+    def _take_failure(self) -> ReportError | None:
+        with self._ready:
+            failure, self.failure = self.failure, None
+        return failure
+
     def _raise_failure(self) -> None:
-        failure, self.failure = self.failure, None
+        failure = self._take_failure()
         if failure is not None:
             raise failure
 
@@ -267,7 +276,8 @@ class Reporter:
             try:
                 self._deliver(bodies)
             except ReportError as err:
-                self.failure = err
+                with self._ready:
+                    self.failure = err
             finally:
                 with self._ready:
                     self._sending = False
