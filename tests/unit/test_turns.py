@@ -13,6 +13,7 @@ import pytest
 from goodput_operator.decide import decide, decide_endpoints, decide_jobs, trial, turns
 from goodput_operator.decide.creates import WriteBudget
 from goodput_operator.decide.snapshot import Snapshot
+from goodput_operator.health.quarantine import iso
 from tests.unit.test_decide_endpoint import endpoint
 from tests.unit.world import NOW, conditions, job, nodes, placed, world
 
@@ -110,8 +111,8 @@ def test_a_job_never_searched_says_it_waits_for_a_turn() -> None:
                                                "placement": placed("us0-n0", "us0-n1")}, False),
     ("ended", {"phase": "Failed"}, False),
     ("suspended", {"phase": "Suspended"}, False),
-    ("preempting: its victims are marked every pass", {"phase": "Pending", "conditions": [
-        {"type": "Placed", "status": "False", "reason": "Preempting"}]}, False),
+    ("preempting: its search for victims takes turns", {"phase": "Pending", "conditions": [
+        {"type": "Placed", "status": "False", "reason": "Preempting"}]}, True),
     ("new", {}, True),
     ("pending", {"phase": "Pending", "conditions": [
         {"type": "Placed", "status": "False", "reason": "WaitingForCapacity"}]}, True),
@@ -245,3 +246,73 @@ def test_an_odd_status_on_one_endpoint_fails_no_other_endpoints_turns() -> None:
     with trial(snapshot):
         decided = decide_endpoints(snapshot, failures, WriteBudget(100))  # type: ignore[arg-type]
     assert failures == [] and len(decided) == 3
+
+
+def test_preempting_jobs_take_turns_at_the_search_and_keep_their_victims_between(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three gangs of one namespace, each preempting the job on one UltraServer, one turn a
+    pass: one searches for victims again; the two without a turn mark the victims of their
+    last search again (they still make room: one placement each), say what they said, and
+    no victim is told its preemptor gave up."""
+    from goodput_operator.decide import preemption
+    from tests.unit.test_decide_preemption import running_job
+    calls: list[str] = []
+    search = preemption.preempt
+    monkeypatch.setattr(preemption, "preempt", lambda fleet, request, candidates: (
+        calls.append("search"), search(fleet, request, candidates))[1])
+    gangs, lows, pods = [], [], []
+    for i in range(3):
+        said = {"type": "Placed", "status": "False", "reason": "Preempting",
+                "message": f"preempting ns/low-{i} (said before)",
+                "lastTransitionTime": "t0", "observedGeneration": 1}
+        gangs.append(job(f"h{i}", workers=4, priority=10, preemptionPolicy="LowerPriority",
+                         status={"phase": "Pending", "conditions": [said]}))
+        marked = {"by": f"ns/h{i}", "at": iso(NOW - 30), "deadline": iso(NOW + 90)}
+        low, low_pods = running_job(f"low-{i}", *(f"us{i}-n{s}" for s in range(4)),
+                                    status={"preemption": marked})
+        lows.append(low)
+        pods += low_pods
+    snapshot = world(nodes(3), [*gangs, *lows], pods, searches_per_namespace=1,
+                     searched={("TrainingJob", "ns", "h0"): NOW - 10,
+                               ("TrainingJob", "ns", "h1"): NOW - 5,
+                               ("TrainingJob", "ns", "h2"): NOW - 5})
+    with trial(snapshot):
+        failures: list[Any] = []
+        decided = {d.key[1]: d for d in decide_jobs(snapshot, failures)}
+    assert failures == []
+    assert len(calls) == 1, "one search for victims, by the gang whose turn it is"
+    assert searched(snapshot) == {"h0"}
+    for i in range(3):
+        assert decided[f"low-{i}"].desired["preemption"]["by"] == f"ns/h{i}"
+        assert conditions(decided[f"h{i}"].desired)["Placed"] == ("False", "Preempting")
+    for name in ("h1", "h2"):
+        assert decided[name].desired["message"].endswith("(said before)")
+        assert decided[name].events == []
+
+
+def test_a_preempting_job_without_a_turn_searches_when_its_victims_no_longer_make_room(
+        ) -> None:
+    """g1 was preempting low-a on us-0, but a job it may not preempt has since taken a node
+    there: low-a alone makes no room, so g1 searches now (low-b's UltraServer) rather than
+    hold low-a for nothing until its turn."""
+    from tests.unit.test_decide_preemption import running_job
+    said = {"type": "Placed", "status": "False", "reason": "Preempting",
+            "message": "preempting ns/low-a (said before)", "lastTransitionTime": "t0",
+            "observedGeneration": 1}
+    first = job("g0", workers=16)
+    gang = job("g1", workers=4, priority=10, preemptionPolicy="LowerPriority",
+               status={"phase": "Pending", "conditions": [said]})
+    marked = {"by": "ns/g1", "at": iso(NOW - 30), "deadline": iso(NOW + 90)}
+    a, a_pods = running_job("low-a", "us0-n0", "us0-n1", "us0-n2",
+                            status={"preemption": marked})
+    high, high_pods = running_job("high", "us0-n3", priority=20)
+    b, b_pods = running_job("low-b", *(f"us1-n{s}" for s in range(4)))
+    snapshot = world(nodes(2), [first, gang, a, high, b], [*a_pods, *high_pods, *b_pods],
+                     searches_per_namespace=1,
+                     searched={("TrainingJob", "ns", "g1"): NOW - 1})
+    with trial(snapshot):
+        decided = {d.key[1]: d for d in decide_jobs(snapshot, [])}
+    assert searched(snapshot) == {"g0"}
+    assert decided["g1"].desired["message"].startswith("preempting ns/low-b")
+    assert decided["low-b"].desired["preemption"]["by"] == "ns/g1"
+    assert conditions(decided["low-a"].desired)["Preempted"] == ("False", "Cancelled")

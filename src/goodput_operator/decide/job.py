@@ -470,7 +470,11 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
            conditions: list[Obj], result: JobDecision) -> tuple[Obj | None, ConditionUpdate]:
     """Place the whole gang, or say why it waits (an event when the reason changes); in
     a namespace with more waiting jobs than turns, only when it has a turn (decide.turns)."""
-    if turn(snapshot, "TrainingJob", job, snapshot.jobs, _waits_for_placement) is False:
+    has_turn = turn(snapshot, "TrainingJob", job, snapshot.jobs, _waits_for_placement)
+    previous = next((c for c in conditions if c["type"] == "Placed"), None)
+    again = previous.get("message", "") if has_turn is False and previous is not None and \
+        previous.get("reason") == "Preempting" else None
+    if has_turn is False and again is None:
         return None, kept(conditions, "Placed", False, job["metadata"]["namespace"],
                           snapshot.searches_per_namespace)
     request = dataclasses.replace(request_for(snapshot, fleet, spec, job, spec.workers),
@@ -484,12 +488,15 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
                                    standby_map(snapshot, spec.ultra_server_group),
                                    spec.borrow_standby)
         if not placed.ok and spec.preemption_policy == "LowerPriority":
-            preempting = preempt_for(snapshot, fleet, spec, job, request)
+            # without a turn, the victims of its last search while they still make room
+            if again is not None:
+                preempting = preempt_for(snapshot, fleet, spec, job, request, again)
+            if preempting is None:
+                preempting = preempt_for(snapshot, fleet, spec, job, request)
     result.placement_seconds = time.perf_counter() - started
     if not placed.ok:
         reason, why = ("Preempting", preempting) if preempting else \
             ("WaitingForCapacity", placed.reason)
-        previous = next((c for c in conditions if c["type"] == "Placed"), None)
         if previous is None or previous.get("message") != why:
             result.events.append(Event("Normal", reason, why))
         return None, ConditionUpdate("Placed", False, reason, why)
@@ -506,10 +513,9 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
 
 def _waits_for_placement(job: Obj) -> bool:
     """A job that asks for a placement search in every pass until it fits (decide.turns):
-    not placed, not ended or suspended, and not preempting already (its victims are
-    marked anew each pass, or they go on running)."""
+    not placed, not ended or suspended. One preempting already waits too: its search for
+    victims (up to preemption.TRIALS placements) takes turns like any other, and between
+    them it marks the victims it found again (`preempt_for`'s AGAIN)."""
     status = job.get("status") or {}
-    if status.get("placement") or status.get("phase") in (*TERMINAL, "Suspended"):
-        return False
-    return not any(c.get("type") == "Placed" and c.get("reason") == "Preempting"
-                   for c in status.get("conditions") or [])
+    return not status.get("placement") and status.get("phase") not in (*TERMINAL,
+                                                                       "Suspended")

@@ -29,7 +29,7 @@ from goodput_operator.health import badput
 from goodput_operator.health.quarantine import iso, parse_time
 from goodput_operator.topology.model import Fleet, trainingjob_owner
 from goodput_operator.topology.placement import Request
-from goodput_operator.topology.preemption import Candidate, preempt
+from goodput_operator.topology.preemption import Candidate, kept, preempt
 
 Obj = dict[str, Any]
 # the most a victim's preemptionGraceSeconds holds a preemptor of another namespace
@@ -37,9 +37,13 @@ FOREIGN_GRACE_SECONDS = 300
 
 
 def preempt_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
-                request: Request) -> str | None:
+                request: Request, again: str | None = None) -> str | None:
     """Mark the victims that make room for JOB's gang of REQUEST; what is said on its
-    Placed condition, or None when no preemption makes room."""
+    Placed condition, or None when no preemption makes room.
+
+    AGAIN: what the job said when it last searched, for a job without a turn at the
+    search this pass (decide.turns): the victims of that search are marked again while
+    they still make room, without a search, and AGAIN stands; None when they no longer do."""
     meta = job["metadata"]
     me = f"{meta['namespace']}/{meta['name']}"
     mine = snapshot.priority(job)
@@ -56,14 +60,15 @@ def preempt_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Ob
         keys[owner] = (other_meta["namespace"], other_meta["name"])
         candidates.append(Candidate(owner, theirs.rank_for(mine.namespace),
                                     (status.get("preemption") or {}).get("by") == me))
-    found = preempt(fleet, request, candidates)
+    found = kept(fleet, request, candidates) if again is not None else \
+        preempt(fleet, request, candidates)
     if found is None:
         return None
     victims = ", ".join("/".join(keys[v]) for v in found.victims)
     bound = "" if found.exact else (" (each needed; fewer might do, beyond the "
                                     "search's budget)")
-    message = (f"preempting {victims} (below {mine.describe()}){bound}; without them: "
-               f"{found.placement.reason}")
+    message = again or (f"preempting {victims} (below {mine.describe()}){bound}; without "
+                        f"them: {found.placement.reason}")
     for victim in found.victims:
         snapshot.preempting[keys[victim]] = Mark(me, mine, message[:1024])
     # hold the room for the rest of the pass (a trial binding, never a reservation): the

@@ -16,8 +16,11 @@ search said (conditions are not rewritten), and is searched again when its turn 
 
 What the bound leaves alone: a namespace with no more waiting objects than turns (every
 one searched, as before); placed objects (a replacement after a node failure is not a
-search for a turn); a job already preempting (skipping it would let its victims go on,
-and mark them again a pass later).
+search for a turn). A job already preempting takes turns at its search for victims (up to
+topology.preemption.TRIALS placements each) like any other; without a turn it is still
+tried in the free room (one placement) and marks the victims of its last search again
+while they still make room (one more), so they are not let go and marked again a turn
+later; only when they no longer make room does it search out of turn.
 """
 
 from __future__ import annotations

@@ -84,6 +84,18 @@ def preempt(fleet: Fleet, request: Request, candidates: Sequence[Candidate]
     return _fewer(fleet, request, present, best[1])
 
 
+def kept(fleet: Fleet, request: Request, candidates: Sequence[Candidate]
+         ) -> Preemption | None:
+    """The CANDIDATES already being preempted for this gang, while their removal still
+    lets REQUEST be placed (one placement, not a search): what a gang without a turn at
+    the search marks again (decide.turns). None when they no longer make room."""
+    owners = tuple(c.owner for c in candidates if c.preempting and fleet.by_owner.get(c.owner))
+    if not owners:
+        return None
+    placed = _fits(fleet, request, owners)
+    return Preemption(owners, placed) if placed.ok else None
+
+
 def _fits(fleet: Fleet, request: Request, owners: Iterable[str]) -> Placement:
     with fleet.without(owners):
         return place(fleet, request)
