@@ -1,15 +1,20 @@
-"""Control-loop benchmark: apply -> every worker running, ours against kube-scheduler alone.
+"""Control-loop (launch) benchmark: apply -> every worker running, ours against JobSet and
+an Indexed Job.
 
-    python -m bench.control_loop [--quick] [--json] [--repeats N]
+    python -m bench.control_loop [--quick] [--json] [--repeats N] [--no-jobset]
 
 On a sandbox with a 512-node synthetic Trn2 fleet (128 UltraServers), for gangs of 16, 64
-and 256 workers x 16 chips, in the same run and alternating:
+and 256 workers x 16 chips, in the same run, the order rotated each trial:
 - ours: a TrainingJob (gated pods, topology placement, pinning, ungating by the operator);
+- jobset: the same pods as a JobSet v0.11.1 (the real peer, its controller built from its
+  Go module and run beside the control plane: sandbox/jobset.py) of one replicated Job,
+  its defaults (a headless Service, its pod webhooks), placed by kube-scheduler;
 - baseline: the same pods as a plain Indexed Job (completions = parallelism = N), placed by
   kube-scheduler alone, no gang semantics, no topology.
 Time is from the create call to the moment every pod has started (phase Running, or for
-the Job also Succeeded: KWOK completes Job pods right after they run). Medians over
---repeats; the ratio ours/baseline is printed. Target: 256 workers within 1.5x.
+the Jobs also Succeeded: KWOK completes Job pods right after they run). Medians over
+--repeats; the ratios ours/JobSet and ours/Indexed Job are printed. Targets: 256 workers
+within 1.5x the Indexed Job (issue 4) and within 1.0x JobSet (issue 46).
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from kubernetes import client, config
 
 from bench.harness import operator_sandbox
 from goodput_operator import names
-from goodput_operator.sandbox import cluster
+from goodput_operator.sandbox import cluster, versions
+from goodput_operator.sandbox import jobset as jobsets
 
 NAME = "bench-control-loop"
 FLEET = "synthetic:trn2:128"
@@ -56,6 +62,18 @@ def indexed_job(name: str, workers: int) -> dict[str, Any]:
                                            "containers": [container()]}}}}
 
 
+def jobset(name: str, workers: int) -> dict[str, Any]:
+    """The same workers as a JobSet: one replicated Job, the Indexed Job's spec."""
+    job = indexed_job(name, workers)["spec"]
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name},
+            "spec": {"replicatedJobs": [{"name": "workers", "replicas": 1,
+                                         "template": {"spec": job}}]}}
+
+
+KINDS = ("ours", "jobset", "baseline")
+
+
 class Bench:
     def __init__(self, box: cluster.Sandbox) -> None:
         self.box = box
@@ -79,6 +97,10 @@ class Bench:
                 "goodput.dev", "v1alpha1", namespace, "trainingjobs",
                 training_job(name, workers))
             selector = f"{names.JOB_LABEL}={name}"
+        elif kind == "jobset":
+            self.custom.create_namespaced_custom_object(
+                "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", jobset(name, workers))
+            selector = f"{jobsets.JOBSET_NAME}={name}"
         else:
             self.batch.create_namespaced_job(namespace, cast(Any, indexed_job(name, workers)))
             selector = f"bench={name}"
@@ -100,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="gangs of 16 and 64, 1 repeat")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--no-jobset", action="store_true",
+                        help="without the JobSet peer (not built here yet, say)")
     args = parser.parse_args(argv)
+    kinds = tuple(k for k in KINDS if k != "jobset" or not args.no_jobset)
     sizes = (16, 64) if args.quick else (16, 64, 256)
     repeats = 1 if args.quick else args.repeats
     group = {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
@@ -112,30 +137,50 @@ def main(argv: list[str] | None = None) -> int:
                       "probes": {"schedule": ""}}}  # no idle-node sweep mid-measurement
     results: dict[int, dict[str, list[float]]] = {}
     with operator_sandbox(NAME, FLEET, group, wait_seconds=600) as box:
+        if "jobset" in kinds:
+            jobsets.start(box)
         bench = Bench(box)
         for workers in sizes:
-            results[workers] = {"ours": [], "baseline": []}
+            results[workers] = {kind: [] for kind in kinds}
             for trial in range(repeats):
-                order = ("ours", "baseline") if trial % 2 == 0 else ("baseline", "ours")
+                order = kinds[trial % len(kinds):] + kinds[:trial % len(kinds)]
                 for kind in order:
                     seconds = bench.run(kind, workers, trial)
                     results[workers][kind].append(seconds)
                     print(f"# {kind} {workers} workers, trial {trial}: {seconds:.2f}s",
                           file=sys.stderr, flush=True)
-    rows = []
-    for workers, times in results.items():
-        ours, base = statistics.median(times["ours"]), statistics.median(times["baseline"])
-        rows.append({"workers": workers, "ours_s": round(ours, 2),
-                     "baseline_s": round(base, 2), "ratio": round(ours / base, 2),
-                     "ours_all": [round(t, 2) for t in times["ours"]],
-                     "baseline_all": [round(t, 2) for t in times["baseline"]]})
-    print("| workers | ours (TrainingJob) s | baseline (Indexed Job) s | ratio ours/baseline |")
-    print("|---|---|---|---|")
-    for row in rows:
-        print(f"| {row['workers']} | {row['ours_s']} | {row['baseline_s']} | {row['ratio']} |")
+    rows = [row_of(workers, times) for workers, times in results.items()]
+    print(table(rows, kinds))
     if args.json:
-        print(json.dumps({"fleet": FLEET, "repeats": repeats, "results": rows}, indent=1))
+        print(json.dumps({"fleet": FLEET, "repeats": repeats,
+                          "jobset": versions.JOBSET if "jobset" in kinds else None,
+                          "results": rows}, indent=1))
     return 0
+
+
+def row_of(workers: int, times: dict[str, list[float]]) -> dict[str, Any]:
+    """One gang size's medians, ratios of ours to each other system, and every trial."""
+    median = {kind: statistics.median(seconds) for kind, seconds in times.items()}
+    row: dict[str, Any] = {"workers": workers}
+    for kind, seconds in median.items():
+        row[f"{kind}_s"] = round(seconds, 2)
+        row[f"{kind}_all"] = [round(t, 2) for t in times[kind]]
+        if kind != "ours":
+            row[f"ratio_{kind}"] = round(median["ours"] / seconds, 2)
+    return row
+
+
+def table(rows: list[dict[str, Any]], kinds: tuple[str, ...]) -> str:
+    """The medians as a markdown table, with the ratios of ours to each peer."""
+    titles = {"ours": "ours (TrainingJob) s", "jobset": f"JobSet {versions.JOBSET} s",
+              "baseline": "Indexed Job s"}
+    peers = [k for k in kinds if k != "ours"]
+    head = [*(titles[k] for k in kinds), *(f"ours / {titles[k][:-2]}" for k in peers)]
+    lines = ["| workers | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
+    for row in rows:
+        cells = [*(str(row[f"{k}_s"]) for k in kinds), *(str(row[f"ratio_{k}"]) for k in peers)]
+        lines.append(f"| {row['workers']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from goodput_operator.sandbox import (
     fleet,
     hostnet,
     images,
+    jobset,
     kueue,
     operator_image,
     procs,
@@ -53,6 +54,10 @@ def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--kueue", action="store_true",
                     help="also build (first time) and run Kueue with its CRDs for this sandbox "
                          "(quotas; MultiKueue with `sandbox connect`; docs/multicluster.md)")
+    up.add_argument("--peers", type=_peers, default=(), metavar="NAME[,NAME]",
+                    help="also build (first time) and run these peers beside the control "
+                         f"plane, for head-to-head runs: {', '.join(PEERS)} "
+                         "(bench/README.md)")
     add = verb("add-real-node", "turn one more fleet node into a real node (the first one "
                                 "still simulated, or NODE)")
     add.add_argument("node", nargs="?")
@@ -266,11 +271,26 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     return SANDBOX_VERBS[args.verb](cluster.Sandbox(args.name), args)
 
 
+PEERS = ("kueue", "jobset")  # what `sandbox up --peers` starts (PEERS.md's versions)
+
+
+def _peers(value: str) -> tuple[str, ...]:
+    """--peers: known names, comma-separated; an unknown one is refused by name."""
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    unknown = [n for n in names if n not in PEERS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown peer(s) {', '.join(unknown)}: known are {', '.join(PEERS)}")
+    return names
+
+
 def _up(box: cluster.Sandbox, args: argparse.Namespace) -> int:
     chosen = cluster.up(box, args.fleet, real_nodes=args.real_nodes,
                         system_nodes=args.system_nodes)
-    if args.kueue:
+    if args.kueue or "kueue" in args.peers:
         kueue.start(box)
+    if "jobset" in args.peers:
+        jobset.start(box)
     print(fleet.summary(chosen))
     print(f"\nkubeconfig: {box.kubeconfig}\n"
           f"  eval $(goodput sandbox env --name {box.name})   # KUBECONFIG + kubectl v1.36\n"
@@ -296,6 +316,8 @@ def _status(box: cluster.Sandbox, args: argparse.Namespace) -> int:
           f"  fleet: {state.fleet}\n  nodes: {state.nodes_ready}/{state.nodes_total} Ready")
     if kueue.running(box):
         print(f"  kueue: {versions.KUEUE} running (log: {kueue.home(box) / 'kueue.log'})")
+    if jobset.running(box):
+        print(f"  jobset: {versions.JOBSET} running (log: {jobset.home(box) / 'jobset.log'})")
     return 0
 
 

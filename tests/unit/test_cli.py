@@ -137,3 +137,22 @@ def test_up_with_kueue_starts_it_after_the_sandbox(
     code, out, _ = run(capsys, "sandbox", "up", "--name", "region-a", "--kueue")
     assert code == 0 and started == ["up", "kueue region-a"]
     assert "fleet trn2" in out
+
+
+def test_up_with_peers_starts_each_after_the_sandbox(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from goodput_operator.sandbox import cluster, fleet, jobset, kueue
+
+    started: list[str] = []
+    monkeypatch.setattr(cluster, "up", lambda box, *_, **__: (started.append("up"),
+                                                              fleet.load("trn2"))[1])
+    monkeypatch.setattr(kueue, "start", lambda box: started.append("kueue"))
+    monkeypatch.setattr(jobset, "start", lambda box: started.append("jobset"))
+    code, _, _ = run(capsys, "sandbox", "up", "--name", "h2h", "--peers", "jobset,kueue")
+    assert code == 0 and started == ["up", "kueue", "jobset"]
+
+
+def test_an_unknown_peer_is_refused_by_name(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run(capsys, "sandbox", "up", "--name", "h2h", "--peers", "jobset,keda")
+    assert "unknown peer(s) keda: known are kueue, jobset" in capsys.readouterr().err

@@ -5,7 +5,7 @@ A worker pod is about 8 KB of JSON, half of it managedFields and most of the res
 volumes and probes. `json.loads` builds every one of those fields as Python objects and
 `slim_pod` then throws them away: about 100 ms a page of 500 pods, 16 s of a restart's
 initial list at 45,000 pods. msgspec decodes into these shapes and skips every field they
-do not name without building it: about 9 ms a page (bench/README.md, "restart").
+do not name without building it: about 9 ms a page (bench/HISTORY.md, "restart").
 
 The shapes name exactly what `state.slim_pod` and `state.slim_node` keep, so a decoded
 object is what slimming the full one gives (a property test holds them to it). Leaf

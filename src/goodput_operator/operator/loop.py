@@ -53,7 +53,7 @@ async def woken_or(state: State, timeout: float) -> None:
     """Until something wakes the loop, or TIMEOUT seconds. Not `asyncio.wait_for`: on
     Python 3.11 it returns normally when it is cancelled in the few steps after the awaited
     future finished, and at scale the wake is set again by the end of nearly every pass, so
-    a shutdown's cancellation was lost and the operator never stopped (bench/README.md,
+    a shutdown's cancellation was lost and the operator never stopped (bench/HISTORY.md,
     attempt 10)."""
     woken = asyncio.ensure_future(state.wake.wait())
     try:

@@ -226,7 +226,7 @@ class Sandbox:
         elif quiet:
             # no heartbeats: 20,000 simulated Leases renewed on two shared cores fell
             # behind whenever anything else ran, and the node lifecycle controller took the
-            # nodes for dead (191 quarantined in 3 minutes; bench/README.md). Without KWOK's
+            # nodes for dead (191 quarantined in 3 minutes; bench/HISTORY.md). Without KWOK's
             # heartbeat stage a node stays as its initialization left it, Ready, and the
             # controller-manager waits a week before it calls a silent node Unknown.
             # Injected failures still flip Ready at once (the chaos stage), and the operator
@@ -511,7 +511,8 @@ def down(sandbox: Sandbox) -> bool:
     if realnode.load(sandbox.home):
         sandbox.real_runtime().remove_all(drain=sandbox.is_running())
     procs.kill_pidfile(sandbox.home / "drivers.pid")
-    procs.kill_pidfile(sandbox.home / "kueue" / "kueue.pid")  # sandbox.kueue, if started
+    for peer in ("kueue", "jobset"):  # sandbox.kueue, sandbox.jobset, if started
+        procs.kill_pidfile(sandbox.home / peer / f"{peer}.pid")
     existed = sandbox.exists()
     if existed:
         sandbox.kwokctl("delete", "cluster", "--name", sandbox.name, timeout=120)

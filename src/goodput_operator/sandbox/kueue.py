@@ -138,7 +138,8 @@ def webhook_configurations(manifests: str, port: int, ca: bytes) -> list[dict[st
     return found
 
 
-def _ready(port: int) -> bool:
+def ready(port: int) -> bool:
+    """Whether a controller-runtime manager's health server on PORT says it is ready."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as answer:
             return bool(answer.status == 200)
@@ -178,7 +179,7 @@ def start(sandbox: Sandbox, progress: Progress = build.print_progress) -> None:
                  f"--config={config}", "--zap-log-level=2"],
                 here / "kueue.log", pidfile(sandbox))
     try:
-        procs.wait(lambda: _ready(ports["health"]) or not running(sandbox), 120,
+        procs.wait(lambda: ready(ports["health"]) or not running(sandbox), 120,
                    "Kueue's manager to be ready")
     except procs.ProcessError as err:
         raise SandboxError(f"{err}; its log: {here / 'kueue.log'}") from err

@@ -14,6 +14,7 @@ ETCD = "v3.6.16"
 KWOK = "v0.8.0"
 HELM = "v3.21.4"
 KUEUE = "v0.17.0"  # quotas and MultiKueue (goodput sandbox up --kueue)
+JOBSET = "v0.11.1"  # a peer, for the head-to-head benchmarks only (sandbox/jobset.py)
 # cluster DNS for real nodes: the newest on k8s.io v0.35 (v1.15 needs v0.37, newer than
 # Kubernetes' own staging), so it joins SHARED_GRAPH and compiles against Kubernetes' client-go
 COREDNS = "v1.14.7"
@@ -139,6 +140,14 @@ KUEUE_COMPONENT = Component(
     version=KUEUE,
     binaries={"sigs.k8s.io/kueue/cmd/kueue": "kueue"},
     version_vars={"sigs.k8s.io/kueue/pkg/version.GitVersion": KUEUE},
+)
+
+JOBSET_COMPONENT = Component(
+    name="jobset",
+    module="sigs.k8s.io/jobset",
+    version=JOBSET,
+    binaries={"sigs.k8s.io/jobset": "jobset"},
+    version_vars={"sigs.k8s.io/jobset/pkg/version.GitVersion": JOBSET},
 )
 
 # Built in one module graph, so every package they share is compiled once: each resolves

@@ -73,7 +73,7 @@ PodUse = tuple[str, int, str]
 are a quarter-million at 1M accelerators, and the cyclic garbage collector stops tracking
 an exact tuple of strings and ints (and then the node's dict of them), where a NamedTuple
 stays tracked. Tracked, they made every full collection walk them: 228 ms against 8 ms on
-a full 1M NVL72 fleet, landing inside a solve now and then (bench/README.md, issue 19)."""
+a full 1M NVL72 fleet, landing inside a solve now and then (bench/HISTORY.md, issue 19)."""
 
 
 @dataclass(eq=False)

@@ -1,0 +1,129 @@
+"""JobSet beside a sandbox: a peer for the head-to-head benchmarks (bench/launch.py), never
+part of `make test`'s critical path.
+
+JobSet's controller manager runs as a plain process against the sandbox's API server, built
+from its Go module like Kueue (sandbox/kueue.py, cached). What a Deployment would get from
+its manifests is done here instead, as for Kueue:
+- its webhooks (JobSet's defaulting and validation, and its pod webhooks) are served on
+  127.0.0.1 with a certificate of a CA made for the sandbox and registered by `url` +
+  `caBundle`; the pod webhooks keep the object selector JobSet's own kustomize patch gives
+  them (pods of a JobSet only), so no other pod of the sandbox goes through them;
+- its internal certificate management is off (it would write a Secret for a Service that
+  does not exist); the metrics server reads the same certificate.
+Its configuration otherwise is JobSet's default.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from goodput_operator.sandbox import build, kueue, procs
+from goodput_operator.sandbox.build import Progress
+from goodput_operator.sandbox.cluster import (
+    Sandbox,
+    SandboxError,
+    require_running,
+    wait_established,
+)
+from goodput_operator.sandbox.versions import JOBSET, JOBSET_COMPONENT
+
+NAMESPACE = "jobset-system"
+_WEBHOOK_CONFIGS = ("goodput-jobset-mutating", "goodput-jobset-validating")
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"  # the label on every pod of a JobSet
+
+
+def home(sandbox: Sandbox) -> Path:
+    return sandbox.home / "jobset"
+
+
+def pidfile(sandbox: Sandbox) -> Path:
+    return home(sandbox) / "jobset.pid"
+
+
+def running(sandbox: Sandbox) -> bool:
+    return procs.alive(pidfile(sandbox))
+
+
+def configuration(ports: dict[str, int], certs: Path) -> dict[str, Any]:
+    """JobSet's Configuration for this sandbox: one manager on 127.0.0.1, no leader
+    election, certificates from CERTS."""
+    return {
+        "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['health']}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{ports['metrics']}", "certDir": str(certs)},
+        "webhook": {"host": "127.0.0.1", "port": ports["webhook"], "certDir": str(certs)},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+    }
+
+
+def webhook_configurations(manifests: str, port: int, ca: bytes) -> list[dict[str, Any]]:
+    """JobSet's webhook configurations pointed at 127.0.0.1:PORT by url and CA; the pod
+    webhooks only for a JobSet's pods (what JobSet's kustomize patches say)."""
+    bundle = base64.b64encode(ca).decode()
+    found = []
+    for doc, name in zip(yaml.safe_load_all(manifests), _WEBHOOK_CONFIGS, strict=True):
+        hooks = []
+        for hook in doc.get("webhooks") or []:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}
+            if any("pods" in (rule.get("resources") or []) for rule in hook.get("rules") or []):
+                hook["objectSelector"] = {"matchExpressions": [
+                    {"key": JOBSET_NAME, "operator": "Exists"}]}
+            hooks.append(hook)
+        found.append({**doc, "metadata": {"name": name}, "webhooks": hooks})
+    return found
+
+
+def start(sandbox: Sandbox, progress: Progress = build.print_progress) -> None:
+    """Build JobSet (first time), install its CRDs and webhooks and run its manager for
+    SANDBOX; ready when this returns."""
+    require_running(sandbox)
+    folder = build.build(JOBSET_COMPONENT, progress)
+    source = build.module_dir(JOBSET_COMPONENT)
+    progress(f"Starting JobSet {JOBSET} for sandbox {sandbox.name!r}...")
+    started = time.monotonic()
+    crds = str(source / "config" / "components" / "crd" / "bases")
+    sandbox.kubectl("apply", "--server-side", "--force-conflicts", "-f", crds, timeout=120)
+    wait_established(sandbox.kubeconfig, "-f", crds)
+    sandbox.kubectl("create", "namespace", NAMESPACE, check=False)
+    procs.kill_pidfile(pidfile(sandbox))
+    here = home(sandbox)
+    here.mkdir(parents=True, exist_ok=True)
+    ca = kueue.certificates(here / "certs")
+    ports = {"health": procs.free_port(), "metrics": procs.free_port(),
+             "webhook": procs.free_port()}
+    config = here / "config.yaml"
+    config.write_text(yaml.safe_dump(configuration(ports, here / "certs")))
+    hooks = webhook_configurations(
+        (source / "config" / "components" / "webhook" / "manifests.yaml").read_text(),
+        ports["webhook"], ca)
+    sandbox.kubectl("apply", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": hooks}))
+    procs.spawn(["env", f"KUBECONFIG={sandbox.kubeconfig}", str(folder / "jobset"),
+                 f"--config={config}", "--zap-log-level=2"],
+                here / "jobset.log", pidfile(sandbox))
+    try:
+        procs.wait(lambda: kueue.ready(ports["health"]) or not running(sandbox), 120,
+                   "JobSet's manager to be ready")
+    except procs.ProcessError as err:
+        raise SandboxError(f"{err}; its log: {here / 'jobset.log'}") from err
+    if not running(sandbox):
+        raise SandboxError(f"JobSet's manager exited; its log: {here / 'jobset.log'}")
+    progress(f"JobSet is up in {time.monotonic() - started:.0f}s (log: {here / 'jobset.log'}).")
+
+
+def stop(sandbox: Sandbox) -> None:
+    """Stop the manager and take its webhooks out (they would refuse every JobSet's pod)."""
+    procs.kill_pidfile(pidfile(sandbox))
+    if sandbox.is_running():
+        for kind, name in zip(("mutatingwebhookconfiguration", "validatingwebhookconfiguration"),
+                              _WEBHOOK_CONFIGS, strict=True):
+            sandbox.kubectl("delete", kind, name, "--ignore-not-found", check=False)
