@@ -1,0 +1,275 @@
+"""Recovery, head to head with JobSet (issue 46, item 3): a node failure under a running
+gang, ours against JobSet v0.11.1 at its defaults and tuned, in one sandbox.
+
+    python -m bench.recovery_peers [--json] [--trials N] [--default-trials N]
+
+The sandbox: the built-in trn2 fleet (4 UltraServers x 4 nodes, KWOK), one control plane,
+so the same node lifecycle controller and node-monitor settings for every system. The
+gang: 3 workers x 16 chips (one node each). Each trial fails the node of rank (index) 1
+(`faults.fail_node`: KWOK turns it NotReady) and polls the API server every 50 ms until
+the gang runs again: as many pods as workers, all Running, none on the failed node. Then
+the node is healed and the next trial runs.
+
+- **ours:** a TrainingJob on an UltraServerGroup with one spare per UltraServer and
+  default quarantine settings (bench/recovery.py's), the operator running.
+- **JobSet, defaults:** a JobSet of one replicated Indexed Job, nothing set that JobSet or
+  the Job leave to defaults: the pods tolerate the lifecycle controller's NoExecute taints
+  for the default 300 s, then are evicted, and the Job (backoffLimit 6 by default) makes
+  the lost index again wherever kube-scheduler puts it. Its `--default-trials` (default 1:
+  each takes over five minutes).
+- **JobSet, tuned:** as a user who read JobSet's docs would run a gang: tolerations of 0 s
+  for the not-ready and unreachable NoExecute taints (evicted as soon as the node is
+  tainted), the Job's backoffLimit 0, and `failurePolicy.maxRestarts` 10: the whole gang
+  is made again (JobSet's restart) on nodes kube-scheduler chooses.
+The operator is stopped while JobSet runs (it would quarantine the failed node, which
+changes nothing for JobSet but is not JobSet's doing).
+
+Reported per system, median (and every trial): seconds to the gang running again, the
+lifecycle controller's NoExecute taint on the failed node, pods made again, whether the
+surviving ranks kept their nodes (rank order) and whether the gang stayed in the
+UltraServers it was in. KWOK deletes an evicted pod at once (a real kubelet that is down
+never confirms; the pod stays Terminating until it is force-deleted): generous to JobSet.
+
+Not measured here yet: Kueue TAS's hot swap (TASFailedNodeReplacement), real nodes with
+the example trainer, and a second failure during the first replacement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, cast
+
+from kubernetes import client, config
+
+from bench import recovery
+from bench.harness import OperatorProcess, sandbox, wait_until
+from goodput_operator.health import quarantine as q
+from goodput_operator.sandbox import cluster, faults, jobset, versions
+from goodput_operator.topology.record import ranks_of
+
+Obj = dict[str, Any]
+NAMESPACE = "bench"
+WORKERS = 3
+DOMAIN_LABEL = "topology.k8s.aws/ultraserver-id"
+INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+NEURON = "aws.amazon.com/neuron"
+TIMEOUT = 420.0  # seconds a trial may take: the defaults' 300 s toleration and then some
+
+
+def jobset_gang(name: str, tuned: bool) -> Obj:
+    """The gang as a JobSet: at its defaults, or TUNED as described above."""
+    pod: Obj = {"restartPolicy": "Never", "containers": [{
+        "name": "worker", "image": "example.com/train:1",
+        "resources": {"requests": {NEURON: "16"}, "limits": {NEURON: "16"}}}]}
+    job: Obj = {"completionMode": "Indexed", "completions": WORKERS, "parallelism": WORKERS}
+    spec: Obj = {}
+    if tuned:
+        pod["tolerations"] = [{"key": key, "operator": "Exists", "effect": "NoExecute",
+                               "tolerationSeconds": 0} for key in faults.LIFECYCLE_TAINTS]
+        job["backoffLimit"] = 0
+        spec["failurePolicy"] = {"maxRestarts": 10}
+    job["template"] = {"metadata": {"labels": {cluster.KEEP_RUNNING: "true"}}, "spec": pod}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {**spec, "replicatedJobs": [{"name": "workers", "replicas": 1,
+                                                 "template": {"spec": job}}]}}
+
+
+def gang_state(pods: list[Obj], victim: str | None) -> dict[int, tuple[str, str]] | None:
+    """Rank -> (node, pod uid) when the gang runs: WORKERS pods not being deleted, all
+    Running, none on VICTIM, one per rank; else None."""
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    if len(live) != WORKERS or any(
+            (p.get("status") or {}).get("phase") != "Running" or
+            p["spec"].get("nodeName") in (None, victim) for p in live):
+        return None
+    ranks = {int(p["metadata"]["labels"].get(INDEX_LABEL, -1)): (p["spec"]["nodeName"],
+                                                                 p["metadata"]["uid"])
+             for p in live}
+    return ranks if sorted(ranks) == list(range(WORKERS)) else None
+
+
+def compare(before: dict[int, tuple[str, str]], after: dict[int, tuple[str, str]],
+            domains: dict[str, str], failed_rank: int) -> Obj:
+    """What a recovery kept: pods made again, the surviving ranks on their nodes, the
+    gang in the UltraServers it was in."""
+    return {"recreated": sum(1 for r in after if after[r][1] != before[r][1]),
+            "ranks_kept": all(after[r][0] == before[r][0] for r in before if r != failed_rank),
+            "domains_kept": {domains[n] for n, _ in after.values()} <=
+            {domains[n] for n, _ in before.values()}}
+
+
+class Peer:
+    """JobSet gangs in NAMESPACE, watched through the API like recovery.Bench watches ours."""
+
+    def __init__(self, box: cluster.Sandbox) -> None:
+        self.box = box
+        api = config.new_client_from_config(config_file=str(box.kubeconfig))  # type: ignore[no-untyped-call]
+        self.api, self.core = api, client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    def pods(self, name: str) -> list[Obj]:
+        listed = self.api.sanitize_for_serialization(self.core.list_namespaced_pod(
+            NAMESPACE, label_selector=f"{jobset.JOBSET_NAME}={name}"))
+        return cast(list[Obj], listed["items"])
+
+    def tainted(self, node: str) -> bool:
+        body = self.api.sanitize_for_serialization(self.core.read_node(node))
+        return any(t.get("key") in faults.LIFECYCLE_TAINTS and t.get("effect") == "NoExecute"
+                   for t in body["spec"].get("taints") or [])
+
+    def failed(self, name: str) -> bool:
+        body = cast(Obj, self.custom.get_namespaced_custom_object(
+            "jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets", name))
+        return any(c.get("type") == "Failed" and c.get("status") == "True"
+                   for c in (body.get("status") or {}).get("conditions") or [])
+
+    def trial(self, name: str, tuned: bool, domains: dict[str, str]) -> Obj:
+        self.custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", NAMESPACE,
+                                                    "jobsets", jobset_gang(name, tuned))
+        before: dict[int, tuple[str, str]] | None = None
+
+        def running() -> bool:
+            nonlocal before
+            before = gang_state(self.pods(name), None)
+            return before is not None
+        wait_until(running, 120, f"JobSet {name} running")
+        assert before is not None
+        victim = before[1][0]
+        t0 = time.monotonic()
+        faults.fail_node(self.box, victim)
+        row: Obj = {"system": "jobset-tuned" if tuned else "jobset-defaults"}
+        after = None
+        while after is None:
+            now = time.monotonic() - t0
+            if now > TIMEOUT or self.failed(name):
+                row["outcome"] = "JobSet failed" if now <= TIMEOUT else "timed out"
+                break
+            if "k8s_taint" not in row and self.tainted(victim):
+                row["k8s_taint"] = round(now, 2)
+            after = gang_state(self.pods(name), victim)
+            time.sleep(recovery.POLL)
+        if after is not None:
+            row |= {"outcome": "recovered", "total": round(time.monotonic() - t0, 2),
+                    **compare(before, after, domains, 1)}
+        self.custom.delete_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", NAMESPACE,
+                                                    "jobsets", name,
+                                                    propagation_policy="Foreground")
+        wait_until(lambda: not self.pods(name), 120, f"JobSet {name}'s pods gone")
+        heal(self.box, self.core, victim)
+        return row
+
+
+def heal(box: cluster.Sandbox, core: client.CoreV1Api, node: str) -> None:
+    """The node Ready again, out of any quarantine."""
+    api = core.api_client
+    faults.heal_node(box, node)
+    wait_until(lambda: faults.recovered(api.sanitize_for_serialization(core.read_node(node))),
+               120, f"{node} recovered")
+    body = api.sanitize_for_serialization(core.read_node(node))
+    core.patch_node(node, q.release_patch(body), _content_type="application/merge-patch+json")
+
+
+def ours(box: cluster.Sandbox, trials: int, domains: dict[str, str]) -> list[Obj]:
+    """recovery.Bench's trials, each with what it kept (ranks, domains, pods remade)."""
+    bench = recovery.Bench(box)
+    box.kubectl("apply", "--server-side", "-f", "-",
+                input_text=json.dumps(recovery.training_job()))
+    bench.wait("job running", lambda: bench.running(0))
+    rows = []
+    for trial in range(1, trials + 1):
+        before = {r["rank"]: (r["node"], "") for r in ranks_of(bench.job()["status"]["placement"])}
+        row = bench.trial(trial)
+        after = {r["rank"]: (r["node"], "") for r in ranks_of(bench.job()["status"]["placement"])}
+        kept = compare(before, after, domains, 1)
+        rows.append({"system": "ours", "outcome": "recovered", "total": round(row["total"], 2),
+                     "k8s_taint": round(row["k8s_taint"], 2),
+                     "recreated": len(after), "ranks_kept": kept["ranks_kept"],
+                     "domains_kept": kept["domains_kept"]})
+        recovery.log(f"# ours trial {trial}: {rows[-1]}")
+    box.kubectl("delete", "trainingjob", "-n", NAMESPACE, recovery.JOB, "--wait=true")
+    return rows
+
+
+def summary(rows: list[Obj]) -> Obj:
+    """Per system: trials, recovered, median seconds to running again, the rest."""
+    found: Obj = {}
+    for system in dict.fromkeys(r["system"] for r in rows):
+        mine = [r for r in rows if r["system"] == system]
+        done = [r for r in mine if r["outcome"] == "recovered"]
+        found[system] = {
+            "trials": len(mine), "recovered": len(done),
+            "total_median_s": round(statistics.median(r["total"] for r in done), 2)
+            if done else None,
+            "k8s_taint_median_s": _median(r.get("k8s_taint") for r in mine),
+            "recreated": sorted({r["recreated"] for r in done}),
+            "ranks_kept": f"{sum(r['ranks_kept'] for r in done)}/{len(done)}",
+            "domains_kept": f"{sum(r['domains_kept'] for r in done)}/{len(done)}",
+            "outcomes": sorted({r["outcome"] for r in mine})}
+    return found
+
+
+def _median(values: Any) -> float | None:
+    found = [v for v in values if v is not None and not math.isnan(v)]
+    return round(statistics.median(found), 2) if found else None
+
+
+def table(found: Obj) -> str:
+    lines = ["| system | recovered | to running again, median s | ours / it | NoExecute "
+             "taint, median s | pods made again | ranks kept | UltraServers kept |",
+             "|---|---|---|---|---|---|---|---|"]
+    mine = (found.get("ours") or {}).get("total_median_s")
+    for system, row in found.items():
+        ratio = round(mine / row["total_median_s"], 3) if mine and row["total_median_s"] \
+            else "n/a"
+        lines.append(f"| {system} | {row['recovered']}/{row['trials']} | "
+                     f"{row['total_median_s']} | {ratio} | {row['k8s_taint_median_s']} | "
+                     f"{row['recreated']} | {row['ranks_kept']} | {row['domains_kept']} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=3, help="ours and JobSet tuned")
+    parser.add_argument("--default-trials", type=int, default=1)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    rows: list[Obj] = []
+    with sandbox("bench-recovery-peers", recovery.FLEET, recovery.group(),
+                 namespaces=[NAMESPACE]) as box:
+        domains = {n["metadata"]["name"]: n["metadata"]["labels"].get(DOMAIN_LABEL, "")
+                   for n in json.loads(box.kubectl("get", "nodes", "-o", "json").stdout)["items"]}
+        operator = OperatorProcess(box, Path(box.home) / "operator.log")
+        operator.start()
+        try:
+            wait_until(operator.ready, 120, "operator ready")
+            rows += ours(box, args.trials, domains)
+        finally:
+            operator.stop()
+        jobset.start(box)
+        peer = Peer(box)
+        for trial in range(args.trials):
+            rows.append(peer.trial(f"tuned-{trial}", True, domains))
+            recovery.log(f"# JobSet tuned trial {trial}: {rows[-1]}")
+        for trial in range(args.default_trials):
+            rows.append(peer.trial(f"defaults-{trial}", False, domains))
+            recovery.log(f"# JobSet defaults trial {trial}: {rows[-1]}")
+    found = summary(rows)
+    print(f"Node failure under a running {WORKERS}-worker gang, KWOK trn2 fleet, JobSet "
+          f"{versions.JOBSET}; one control plane, the same node-monitor settings")
+    print(table(found))
+    if args.json:
+        print(json.dumps({"jobset": versions.JOBSET, "fleet": recovery.FLEET,
+                          "summary": found, "trials": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
