@@ -21,8 +21,15 @@ the node is healed and the next trial runs.
   for the not-ready and unreachable NoExecute taints (evicted as soon as the node is
   tainted), the Job's backoffLimit 0, and `failurePolicy.maxRestarts` 10: the whole gang
   is made again (JobSet's restart) on nodes kube-scheduler chooses.
-The operator is stopped while JobSet runs (it would quarantine the failed node, which
-changes nothing for JobSet but is not JobSet's doing).
+- **Kueue TAS hot swap:** Kueue v0.17.0 at its defaults (TASFailedNodeReplacement and
+  TASReplaceNodeOnPodTermination are on: a NotReady node whose pods ended, or one NotReady
+  for 30 s, is replaced in the Workload's topology assignment by a node of the same
+  UltraServer), the gang an Indexed Job that TAS admits inside one UltraServer
+  (sandbox/peers.py), tuned as above (tolerations of 0 s, so the lost pod ends at the
+  taint; the Job's default backoffLimit makes its index again, and TAS puts it on the
+  replacement). Its `--kueue-trials` (default 3).
+The operator is stopped while the peers run (it would quarantine the failed node, which
+changes nothing for them but is not their doing).
 
 Reported per system, median (and every trial): seconds to the gang running again, the
 lifecycle controller's NoExecute taint on the failed node, pods made again, whether the
@@ -30,8 +37,8 @@ surviving ranks kept their nodes (rank order) and whether the gang stayed in the
 UltraServers it was in. KWOK deletes an evicted pod at once (a real kubelet that is down
 never confirms; the pod stays Terminating until it is force-deleted): generous to JobSet.
 
-Not measured here yet: Kueue TAS's hot swap (TASFailedNodeReplacement), real nodes with
-the example trainer, and a second failure during the first replacement.
+Not measured here yet: real nodes with the example trainer, and a second failure during
+the first replacement.
 """
 
 from __future__ import annotations
@@ -49,8 +56,9 @@ from kubernetes import client, config
 
 from bench import recovery
 from bench.harness import OperatorProcess, sandbox, wait_until
+from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.health import quarantine as q
-from goodput_operator.sandbox import cluster, faults, jobset, versions
+from goodput_operator.sandbox import cluster, faults, jobset, kueue, peers, versions
 from goodput_operator.topology.record import ranks_of
 
 Obj = dict[str, Any]
@@ -59,6 +67,8 @@ WORKERS = 3
 DOMAIN_LABEL = "topology.k8s.aws/ultraserver-id"
 INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 NEURON = "aws.amazon.com/neuron"
+QUEUE = "trn2"
+GROUP = UltraServerGroupSpec.model_validate(recovery.group()["spec"])
 TIMEOUT = 420.0  # seconds a trial may take: the defaults' 300 s toleration and then some
 
 
@@ -79,6 +89,16 @@ def jobset_gang(name: str, tuned: bool) -> Obj:
             "metadata": {"name": name, "namespace": NAMESPACE},
             "spec": {**spec, "replicatedJobs": [{"name": "workers", "replicas": 1,
                                                  "template": {"spec": job}}]}}
+
+
+def tas_gang(name: str) -> Obj:
+    """The gang as an Indexed Job for Kueue TAS, inside one UltraServer, tuned as above."""
+    job = peers.tas_gang(name, NAMESPACE, QUEUE, GROUP, WORKERS, 16, "domain",
+                         keep_running=True)
+    job["spec"]["template"]["spec"]["tolerations"] = [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0}
+        for key in faults.LIFECYCLE_TAINTS]
+    return job
 
 
 def gang_state(pods: list[Obj], victim: str | None) -> dict[int, tuple[str, str]] | None:
@@ -117,6 +137,9 @@ class Peer:
     def pods(self, name: str) -> list[Obj]:
         listed = self.api.sanitize_for_serialization(self.core.list_namespaced_pod(
             NAMESPACE, label_selector=f"{jobset.JOBSET_NAME}={name}"))
+        if not listed["items"]:  # an Indexed Job's (Kueue TAS)
+            listed = self.api.sanitize_for_serialization(self.core.list_namespaced_pod(
+                NAMESPACE, label_selector=f"batch.kubernetes.io/job-name={name}"))
         return cast(list[Obj], listed["items"])
 
     def tainted(self, node: str) -> bool:
@@ -124,15 +147,35 @@ class Peer:
         return any(t.get("key") in faults.LIFECYCLE_TAINTS and t.get("effect") == "NoExecute"
                    for t in body["spec"].get("taints") or [])
 
-    def failed(self, name: str) -> bool:
-        body = cast(Obj, self.custom.get_namespaced_custom_object(
-            "jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets", name))
+    def failed(self, system: str, name: str) -> bool:
+        if system == "kueue-tas-hotswap":
+            body = cast(Obj, self.api.sanitize_for_serialization(
+                client.BatchV1Api(self.api).read_namespaced_job(name, NAMESPACE)))
+        else:
+            body = cast(Obj, self.custom.get_namespaced_custom_object(
+                "jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets", name))
         return any(c.get("type") == "Failed" and c.get("status") == "True"
                    for c in (body.get("status") or {}).get("conditions") or [])
 
-    def trial(self, name: str, tuned: bool, domains: dict[str, str]) -> Obj:
-        self.custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", NAMESPACE,
-                                                    "jobsets", jobset_gang(name, tuned))
+    def submit(self, system: str, name: str) -> None:
+        if system == "kueue-tas-hotswap":
+            self.box.kubectl("apply", "--server-side", "-f", "-",
+                             input_text=json.dumps(tas_gang(name)))
+        else:
+            self.custom.create_namespaced_custom_object(
+                "jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets",
+                jobset_gang(name, system == "jobset-tuned"))
+
+    def delete(self, system: str, name: str) -> None:
+        if system == "kueue-tas-hotswap":
+            self.box.kubectl("delete", "job", "-n", NAMESPACE, name, "--wait=false")
+        else:
+            self.custom.delete_namespaced_custom_object(
+                "jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets", name,
+                propagation_policy="Foreground")
+
+    def trial(self, system: str, name: str, domains: dict[str, str]) -> Obj:
+        self.submit(system, name)
         before: dict[int, tuple[str, str]] | None = None
 
         def running() -> bool:
@@ -144,12 +187,12 @@ class Peer:
         victim = before[1][0]
         t0 = time.monotonic()
         faults.fail_node(self.box, victim)
-        row: Obj = {"system": "jobset-tuned" if tuned else "jobset-defaults"}
+        row: Obj = {"system": system}
         after = None
         while after is None:
             now = time.monotonic() - t0
-            if now > TIMEOUT or self.failed(name):
-                row["outcome"] = "JobSet failed" if now <= TIMEOUT else "timed out"
+            if now > TIMEOUT or self.failed(system, name):
+                row["outcome"] = "failed" if now <= TIMEOUT else "timed out"
                 break
             if "k8s_taint" not in row and self.tainted(victim):
                 row["k8s_taint"] = round(now, 2)
@@ -158,9 +201,7 @@ class Peer:
         if after is not None:
             row |= {"outcome": "recovered", "total": round(time.monotonic() - t0, 2),
                     **compare(before, after, domains, 1)}
-        self.custom.delete_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", NAMESPACE,
-                                                    "jobsets", name,
-                                                    propagation_policy="Foreground")
+        self.delete(system, name)
         wait_until(lambda: not self.pods(name), 120, f"JobSet {name}'s pods gone")
         heal(self.box, self.core, victim)
         return row
@@ -239,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=3, help="ours and JobSet tuned")
     parser.add_argument("--default-trials", type=int, default=1)
+    parser.add_argument("--kueue-trials", type=int, default=3)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     rows: list[Obj] = []
@@ -255,18 +297,27 @@ def main(argv: list[str] | None = None) -> int:
             operator.stop()
         jobset.start(box)
         peer = Peer(box)
-        for trial in range(args.trials):
-            rows.append(peer.trial(f"tuned-{trial}", True, domains))
-            recovery.log(f"# JobSet tuned trial {trial}: {rows[-1]}")
-        for trial in range(args.default_trials):
-            rows.append(peer.trial(f"defaults-{trial}", False, domains))
-            recovery.log(f"# JobSet defaults trial {trial}: {rows[-1]}")
+        plan = [("jobset-tuned", args.trials), ("jobset-defaults", args.default_trials)]
+        for system, trials in plan:
+            for trial in range(trials):
+                rows.append(peer.trial(system, f"{system}-{trial}", domains))
+                recovery.log(f"# {system} trial {trial}: {rows[-1]}")
+        jobset.stop(box)
+        if args.kueue_trials:
+            kueue.start(box)
+            for obj in peers.tas_objects(QUEUE, GROUP, len(domains), NAMESPACE):
+                box.kubectl("apply", "--server-side", "-f", "-", input_text=json.dumps(obj))
+            for trial in range(args.kueue_trials):
+                rows.append(peer.trial("kueue-tas-hotswap", f"tas-{trial}", domains))
+                recovery.log(f"# kueue-tas-hotswap trial {trial}: {rows[-1]}")
     found = summary(rows)
     print(f"Node failure under a running {WORKERS}-worker gang, KWOK trn2 fleet, JobSet "
-          f"{versions.JOBSET}; one control plane, the same node-monitor settings")
+          f"{versions.JOBSET}, Kueue {versions.KUEUE}; one control plane, the same "
+          "node-monitor settings")
     print(table(found))
     if args.json:
-        print(json.dumps({"jobset": versions.JOBSET, "fleet": recovery.FLEET,
+        print(json.dumps({"jobset": versions.JOBSET, "kueue": versions.KUEUE,
+                          "fleet": recovery.FLEET,
                           "summary": found, "trials": rows}, indent=1))
     return 0
 

@@ -95,3 +95,13 @@ def test_every_field_of_the_jobsets_is_one_jobsets_crd_knows(tuned: bool) -> Non
     [version] = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha2"]
     schema = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert schema_keys(schema, bench.jobset_gang("g", tuned)["spec"], "JobSet") == []
+
+
+def test_the_kueue_gang_stays_in_one_ultraserver_and_ends_at_the_taint() -> None:
+    from goodput_operator.sandbox import peers
+    job = bench.tas_gang("g")
+    template = job["spec"]["template"]
+    assert template["metadata"]["annotations"] == {peers.REQUIRED: bench.GROUP.domain_key}
+    assert job["metadata"]["labels"] == {peers.QUEUE_LABEL: bench.QUEUE}
+    assert "backoffLimit" not in job["spec"], "the Job's default makes the lost index again"
+    assert all(t["tolerationSeconds"] == 0 for t in template["spec"]["tolerations"])
