@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 
@@ -64,9 +65,18 @@ def test_slices_of_three_keep_each_slice_in_one_ultraserver(
     assert split(crds, namespace, "sliced") == [3, 3]
 
 
-def hold_half_of_each_ultraserver(crds: Cluster, namespace: str) -> None:
+@pytest.fixture
+def half_held(e2e: Operator, crds: Cluster, namespace: str) -> Iterator[None]:
     """Pods of no job of ours, bound to the first two nodes of each Trn2 UltraServer and
-    holding their chips: each UltraServer keeps 2 of its 4 nodes free."""
+    holding their chips: each UltraServer keeps 2 of its 4 nodes free. Deleted at once
+    after the test (before its jobs' cleanup waits for the namespace's pods)."""
+    hold_half_of_each_ultraserver(crds, namespace)
+    yield
+    crds.kubectl("delete", "pods", "-n", namespace, "-l", "e2e.goodput.dev/other=true",
+                 "--grace-period=0", "--force")
+
+
+def hold_half_of_each_ultraserver(crds: Cluster, namespace: str) -> None:
     nodes = [n for n in json.loads(crds.kubectl("get", "nodes", "-o", "json").stdout)["items"]
              if n["metadata"]["labels"].get(POOL_LABEL) == "trn2"]
     by_domain: dict[str, list[str]] = {}
@@ -75,7 +85,8 @@ def hold_half_of_each_ultraserver(crds: Cluster, namespace: str) -> None:
             n["metadata"]["name"])
     held = [name for members in by_domain.values() for name in sorted(members)[:2]]
     for i, name in enumerate(held):
-        apply(crds, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"other-{i}"},
+        apply(crds, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                         "name": f"other-{i}", "labels": {"e2e.goodput.dev/other": "true"}},
                      "spec": {"nodeName": name, "containers": [{
                          "name": "c", "image": "example.com/other:1", "resources": {
                              "requests": {NEURON: "16"}, "limits": {NEURON: "16"}}}]}},
@@ -86,24 +97,24 @@ def hold_half_of_each_ultraserver(crds: Cluster, namespace: str) -> None:
 
 
 def test_with_half_of_each_ultraserver_held_the_default_waits_for_one(
-        e2e: Operator, crds: Cluster, namespace: str, trn2_group: str) -> None:
+        e2e: Operator, crds: Cluster, namespace: str, trn2_group: str,
+        half_held: None) -> None:
     """Four workers fit one UltraServer: unit domain, policy required wait for one."""
-    hold_half_of_each_ultraserver(crds, namespace)
     apply(crds, training_job("packed", trn2_group, 4), namespace)
     placed = placed_condition(crds, namespace, "packed")
     assert (placed["status"], placed["reason"]) == ("False", "WaitingForCapacity")
 
 
 def test_unit_node_takes_any_nodes(
-        e2e: Operator, crds: Cluster, namespace: str, trn2_group: str) -> None:
-    hold_half_of_each_ultraserver(crds, namespace)
+        e2e: Operator, crds: Cluster, namespace: str, trn2_group: str,
+        half_held: None) -> None:
     apply(crds, training_job("anywhere", trn2_group, 4, topology={"unit": "node"}), namespace)
     assert split(crds, namespace, "anywhere") == [2, 2]
 
 
 def test_policy_preferred_spans_more_ultraservers_rather_than_wait(
-        e2e: Operator, crds: Cluster, namespace: str, trn2_group: str) -> None:
-    hold_half_of_each_ultraserver(crds, namespace)
+        e2e: Operator, crds: Cluster, namespace: str, trn2_group: str,
+        half_held: None) -> None:
     apply(crds, training_job("wider", trn2_group, 4, topology={"policy": "preferred"}),
           namespace)
     assert split(crds, namespace, "wider") == [2, 2]
