@@ -37,11 +37,12 @@ import math
 import random
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bench.placement import largest_gang, whole_free_domains
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
-from goodput_operator.sandbox import cluster, kueue, peers
+from goodput_operator.sandbox import cluster, kueue, peers, versions
 from goodput_operator.sandbox import fleet as fleets
 from goodput_operator.topology.model import Fleet, GroupShape
 from goodput_operator.topology.placement import Request, commit, place
@@ -186,39 +187,97 @@ def kueue_tas(box: cluster.Sandbox, nodes: list[Obj], sizes: list[int]
     return outcomes, waits
 
 
+def bound(box: cluster.Sandbox, gang: str) -> list[str] | None:
+    """The nodes of GANG's pods, in pod order, once every one is bound; else None."""
+    pods = json.loads(box.kubectl("get", "pods", "-n", NAMESPACE, "-l", f"gang={gang}",
+                                  "-o", "json").stdout)["items"]
+    nodes = [p["spec"].get("nodeName") for p in sorted(
+        pods, key=lambda p: int(p["metadata"]["name"].rsplit("-", 1)[1]))]
+    return nodes if nodes and all(nodes) else None
+
+
+def upstream(box: cluster.Sandbox, sizes: list[int]) -> tuple[Outcomes, list[float]]:
+    """Each gang submitted as a PodGroup of Kubernetes' own gang scheduling, the next once
+    its pods are all bound or ADMIT_SECONDS have passed (then it is deleted: refused);
+    the outcomes and the seconds each binding took."""
+    outcomes: Outcomes = []
+    waits = []
+    for i, workers in enumerate(sizes):
+        unit: peers.Unit = "domain" if workers <= GROUP.nodes_per_domain else "block"
+        objects = peers.upstream_gang(f"g{i}", NAMESPACE, GROUP, workers,
+                                      GROUP.accelerator.per_node, unit)
+        started = time.monotonic()
+        box.kubectl("apply", "-f", "-", input_text=json.dumps(
+            {"apiVersion": "v1", "kind": "List", "items": objects}))
+        got = None
+        while got is None and time.monotonic() - started < ADMIT_SECONDS:
+            time.sleep(0.2)
+            got = bound(box, f"g{i}")
+        outcomes.append(got)
+        if got is not None:
+            waits.append(time.monotonic() - started)
+        else:
+            box.kubectl("delete", "pods", "-n", NAMESPACE, "-l", f"gang=g{i}",
+                        "--grace-period=0", "--force")
+            box.kubectl("delete", "podgroup", "-n", NAMESPACE, f"g{i}")
+    return outcomes, waits
+
+
+def in_sandbox(box: cluster.Sandbox, ref: str,
+               run: Callable[[cluster.Sandbox], tuple[Outcomes, list[float]]]
+               ) -> tuple[Outcomes, list[float]]:
+    """RUN on a fresh sandbox BOX of fleet REF, deleted after."""
+    if box.is_running():
+        cluster.down(box)
+    cluster.up(box, ref, wait_seconds=180)
+    try:
+        box.kubectl("create", "namespace", NAMESPACE)
+        return run(box)
+    finally:
+        cluster.down(box)
+
+
+def seconds(waits: list[float]) -> Obj:
+    ordered = sorted(waits)
+    return {"p50": statistics.median(ordered) if ordered else None,
+            "p99": ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)] if ordered else None}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--domains", type=int, default=32)
     parser.add_argument("--gangs", type=int, default=48)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--no-upstream", action="store_true",
+                        help="without Kubernetes' own gang scheduling (alpha)")
     args = parser.parse_args()
     ref = f"synthetic:trn2:{args.domains}"
     chosen = fleets.load(ref)
     nodes = fleets.pool_nodes(chosen, chosen.spec.pools[0])
     sizes = trace(args.gangs, args.seed)
-    box = cluster.Sandbox("bench-peers")
-    if box.is_running():
-        cluster.down(box)
-    cluster.up(box, ref, wait_seconds=180)
-    try:
+    def with_kueue(box: cluster.Sandbox) -> tuple[Outcomes, list[float]]:
         kueue.start(box)
-        box.kubectl("create", "namespace", NAMESPACE)
-        theirs, waits = kueue_tas(box, nodes, sizes)
-    finally:
-        if kueue.running(box):
+        try:
+            return kueue_tas(box, nodes, sizes)
+        finally:
             kueue.stop(box)
-        cluster.down(box)
+
+    theirs, waits = in_sandbox(cluster.Sandbox("bench-peers"), ref, with_kueue)
+    gangs, binds = ([], []) if args.no_upstream else in_sandbox(
+        cluster.Sandbox("bench-peers-gang", upstream_gang=True), ref,
+        lambda box: upstream(box, sizes))
     mine = ours(nodes, sizes)
-    prefix = min(first_refusal(mine), first_refusal(theirs))
+    prefix = min(first_refusal(o) for o in (mine, theirs, *([gangs] if gangs else [])))
     results = [summary("goodput (topology.placement)", nodes, sizes, mine, prefix),
                summary(f"Kueue {peers.KUEUE_VERSION} TAS", nodes, sizes, theirs, prefix)]
-    ordered = sorted(waits)
+    if gangs:
+        results.append(summary(f"kube-scheduler {versions.KUBERNETES} gang (alpha)", nodes,
+                               sizes, gangs, prefix))
     report = {"fleet": ref, "nodes": len(nodes), "gangs": sizes, "seed": args.seed,
               "paired_prefix": prefix, "results": results,
-              "kueue_admission_s": {"p50": statistics.median(ordered) if ordered else None,
-                                    "p99": ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
-                                    if ordered else None}}
+              "kueue_admission_s": seconds(waits),
+              "upstream_bound_s": seconds(binds) if gangs else None}
     if args.json:
         print(json.dumps(report, indent=2))
         return
@@ -233,6 +292,10 @@ def main() -> None:
               f"{paired['largest_gang']:>17}")
     times = report["kueue_admission_s"]
     print(f"Kueue admission after submit: p50 {times['p50']:.2f} s, p99 {times['p99']:.2f} s")
+    if report["upstream_bound_s"]:
+        times = report["upstream_bound_s"]
+        print(f"Upstream gang bound after submit: p50 {times['p50']:.2f} s, "
+              f"p99 {times['p99']:.2f} s")
 
 if __name__ == "__main__":
     main()

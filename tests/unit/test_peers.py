@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from goodput_operator.sandbox import build, peers
+from goodput_operator.sandbox.cluster import KEEP_RUNNING
 from goodput_operator.sandbox.versions import KUEUE_COMPONENT
 from tests.unit.world import group_spec
 
@@ -96,3 +97,23 @@ def test_every_field_given_to_kueue_is_one_its_crds_know() -> None:
         [version] = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta2"]
         schema = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
         assert schema_keys(schema, obj["spec"], obj["kind"]) == [], obj["kind"]
+
+
+@pytest.mark.parametrize(("workers", "unit", "key"), [
+    (4, "domain", "topology.k8s.aws/ultraserver-id"),
+    (8, "block", "topology.k8s.aws/network-node-layer-2"),
+    (1, "node", "kubernetes.io/hostname"),
+])
+def test_an_upstream_gang_is_a_podgroup_of_all_its_pods_inside_one_unit(
+        workers: int, unit: peers.Unit, key: str) -> None:
+    spec = group_spec()
+    group, *pods = peers.upstream_gang("g", "bench", spec, workers, 16, unit)
+    assert (group["apiVersion"], group["kind"]) == ("scheduling.k8s.io/v1alpha2", "PodGroup")
+    assert group["spec"] == {"schedulingPolicy": {"gang": {"minCount": workers}},
+                             "schedulingConstraints": {"topology": [{"key": key}]}}
+    assert len(pods) == workers
+    for pod in pods:
+        assert pod["spec"]["schedulingGroup"] == {"podGroupName": "g"}
+        assert pod["spec"]["containers"][0]["resources"]["limits"] == {
+            spec.accelerator.resource: "16"}
+        assert pod["metadata"]["labels"][KEEP_RUNNING] == "true"

@@ -4,6 +4,7 @@ what a real node copies from the fleet node it stands in for, and the OCI image 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import re
@@ -300,3 +301,15 @@ def test_one_kube_proxy_per_host_and_only_its_owner_removes_its_rules(
     assert hostnet.release_proxy("a") is True and hostnet.proxy_holder() is None
     assert hostnet.claim_proxy("c", dead) is None
     assert hostnet.claim_proxy("d", alive) is None, "c's kube-proxy died without `down`"
+
+
+def test_a_sandbox_for_the_upstream_gang_peer_turns_its_alpha_gates_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    options, _ = _kwokctl_options(tmp_path, monkeypatch, real_nodes=0)
+    assert "kubeFeatureGates" not in options and "kubeRuntimeConfig" not in options
+    monkeypatch.setattr(cluster, "Sandbox", functools.partial(cluster.Sandbox,
+                                                              upstream_gang=True))
+    options, _ = _kwokctl_options(tmp_path, monkeypatch, real_nodes=0)
+    assert "GangScheduling=true" in str(options["kubeFeatureGates"])
+    assert "TopologyAwareWorkloadScheduling=true" in str(options["kubeFeatureGates"])
+    assert options["kubeRuntimeConfig"] == "scheduling.k8s.io/v1alpha2=true"

@@ -100,11 +100,21 @@ def wait_established(kubeconfig: Path, *targets: str, timeout: float = 60) -> No
         time.sleep(0.5)
 
 
+# Kubernetes' own gang and topology-aware workload scheduling, alpha in v1.36 (PEERS.md):
+# a peer for the head-to-head benchmarks, on only where a sandbox asks for it
+UPSTREAM_GANG_GATES = ("GenericWorkload=true,GangScheduling=true,"
+                       "TopologyAwareWorkloadScheduling=true,WorkloadAwarePreemption=true,"
+                       "WorkloadWithJob=true")
+UPSTREAM_GANG_API = "scheduling.k8s.io/v1alpha2=true"
+
+
 @dataclass(frozen=True)
 class Sandbox:
-    """Paths and commands of one named sandbox."""
+    """Paths and commands of one named sandbox. UPSTREAM_GANG: its control plane starts
+    with Kubernetes' alpha gang scheduling on (Workload and PodGroup, v1alpha2)."""
 
     name: str = DEFAULT_NAME
+    upstream_gang: bool = False
 
     @property
     def home(self) -> Path:
@@ -210,6 +220,9 @@ class Sandbox:
             # Helm chart's ServiceAccount, and a missing verb must be refused
             "kubeAuthorization": True,
         }
+        if self.upstream_gang:
+            options |= {"kubeFeatureGates": UPSTREAM_GANG_GATES,
+                        "kubeRuntimeConfig": UPSTREAM_GANG_API}
         if real_nodes:
             # Kubernetes' own defaults for the node lifecycle controller, so a real node
             # that stops renewing its Lease goes NotReady 50 s later (checked every 5 s), as

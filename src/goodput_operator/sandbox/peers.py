@@ -100,3 +100,28 @@ def tas_gang(name: str, namespace: str, queue: str, spec: UltraServerGroupSpec,
                          "containers": [{"name": "worker", "image": image,
                                          "resources": {"requests": resources,
                                                        "limits": resources}}]}}}}
+
+
+def upstream_gang(name: str, namespace: str, spec: UltraServerGroupSpec, workers: int,
+                  accelerators: int, unit: Unit = "domain",
+                  image: str = "registry.k8s.io/pause:3.10") -> list[Obj]:
+    """WORKERS pods of ACCELERATORS as one gang of Kubernetes' own gang scheduling
+    (scheduling.k8s.io/v1alpha2, alpha in v1.36; the sandbox's `upstream_gang`): a PodGroup
+    that the scheduler binds all or none (gang minCount WORKERS), inside one value of
+    UNIT's label (its one topology constraint), and the pods that join it by
+    `spec.schedulingGroup`. Plain pods: they hold their nodes until deleted."""
+    resources = {spec.accelerator.resource: str(accelerators)}
+    group = {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+             "metadata": {"name": name, "namespace": namespace},
+             "spec": {"schedulingPolicy": {"gang": {"minCount": workers}},
+                      "schedulingConstraints": {"topology": [{"key": tas_level(spec, unit)}]}}}
+    pods = [{"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": f"{name}-{i}", "namespace": namespace,
+                          "labels": {KEEP_RUNNING: "true", "gang": name}},
+             "spec": {"schedulingGroup": {"podGroupName": name},
+                      "nodeSelector": dict(spec.node_selector),
+                      "containers": [{"name": "worker", "image": image,
+                                      "resources": {"requests": resources,
+                                                    "limits": resources}}]}}
+            for i in range(workers)]
+    return [group, *pods]
