@@ -1,34 +1,40 @@
-"""Placement, head to head with Kueue's Topology Aware Scheduling (issue 46): the same
-gangs, in the same order, on the same KWOK Trn2 fleet.
+"""Placement, head to head with Kueue's Topology Aware Scheduling and Kubernetes' own gang
+scheduling (issue 46): the same gangs, in the same order, on the same KWOK Trn2 fleet.
 
     python -m bench.peers_placement [--json] [--domains D] [--gangs G] [--seed N]
+                                    [--no-upstream]
 
 The fleet: `synthetic:trn2:D` (default 32 UltraServers of 4 nodes x 16 chips, 128 nodes,
 in network blocks of 16). The trace: G gangs (default 48) of whole-node workers, 1 to 16
 nodes, seeded, submitted one after another and never finished: about twice what the
-fleet holds, so that both systems must refuse some.
+fleet holds, so that every system must refuse some.
 
+Both peers are asked the same: a gang stays inside one UltraServer when it fits in one,
+else inside one network block (neither has a "fewest UltraServers" constraint).
 - **Kueue v0.17.0, TAS** at its defaults, in the sandbox beside the control plane
   (sandbox/kueue.py), given the fleet through sandbox/peers.py: a Topology of the group's
   network levels, its UltraServer label and the hostname; a ResourceFlavor and queues
-  over the same nodes. Each gang is an Indexed Job that must stay inside one UltraServer
-  when it fits in one, else inside one network block (TAS has no "fewest UltraServers"
-  constraint; within the level its own algorithm packs). Its pods keep running (the
-  sandbox's kwok spares pods labelled `sandbox.goodput.dev/keep-running`). A gang counts
-  as placed when its Workload is admitted; where is read from the Workload's topology
-  assignment.
+  over the same nodes. Each gang is an Indexed Job with that required topology; within
+  the level TAS's own algorithm packs. Its pods keep running (the sandbox's kwok spares
+  pods labelled `sandbox.goodput.dev/keep-running`). A gang counts as placed when its
+  Workload is admitted; where is read from the Workload's topology assignment.
+- **kube-scheduler v1.36.3's gang scheduling** (alpha: GangScheduling and
+  TopologyAwareWorkloadScheduling, on in a sandbox of its own, `Sandbox.upstream_gang`):
+  each gang a PodGroup (gang minCount = its workers, that one topology key) and its pods.
+  A gang counts as placed when all its pods are bound within ADMIT_SECONDS; else it is
+  deleted (refused).
 - **Ours:** the operator's placement engine (topology.placement.place, what decide.job
   runs for a TrainingJob of unit domain, policy required: the fewest UltraServers, least
   fragmentation) on a model of the same node objects, the gangs in the same order.
 
-Reported per system: gangs placed, gangs placed before the first refusal, and, over the
-first gangs both placed before either refused one (the same gangs on both fleets, so the
-end states differ by packing alone), UltraServers spanned above the minimum, whole free
-UltraServers left, and the largest gang of whole nodes that still fits in the fewest
-UltraServers (bench.placement's yardsticks); the same over the whole trace in the JSON.
-Kueue's seconds from a gang's submit to its admission (p50, p99).
+Reported per system: gangs placed and their nodes, gangs placed before the first
+refusal, and, over the first gangs every system placed before any refused one (the same
+gangs on every fleet, so the end states differ by packing alone), UltraServers spanned
+above the minimum, whole free UltraServers left, and the largest gang of whole nodes that
+still fits in the fewest UltraServers (bench.placement's yardsticks); the same over the
+whole trace in the JSON. Seconds from a gang's submit to its admission (Kueue) or to its
+last pod bound (upstream), p50 and p99.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -100,6 +106,8 @@ def summary(system: str, nodes: list[Obj], sizes: list[int], outcomes: Outcomes,
     their end states differ by packing alone)."""
     placed = [(w, got) for w, got in zip(sizes, outcomes, strict=True) if got is not None]
     return {"system": system, "placed": len(placed),
+            "nodes_placed": sum(w for w, _ in placed),
+            "refused": [i for i, got in enumerate(outcomes) if got is None],
             "before_first_refusal": first_refusal(outcomes),
             "end": end_state(nodes, placed),
             "paired": end_state(nodes, placed[:prefix])}
@@ -283,11 +291,12 @@ def main() -> None:
         return
     print(f"{len(sizes)} gangs ({sum(sizes)} nodes asked) on {ref} ({len(nodes)} nodes), "
           f"seed {args.seed}; paired: the first {prefix} gangs, placed by both")
-    print(f"{'system':30} {'placed':>7} {'before 1st refusal':>19} "
+    print(f"{'system':38} {'placed':>7} {'nodes':>6} {'before 1st refusal':>19} "
           f"{'above min (paired)':>19} {'whole free (paired)':>20} {'largest (paired)':>17}")
     for row in results:
         paired = row["paired"]
-        print(f"{row['system']:30} {row['placed']:>7} {row['before_first_refusal']:>19} "
+        print(f"{row['system']:38} {row['placed']:>7} {row['nodes_placed']:>6} "
+              f"{row['before_first_refusal']:>19} "
               f"{paired['domains_above_minimum']:>19} {paired['whole_free_domains']:>20} "
               f"{paired['largest_gang']:>17}")
     times = report["kueue_admission_s"]

@@ -7,12 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import yaml
 from bench import recovery_peers as bench
 
-from goodput_operator.sandbox import build
-from goodput_operator.sandbox.versions import JOBSET_COMPONENT
-from tests.unit.test_peers import schema_keys
+from tests.unit.test_jobset_peer import unknown_to_jobset
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
@@ -88,13 +85,7 @@ def test_the_table_gives_ours_against_each_jobset() -> None:
 
 @pytest.mark.parametrize("tuned", [False, True])
 def test_every_field_of_the_jobsets_is_one_jobsets_crd_knows(tuned: bool) -> None:
-    if not build.is_built(JOBSET_COMPONENT):
-        pytest.skip("JobSet not built here")
-    bases = build.module_dir(JOBSET_COMPONENT) / "config" / "components" / "crd" / "bases"
-    crd = yaml.safe_load((bases / "jobset.x-k8s.io_jobsets.yaml").read_text())
-    [version] = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha2"]
-    schema = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    assert schema_keys(schema, bench.jobset_gang("g", tuned)["spec"], "JobSet") == []
+    assert unknown_to_jobset(bench.jobset_gang("g", tuned)["spec"]) == []
 
 
 def test_the_kueue_gang_stays_in_one_ultraserver_and_ends_at_the_taint() -> None:
