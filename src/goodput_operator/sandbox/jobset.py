@@ -25,12 +25,7 @@ import yaml
 
 from goodput_operator.sandbox import build, kueue, procs
 from goodput_operator.sandbox.build import Progress
-from goodput_operator.sandbox.cluster import (
-    Sandbox,
-    SandboxError,
-    require_running,
-    wait_established,
-)
+from goodput_operator.sandbox.cluster import Sandbox, require_running, wait_established
 from goodput_operator.sandbox.versions import JOBSET, JOBSET_COMPONENT
 
 NAMESPACE = "jobset-system"
@@ -107,23 +102,12 @@ def start(sandbox: Sandbox, progress: Progress = build.print_progress) -> None:
         ports["webhook"], ca)
     sandbox.kubectl("apply", "-f", "-", input_text=json.dumps(
         {"apiVersion": "v1", "kind": "List", "items": hooks}))
-    procs.spawn(["env", f"KUBECONFIG={sandbox.kubeconfig}", str(folder / "jobset"),
-                 f"--config={config}", "--zap-log-level=2"],
-                here / "jobset.log", pidfile(sandbox))
-    try:
-        procs.wait(lambda: kueue.ready(ports["health"]) or not running(sandbox), 120,
-                   "JobSet's manager to be ready")
-    except procs.ProcessError as err:
-        raise SandboxError(f"{err}; its log: {here / 'jobset.log'}") from err
-    if not running(sandbox):
-        raise SandboxError(f"JobSet's manager exited; its log: {here / 'jobset.log'}")
+    kueue.run_manager(sandbox, "JobSet", [str(folder / "jobset"), f"--config={config}",
+                                          "--zap-log-level=2"],
+                      here / "jobset.log", pidfile(sandbox), ports["health"])
     progress(f"JobSet is up in {time.monotonic() - started:.0f}s (log: {here / 'jobset.log'}).")
 
 
 def stop(sandbox: Sandbox) -> None:
     """Stop the manager and take its webhooks out (they would refuse every JobSet's pod)."""
-    procs.kill_pidfile(pidfile(sandbox))
-    if sandbox.is_running():
-        for kind, name in zip(("mutatingwebhookconfiguration", "validatingwebhookconfiguration"),
-                              _WEBHOOK_CONFIGS, strict=True):
-            sandbox.kubectl("delete", kind, name, "--ignore-not-found", check=False)
+    kueue.stop_manager(sandbox, pidfile(sandbox), _WEBHOOK_CONFIGS)

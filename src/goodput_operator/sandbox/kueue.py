@@ -175,26 +175,40 @@ def start(sandbox: Sandbox, progress: Progress = build.print_progress) -> None:
         ports["webhook"], ca)
     sandbox.kubectl("apply", "-f", "-", input_text=json.dumps(
         {"apiVersion": "v1", "kind": "List", "items": hooks}))
-    procs.spawn(["env", f"KUBECONFIG={sandbox.kubeconfig}", str(folder / "kueue"),
-                 f"--config={config}", "--zap-log-level=2"],
-                here / "kueue.log", pidfile(sandbox))
-    try:
-        procs.wait(lambda: ready(ports["health"]) or not running(sandbox), 120,
-                   "Kueue's manager to be ready")
-    except procs.ProcessError as err:
-        raise SandboxError(f"{err}; its log: {here / 'kueue.log'}") from err
-    if not running(sandbox):
-        raise SandboxError(f"Kueue's manager exited; its log: {here / 'kueue.log'}")
+    run_manager(sandbox, "Kueue", [str(folder / "kueue"), f"--config={config}",
+                                   "--zap-log-level=2"],
+                here / "kueue.log", pidfile(sandbox), ports["health"])
     progress(f"Kueue is up in {time.monotonic() - started:.0f}s (log: {here / 'kueue.log'}).")
+
+
+def run_manager(sandbox: Sandbox, what: str, command: list[str], log: Path, pid: Path,
+                health_port: int) -> None:
+    """Run a peer's controller-runtime manager (COMMAND) on SANDBOX's kubeconfig until its
+    health server on HEALTH_PORT says it is ready; a manager that exits or never gets
+    ready is raised with its LOG named (Kueue here, JobSet in sandbox/jobset.py)."""
+    procs.spawn(["env", f"KUBECONFIG={sandbox.kubeconfig}", *command], log, pid)
+    try:
+        procs.wait(lambda: ready(health_port) or not procs.alive(pid), 120,
+                   f"{what}'s manager to be ready")
+    except procs.ProcessError as err:
+        raise SandboxError(f"{err}; its log: {log}") from err
+    if not procs.alive(pid):
+        raise SandboxError(f"{what}'s manager exited; its log: {log}")
+
+
+def stop_manager(sandbox: Sandbox, pid: Path, webhook_configs: tuple[str, str]) -> None:
+    """Stop a peer's manager and take its webhook configurations (mutating, validating)
+    out: with their server gone they would refuse what they admit."""
+    procs.kill_pidfile(pid)
+    if sandbox.is_running():
+        for kind, name in zip(("mutatingwebhookconfiguration", "validatingwebhookconfiguration"),
+                              webhook_configs, strict=True):
+            sandbox.kubectl("delete", kind, name, "--ignore-not-found", check=False)
 
 
 def stop(sandbox: Sandbox) -> None:
     """Stop the manager and take its webhooks out (they would refuse every batch Job)."""
-    procs.kill_pidfile(pidfile(sandbox))
-    if sandbox.is_running():
-        for kind, name in zip(("mutatingwebhookconfiguration", "validatingwebhookconfiguration"),
-                              _WEBHOOK_CONFIGS, strict=True):
-            sandbox.kubectl("delete", kind, name, "--ignore-not-found", check=False)
+    stop_manager(sandbox, pidfile(sandbox), _WEBHOOK_CONFIGS)
 
 
 def flat_kubeconfig(sandbox: Sandbox) -> str:
