@@ -38,6 +38,7 @@ last pod bound (upstream), p50 and p99.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import random
@@ -162,6 +163,19 @@ def admitted(box: cluster.Sandbox, job: str) -> list[str] | None:
     return None
 
 
+def placed_within(probe: Callable[[], list[str] | None], started: float,
+                  waits: list[float]) -> list[str] | None:
+    """PROBE (a gang's nodes once placed), polled every 0.2 s until it answers or
+    ADMIT_SECONDS from STARTED have passed; the seconds it took go to WAITS."""
+    got = None
+    while got is None and time.monotonic() - started < ADMIT_SECONDS:
+        time.sleep(0.2)
+        got = probe()
+    if got is not None:
+        waits.append(time.monotonic() - started)
+    return got
+
+
 def kueue_tas(box: cluster.Sandbox, nodes: list[Obj], sizes: list[int]
               ) -> tuple[Outcomes, list[float]]:
     """Each gang submitted as Kueue TAS takes it, the next once it is admitted or
@@ -169,20 +183,15 @@ def kueue_tas(box: cluster.Sandbox, nodes: list[Obj], sizes: list[int]
     for obj in peers.tas_objects(QUEUE, GROUP, len(nodes), NAMESPACE):
         box.kubectl("apply", "--server-side", "-f", "-", input_text=json.dumps(obj))
     outcomes: Outcomes = []
-    waits = []
+    waits: list[float] = []
     for i, workers in enumerate(sizes):
         unit: peers.Unit = "domain" if workers <= GROUP.nodes_per_domain else "block"
         job = peers.tas_gang(f"g{i}", NAMESPACE, QUEUE, GROUP, workers,
                              GROUP.accelerator.per_node, unit, keep_running=True)
         started = time.monotonic()
         box.kubectl("apply", "--server-side", "-f", "-", input_text=json.dumps(job))
-        got = None
-        while got is None and time.monotonic() - started < ADMIT_SECONDS:
-            time.sleep(0.2)
-            got = admitted(box, f"g{i}")
+        got = placed_within(functools.partial(admitted, box, f"g{i}"), started, waits)
         outcomes.append(got)
-        if got is not None:
-            waits.append(time.monotonic() - started)
     held = sum(len(got) for got in outcomes if got is not None)
     deadline = time.monotonic() + 60
     while (running := len(json.loads(box.kubectl(
@@ -209,7 +218,7 @@ def upstream(box: cluster.Sandbox, sizes: list[int]) -> tuple[Outcomes, list[flo
     its pods are all bound or ADMIT_SECONDS have passed (then it is deleted: refused);
     the outcomes and the seconds each binding took."""
     outcomes: Outcomes = []
-    waits = []
+    waits: list[float] = []
     for i, workers in enumerate(sizes):
         unit: peers.Unit = "domain" if workers <= GROUP.nodes_per_domain else "block"
         objects = peers.upstream_gang(f"g{i}", NAMESPACE, GROUP, workers,
@@ -217,14 +226,9 @@ def upstream(box: cluster.Sandbox, sizes: list[int]) -> tuple[Outcomes, list[flo
         started = time.monotonic()
         box.kubectl("apply", "-f", "-", input_text=json.dumps(
             {"apiVersion": "v1", "kind": "List", "items": objects}))
-        got = None
-        while got is None and time.monotonic() - started < ADMIT_SECONDS:
-            time.sleep(0.2)
-            got = bound(box, f"g{i}")
+        got = placed_within(functools.partial(bound, box, f"g{i}"), started, waits)
         outcomes.append(got)
-        if got is not None:
-            waits.append(time.monotonic() - started)
-        else:
+        if got is None:
             box.kubectl("delete", "pods", "-n", NAMESPACE, "-l", f"gang=g{i}",
                         "--grace-period=0", "--force")
             box.kubectl("delete", "podgroup", "-n", NAMESPACE, f"g{i}")
@@ -290,7 +294,7 @@ def main() -> None:
         print(json.dumps(report, indent=2))
         return
     print(f"{len(sizes)} gangs ({sum(sizes)} nodes asked) on {ref} ({len(nodes)} nodes), "
-          f"seed {args.seed}; paired: the first {prefix} gangs, placed by both")
+          f"seed {args.seed}; paired: the first {prefix} gangs, placed by every system")
     print(f"{'system':38} {'placed':>7} {'nodes':>6} {'before 1st refusal':>19} "
           f"{'above min (paired)':>19} {'whole free (paired)':>20} {'largest (paired)':>17}")
     for row in results:
