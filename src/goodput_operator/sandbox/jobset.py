@@ -25,8 +25,8 @@ import yaml
 
 from goodput_operator.sandbox import build, kueue, procs
 from goodput_operator.sandbox.build import Progress
-from goodput_operator.sandbox.cluster import Sandbox, require_running, wait_established
-from goodput_operator.sandbox.versions import JOBSET, JOBSET_COMPONENT
+from goodput_operator.sandbox.cluster import Sandbox
+from goodput_operator.sandbox.versions import JOBSET_COMPONENT
 
 NAMESPACE = "jobset-system"
 _WEBHOOK_CONFIGS = ("goodput-jobset-mutating", "goodput-jobset-validating")
@@ -80,32 +80,19 @@ def webhook_configurations(manifests: str, port: int, ca: bytes) -> list[dict[st
 def start(sandbox: Sandbox, progress: Progress = build.print_progress) -> None:
     """Build JobSet (first time), install its CRDs and webhooks and run its manager for
     SANDBOX; ready when this returns."""
-    require_running(sandbox)
-    folder = build.build(JOBSET_COMPONENT, progress)
-    source = build.module_dir(JOBSET_COMPONENT)
-    progress(f"Starting JobSet {JOBSET} for sandbox {sandbox.name!r}...")
-    started = time.monotonic()
-    crds = str(source / "config" / "components" / "crd" / "bases")
-    sandbox.kubectl("apply", "--server-side", "--force-conflicts", "-f", crds, timeout=120)
-    wait_established(sandbox.kubeconfig, "-f", crds)
-    sandbox.kubectl("create", "namespace", NAMESPACE, check=False)
-    procs.kill_pidfile(pidfile(sandbox))
     here = home(sandbox)
-    here.mkdir(parents=True, exist_ok=True)
-    ca = kueue.certificates(here / "certs")
-    ports = {"health": procs.free_port(), "metrics": procs.free_port(),
-             "webhook": procs.free_port()}
+    peer = kueue.prepare(sandbox, JOBSET_COMPONENT, "JobSet", NAMESPACE, here,
+                         pidfile(sandbox), progress)
     config = here / "config.yaml"
-    config.write_text(yaml.safe_dump(configuration(ports, here / "certs")))
-    hooks = webhook_configurations(
-        (source / "config" / "components" / "webhook" / "manifests.yaml").read_text(),
-        ports["webhook"], ca)
+    config.write_text(yaml.safe_dump(configuration(peer.ports, here / "certs")))
+    hooks = webhook_configurations(peer.webhook_manifests(), peer.ports["webhook"], peer.ca)
     sandbox.kubectl("apply", "-f", "-", input_text=json.dumps(
         {"apiVersion": "v1", "kind": "List", "items": hooks}))
-    kueue.run_manager(sandbox, "JobSet", [str(folder / "jobset"), f"--config={config}",
+    kueue.run_manager(sandbox, "JobSet", [str(peer.binaries / "jobset"), f"--config={config}",
                                           "--zap-log-level=2"],
-                      here / "jobset.log", pidfile(sandbox), ports["health"])
-    progress(f"JobSet is up in {time.monotonic() - started:.0f}s (log: {here / 'jobset.log'}).")
+                      here / "jobset.log", pidfile(sandbox), peer.ports["health"])
+    progress(f"JobSet is up in {time.monotonic() - peer.started:.0f}s "
+             f"(log: {here / 'jobset.log'}).")
 
 
 def stop(sandbox: Sandbox) -> None:

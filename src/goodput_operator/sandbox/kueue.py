@@ -21,6 +21,7 @@ import json
 import subprocess
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from goodput_operator.sandbox.cluster import (
     require_running,
     wait_established,
 )
-from goodput_operator.sandbox.versions import KUEUE, KUEUE_COMPONENT
+from goodput_operator.sandbox.versions import KUEUE_COMPONENT, Component
 
 NAMESPACE = "kueue-system"
 METRICS_CERTS = Path("/etc/kueue/metrics/certs")
@@ -147,38 +148,62 @@ def ready(port: int) -> bool:
         return False
 
 
-def start(sandbox: Sandbox, progress: Progress = build.print_progress) -> None:
-    """Build Kueue (first time), install its CRDs and run its manager for SANDBOX; ready
-    when this returns (its webhooks answer)."""
+@dataclass(frozen=True)
+class Prepared:
+    """What a peer's manager starts from (`prepare`)."""
+
+    binaries: Path  # the component's built binaries
+    source: Path  # its Go module (CRDs, webhook manifests)
+    ca: bytes  # the CA that signed its serving certificate (here/certs)
+    ports: dict[str, int]  # health, metrics, webhook: free on 127.0.0.1
+    started: float  # monotonic, when its start began (after the build)
+
+    def webhook_manifests(self) -> str:
+        return (self.source / "config" / "components" / "webhook" / "manifests.yaml"
+                ).read_text()
+
+
+def prepare(sandbox: Sandbox, component: Component, title: str, namespace: str,
+            here: Path, pid: Path, progress: Progress) -> Prepared:
+    """A peer's manager made ready to start for SANDBOX (Kueue here, JobSet in
+    sandbox/jobset.py): built (first time), its CRDs served, its namespace made, a manager
+    left from an earlier start stopped, a certificate for 127.0.0.1 in HERE/certs, ports."""
     require_running(sandbox)
-    folder = build.build(KUEUE_COMPONENT, progress)
-    source = build.module_dir(KUEUE_COMPONENT)
-    progress(f"Starting Kueue {KUEUE} for sandbox {sandbox.name!r}...")
+    binaries = build.build(component, progress)
+    source = build.module_dir(component)
+    progress(f"Starting {title} {component.version} for sandbox {sandbox.name!r}...")
     started = time.monotonic()
     crds = str(source / "config" / "components" / "crd" / "bases")
     sandbox.kubectl("apply", "--server-side", "--force-conflicts", "-f", crds, timeout=120)
     # served before the manager starts: it exits at once on a kind it cannot map yet
     wait_established(sandbox.kubeconfig, "-f", crds)
-    sandbox.kubectl("create", "namespace", NAMESPACE, check=False)
-    procs.kill_pidfile(pidfile(sandbox))
-    here = home(sandbox)
+    sandbox.kubectl("create", "namespace", namespace, check=False)
+    procs.kill_pidfile(pid)
     here.mkdir(parents=True, exist_ok=True)
     ca = certificates(here / "certs")
-    _metrics_certs(here / "certs")
     ports = {"health": procs.free_port(), "metrics": procs.free_port(),
              "webhook": procs.free_port()}
+    return Prepared(binaries, source, ca, ports, started)
+
+
+def start(sandbox: Sandbox, progress: Progress = build.print_progress) -> None:
+    """Build Kueue (first time), install its CRDs and run its manager for SANDBOX; ready
+    when this returns (its webhooks answer)."""
+    here = home(sandbox)
+    peer = prepare(sandbox, KUEUE_COMPONENT, "Kueue", NAMESPACE, here, pidfile(sandbox),
+                   progress)
+    _metrics_certs(here / "certs")
     config = here / "config.yaml"
-    config.write_text(yaml.safe_dump(configuration(sandbox, ports, here / "certs")))
-    (here / "ports.json").write_text(json.dumps(ports))
-    hooks = webhook_configurations(
-        (source / "config" / "components" / "webhook" / "manifests.yaml").read_text(),
-        ports["webhook"], ca)
+    config.write_text(yaml.safe_dump(configuration(sandbox, peer.ports, here / "certs")))
+    (here / "ports.json").write_text(json.dumps(peer.ports))
+    hooks = webhook_configurations(peer.webhook_manifests(), peer.ports["webhook"], peer.ca)
     sandbox.kubectl("apply", "-f", "-", input_text=json.dumps(
         {"apiVersion": "v1", "kind": "List", "items": hooks}))
-    run_manager(sandbox, "Kueue", [str(folder / "kueue"), f"--config={config}",
+    run_manager(sandbox, "Kueue", [str(peer.binaries / "kueue"), f"--config={config}",
                                    "--zap-log-level=2"],
-                here / "kueue.log", pidfile(sandbox), ports["health"])
-    progress(f"Kueue is up in {time.monotonic() - started:.0f}s (log: {here / 'kueue.log'}).")
+                here / "kueue.log", pidfile(sandbox), peer.ports["health"])
+    progress(f"Kueue is up in {time.monotonic() - peer.started:.0f}s "
+             f"(log: {here / 'kueue.log'}).")
 
 
 def run_manager(sandbox: Sandbox, what: str, command: list[str], log: Path, pid: Path,
