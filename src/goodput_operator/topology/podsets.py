@@ -47,10 +47,10 @@ def place_together(fleet: Fleet, request: Request) -> Placement:
     if isinstance(slots, list):
         return _with(placed, slots)
     why = slots
-    if sum(c.count for c in companions if c.accelerators) and request.slice == 1 and \
-            not request.balance and all(c.accelerators <= request.accelerators
-                                        for c in companions):
-        roomy = _room_held(fleet, request, companions, placed, slots)
+    held = sum(c.count for c in companions if c.accelerators)
+    if held and request.slice == 1 and not request.balance and \
+            all(c.accelerators <= request.accelerators for c in companions):
+        roomy = _room_held(fleet, request, companions, placed, slots, held)
         if roomy.ok:
             return roomy
         why = roomy.reason
@@ -60,10 +60,9 @@ def place_together(fleet: Fleet, request: Request) -> Placement:
 
 
 def _room_held(fleet: Fleet, request: Request, companions: Sequence[Companion],
-               placed: Placement, slots: str) -> Placement:
-    """The gang placed once more with a worker's slot held for each companion pod that
+               placed: Placement, slots: str, held: int) -> Placement:
+    """The gang placed once more with a worker's slot HELD for each companion pod that
     needs accelerators (at the end of the fabric order), the companions in those slots."""
-    held = sum(c.count for c in companions if c.accelerators)
     roomy = place_gang(fleet, dataclasses.replace(request, workers=request.workers + held))
     if not roomy.ok:
         return Placement(False, slots, min_domains=placed.min_domains)
