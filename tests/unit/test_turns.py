@@ -251,7 +251,8 @@ def test_an_odd_status_on_one_endpoint_fails_no_other_endpoints_turns() -> None:
 def test_preempting_jobs_take_turns_at_the_search_and_keep_their_victims_between(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Three gangs of one namespace, each preempting the job on one UltraServer, one turn a
-    pass: one searches for victims again; the two without a turn mark the victims of their
+    pass: one searches for victims again (another namespace's waiting job is searched as
+    if they were not there); the two without a turn mark the victims of their
     last search again (they still make room: one placement each), say what they said, and
     no victim is told its preemptor gave up."""
     from goodput_operator.decide import preemption
@@ -272,7 +273,8 @@ def test_preempting_jobs_take_turns_at_the_search_and_keep_their_victims_between
                                     status={"preemption": marked})
         lows.append(low)
         pods += low_pods
-    snapshot = world(nodes(3), [*gangs, *lows], pods, searches_per_namespace=1,
+    theirs = in_namespace(job("theirs", workers=16), "b")  # another team's, waiting
+    snapshot = world(nodes(3), [*gangs, *lows, theirs], pods, searches_per_namespace=1,
                      searched={("TrainingJob", "ns", "h0"): NOW - 10,
                                ("TrainingJob", "ns", "h1"): NOW - 5,
                                ("TrainingJob", "ns", "h2"): NOW - 5})
@@ -288,6 +290,7 @@ def test_preempting_jobs_take_turns_at_the_search_and_keep_their_victims_between
     for name in ("h1", "h2"):
         assert decided[name].desired["message"].endswith("(said before)")
         assert decided[name].events == []
+    assert decided["theirs"].placement_seconds is not None, "namespace b searched as ever"
 
 
 def test_a_preempting_job_without_a_turn_searches_when_its_victims_no_longer_make_room(
