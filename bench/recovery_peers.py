@@ -134,12 +134,12 @@ class Peer:
         self.api, self.core = api, client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
 
-    def pods(self, name: str) -> list[Obj]:
+    def pods(self, system: str, name: str) -> list[Obj]:
+        """The pods of SYSTEM's gang NAME: a JobSet's, or an Indexed Job's (Kueue TAS)."""
+        key = "batch.kubernetes.io/job-name" if system == "kueue-tas-hotswap" else \
+            jobset.JOBSET_NAME
         listed = self.api.sanitize_for_serialization(self.core.list_namespaced_pod(
-            NAMESPACE, label_selector=f"{jobset.JOBSET_NAME}={name}"))
-        if not listed["items"]:  # an Indexed Job's (Kueue TAS)
-            listed = self.api.sanitize_for_serialization(self.core.list_namespaced_pod(
-                NAMESPACE, label_selector=f"batch.kubernetes.io/job-name={name}"))
+            NAMESPACE, label_selector=f"{key}={name}"))
         return cast(list[Obj], listed["items"])
 
     def tainted(self, node: str) -> bool:
@@ -180,7 +180,7 @@ class Peer:
 
         def running() -> bool:
             nonlocal before
-            before = gang_state(self.pods(name), None)
+            before = gang_state(self.pods(system, name), None)
             return before is not None
         wait_until(running, 120, f"JobSet {name} running")
         assert before is not None
@@ -196,13 +196,13 @@ class Peer:
                 break
             if "k8s_taint" not in row and self.tainted(victim):
                 row["k8s_taint"] = round(now, 2)
-            after = gang_state(self.pods(name), victim)
+            after = gang_state(self.pods(system, name), victim)
             time.sleep(recovery.POLL)
         if after is not None:
             row |= {"outcome": "recovered", "total": round(time.monotonic() - t0, 2),
                     **compare(before, after, domains, 1)}
         self.delete(system, name)
-        wait_until(lambda: not self.pods(name), 120, f"JobSet {name}'s pods gone")
+        wait_until(lambda: not self.pods(system, name), 120, f"{name}'s pods gone")
         heal(self.box, self.core, victim)
         return row
 
