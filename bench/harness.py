@@ -34,6 +34,26 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return (int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds PID has used so far, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_of(executable: str) -> int | None:
+    """The pid of the process whose command starts with EXECUTABLE (a path), if any."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode(
+                    errors="replace")
+            except OSError:  # gone meanwhile
+                continue
+            if command == executable:
+                return int(entry.name)
+    return None
+
+
 class OperatorProcess:
     """`goodput-operator` on the sandbox's kubeconfig, logging to LOG (appended)."""
 

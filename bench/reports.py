@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -38,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from bench.harness import OperatorProcess, free_port, rss_mb, sandbox, wait_until
+from bench.harness import OperatorProcess, cpu_seconds, free_port, rss_mb, sandbox, wait_until
 from bench.scale import minus, pass_buckets, quantile
 from goodput_operator import names
 from goodput_operator.health.cadence import WINDOW_SECONDS, report_every
@@ -188,11 +187,6 @@ def bare_main(port: int) -> int:
 
 
 # ---- the run ------------------------------------------------------------------------------
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def mint_tokens(box: cluster.Sandbox, workers: int) -> list[dict[str, str]]:
     """A bound report token for every worker pod of the job, in rank order."""
     from kubernetes import client, config

@@ -4,6 +4,8 @@ the run itself needs the sandbox)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from bench import peers_placement as bench
 
@@ -56,3 +58,50 @@ def test_kwoks_pod_complete_stage_spares_pods_that_keep_running() -> None:
             "      operator: 'DoesNotExist'\n    - key: '.status.phase'") in played
     assert cluster.stage_text("other.yaml", kwok) == kwok
     assert cluster.stage_text(cluster.COMPLETE_STAGE, "spec: {}\n") == "spec: {}\n"
+
+
+def test_a_gang_refused_while_its_nodes_were_free_is_told_from_one_refused_for_want_of_them(
+        ) -> None:
+    sizes = [4, 8, 2, 4, 2]
+    outcomes: bench.Outcomes = [["a"] * 4, None, ["b"] * 2, ["c"] * 4, None]
+    # of 16 nodes: the 8 refused with 12 free, the last 2 with 6 free
+    assert bench.refused_with_room(16, sizes, outcomes) == [1, 4]
+    # of 10: the 8 refused with 6 free, the last 2 with none
+    assert bench.refused_with_room(10, sizes, outcomes) == []
+    chosen = fleets.load("synthetic:trn2:4")
+    nodes = fleets.pool_nodes(chosen, chosen.spec.pools[0])
+    row = bench.summary("ours", nodes, [4, 16], [["trn2-00-0"] * 4, None], prefix=1)
+    assert row["refused_with_room"] == []  # 12 nodes free for the 16 asked
+
+
+@pytest.mark.parametrize(("workers", "unit"), [(1, "domain"), (4, "domain"), (5, "block"),
+                                               (16, "block")])
+def test_the_operator_is_asked_what_the_peers_are_asked(workers: int, unit: str) -> None:
+    from goodput_operator.api.trainingjob import TrainingJobSpec
+    spec = TrainingJobSpec.model_validate(bench.training_job("g", workers)["spec"])
+    assert (spec.workers, spec.topology.unit, spec.topology.policy) == (
+        workers, unit, "required")
+    assert spec.accelerators_per_worker == bench.GROUP.accelerator.per_node
+
+
+def test_a_controllers_usage_is_read_from_proc(tmp_path: Path) -> None:
+    import os
+    import shutil
+    import subprocess
+
+    from bench import harness
+    found = shutil.which("sleep")
+    assert found is not None
+    sleep = str(tmp_path / "controller")  # a name no other process has
+    os.symlink(found, sleep)
+    with subprocess.Popen([sleep, "30"]) as proc:
+        try:
+            # polled: the child may show its parent's command for a moment after the fork
+            harness.wait_until(lambda: harness.process_of(sleep) == proc.pid, 10,
+                               "the child found by its command")
+        finally:
+            proc.kill()
+    assert harness.process_of("/no/such/executable") is None
+    used = bench.usage(os.getpid(), 0.0)
+    assert used["cpu_s"] > 0 and used["peak_rss_mib"] > 1
+    assert bench.usage(None, 0.0) == {"cpu_s": None, "peak_rss_mib": None}
