@@ -2,6 +2,7 @@
 gang, ours against JobSet v0.11.1 at its defaults and tuned, in one sandbox.
 
     python -m bench.recovery_peers [--json] [--trials N] [--default-trials N]
+                                   [--kueue-trials N] [--double-trials N]
 
 The sandbox: the built-in trn2 fleet (4 UltraServers x 4 nodes, KWOK), one control plane,
 so the same node lifecycle controller and node-monitor settings for every system. The
@@ -37,8 +38,14 @@ surviving ranks kept their nodes (rank order) and whether the gang stayed in the
 UltraServers it was in. KWOK deletes an evicted pod at once (a real kubelet that is down
 never confirms; the pod stays Terminating until it is force-deleted): generous to JobSet.
 
-Not measured here yet: real nodes with the example trainer, and a second failure during
-the first replacement.
+A second failure during the first replacement (`--double-trials`, default 2 per system:
+ours, JobSet tuned, Kueue TAS hot swap): rank 1's node fails; the moment a pod exists that
+was not running before (the replacement, bound or not), rank 2's node fails too. Reported
+per trial: seconds to the gang running again off both nodes, the whole-gang restarts it
+took (ours' and JobSet's `status.restarts`; for Kueue, the Workload's evictions: the gang
+requeued), pods made again, whether rank 0 kept its node and the gang its UltraServer.
+
+Not measured here yet: real nodes with the example trainer.
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ from kubernetes import client, config
 
 from bench import recovery
 from bench.harness import OperatorProcess, sandbox, wait_until
+from goodput_operator import names
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.health import quarantine as q
 from goodput_operator.sandbox import cluster, faults, jobset, kueue, peers, versions
@@ -101,32 +109,47 @@ def tas_gang(name: str) -> Obj:
     return job
 
 
-def gang_state(pods: list[Obj], victim: str | None) -> dict[int, tuple[str, str]] | None:
+def gang_state(pods: list[Obj], victims: frozenset[str],
+               rank_label: str = INDEX_LABEL) -> dict[int, tuple[str, str]] | None:
     """Rank -> (node, pod uid) when the gang runs: WORKERS pods not being deleted, all
-    Running, none on VICTIM, one per rank; else None."""
+    Running, none on a failed node (VICTIMS), one per rank (RANK_LABEL); else None."""
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     if len(live) != WORKERS or any(
             (p.get("status") or {}).get("phase") != "Running" or
-            p["spec"].get("nodeName") in (None, victim) for p in live):
+            p["spec"].get("nodeName") is None or p["spec"]["nodeName"] in victims
+            for p in live):
         return None
-    ranks = {int(p["metadata"]["labels"].get(INDEX_LABEL, -1)): (p["spec"]["nodeName"],
-                                                                 p["metadata"]["uid"])
+    ranks = {int(p["metadata"]["labels"].get(rank_label, -1)): (p["spec"]["nodeName"],
+                                                                p["metadata"]["uid"])
              for p in live}
     return ranks if sorted(ranks) == list(range(WORKERS)) else None
 
 
+def replacing(pods: list[Obj], before: dict[int, tuple[str, str]]) -> bool:
+    """Whether the first replacement is under way: a live pod of the gang that was not
+    running before the failure (the replacement, bound or not yet)."""
+    old = {uid for _, uid in before.values()}
+    return any(p["metadata"]["uid"] not in old and not p["metadata"].get("deletionTimestamp")
+               for p in pods)
+
+
 def compare(before: dict[int, tuple[str, str]], after: dict[int, tuple[str, str]],
-            domains: dict[str, str], failed_rank: int) -> Obj:
+            domains: dict[str, str], *failed_ranks: int) -> Obj:
     """What a recovery kept: pods made again, the surviving ranks on their nodes, the
     gang in the UltraServers it was in."""
     return {"recreated": sum(1 for r in after if after[r][1] != before[r][1]),
-            "ranks_kept": all(after[r][0] == before[r][0] for r in before if r != failed_rank),
+            "ranks_kept": all(after[r][0] == before[r][0] for r in before
+                              if r not in failed_ranks),
             "domains_kept": {domains[n] for n, _ in after.values()} <=
             {domains[n] for n, _ in before.values()}}
 
 
+OURS, KUEUE = "ours", "kueue-tas-hotswap"
+
+
 class Peer:
-    """JobSet gangs in NAMESPACE, watched through the API like recovery.Bench watches ours."""
+    """The gangs of each system in NAMESPACE (ours a TrainingJob, JobSet's a JobSet,
+    Kueue's an Indexed Job), watched through the API the same way."""
 
     def __init__(self, box: cluster.Sandbox) -> None:
         self.box = box
@@ -135,30 +158,58 @@ class Peer:
         self.custom = client.CustomObjectsApi(api)
 
     def pods(self, system: str, name: str) -> list[Obj]:
-        """The pods of SYSTEM's gang NAME: a JobSet's, or an Indexed Job's (Kueue TAS)."""
-        key = "batch.kubernetes.io/job-name" if system == "kueue-tas-hotswap" else \
-            jobset.JOBSET_NAME
+        """The pods of SYSTEM's gang NAME."""
+        key = {OURS: names.JOB_LABEL, KUEUE: "batch.kubernetes.io/job-name"}.get(
+            system, jobset.JOBSET_NAME)
         listed = self.api.sanitize_for_serialization(self.core.list_namespaced_pod(
             NAMESPACE, label_selector=f"{key}={name}"))
         return cast(list[Obj], listed["items"])
+
+    def state(self, system: str, name: str, victims: frozenset[str]
+              ) -> dict[int, tuple[str, str]] | None:
+        return gang_state(self.pods(system, name), victims,
+                          names.RANK_LABEL if system == OURS else INDEX_LABEL)
 
     def tainted(self, node: str) -> bool:
         body = self.api.sanitize_for_serialization(self.core.read_node(node))
         return any(t.get("key") in faults.LIFECYCLE_TAINTS and t.get("effect") == "NoExecute"
                    for t in body["spec"].get("taints") or [])
 
-    def failed(self, system: str, name: str) -> bool:
-        if system == "kueue-tas-hotswap":
-            body = cast(Obj, self.api.sanitize_for_serialization(
+    def body(self, system: str, name: str) -> Obj:
+        if system == KUEUE:
+            return cast(Obj, self.api.sanitize_for_serialization(
                 client.BatchV1Api(self.api).read_namespaced_job(name, NAMESPACE)))
-        else:
-            body = cast(Obj, self.custom.get_namespaced_custom_object(
-                "jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets", name))
+        group, plural = ("goodput.dev", "trainingjobs") if system == OURS else (
+            "jobset.x-k8s.io", "jobsets")
+        return cast(Obj, self.custom.get_namespaced_custom_object(
+            group, "v1alpha1" if system == OURS else "v1alpha2", NAMESPACE, plural, name))
+
+    def failed(self, system: str, name: str) -> bool:
+        status = self.body(system, name).get("status") or {}
+        if system == OURS:
+            return bool(status.get("phase") == "Failed")
         return any(c.get("type") == "Failed" and c.get("status") == "True"
-                   for c in (body.get("status") or {}).get("conditions") or [])
+                   for c in status.get("conditions") or [])
+
+    def restarts(self, system: str, name: str) -> int:
+        """Whole-gang restarts so far: ours' and JobSet's `status.restarts`; for Kueue, the
+        Workload's evictions (`status.schedulingStats.evictions`): the gang requeued."""
+        if system != KUEUE:
+            return int((self.body(system, name).get("status") or {}).get("restarts") or 0)
+        found = cast(Obj, self.custom.list_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta2", NAMESPACE, "workloads"))["items"]
+        return sum(int(e.get("count") or 0) for w in found
+                   if any(o.get("kind") == "Job" and o.get("name") == name
+                          for o in w["metadata"].get("ownerReferences") or [])
+                   for e in ((w.get("status") or {}).get("schedulingStats") or {}).get(
+                       "evictions") or [])
 
     def submit(self, system: str, name: str) -> None:
-        if system == "kueue-tas-hotswap":
+        if system == OURS:
+            job = recovery.training_job()
+            job["metadata"]["name"] = name
+            self.box.kubectl("apply", "--server-side", "-f", "-", input_text=json.dumps(job))
+        elif system == KUEUE:
             self.box.kubectl("apply", "--server-side", "-f", "-",
                              input_text=json.dumps(tas_gang(name)))
         else:
@@ -167,23 +218,25 @@ class Peer:
                 jobset_gang(name, system == "jobset-tuned"))
 
     def delete(self, system: str, name: str) -> None:
-        if system == "kueue-tas-hotswap":
-            self.box.kubectl("delete", "job", "-n", NAMESPACE, name, "--wait=false")
-        else:
-            self.custom.delete_namespaced_custom_object(
-                "jobset.x-k8s.io", "v1alpha2", NAMESPACE, "jobsets", name,
-                propagation_policy="Foreground")
+        kind = {OURS: "trainingjob", KUEUE: "job"}.get(system, "jobset")
+        self.box.kubectl("delete", kind, "-n", NAMESPACE, name, "--wait=false",
+                         "--cascade=foreground")
+
+    def running(self, system: str, name: str) -> dict[int, tuple[str, str]]:
+        found: dict[int, tuple[str, str]] | None = None
+
+        def runs() -> bool:
+            nonlocal found
+            found = self.state(system, name, frozenset())
+            return found is not None
+        wait_until(runs, 120, f"{system} gang {name} running")
+        assert found is not None
+        return found
 
     def trial(self, system: str, name: str, domains: dict[str, str]) -> Obj:
+        """One node failure under the gang (rank 1's node), to the gang running again."""
         self.submit(system, name)
-        before: dict[int, tuple[str, str]] | None = None
-
-        def running() -> bool:
-            nonlocal before
-            before = gang_state(self.pods(system, name), None)
-            return before is not None
-        wait_until(running, 120, f"JobSet {name} running")
-        assert before is not None
+        before = self.running(system, name)
         victim = before[1][0]
         t0 = time.monotonic()
         faults.fail_node(self.box, victim)
@@ -196,15 +249,51 @@ class Peer:
                 break
             if "k8s_taint" not in row and self.tainted(victim):
                 row["k8s_taint"] = round(now, 2)
-            after = gang_state(self.pods(system, name), victim)
+            after = self.state(system, name, frozenset({victim}))
             time.sleep(recovery.POLL)
         if after is not None:
             row |= {"outcome": "recovered", "total": round(time.monotonic() - t0, 2),
                     **compare(before, after, domains, 1)}
+        self.finish(system, name, [victim])
+        return row
+
+    def double_trial(self, system: str, name: str, domains: dict[str, str]) -> Obj:
+        """A second failure during the first replacement: rank 1's node fails; the moment
+        a replacement pod exists, rank 2's node fails too. To the gang running again
+        off both, with the whole-gang restarts (Kueue: evictions) it took."""
+        self.submit(system, name)
+        before = self.running(system, name)
+        first, second = before[1][0], before[2][0]
+        restarts = self.restarts(system, name)
+        t0 = time.monotonic()
+        faults.fail_node(self.box, first)
+        row: Obj = {"system": system}
+        after = None
+        while after is None:
+            now = time.monotonic() - t0
+            if now > TIMEOUT or self.failed(system, name):
+                row["outcome"] = "failed" if now <= TIMEOUT else "timed out"
+                break
+            pods = self.pods(system, name)
+            if "second_failure" not in row and replacing(pods, before):
+                faults.fail_node(self.box, second)
+                row["second_failure"] = round(time.monotonic() - t0, 2)
+            elif "second_failure" in row:
+                after = self.state(system, name, frozenset({first, second}))
+            time.sleep(recovery.POLL)
+        if after is not None:
+            row |= {"outcome": "recovered", "total": round(time.monotonic() - t0, 2),
+                    "restarts": self.restarts(system, name) - restarts,
+                    **compare(before, after, domains, 1, 2)}
+        self.finish(system, name, [first] + [second] * ("second_failure" in row))
+        return row
+
+    def finish(self, system: str, name: str, failed: list[str]) -> None:
+        """The gang deleted, its pods gone, the failed nodes healed."""
         self.delete(system, name)
         wait_until(lambda: not self.pods(system, name), 120, f"{name}'s pods gone")
-        heal(self.box, self.core, victim)
-        return row
+        for node in failed:
+            heal(self.box, self.core, node)
 
 
 def heal(box: cluster.Sandbox, core: client.CoreV1Api, node: str) -> None:
@@ -275,15 +364,39 @@ def table(found: Obj) -> str:
     return "\n".join(lines)
 
 
+def double_table(rows: list[Obj]) -> str:
+    """One line per second-failure trial."""
+    lines = ["| system | outcome | second failure at, s | to running again, s | whole-gang "
+             "restarts (Kueue: evictions) | pods made again | rank 0 kept | UltraServers "
+             "kept |", "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['system']} | {row['outcome']} | {row.get('second_failure')} | "
+                     f"{row.get('total')} | {row.get('restarts')} | {row.get('recreated')} | "
+                     f"{row.get('ranks_kept')} | {row.get('domains_kept')} |")
+    return "\n".join(lines)
+
+
+def double_trials(peer: Peer, system: str, trials: int, domains: dict[str, str]
+                  ) -> list[Obj]:
+    rows = []
+    for trial in range(trials):
+        rows.append(peer.double_trial(system, f"{system}-2nd-{trial}", domains))
+        recovery.log(f"# {system} second-failure trial {trial}: {rows[-1]}")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=3, help="ours and JobSet tuned")
     parser.add_argument("--default-trials", type=int, default=1)
     parser.add_argument("--kueue-trials", type=int, default=3)
+    parser.add_argument("--double-trials", type=int, default=2,
+                        help="second-failure trials of ours, JobSet tuned and Kueue TAS")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     rows: list[Obj] = []
+    doubles: list[Obj] = []
     with sandbox("bench-recovery-peers", recovery.FLEET, recovery.group(),
                  namespaces=[NAMESPACE]) as box:
         domains = {n["metadata"]["name"]: n["metadata"]["labels"].get(DOMAIN_LABEL, "")
@@ -293,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             wait_until(operator.ready, 120, "operator ready")
             rows += ours(box, args.trials, domains)
+            doubles += double_trials(Peer(box), OURS, args.double_trials, domains)
         finally:
             operator.stop()
         jobset.start(box)
@@ -302,23 +416,29 @@ def main(argv: list[str] | None = None) -> int:
             for trial in range(trials):
                 rows.append(peer.trial(system, f"{system}-{trial}", domains))
                 recovery.log(f"# {system} trial {trial}: {rows[-1]}")
+        doubles += double_trials(peer, "jobset-tuned", args.double_trials, domains)
         jobset.stop(box)
         if args.kueue_trials:
             kueue.start(box)
             for obj in peers.tas_objects(QUEUE, GROUP, len(domains), NAMESPACE):
                 box.kubectl("apply", "--server-side", "-f", "-", input_text=json.dumps(obj))
             for trial in range(args.kueue_trials):
-                rows.append(peer.trial("kueue-tas-hotswap", f"tas-{trial}", domains))
+                rows.append(peer.trial(KUEUE, f"tas-{trial}", domains))
                 recovery.log(f"# kueue-tas-hotswap trial {trial}: {rows[-1]}")
+            doubles += double_trials(peer, KUEUE, args.double_trials, domains)
     found = summary(rows)
     print(f"Node failure under a running {WORKERS}-worker gang, KWOK trn2 fleet, JobSet "
           f"{versions.JOBSET}, Kueue {versions.KUEUE}; one control plane, the same "
           "node-monitor settings")
     print(table(found))
+    if doubles:
+        print("\nA second failure during the first replacement (rank 2's node, the moment a "
+              "replacement pod exists):")
+        print(double_table(doubles))
     if args.json:
         print(json.dumps({"jobset": versions.JOBSET, "kueue": versions.KUEUE,
-                          "fleet": recovery.FLEET,
-                          "summary": found, "trials": rows}, indent=1))
+                          "fleet": recovery.FLEET, "summary": found, "trials": rows,
+                          "second_failure_trials": doubles}, indent=1))
     return 0
 
 

@@ -54,7 +54,28 @@ def test_tuned_the_gang_is_evicted_at_the_taint_and_restarted_whole() -> None:
 ])
 def test_the_gang_runs_again_when_every_rank_runs_off_the_failed_node(
         what: str, pods: list[Obj], running: bool) -> None:
-    assert (bench.gang_state(pods, "x") is not None) is running, what
+    assert (bench.gang_state(pods, frozenset({"x"})) is not None) is running, what
+
+
+def test_off_two_failed_nodes_and_by_the_rank_label_of_its_system() -> None:
+    pods = [pod(0, "a"), pod(1, "b"), pod(2, "c")]
+    assert bench.gang_state(pods, frozenset({"x", "c"})) is None
+    assert bench.gang_state(pods, frozenset({"x", "y"})) is not None
+    assert bench.gang_state(pods, frozenset(), rank_label="goodput.dev/rank") is None
+
+
+@pytest.mark.parametrize(("what", "pods", "under_way"), [
+    ("the gang as it was", [pod(0, "a"), pod(1, "b"), pod(2, "c")], False),
+    ("the lost pod going", [pod(0, "a"), pod(1, "b", deleting=True), pod(2, "c")], False),
+    ("its replacement made, not yet bound", [pod(0, "a"), pod(1, None, "Pending", uid="n"),
+                                             pod(2, "c")], True),
+    ("a new pod already going does not count", [pod(0, "a"), pod(1, None, uid="n",
+                                                                 deleting=True)], False),
+])
+def test_the_first_replacement_is_under_way_once_a_new_pod_exists(
+        what: str, pods: list[Obj], under_way: bool) -> None:
+    before = {0: ("a", "u0"), 1: ("b", "u1"), 2: ("c", "u2")}
+    assert bench.replacing(pods, before) is under_way, what
 
 
 def test_what_a_recovery_kept() -> None:
@@ -66,6 +87,20 @@ def test_what_a_recovery_kept() -> None:
     elsewhere = {0: ("c", "n0"), 1: ("e", "n1"), 2: ("a", "n2")}
     assert bench.compare(before, elsewhere, domains, 1) == {
         "recreated": 3, "ranks_kept": False, "domains_kept": False}
+    two_spares = {0: ("a", "u0"), 1: ("d", "n1"), 2: ("e", "n2")}
+    assert bench.compare(before, two_spares, domains, 1, 2) == {
+        "recreated": 2, "ranks_kept": True, "domains_kept": False}
+    assert bench.compare(before, two_spares, domains, 1)["ranks_kept"] is False
+
+
+def test_each_second_failure_trial_is_a_line() -> None:
+    rows = [{"system": "ours", "outcome": "recovered", "second_failure": 0.4, "total": 9.1,
+             "restarts": 2, "recreated": 3, "ranks_kept": True, "domains_kept": False},
+            {"system": "kueue-tas-hotswap", "outcome": "timed out", "second_failure": 41.0}]
+    lines = bench.double_table(rows).splitlines()
+    assert lines[2] == "| ours | recovered | 0.4 | 9.1 | 2 | 3 | True | False |"
+    assert lines[3] == "| kueue-tas-hotswap | timed out | 41.0 | None | None | None | None | " \
+        "None |"
 
 
 def test_the_table_gives_ours_against_each_jobset() -> None:
