@@ -232,6 +232,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --real-nodes: also N hang trials (rank 1 of the trainer "
                              "stops before a collective; failurePolicy.hang.minSeconds 20); "
                              "the baseline, the operator before hang detection: never")
+    parser.add_argument("--jobset", type=int, default=0, metavar="N",
+                        help="with --real-nodes: also N trials of the same trainer as a "
+                             "tuned JobSet (examples/peers/jobset-trainer.yaml), the operator "
+                             "stopped")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     trials = 3 if args.quick else args.trials
@@ -254,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.real_nodes:
         from bench import recovery_real
 
-        real, hangs = recovery_real.run(trials, log, args.hang)
+        real, hangs, jobsets = recovery_real.run(trials, log, args.hang, args.jobset)
         real_summary = summarize(real)
         real_ratio = print_table(f"{len(real)} trials, real nodes: the example PyTorch "
                                  "trainer, 4 workers; a kubelet stopped", real_summary)
@@ -271,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {phase:<16} {values['median']:>8.2f} ({values['p90']:.2f})")
             output["real_nodes"]["hangs"] = {"trials": hangs, "summary": hang_summary,
                                              "baseline": "never (the job stays Running, hung)"}
+        if jobsets:
+            output["real_nodes"]["jobset_tuned"] = recovery_real.against_jobset(
+                real, jobsets)
     if args.json:
         print(json.dumps(output, indent=1))
     return 0

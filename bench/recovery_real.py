@@ -19,22 +19,35 @@ Baseline, same trials: Kubernetes alone evicts pods from a NotReady node when it
 not-ready/unreachable NoExecute taint has been there for the default 300 s toleration (the
 taint's arrival is observed in each trial), then reschedules; we count our own restart and
 checkpoint load after that (generous: nothing would restore the gang or its ranks).
+
+With `bench.recovery --real-nodes --jobset N`: the same trainer as a JobSet v0.11.1
+(examples/peers/jobset-trainer.yaml), tuned (NoExecute tolerations of 0 s, backoffLimit 0:
+the whole gang made again at the lifecycle controller's taint), the operator stopped, the
+same kubelet stopped under rank 1. Per trial: the taint, all ranks running again off that
+node, and training again (rank 0's first step of the new attempt, read from its log's
+runtime timestamps; the attempt starts at step 0, as nothing tells it where to resume:
+no checkpoint load, generous to JobSet).
 """
 
 from __future__ import annotations
 
 import copy
+import datetime
+import json
 import math
+import re
+import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from bench.harness import operator_sandbox
+from bench.harness import OperatorProcess, sandbox, wait_until
 from bench.recovery import POLL, Bench, phases
+from bench.recovery_peers import Peer, gang_state
 from goodput_operator.health.quarantine import parse_time
-from goodput_operator.sandbox import faults
+from goodput_operator.sandbox import faults, jobset
 from goodput_operator.topology.record import ranks_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,6 +55,9 @@ NAME = "bench-recovery-real"
 NAMESPACE = "bench"
 REAL_NODES = 5
 BASELINE_WAIT = 120  # seconds a trial watches for the lifecycle controller's taint
+STEP_SECONDS = 0.5  # the trials' trainer paces its steps to this
+TRAINER_ARGS = ["--steps", "1000000", "--checkpoint-every", "10",
+                "--step-seconds", str(STEP_SECONDS)]
 
 
 def group() -> dict[str, Any]:
@@ -57,8 +73,7 @@ def trainer_job() -> dict[str, Any]:
     job["metadata"]["namespace"] = NAMESPACE
     job["spec"]["failurePolicy"]["maxRestarts"] = 1000
     job["spec"]["checkpoint"]["dir"] = "/shared/checkpoints/bench-recovery"
-    job["spec"]["template"]["spec"]["containers"][0]["args"] = [
-        "--steps", "1000000", "--checkpoint-every", "10", "--step-seconds", "0.5"]
+    job["spec"]["template"]["spec"]["containers"][0]["args"] = list(TRAINER_ARGS)
     return job
 
 
@@ -141,26 +156,159 @@ def hang_trial(bench: Bench, trial: int) -> dict[str, float]:
             "checkpoint_load": stepped_at - running_at, "total": stepped_at - failed_at}
 
 
-def run(trials: int, log: Any, hang_trials: int = 0
-        ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
-    """TRIALS real-node failures and HANG_TRIALS hangs; one row per trial (seconds per
-    phase) for each."""
+def jobset_trainer(name: str) -> dict[str, Any]:
+    """examples/peers/jobset-trainer.yaml as the trials run it: NAME, the trials' trainer
+    arguments, its own checkpoint folder, restarted up to 1000 times (ours: maxRestarts
+    1000), and tuned as a user who read JobSet's docs would: NoExecute tolerations of 0 s
+    and the Job's backoffLimit 0, so that the whole gang is made again as soon as the
+    lifecycle controller taints a node (at its defaults nothing happens for 300 s more)."""
+    doc: dict[str, Any] = yaml.safe_load(
+        (ROOT / "examples" / "peers" / "jobset-trainer.yaml").read_text())
+    doc["metadata"] = {"name": name, "namespace": NAMESPACE}
+    doc["spec"]["failurePolicy"]["maxRestarts"] = 1000
+    job = doc["spec"]["replicatedJobs"][0]["template"]["spec"]
+    job["backoffLimit"] = 0
+    pod = job["template"]["spec"]
+    pod["tolerations"] = [{"key": key, "operator": "Exists", "effect": "NoExecute",
+                           "tolerationSeconds": 0} for key in faults.LIFECYCLE_TAINTS]
+    [container] = pod["containers"]
+    container["args"] = list(TRAINER_ARGS)
+    env = {e["name"]: e for e in container["env"]}
+    env["MASTER_ADDR"]["value"] = f"{name}-workers-0-0.{name}"
+    env["GOODPUT_CHECKPOINT_DIR"]["value"] = f"/shared/checkpoints/{name}"
+    return doc
+
+
+STEP_LOG = re.compile(r"^(\S+) .* rank 0: step (\d+) loss ")
+
+
+def first_step(log: str, step_seconds: float = STEP_SECONDS) -> float | None:
+    """When rank 0 finished its attempt's first step (epoch seconds), from its log with
+    the runtime's timestamps (`kubectl logs --timestamps`): it logs every 10th step, and
+    paces steps to STEP_SECONDS, so step N's line came (N - 1) steps after the first.
+    None before its first logged step. An attempt of the JobSet starts at step 0: nothing
+    tells it where to resume."""
+    for line in log.splitlines():
+        found = STEP_LOG.match(line)
+        if found:
+            stamp = datetime.datetime.fromisoformat(found[1].replace("Z", "+00:00"))
+            return stamp.timestamp() - (int(found[2]) - 1) * step_seconds
+    return None
+
+
+def jobset_trial(peer: Peer, name: str) -> dict[str, Any]:
+    """The trainer as a tuned JobSet; rank 1's kubelet stopped, as in ours' trials; to
+    all ranks running again off that node and to the new attempt's first step."""
+    box = peer.box
+    box.kubectl("apply", "--server-side", "-f", "-", input_text=yaml.safe_dump(
+        jobset_trainer(name)))
+    before = peer.running("jobset-tuned", name)
+    wait_until(lambda: rank0_stepped(box, name, before[0][1]) is not None, 300,
+               f"JobSet {name} training")
+    victim = before[1][0]
+    t0, wall0 = time.monotonic(), time.time()
+    faults.fail_node(box, victim)
+    row: dict[str, Any] = {"system": "jobset-tuned"}
+    while "training" not in row:
+        now = time.monotonic() - t0
+        if now > 420:
+            row["outcome"] = "timed out"
+            break
+        if "k8s_taint" not in row and peer.tainted(victim):
+            row["k8s_taint"] = round(now, 2)
+        after = gang_state(peer.pods("jobset-tuned", name), frozenset({victim}))
+        if after is not None and after[0][1] != before[0][1]:
+            row.setdefault("running", round(now, 2))
+            stepped = rank0_stepped(box, name, after[0][1])
+            if stepped is not None:
+                row |= {"outcome": "recovered", "training": round(stepped - wall0, 2),
+                        "recreated": sum(1 for r in after if after[r][1] != before[r][1]),
+                        "ranks_kept": all(after[r][0] == before[r][0] for r in (0, 2, 3))}
+        time.sleep(POLL * 10)
+    box.kubectl("delete", "jobset", "-n", NAMESPACE, name, "--wait=false")
+    faults.heal_node(box, victim)  # its kubelet ends the partitioned pod
+    wait_until(lambda: not peer.pods("jobset-tuned", name), 180, f"{name}'s pods gone")
+    wait_until(lambda: faults.recovered(peer.api.sanitize_for_serialization(
+        peer.core.read_node(victim))), 120, f"{victim} recovered")
+    return row
+
+
+def rank0_stepped(box: Any, name: str, uid: str) -> float | None:
+    """When the rank-0 pod UID of JobSet NAME finished its first step, once it has."""
+    pods = [p for p in json.loads(box.kubectl(
+        "get", "pods", "-n", NAMESPACE, "-l", f"{jobset.JOBSET_NAME}={name}", "-o", "json"
+    ).stdout)["items"] if p["metadata"]["uid"] == uid]
+    if not pods:
+        return None
+    log = box.kubectl("logs", "-n", NAMESPACE, pods[0]["metadata"]["name"], "--timestamps",
+                      check=False)
+    return first_step(log.stdout) if log.returncode == 0 else None
+
+
+def against_jobset(mine: list[dict[str, float]], jobsets: list[dict[str, Any]]
+                   ) -> dict[str, Any]:
+    """Ours (MINE: the real-node trials) against the tuned JobSet (JOBSETS) on the same
+    nodes: median seconds from the kubelet stopped to all ranks running again and to
+    training again, and ours / JobSet's."""
+    from goodput_operator.sandbox import versions
+
+    done = [r for r in jobsets if r.get("outcome") == "recovered"]
+    theirs = {key: round(statistics.median(r[key] for r in done), 2) if done else None
+              for key in ("k8s_taint", "running", "training")}
+    ours = {"running": round(statistics.median(r["total"] - r["checkpoint_load"]
+                                               for r in mine), 2),
+            "training": round(statistics.median(r["total"] for r in mine), 2)}
+    ratios = {key: round(ours[key] / found, 3) if (found := theirs[key]) else None
+              for key in ("running", "training")}
+    print(f"Real nodes, JobSet {versions.JOBSET} tuned, {len(done)}/{len(jobsets)} recovered: "
+          f"taint {theirs['k8s_taint']} s, all ranks running {theirs['running']} s (ours "
+          f"{ours['running']} s: {ratios['running']}x), training again {theirs['training']} s "
+          f"(ours {ours['training']} s: {ratios['training']}x)")
+    return {"version": versions.JOBSET, "trials": jobsets, "median_s": theirs,
+            "ours_median_s": ours, "ours_over_jobset": ratios}
+
+
+def run(trials: int, log: Any, hang_trials: int = 0, jobset_trials: int = 0
+        ) -> tuple[list[dict[str, float]], list[dict[str, float]], list[dict[str, Any]]]:
+    """TRIALS real-node failures and HANG_TRIALS hangs under ours, JOBSET_TRIALS under a
+    tuned JobSet (the operator stopped); one row per trial (seconds per phase) for each."""
     results: list[dict[str, float]] = []
     hangs: list[dict[str, float]] = []
-    with operator_sandbox(NAME, "trn2", group(), namespaces=[NAMESPACE],
-                          wait_seconds=300, real_nodes=REAL_NODES) as box:
-        bench = RealBench(box)
-        box.kubectl("apply", "--server-side", "-f", "-", input_text=yaml.safe_dump(
-            trainer_job()))
-        bench.wait("the trainer running and checkpointing", lambda: bench.running(0) and (
-            (bench.job().get("status") or {}).get("checkpoint") or {}).get("latest"), 300)
-        for trial in range(1, trials + 1):
-            row = bench.trial(trial)
-            results.append(row)
-            log(f"# real trial {trial}: " + ", ".join(f"{k} {v:.2f}s" for k, v in row.items()))
-        box.kubectl("delete", "tj", "--all", "-n", NAMESPACE, "--wait=true")
-        for trial in range(1, hang_trials + 1):
-            row = hang_trial(bench, trial)
-            hangs.append(row)
-            log(f"# hang trial {trial}: " + ", ".join(f"{k} {v:.2f}s" for k, v in row.items()))
+    jobsets: list[dict[str, Any]] = []
+    with sandbox(NAME, "trn2", group(), namespaces=[NAMESPACE], wait_seconds=300,
+                 real_nodes=REAL_NODES) as box:
+        operator = OperatorProcess(box, Path(box.home) / "operator.log", reports=True)
+        operator.start()
+        try:
+            wait_until(operator.ready, 120, "operator ready")
+            results, hangs = ours(box, trials, hang_trials, log)
+        finally:
+            operator.stop()
+        if jobset_trials:
+            jobset.start(box)
+            peer = Peer(box)
+            for trial in range(1, jobset_trials + 1):
+                jobsets.append(jobset_trial(peer, f"trainer-jobset-{trial}"))
+                log(f"# JobSet trial {trial}: {jobsets[-1]}")
+            jobset.stop(box)
+    return results, hangs, jobsets
+
+
+def ours(box: Any, trials: int, hang_trials: int, log: Any
+         ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    results: list[dict[str, float]] = []
+    hangs: list[dict[str, float]] = []
+    bench = RealBench(box)
+    box.kubectl("apply", "--server-side", "-f", "-", input_text=yaml.safe_dump(trainer_job()))
+    bench.wait("the trainer running and checkpointing", lambda: bench.running(0) and (
+        (bench.job().get("status") or {}).get("checkpoint") or {}).get("latest"), 300)
+    for trial in range(1, trials + 1):
+        row = bench.trial(trial)
+        results.append(row)
+        log(f"# real trial {trial}: " + ", ".join(f"{k} {v:.2f}s" for k, v in row.items()))
+    box.kubectl("delete", "tj", "--all", "-n", NAMESPACE, "--wait=true")
+    for trial in range(1, hang_trials + 1):
+        row = hang_trial(bench, trial)
+        hangs.append(row)
+        log(f"# hang trial {trial}: " + ", ".join(f"{k} {v:.2f}s" for k, v in row.items()))
     return results, hangs

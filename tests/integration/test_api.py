@@ -17,8 +17,10 @@ from tests.conftest import Cluster, wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-# examples/fleets holds sandbox input (kind SimulatedFleet), not API objects.
-EXAMPLES = sorted(p for p in (ROOT / "examples").rglob("*.yaml") if "fleets" not in p.parts)
+# examples/fleets holds sandbox input (kind SimulatedFleet), examples/peers other systems'
+# manifests: not API objects of ours.
+EXAMPLES = sorted(p for p in (ROOT / "examples").rglob("*.yaml")
+                  if "fleets" not in p.parts and "peers" not in p.parts)
 
 Doc = dict[str, Any]
 

@@ -1,0 +1,73 @@
+"""The real-node recovery head-to-head (bench/recovery_real.py): the JobSet it runs the
+example trainer as, and how it reads when that trainer trains again (the run itself needs
+real nodes and JobSet)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from bench import recovery_real as bench
+
+from tests.unit.test_jobset_peer import unknown_to_jobset
+
+pytestmark = pytest.mark.unit
+
+
+def pod_spec(doc: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = doc["spec"]["replicatedJobs"][0]["template"]["spec"]
+    return spec
+
+
+def test_the_jobset_runs_the_trainer_the_trainingjob_runs() -> None:
+    ours = bench.trainer_job()["spec"]
+    theirs = bench.jobset_trainer("t")
+    job = pod_spec(theirs)
+    [container] = job["template"]["spec"]["containers"]
+    [mine] = ours["template"]["spec"]["containers"]
+    assert (job["completions"], job["parallelism"]) == (ours["workers"],) * 2
+    assert container["resources"]["limits"] == {
+        "aws.amazon.com/neuron": str(ours["acceleratorsPerWorker"])}
+    for key in ("image", "command", "args"):
+        assert container[key] == mine[key], key
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["WORLD_SIZE"] == str(ours["workers"])
+    assert env["MASTER_ADDR"] == "t-workers-0-0.t"  # JobSet's name for pod 0 of job 0
+    assert env["GOODPUT_CHECKPOINT_DIR"] == "/shared/checkpoints/t"
+    assert job["template"]["spec"]["nodeSelector"]["sandbox.goodput.dev/real-node"] == "true"
+
+
+def test_tuned_the_whole_gang_is_made_again_at_the_taint() -> None:
+    doc = bench.jobset_trainer("t")
+    job = pod_spec(doc)
+    assert job["backoffLimit"] == 0 and doc["spec"]["failurePolicy"]["maxRestarts"] == 1000
+    assert {(t["key"], t["tolerationSeconds"]) for t in job["template"]["spec"]["tolerations"]
+            } == {("node.kubernetes.io/unreachable", 0), ("node.kubernetes.io/not-ready", 0)}
+
+
+def test_every_field_of_the_trainers_jobset_is_one_jobsets_crd_knows() -> None:
+    assert unknown_to_jobset(bench.jobset_trainer("t")["spec"]) == []
+
+
+@pytest.mark.parametrize(("log", "first"), [
+    ("2026-12-04T12:00:00.000000000Z 12:00:00 rank 0: world 4, master m:29500\n"
+     "2026-12-04T12:00:10.500000000Z 12:00:10 rank 0: step 10 loss 0.250000\n"
+     "2026-12-04T12:00:15.500000000Z 12:00:15 rank 0: step 20 loss 0.200000\n",
+     1796385606.0),  # step 10 at :10.5, paced 0.5 s: step 1 at :06.0
+    ("2026-12-04T12:00:00.000000000Z 12:00:00 rank 0: world 4, master m:29500\n", None),
+    ("", None),
+])
+def test_the_first_step_is_read_from_rank_0s_log(log: str, first: float | None) -> None:
+    assert bench.first_step(log) == first
+
+
+def test_ours_against_the_jobset_by_medians() -> None:
+    mine = [{"total": 24.0, "checkpoint_load": 3.0}, {"total": 26.0, "checkpoint_load": 3.0},
+            {"total": 25.0, "checkpoint_load": 4.0}]
+    jobsets: list[dict[str, Any]] = [
+        {"outcome": "recovered", "k8s_taint": 50.0, "running": 55.0, "training": 62.5},
+        {"outcome": "timed out"}]
+    found = bench.against_jobset(mine, jobsets)
+    assert found["ours_median_s"] == {"running": 21.0, "training": 25.0}
+    assert found["median_s"] == {"k8s_taint": 50.0, "running": 55.0, "training": 62.5}
+    assert found["ours_over_jobset"] == {"running": 0.382, "training": 0.4}
