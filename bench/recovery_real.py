@@ -56,6 +56,7 @@ NAMESPACE = "bench"
 REAL_NODES = 5
 BASELINE_WAIT = 120  # seconds a trial watches for the lifecycle controller's taint
 STEP_SECONDS = 0.5  # the trials' trainer paces its steps to this
+MAX_RESTARTS = 10  # restarts a job may take: more than the trials of one run
 TRAINER_ARGS = ["--steps", "1000000", "--checkpoint-every", "10",
                 "--step-seconds", str(STEP_SECONDS)]
 
@@ -71,7 +72,8 @@ def trainer_job() -> dict[str, Any]:
         (ROOT / "examples" / "trn2" / "trainingjob-trainer.yaml").read_text())
     job = copy.deepcopy(job)
     job["metadata"]["namespace"] = NAMESPACE
-    job["spec"]["failurePolicy"]["maxRestarts"] = 1000
+    # a restart per trial, at once (the admission refuses a zero backoff above 10 restarts)
+    job["spec"]["failurePolicy"]["maxRestarts"] = MAX_RESTARTS
     job["spec"]["checkpoint"]["dir"] = "/shared/checkpoints/bench-recovery"
     job["spec"]["template"]["spec"]["containers"][0]["args"] = list(TRAINER_ARGS)
     return job
@@ -158,14 +160,14 @@ def hang_trial(bench: Bench, trial: int) -> dict[str, float]:
 
 def jobset_trainer(name: str) -> dict[str, Any]:
     """examples/peers/jobset-trainer.yaml as the trials run it: NAME, the trials' trainer
-    arguments, its own checkpoint folder, restarted up to 1000 times (ours: maxRestarts
-    1000), and tuned as a user who read JobSet's docs would: NoExecute tolerations of 0 s
+    arguments, its own checkpoint folder, restarted up to MAX_RESTARTS times (as ours),
+    and tuned as a user who read JobSet's docs would: NoExecute tolerations of 0 s
     and the Job's backoffLimit 0, so that the whole gang is made again as soon as the
     lifecycle controller taints a node (at its defaults nothing happens for 300 s more)."""
     doc: dict[str, Any] = yaml.safe_load(
         (ROOT / "examples" / "peers" / "jobset-trainer.yaml").read_text())
     doc["metadata"] = {"name": name, "namespace": NAMESPACE}
-    doc["spec"]["failurePolicy"]["maxRestarts"] = 1000
+    doc["spec"]["failurePolicy"]["maxRestarts"] = MAX_RESTARTS
     job = doc["spec"]["replicatedJobs"][0]["template"]["spec"]
     job["backoffLimit"] = 0
     pod = job["template"]["spec"]
