@@ -45,7 +45,8 @@ per trial: seconds to the gang running again off both nodes, the whole-gang rest
 took (ours' and JobSet's `status.restarts`; for Kueue, the Workload's evictions: the gang
 requeued), pods made again, whether rank 0 kept its node and the gang its UltraServer.
 
-Not measured here yet: real nodes with the example trainer.
+Real nodes with the example trainer, ours against a tuned JobSet: `bench.recovery
+--real-nodes --jobset N` (bench/recovery_real.py). Kueue on real nodes: not run yet.
 """
 
 from __future__ import annotations
@@ -109,12 +110,13 @@ def tas_gang(name: str) -> Obj:
     return job
 
 
-def gang_state(pods: list[Obj], victims: frozenset[str],
-               rank_label: str = INDEX_LABEL) -> dict[int, tuple[str, str]] | None:
-    """Rank -> (node, pod uid) when the gang runs: WORKERS pods not being deleted, all
-    Running, none on a failed node (VICTIMS), one per rank (RANK_LABEL); else None."""
+def gang_state(pods: list[Obj], victims: frozenset[str], rank_label: str = INDEX_LABEL,
+               workers: int = WORKERS) -> dict[int, tuple[str, str]] | None:
+    """Rank -> (node, pod uid) when the gang of WORKERS runs: as many pods not being
+    deleted, all Running, none on a failed node (VICTIMS), one per rank (RANK_LABEL);
+    else None."""
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-    if len(live) != WORKERS or any(
+    if len(live) != workers or any(
             (p.get("status") or {}).get("phase") != "Running" or
             p["spec"].get("nodeName") is None or p["spec"]["nodeName"] in victims
             for p in live):
@@ -122,7 +124,7 @@ def gang_state(pods: list[Obj], victims: frozenset[str],
     ranks = {int(p["metadata"]["labels"].get(rank_label, -1)): (p["spec"]["nodeName"],
                                                                 p["metadata"]["uid"])
              for p in live}
-    return ranks if sorted(ranks) == list(range(WORKERS)) else None
+    return ranks if sorted(ranks) == list(range(workers)) else None
 
 
 def replacing(pods: list[Obj], before: dict[int, tuple[str, str]]) -> bool:
@@ -165,10 +167,10 @@ class Peer:
             NAMESPACE, label_selector=f"{key}={name}"))
         return cast(list[Obj], listed["items"])
 
-    def state(self, system: str, name: str, victims: frozenset[str]
+    def state(self, system: str, name: str, victims: frozenset[str], workers: int = WORKERS
               ) -> dict[int, tuple[str, str]] | None:
         return gang_state(self.pods(system, name), victims,
-                          names.RANK_LABEL if system == OURS else INDEX_LABEL)
+                          names.RANK_LABEL if system == OURS else INDEX_LABEL, workers)
 
     def tainted(self, node: str) -> bool:
         body = self.api.sanitize_for_serialization(self.core.read_node(node))
@@ -222,12 +224,13 @@ class Peer:
         self.box.kubectl("delete", kind, "-n", NAMESPACE, name, "--wait=false",
                          "--cascade=foreground")
 
-    def running(self, system: str, name: str) -> dict[int, tuple[str, str]]:
+    def running(self, system: str, name: str, workers: int = WORKERS
+                ) -> dict[int, tuple[str, str]]:
         found: dict[int, tuple[str, str]] | None = None
 
         def runs() -> bool:
             nonlocal found
-            found = self.state(system, name, frozenset())
+            found = self.state(system, name, frozenset(), workers)
             return found is not None
         wait_until(runs, 120, f"{system} gang {name} running")
         assert found is not None

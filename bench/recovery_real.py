@@ -37,6 +37,7 @@ import json
 import math
 import re
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NAME = "bench-recovery-real"
 NAMESPACE = "bench"
 REAL_NODES = 5
+WORKERS = 4  # the example trainer's
 BASELINE_WAIT = 120  # seconds a trial watches for the lifecycle controller's taint
 STEP_SECONDS = 0.5  # the trials' trainer paces its steps to this
 MAX_RESTARTS = 10  # restarts a job may take: more than the trials of one run
@@ -83,7 +85,7 @@ class RealBench(Bench):
     """The example trainer's job: 4 workers on real nodes."""
 
     def __init__(self, box: Any) -> None:
-        super().__init__(box, trainer_job()["metadata"]["name"], workers=4)
+        super().__init__(box, trainer_job()["metadata"]["name"], workers=WORKERS)
 
     def trial(self, restart: int) -> dict[str, float]:
         status = self.job()["status"]
@@ -204,9 +206,14 @@ def jobset_trial(peer: Peer, name: str) -> dict[str, Any]:
     box = peer.box
     box.kubectl("apply", "--server-side", "-f", "-", input_text=yaml.safe_dump(
         jobset_trainer(name)))
-    before = peer.running("jobset-tuned", name)
-    wait_until(lambda: rank0_stepped(box, name, before[0][1]) is not None, 300,
-               f"JobSet {name} training")
+    try:
+        before = peer.running("jobset-tuned", name, WORKERS)
+        wait_until(lambda: rank0_stepped(box, name, before[0][1]) is not None, 300,
+                   f"JobSet {name} training")
+    except RuntimeError:  # say what held it up
+        for what in (("get", "pods", "-o", "wide"), ("get", "events")):
+            print(box.kubectl(*what, "-n", NAMESPACE, check=False).stdout, file=sys.stderr)
+        raise
     victim = before[1][0]
     t0, wall0 = time.monotonic(), time.time()
     faults.fail_node(box, victim)
@@ -218,7 +225,8 @@ def jobset_trial(peer: Peer, name: str) -> dict[str, Any]:
             break
         if "k8s_taint" not in row and peer.tainted(victim):
             row["k8s_taint"] = round(now, 2)
-        after = gang_state(peer.pods("jobset-tuned", name), frozenset({victim}))
+        after = gang_state(peer.pods("jobset-tuned", name), frozenset({victim}),
+                           workers=WORKERS)
         if after is not None and after[0][1] != before[0][1]:
             row.setdefault("running", round(now, 2))
             stepped = rank0_stepped(box, name, after[0][1])
@@ -309,6 +317,8 @@ def ours(box: Any, trials: int, hang_trials: int, log: Any
         results.append(row)
         log(f"# real trial {trial}: " + ", ".join(f"{k} {v:.2f}s" for k, v in row.items()))
     box.kubectl("delete", "tj", "--all", "-n", NAMESPACE, "--wait=true")
+    wait_until(lambda: not json.loads(box.kubectl("get", "pods", "-n", NAMESPACE, "-o", "json"
+                                                  ).stdout)["items"], 120, "its pods gone")
     for trial in range(1, hang_trials + 1):
         row = hang_trial(bench, trial)
         hangs.append(row)

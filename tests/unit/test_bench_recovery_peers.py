@@ -62,6 +62,8 @@ def test_off_two_failed_nodes_and_by_the_rank_label_of_its_system() -> None:
     assert bench.gang_state(pods, frozenset({"x", "c"})) is None
     assert bench.gang_state(pods, frozenset({"x", "y"})) is not None
     assert bench.gang_state(pods, frozenset(), rank_label="goodput.dev/rank") is None
+    assert bench.gang_state(pods, frozenset(), workers=4) is None  # one rank short
+    assert bench.gang_state([*pods, pod(3, "d")], frozenset(), workers=4) is not None
 
 
 @pytest.mark.parametrize(("what", "pods", "under_way"), [
