@@ -236,40 +236,18 @@ class Peer:
         assert found is not None
         return found
 
-    def trial(self, system: str, name: str, domains: dict[str, str]) -> Obj:
-        """One node failure under the gang (rank 1's node), to the gang running again."""
+    def trial(self, system: str, name: str, domains: dict[str, str],
+              second_failure: bool = False) -> Obj:
+        """One node failure under the gang (rank 1's node), to the gang running again off
+        it. With SECOND_FAILURE, rank 2's node fails too the moment a replacement pod
+        exists (a second failure during the first replacement), to the gang running again
+        off both. With the whole-gang restarts (Kueue: evictions) it took."""
         self.submit(system, name)
         before = self.running(system, name)
-        victim = before[1][0]
-        t0 = time.monotonic()
-        faults.fail_node(self.box, victim)
-        row: Obj = {"system": system}
-        after = None
-        while after is None:
-            now = time.monotonic() - t0
-            if now > TIMEOUT or self.failed(system, name):
-                row["outcome"] = "failed" if now <= TIMEOUT else "timed out"
-                break
-            if "k8s_taint" not in row and self.tainted(victim):
-                row["k8s_taint"] = round(now, 2)
-            after = self.state(system, name, frozenset({victim}))
-            time.sleep(recovery.POLL)
-        if after is not None:
-            row |= {"outcome": "recovered", "total": round(time.monotonic() - t0, 2),
-                    **compare(before, after, domains, 1)}
-        self.finish(system, name, [victim])
-        return row
-
-    def double_trial(self, system: str, name: str, domains: dict[str, str]) -> Obj:
-        """A second failure during the first replacement: rank 1's node fails; the moment
-        a replacement pod exists, rank 2's node fails too. To the gang running again
-        off both, with the whole-gang restarts (Kueue: evictions) it took."""
-        self.submit(system, name)
-        before = self.running(system, name)
-        first, second = before[1][0], before[2][0]
+        victims = [before[1][0]]
         restarts = self.restarts(system, name)
         t0 = time.monotonic()
-        faults.fail_node(self.box, first)
+        faults.fail_node(self.box, victims[0])
         row: Obj = {"system": system}
         after = None
         while after is None:
@@ -277,18 +255,21 @@ class Peer:
             if now > TIMEOUT or self.failed(system, name):
                 row["outcome"] = "failed" if now <= TIMEOUT else "timed out"
                 break
-            pods = self.pods(system, name)
-            if "second_failure" not in row and replacing(pods, before):
-                faults.fail_node(self.box, second)
-                row["second_failure"] = round(time.monotonic() - t0, 2)
-            elif "second_failure" in row:
-                after = self.state(system, name, frozenset({first, second}))
+            if "k8s_taint" not in row and self.tainted(victims[0]):
+                row["k8s_taint"] = round(now, 2)
+            if second_failure and len(victims) == 1:
+                if replacing(self.pods(system, name), before):
+                    victims.append(before[2][0])
+                    faults.fail_node(self.box, victims[1])
+                    row["second_failure"] = round(time.monotonic() - t0, 2)
+            else:
+                after = self.state(system, name, frozenset(victims))
             time.sleep(recovery.POLL)
         if after is not None:
             row |= {"outcome": "recovered", "total": round(time.monotonic() - t0, 2),
                     "restarts": self.restarts(system, name) - restarts,
-                    **compare(before, after, domains, 1, 2)}
-        self.finish(system, name, [first] + [second] * ("second_failure" in row))
+                    **compare(before, after, domains, *range(1, len(victims) + 1))}
+        self.finish(system, name, victims)
         return row
 
     def finish(self, system: str, name: str, failed: list[str]) -> None:
@@ -383,7 +364,7 @@ def double_trials(peer: Peer, system: str, trials: int, domains: dict[str, str]
                   ) -> list[Obj]:
     rows = []
     for trial in range(trials):
-        rows.append(peer.double_trial(system, f"{system}-2nd-{trial}", domains))
+        rows.append(peer.trial(system, f"{system}-2nd-{trial}", domains, second_failure=True))
         recovery.log(f"# {system} second-failure trial {trial}: {rows[-1]}")
     return rows
 
