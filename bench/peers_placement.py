@@ -1,13 +1,14 @@
 """Placement, head to head with Kueue's Topology Aware Scheduling and Kubernetes' own gang
-scheduling (issue 46): the same gangs, in the same order, on the same KWOK Trn2 fleet.
+scheduling (issue 46): the same gangs, in the same order, on the same KWOK fleet.
 
-    python -m bench.peers_placement [--json] [--domains D] [--gangs G] [--seed N]
-                                    [--no-upstream] [--no-operator]
+    python -m bench.peers_placement [--json] [--kind trn2|nvl72] [--domains D] [--gangs G]
+                                    [--seed N] [--no-upstream] [--no-operator]
 
 The fleet: `synthetic:trn2:D` (default 32 UltraServers of 4 nodes x 16 chips, 128 nodes,
-in network blocks of 16). The trace: G gangs (default 48) of whole-node workers, 1 to 16
-nodes, seeded, submitted one after another and never finished: about twice what the
-fleet holds, so that every system must refuse some.
+in network blocks of 16), or with `--kind nvl72` `synthetic:nvl72:D` (default 16 GB200
+racks of 18 nodes x 4 GPUs, 288 nodes). The trace: G gangs (default 48) of whole-node
+workers (trn2: 1 to 16 nodes; nvl72: 1 to 36), seeded, submitted one after another and
+never finished: about twice what the fleet holds, so that every system must refuse some.
 
 Both peers are asked the same: a gang stays inside one UltraServer when it fits in one,
 else inside one network block (neither has a "fewest UltraServers" constraint).
@@ -31,11 +32,12 @@ else inside one network block (neither has a "fewest UltraServers" constraint).
   The report says whether the operator placed every gang where the engine did.
 
 Reported per system: gangs placed and their nodes, gangs placed before the first
-refusal, gangs refused while as many nodes as they ask were free (refused for packing, not
-for want of nodes), and, over the first gangs every system placed before any refused one (the same
-gangs on every fleet, so the end states differ by packing alone), UltraServers spanned
-above the minimum, whole free UltraServers left, and the largest gang of whole nodes that
-still fits in the fewest UltraServers (bench.placement's yardsticks); the same over the
+refusal, gangs refused while as many nodes as they ask were free (refused for packing,
+not for want of nodes), and, over the first gangs every system placed before any refused
+one (the same gangs on every fleet, so the end states differ by packing alone), domains
+spanned
+above the minimum, whole free domains left, and the largest gang of whole nodes that
+still fits in the fewest domains (bench.placement's yardsticks); the same over the
 whole trace in the JSON. Seconds from a gang's submit to its admission (Kueue) or to its
 last pod bound (upstream, the operator), p50 and p99. Each controller's CPU seconds over
 the trace and its peak resident memory (/proc): the operator, Kueue's manager, and the
