@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from bench import recovery_peers as bench
 
+from goodput_operator import names
 from tests.unit.test_jobset_peer import unknown_to_jobset
 
 pytestmark = pytest.mark.unit
@@ -61,7 +62,7 @@ def test_off_two_failed_nodes_and_by_the_rank_label_of_its_system() -> None:
     pods = [pod(0, "a"), pod(1, "b"), pod(2, "c")]
     assert bench.gang_state(pods, frozenset({"x", "c"})) is None
     assert bench.gang_state(pods, frozenset({"x", "y"})) is not None
-    assert bench.gang_state(pods, frozenset(), rank_label="goodput.dev/rank") is None
+    assert bench.gang_state(pods, frozenset(), rank_label=names.RANK_LABEL) is None
     assert bench.gang_state(pods, frozenset(), workers=4) is None  # one rank short
     assert bench.gang_state([*pods, pod(3, "d")], frozenset(), workers=4) is not None
 
