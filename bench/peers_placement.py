@@ -47,7 +47,6 @@ workers are bound by it too).
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import random
@@ -221,17 +220,43 @@ def admitted(box: cluster.Sandbox, job: str) -> list[str] | None:
     return None
 
 
-def placed_within(probe: Callable[[], list[str] | None], started: float,
-                  waits: list[float]) -> list[str] | None:
-    """PROBE (a gang's nodes once placed), polled every 0.2 s until it answers or
-    ADMIT_SECONDS from STARTED have passed; the seconds it took go to WAITS."""
-    got = None
-    while got is None and time.monotonic() - started < ADMIT_SECONDS:
-        time.sleep(0.2)
-        got = probe()
-    if got is not None:
-        waits.append(time.monotonic() - started)
-    return got
+def replay(sizes: list[int], submit: Callable[[str, int], object],
+           placed: Callable[[str, int], list[str] | None],
+           refuse: Callable[[str], object] | None = None) -> tuple[Outcomes, list[float]]:
+    """Each gang of SIZES submitted as a system takes it (SUBMIT(name, workers)), the next
+    once PLACED(name, workers) answers its nodes, polled every 0.2 s, or ADMIT_SECONDS
+    have passed (then REFUSE(name), where given); the outcomes and the seconds each
+    placement took."""
+    outcomes: Outcomes = []
+    waits: list[float] = []
+    for i, workers in enumerate(sizes):
+        name = f"g{i}"
+        started = time.monotonic()
+        submit(name, workers)
+        got = None
+        while got is None and time.monotonic() - started < ADMIT_SECONDS:
+            time.sleep(0.2)
+            got = placed(name, workers)
+        if got is not None:
+            waits.append(time.monotonic() - started)
+        elif refuse is not None:
+            refuse(name)
+        outcomes.append(got)
+    return outcomes, waits
+
+
+def apply(box: cluster.Sandbox, *objects: Obj) -> None:
+    box.kubectl("apply", "--server-side", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": list(objects)}))
+
+
+def bound(box: cluster.Sandbox, selector: str, workers: int, rank: Callable[[Obj], int]
+          ) -> list[str] | None:
+    """The nodes of the pods SELECTOR finds, in RANK order, once all WORKERS are bound."""
+    pods = json.loads(box.kubectl("get", "pods", "-n", NAMESPACE, "-l", selector,
+                                  "-o", "json").stdout)["items"]
+    nodes = [p["spec"].get("nodeName") for p in sorted(pods, key=rank)]
+    return nodes if len(nodes) == workers and all(nodes) else None
 
 
 def kueue_tas(box: cluster.Sandbox, nodes: list[Obj], sizes: list[int], kind: Kind = TRN2
@@ -239,18 +264,12 @@ def kueue_tas(box: cluster.Sandbox, nodes: list[Obj], sizes: list[int], kind: Ki
     """Each gang submitted as Kueue TAS takes it, the next once it is admitted or
     ADMIT_SECONDS have passed; the outcomes and the seconds each admission took."""
     group = kind.group
-    for obj in peers.tas_objects(QUEUE, group, len(nodes), NAMESPACE):
-        box.kubectl("apply", "--server-side", "-f", "-", input_text=json.dumps(obj))
-    outcomes: Outcomes = []
-    waits: list[float] = []
-    for i, workers in enumerate(sizes):
-        job = peers.tas_gang(f"g{i}", NAMESPACE, QUEUE, group, workers,
-                             group.accelerator.per_node, kind.unit(workers),
-                             keep_running=True)
-        started = time.monotonic()
-        box.kubectl("apply", "--server-side", "-f", "-", input_text=json.dumps(job))
-        got = placed_within(functools.partial(admitted, box, f"g{i}"), started, waits)
-        outcomes.append(got)
+    apply(box, *peers.tas_objects(QUEUE, group, len(nodes), NAMESPACE))
+    outcomes, waits = replay(
+        sizes, lambda name, workers: apply(box, peers.tas_gang(
+            name, NAMESPACE, QUEUE, group, workers, group.accelerator.per_node,
+            kind.unit(workers), keep_running=True)),
+        lambda name, _: admitted(box, name))
     held = sum(len(got) for got in outcomes if got is not None)
     deadline = time.monotonic() + 60
     while (running := len(json.loads(box.kubectl(
@@ -263,35 +282,30 @@ def kueue_tas(box: cluster.Sandbox, nodes: list[Obj], sizes: list[int], kind: Ki
     return outcomes, waits
 
 
-def bound(box: cluster.Sandbox, gang: str) -> list[str] | None:
-    """The nodes of GANG's pods, in pod order, once every one is bound; else None."""
-    pods = json.loads(box.kubectl("get", "pods", "-n", NAMESPACE, "-l", f"gang={gang}",
-                                  "-o", "json").stdout)["items"]
-    nodes = [p["spec"].get("nodeName") for p in sorted(
-        pods, key=lambda p: int(p["metadata"]["name"].rsplit("-", 1)[1]))]
-    return nodes if nodes and all(nodes) else None
-
-
 def upstream(box: cluster.Sandbox, sizes: list[int], kind: Kind = TRN2
              ) -> tuple[Outcomes, list[float]]:
     """Each gang submitted as a PodGroup of Kubernetes' own gang scheduling, the next once
     its pods are all bound or ADMIT_SECONDS have passed (then it is deleted: refused);
     the outcomes and the seconds each binding took."""
-    outcomes: Outcomes = []
-    waits: list[float] = []
-    for i, workers in enumerate(sizes):
-        objects = peers.upstream_gang(f"g{i}", NAMESPACE, kind.group, workers,
-                                      kind.group.accelerator.per_node, kind.unit(workers))
-        started = time.monotonic()
-        box.kubectl("apply", "-f", "-", input_text=json.dumps(
-            {"apiVersion": "v1", "kind": "List", "items": objects}))
-        got = placed_within(functools.partial(bound, box, f"g{i}"), started, waits)
-        outcomes.append(got)
-        if got is None:
-            box.kubectl("delete", "pods", "-n", NAMESPACE, "-l", f"gang=g{i}",
-                        "--grace-period=0", "--force")
-            box.kubectl("delete", "podgroup", "-n", NAMESPACE, f"g{i}")
-    return outcomes, waits
+    def refuse(name: str) -> None:
+        box.kubectl("delete", "pods", "-n", NAMESPACE, "-l", f"gang={name}",
+                    "--grace-period=0", "--force")
+        box.kubectl("delete", "podgroup", "-n", NAMESPACE, name)
+
+    return replay(
+        sizes, lambda name, workers: apply(box, *peers.upstream_gang(
+            name, NAMESPACE, kind.group, workers, kind.group.accelerator.per_node,
+            kind.unit(workers))),
+        lambda name, workers: bound(box, f"gang={name}", workers, pod_index), refuse)
+
+
+def pod_index(pod: Obj) -> int:
+    """An upstream gang's pod's index: its name's last part (`g3-0`, `g3-1`, ...)."""
+    return int(pod["metadata"]["name"].rsplit("-", 1)[1])
+
+
+def worker_rank(pod: Obj) -> int:
+    return int(pod["metadata"]["labels"][names.RANK_LABEL])
 
 
 def training_job(name: str, workers: int, kind: Kind = TRN2) -> Obj:
@@ -307,31 +321,15 @@ def training_job(name: str, workers: int, kind: Kind = TRN2) -> Obj:
                          {"name": "worker", "image": "example.com/train:1"}]}}}}
 
 
-def job_bound(box: cluster.Sandbox, name: str, workers: int) -> list[str] | None:
-    """The nodes of TrainingJob NAME's workers in rank order, once all WORKERS are bound."""
-    pods = json.loads(box.kubectl("get", "pods", "-n", NAMESPACE, "-l",
-                                  f"{names.JOB_LABEL}={name}", "-o", "json").stdout)["items"]
-    nodes = [p["spec"].get("nodeName") for p in sorted(
-        pods, key=lambda p: int(p["metadata"]["labels"][names.RANK_LABEL]))]
-    return nodes if len(nodes) == workers and all(nodes) else None
-
-
 def operator(box: cluster.Sandbox, sizes: list[int], kind: Kind
              ) -> tuple[Outcomes, list[float]]:
     """Each gang submitted as a TrainingJob to the operator, the next once its workers are
     all bound or ADMIT_SECONDS have passed (then it is deleted: refused, as upstream's)."""
-    outcomes: Outcomes = []
-    waits: list[float] = []
-    for i, workers in enumerate(sizes):
-        started = time.monotonic()
-        box.kubectl("apply", "--server-side", "-f", "-",
-                    input_text=json.dumps(training_job(f"g{i}", workers, kind)))
-        got = placed_within(functools.partial(job_bound, box, f"g{i}", workers), started,
-                            waits)
-        outcomes.append(got)
-        if got is None:
-            box.kubectl("delete", "trainingjob", "-n", NAMESPACE, f"g{i}", "--wait=true")
-    return outcomes, waits
+    return replay(
+        sizes, lambda name, workers: apply(box, training_job(name, workers, kind)),
+        lambda name, workers: bound(box, f"{names.JOB_LABEL}={name}", workers, worker_rank),
+        lambda name: box.kubectl("delete", "trainingjob", "-n", NAMESPACE, name,
+                                 "--wait=true"))
 
 
 OPERATOR_GROUP = "bench-peers"

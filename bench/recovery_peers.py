@@ -81,6 +81,13 @@ GROUP = UltraServerGroupSpec.model_validate(recovery.group()["spec"])
 TIMEOUT = 420.0  # seconds a trial may take: the defaults' 300 s toleration and then some
 
 
+def evicted_at_the_taint() -> list[Obj]:
+    """Tolerations of 0 s for the lifecycle controller's NoExecute taints: a pod ends as
+    soon as its node is tainted not-ready or unreachable (the peers' tuned runs)."""
+    return [{"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0}
+            for key in faults.LIFECYCLE_TAINTS]
+
+
 def jobset_gang(name: str, tuned: bool) -> Obj:
     """The gang as a JobSet: at its defaults, or TUNED as described above."""
     pod: Obj = {"restartPolicy": "Never", "containers": [{
@@ -89,8 +96,7 @@ def jobset_gang(name: str, tuned: bool) -> Obj:
     job: Obj = {"completionMode": "Indexed", "completions": WORKERS, "parallelism": WORKERS}
     spec: Obj = {}
     if tuned:
-        pod["tolerations"] = [{"key": key, "operator": "Exists", "effect": "NoExecute",
-                               "tolerationSeconds": 0} for key in faults.LIFECYCLE_TAINTS]
+        pod["tolerations"] = evicted_at_the_taint()
         job["backoffLimit"] = 0
         spec["failurePolicy"] = {"maxRestarts": 10}
     job["template"] = {"metadata": {"labels": {cluster.KEEP_RUNNING: "true"}}, "spec": pod}
@@ -104,9 +110,7 @@ def tas_gang(name: str) -> Obj:
     """The gang as an Indexed Job for Kueue TAS, inside one UltraServer, tuned as above."""
     job = peers.tas_gang(name, NAMESPACE, QUEUE, GROUP, WORKERS, 16, "domain",
                          keep_running=True)
-    job["spec"]["template"]["spec"]["tolerations"] = [
-        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0}
-        for key in faults.LIFECYCLE_TAINTS]
+    job["spec"]["template"]["spec"]["tolerations"] = evicted_at_the_taint()
     return job
 
 

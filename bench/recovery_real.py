@@ -46,7 +46,7 @@ import yaml
 
 from bench.harness import OperatorProcess, sandbox, wait_until
 from bench.recovery import POLL, Bench, phases
-from bench.recovery_peers import Peer, gang_state
+from bench.recovery_peers import TIMEOUT, Peer, evicted_at_the_taint, gang_state
 from goodput_operator.health.quarantine import parse_time
 from goodput_operator.sandbox import faults, jobset
 from goodput_operator.topology.record import ranks_of
@@ -173,8 +173,7 @@ def jobset_trainer(name: str) -> dict[str, Any]:
     job = doc["spec"]["replicatedJobs"][0]["template"]["spec"]
     job["backoffLimit"] = 0
     pod = job["template"]["spec"]
-    pod["tolerations"] = [{"key": key, "operator": "Exists", "effect": "NoExecute",
-                           "tolerationSeconds": 0} for key in faults.LIFECYCLE_TAINTS]
+    pod["tolerations"] = evicted_at_the_taint()
     [container] = pod["containers"]
     container["args"] = list(TRAINER_ARGS)
     env = {e["name"]: e for e in container["env"]}
@@ -208,7 +207,8 @@ def jobset_trial(peer: Peer, name: str) -> dict[str, Any]:
         jobset_trainer(name)))
     try:
         before = peer.running("jobset-tuned", name, WORKERS)
-        wait_until(lambda: rank0_stepped(box, name, before[0][1]) is not None, 300,
+        wait_until(lambda: rank0_stepped(box, peer.pods("jobset-tuned", name),
+                                         before[0][1]) is not None, 300,
                    f"JobSet {name} training")
     except RuntimeError:  # say what held it up
         for what in (("get", "pods", "-o", "wide"), ("get", "events")):
@@ -220,16 +220,16 @@ def jobset_trial(peer: Peer, name: str) -> dict[str, Any]:
     row: dict[str, Any] = {"system": "jobset-tuned"}
     while "training" not in row:
         now = time.monotonic() - t0
-        if now > 420:
+        if now > TIMEOUT:
             row["outcome"] = "timed out"
             break
         if "k8s_taint" not in row and peer.tainted(victim):
             row["k8s_taint"] = round(now, 2)
-        after = gang_state(peer.pods("jobset-tuned", name), frozenset({victim}),
-                           workers=WORKERS)
+        pods = peer.pods("jobset-tuned", name)
+        after = gang_state(pods, frozenset({victim}), workers=WORKERS)
         if after is not None and after[0][1] != before[0][1]:
             row.setdefault("running", round(now, 2))
-            stepped = rank0_stepped(box, name, after[0][1])
+            stepped = rank0_stepped(box, pods, after[0][1])
             if stepped is not None:
                 row |= {"outcome": "recovered", "training": round(stepped - wall0, 2),
                         "recreated": sum(1 for r in after if after[r][1] != before[r][1]),
@@ -243,14 +243,13 @@ def jobset_trial(peer: Peer, name: str) -> dict[str, Any]:
     return row
 
 
-def rank0_stepped(box: Any, name: str, uid: str) -> float | None:
-    """When the rank-0 pod UID of JobSet NAME finished its first step, once it has."""
-    pods = [p for p in json.loads(box.kubectl(
-        "get", "pods", "-n", NAMESPACE, "-l", f"{jobset.JOBSET_NAME}={name}", "-o", "json"
-    ).stdout)["items"] if p["metadata"]["uid"] == uid]
-    if not pods:
+def rank0_stepped(box: Any, pods: list[dict[str, Any]], uid: str) -> float | None:
+    """When the rank-0 pod UID (one of PODS, as listed) finished its first step, once it
+    has."""
+    found = [p for p in pods if p["metadata"]["uid"] == uid]
+    if not found:
         return None
-    log = box.kubectl("logs", "-n", NAMESPACE, pods[0]["metadata"]["name"], "--timestamps",
+    log = box.kubectl("logs", "-n", NAMESPACE, found[0]["metadata"]["name"], "--timestamps",
                       check=False)
     return first_step(log.stdout) if log.returncode == 0 else None
 

@@ -105,3 +105,17 @@ def test_a_controllers_usage_is_read_from_proc(tmp_path: Path) -> None:
     used = bench.usage(os.getpid(), 0.0)
     assert used["cpu_s"] > 0 and used["peak_rss_mib"] > 1
     assert bench.usage(None, 0.0) == {"cpu_s": None, "peak_rss_mib": None}
+
+
+def test_the_replay_submits_in_order_and_refuses_what_is_not_placed_in_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench, "ADMIT_SECONDS", 0.5)
+    submitted: list[tuple[str, int]] = []
+    refused: list[str] = []
+    outcomes, waits = bench.replay(
+        [2, 16, 1], lambda name, workers: submitted.append((name, workers)),
+        lambda name, workers: None if workers > 4 else [f"{name}-node"] * workers,
+        refused.append)
+    assert submitted == [("g0", 2), ("g1", 16), ("g2", 1)]
+    assert outcomes == [["g0-node"] * 2, None, ["g2-node"]]
+    assert refused == ["g1"] and len(waits) == 2

@@ -82,3 +82,20 @@ def test_ours_against_the_jobset_by_medians() -> None:
     assert found["ours_median_s"] == {"running": 21.0, "training": 25.0}
     assert found["median_s"] == {"k8s_taint": 50.0, "running": 55.0, "training": 62.5}
     assert found["ours_over_jobset"] == {"running": 0.382, "training": 0.4}
+
+
+def test_rank_0s_first_step_is_read_from_the_pod_listed_with_its_uid() -> None:
+    from types import SimpleNamespace
+    asked: list[tuple[str, ...]] = []
+
+    class Box:
+        def kubectl(self, *args: str, check: bool = True) -> SimpleNamespace:
+            asked.append(args)
+            return SimpleNamespace(returncode=0, stdout=(
+                "2026-12-04T12:00:10.500000000Z 12:00:10 rank 0: step 10 loss 0.25\n"))
+
+    pods = [{"metadata": {"uid": "old", "name": "p-old"}},
+            {"metadata": {"uid": "new", "name": "p-new"}}]
+    assert bench.rank0_stepped(Box(), pods, "gone") is None and asked == []
+    assert bench.rank0_stepped(Box(), pods, "new") == 1796385606.0
+    assert asked == [("logs", "-n", bench.NAMESPACE, "p-new", "--timestamps")]
