@@ -155,6 +155,10 @@ def hpa(on_rate: bool = False) -> Callable[[float, float, int, float], int]:
         return count
 
     def decide(queue: float, rate: float, current: int, now: float) -> int:
+        if not changes and not recommendations:
+            # the HPA seeds its scale-down window with the replicas it first finds
+            # (maybeInitScaleDownStabilizationWindow)
+            recommendations.append((now, current))
         ratio = ((rate / current) / MU if on_rate else (queue / current) / TARGET) \
             if current else 1.0
         raw = current if abs(ratio - 1) <= 0.1 else math.ceil(current * ratio)

@@ -23,6 +23,7 @@ from goodput_operator.sandbox import (
     operator_image,
     procs,
     realnode,
+    scalers,
     versions,
 )
 
@@ -58,6 +59,9 @@ def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     help="also build (first time) and run these peers beside the control "
                          f"plane, for head-to-head runs: {', '.join(PEERS)} "
                          "(bench/README.md)")
+    up.add_argument("--prometheus-url", default="http://127.0.0.1:9090", metavar="URL",
+                    help="the Prometheus the hpa peer's prometheus-adapter reads "
+                         "(default %(default)s)")
     add = verb("add-real-node", "turn one more fleet node into a real node (the first one "
                                 "still simulated, or NODE)")
     add.add_argument("node", nargs="?")
@@ -271,7 +275,9 @@ def _run_sandbox(args: argparse.Namespace) -> int:
     return SANDBOX_VERBS[args.verb](cluster.Sandbox(args.name), args)
 
 
-PEERS = ("kueue", "jobset")  # what `sandbox up --peers` starts (PEERS.md's versions)
+# what `sandbox up --peers` starts (PEERS.md's versions); hpa: prometheus-adapter, so that
+# the controller-manager's HPA can read custom metrics
+PEERS = ("kueue", "jobset", "hpa", "keda")
 
 
 def _peers(value: str) -> tuple[str, ...]:
@@ -291,6 +297,10 @@ def _up(box: cluster.Sandbox, args: argparse.Namespace) -> int:
         kueue.start(box)
     if "jobset" in args.peers:
         jobset.start(box)
+    if "hpa" in args.peers:
+        scalers.start_adapter(box, args.prometheus_url)
+    if "keda" in args.peers:
+        scalers.start_keda(box)
     print(fleet.summary(chosen))
     print(f"\nkubeconfig: {box.kubeconfig}\n"
           f"  eval $(goodput sandbox env --name {box.name})   # KUBECONFIG + kubectl v1.36\n"

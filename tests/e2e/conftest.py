@@ -520,11 +520,13 @@ def metrics_source(request: pytest.FixtureRequest,
     """A real Prometheus (Debian's package) scraping an exporter the tests drive; an
     in-cluster operator reaches it at the host's address."""
     from goodput_operator.sandbox import hostnet
-    from tests.e2e.prometheus import Exporter, Prometheus
+    from goodput_operator.sandbox.prometheus import Prometheus
+    from tests.e2e.prometheus import Exporter
 
     exporter = Exporter()
     address = hostnet.host_ip() if in_cluster(request.config) else "127.0.0.1"
-    server = Prometheus(tmp_path_factory.mktemp("prometheus"), exporter, address)
+    server = Prometheus(tmp_path_factory.mktemp("prometheus"),
+                        [Prometheus.job("servers", f"127.0.0.1:{exporter.port}")], address)
     server.start()
     yield exporter, server
     server.stop()

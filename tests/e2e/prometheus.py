@@ -1,15 +1,11 @@
-"""A real Prometheus on loopback, scraping a tiny exporter the tests drive."""
+"""A tiny exporter of vLLM-named series the tests drive, for a real Prometheus
+(goodput_operator.sandbox.prometheus) to scrape."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 import threading
 import time
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -18,9 +14,6 @@ from prometheus_client import (
     Gauge,
     generate_latest,
 )
-
-from tests.conftest import wait_for
-from tests.e2e.conftest import free_port
 
 
 class Exporter:
@@ -92,50 +85,3 @@ class Exporter:
             for key, rate in list(self.rates.items()):
                 self.finished.labels(*key).inc(rate * (now - last))
             last = now
-
-
-class Prometheus:
-    """`prometheus` scraping every second (the exporter, or the jobs SCRAPE lists); stop()
-    and start() keep its data."""
-
-    def __init__(self, workdir: Path, exporter: Exporter | None, address: str = "127.0.0.1",
-                 scrape: list[dict[str, object]] | None = None, port: int | None = None
-                 ) -> None:
-        binary = shutil.which("prometheus")
-        if binary is None:
-            raise AssertionError("prometheus is not installed: run `make prometheus` "
-                                 "(Debian's package)")
-        self.binary = binary
-        self.workdir = workdir
-        self.port = port or free_port()
-        self.address = address  # where it listens: where the operator asks it
-        self.url = f"http://{address}:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-        jobs = scrape if scrape is not None else [] if exporter is None else [
-            {"job_name": "servers",
-             "static_configs": [{"targets": [f"127.0.0.1:{exporter.port}"]}]}]
-        (workdir / "prometheus.yml").write_text(json.dumps({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": jobs}))  # JSON is YAML
-
-    def start(self) -> None:
-        log = (self.workdir / "prometheus.log").open("ab")
-        self.proc = subprocess.Popen(
-            [self.binary, f"--config.file={self.workdir / 'prometheus.yml'}",
-             f"--storage.tsdb.path={self.workdir / 'data'}",
-             f"--web.listen-address={self.address}:{self.port}"],
-            stdout=log, stderr=subprocess.STDOUT)
-        wait_for(self.ready, timeout=60, what="Prometheus ready")
-
-    def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
-        self.proc = None

@@ -25,12 +25,12 @@ import yaml
 from goodput_operator import __version__, names
 from goodput_operator.autoscaling import prometheus as promql
 from goodput_operator.sandbox import faults, images, operator_image, realnode
+from goodput_operator.sandbox.prometheus import Prometheus
 from goodput_operator.topology.record import nodes_of, ranks_of
 from tests import helm
 from tests.conftest import wait_for
 from tests.e2e import incluster
 from tests.e2e.conftest import apply, get_job, job_pods, lift_quarantine
-from tests.e2e.prometheus import Prometheus
 from tests.e2e.realnodes import (
     SD_READER,
     SPARE,
@@ -453,7 +453,7 @@ def serving_metrics(real: Real, ns: str, tmp_path: Path) -> Iterator[Prometheus]
     job["http_sd_configs"][0] |= {"url": f"{sd}/sd/serving", "refresh_interval": "1s"}
     job["http_sd_configs"][0]["authorization"]["credentials_file"] = str(token)
     address = urllib.parse.urlsplit(real.prometheus_url)
-    server = Prometheus(tmp_path, None, str(address.hostname), [job], address.port)
+    server = Prometheus(tmp_path, [job], str(address.hostname), address.port)
     server.start()
     yield server
     server.stop()

@@ -127,7 +127,7 @@ def test_lookahead_judges_a_growing_queue_where_it_is_heading() -> None:
     assert growing.desired == 5
     draining = recommend(queue(8), 5, spec, history, now=30)       # -16/15 s -> 0 in 30 s
     assert draining.desired == 1 and draining.reason.startswith("QueueDepth 0 ")  # no window
-    first = recommend(queue(24), 5, scaling(lookaheadSeconds=30), History(), now=0)
+    first = recommend(queue(24), 5, spec, History(), now=0)
     assert first.desired == 3                                     # no trend yet: as it is
 
 
@@ -195,3 +195,14 @@ def test_panic_judges_demand_never_a_level_like_cache_use() -> None:
     spec = scaling(panic={"enabled": True, "threshold": 2, "windowSeconds": 1})
     full = recommend([Sample("KVCacheUtilization", 0.4, 0.95)], 1, spec, History(), now=0)
     assert not full.panic and full.desired == 3                 # ceil(1 x 0.95 / 0.4)
+
+
+def test_a_fresh_history_holds_the_replicas_it_finds_for_one_scale_down_window() -> None:
+    """A restarted operator (or a minReplicas lowered after a quiet spell) remembers no
+    demand: like the HPA, the first window holds the replicas found, then lets them go."""
+    spec, history = scaling(scaleDown={"stabilizationSeconds": 300}), History()
+    assert recommend(queue(16), 8, spec, history, now=1000).desired == 8   # 2 wanted
+    assert recommend(queue(16), 8, spec, history, now=1299).desired == 8   # inside the window
+    assert recommend(queue(16), 8, spec, history, now=1301).desired == 2   # it has passed
+    zero = scaling(scaleDown={"stabilizationSeconds": 0})
+    assert recommend(queue(16), 8, zero, History(), now=1000).desired == 2  # no window

@@ -141,18 +141,23 @@ def test_up_with_kueue_starts_it_after_the_sandbox(
 
 def test_up_with_peers_starts_each_after_the_sandbox(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    from goodput_operator.sandbox import cluster, fleet, jobset, kueue
+    from goodput_operator.sandbox import cluster, fleet, jobset, kueue, scalers
 
     started: list[str] = []
     monkeypatch.setattr(cluster, "up", lambda box, *_, **__: (started.append("up"),
                                                               fleet.load("trn2"))[1])
     monkeypatch.setattr(kueue, "start", lambda box: started.append("kueue"))
     monkeypatch.setattr(jobset, "start", lambda box: started.append("jobset"))
-    code, _, _ = run(capsys, "sandbox", "up", "--name", "h2h", "--peers", "jobset,kueue")
-    assert code == 0 and started == ["up", "kueue", "jobset"]
+    monkeypatch.setattr(scalers, "start_adapter", lambda box, url: started.append(f"hpa {url}"))
+    monkeypatch.setattr(scalers, "start_keda", lambda box: started.append("keda"))
+    code, _, _ = run(capsys, "sandbox", "up", "--name", "h2h", "--peers", "keda,jobset,kueue,hpa",
+                     "--prometheus-url", "http://127.0.0.1:9091")
+    assert code == 0
+    assert started == ["up", "kueue", "jobset", "hpa http://127.0.0.1:9091", "keda"]
 
 
 def test_an_unknown_peer_is_refused_by_name(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
-        run(capsys, "sandbox", "up", "--name", "h2h", "--peers", "jobset,keda")
-    assert "unknown peer(s) keda: known are kueue, jobset" in capsys.readouterr().err
+        run(capsys, "sandbox", "up", "--name", "h2h", "--peers", "jobset,volcano")
+    assert "unknown peer(s) volcano: known are kueue, jobset, hpa, keda" in \
+        capsys.readouterr().err

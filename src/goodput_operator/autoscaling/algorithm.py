@@ -57,6 +57,12 @@ class History:
     idle_since: float | None = None
     last: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric: time, value
     burst: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # panic window
+    # when this history began and the replicas found then: the scale-down window holds them
+    # as one of its recommendations, as the HPA seeds its window when it first sees an
+    # object. Else a fresh history (a new endpoint, a restarted operator, a lowered
+    # minReplicas after a quiet spell) drops replicas that serve before the window has
+    # seen a single demand, on a metric still filling its rate window.
+    first_seen: tuple[float, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,8 @@ def recommend(samples: Sequence[Sample], current: int, spec: Scaling, history: H
     wanted = _idle(wanted, demand, current, spec, history, now)
     if backlog is None or wanted == 0:
         lasting = wanted
+    if history.first_seen is None:
+        history.first_seen = (now, current)
     history.recommendations.append((now, wanted, min(wanted, max(lasting, 1))))
     window = max(spec.scale_up.stabilization_seconds, spec.scale_down.stabilization_seconds)
     history.recommendations = [r for r in history.recommendations if r[0] >= now - window]
@@ -219,8 +227,10 @@ def _stabilize(wanted: int, current: int, spec: Scaling, history: History, now: 
     if wanted < current:
         if panic:
             return current, f"panic mode holds {current}"
-        down = [r for t, _, r in history.recommendations
-                if t >= now - spec.scale_down.stabilization_seconds]
+        since = now - spec.scale_down.stabilization_seconds
+        down = [r for t, _, r in history.recommendations if t >= since]
+        if history.first_seen is not None and history.first_seen[0] > since:
+            down.append(history.first_seen[1])
         target = min(current, max(wanted, max(down or [wanted]) + backlog))
         if spec.scale_down.select_policy == "Disabled":
             return current, "scale-down disabled"

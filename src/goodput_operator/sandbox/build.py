@@ -302,8 +302,10 @@ def _prepare_wrapper(go: _Go, component: Component) -> None:
     graph = graph_of(component)
     go_mods = [Path(_module_info(go, m.module, m.version)["GoMod"]).read_text() for m in graph]
     pins = graph_replaces(graph, go_mods)
-    if pins:
-        go.run("mod", "edit", *(f"-replace={mod}={mod}@{v}" for mod, v in sorted(pins.items())))
+    edits = [f"-replace={mod}={mod}@{v}" for mod, v in sorted(pins.items())]
+    edits += [f"-replace={old}={new}" for m in graph for old, new in sorted(m.replaces.items())]
+    if edits:
+        go.run("mod", "edit", *edits)
     main = go.workdir / "main.go"
     if component.main_go is None:
         main.unlink(missing_ok=True)

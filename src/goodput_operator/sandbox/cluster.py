@@ -526,6 +526,8 @@ def down(sandbox: Sandbox) -> bool:
     procs.kill_pidfile(sandbox.home / "drivers.pid")
     for peer in ("kueue", "jobset"):  # sandbox.kueue, sandbox.jobset, if started
         procs.kill_pidfile(sandbox.home / peer / f"{peer}.pid")
+    for scaler in ("prometheus-adapter", "keda-operator", "keda-adapter"):  # sandbox.scalers
+        procs.kill_pidfile(sandbox.home / "scalers" / f"{scaler}.pid")
     existed = sandbox.exists()
     if existed:
         sandbox.kwokctl("delete", "cluster", "--name", sandbox.name, timeout=120)

@@ -24,10 +24,13 @@ def free_port() -> int:
         return port
 
 
-def spawn(command: list[str], log: Path, pidfile: Path) -> None:
+def spawn(command: list[str], log: Path, pidfile: Path, env: dict[str, str] | None = None
+          ) -> None:
+    """COMMAND in a session of its own, logging to LOG, with ENV added to ours."""
     with log.open("ab") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, **env} if env else None)
     pidfile.write_text(str(proc.pid))
 
 

@@ -15,6 +15,8 @@ KWOK = "v0.8.0"
 HELM = "v3.21.4"
 KUEUE = "v0.17.0"  # quotas and MultiKueue (goodput sandbox up --kueue)
 JOBSET = "v0.11.1"  # a peer, for the head-to-head benchmarks only (sandbox/jobset.py)
+PROMETHEUS_ADAPTER = "v0.12.0"  # a peer: the HPA's custom metrics (sandbox/scalers.py)
+KEDA = "v2.21.0"  # a peer: KEDA's operator and metrics server (sandbox/scalers.py)
 # cluster DNS for real nodes: the newest on k8s.io v0.35 (v1.15 needs v0.37, newer than
 # Kubernetes' own staging), so it joins SHARED_GRAPH and compiles against Kubernetes' client-go
 COREDNS = "v1.14.7"
@@ -38,6 +40,9 @@ class Component:
     # Go source of the wrapper module's own main package, built (as the wrapper's module
     # path) instead of an upstream command that links far more than the sandbox runs
     main_go: str | None = None
+    # non-relative `replace` lines of the upstream go.mod, copied into the wrapper (a
+    # depending module does not inherit them): module@version -> module@version
+    replaces: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -49,6 +54,7 @@ class Component:
         if len(graph) > 1:
             inputs += "".join(f"\n{m.module}@{m.version} {m.replace_version} {sorted(m.binaries)}"
                               for m in graph)
+        inputs += "".join(f"\n{old}={new}" for old, new in sorted(self.replaces.items()))
         if not inputs:
             return f"{self.name}-{self.version}"
         return f"{self.name}-{self.version}-{hashlib.sha256(inputs.encode()).hexdigest()[:8]}"
@@ -148,6 +154,30 @@ JOBSET_COMPONENT = Component(
     version=JOBSET,
     binaries={"sigs.k8s.io/jobset": "jobset"},
     version_vars={"sigs.k8s.io/jobset/pkg/version.GitVersion": JOBSET},
+)
+
+# The HPA's custom-metrics API from Prometheus: a peer of our autoscaler, never in
+# `make test`'s critical path (PEERS.md: v0.12.0's dependencies are old, k8s.io v0.30).
+PROMETHEUS_ADAPTER_COMPONENT = Component(
+    name="prometheus-adapter",
+    module="sigs.k8s.io/prometheus-adapter",
+    version=PROMETHEUS_ADAPTER,
+    binaries={"sigs.k8s.io/prometheus-adapter/cmd/adapter": "prometheus-adapter"},
+)
+
+# KEDA's operator (scalers, ScaledObjects -> HPAs) and its metrics server (the external
+# metrics API the HPA asks). Both link every scaler KEDA ships (the cloud SDKs): the
+# heaviest build of the sandbox, done once, on demand.
+KEDA_COMPONENT = Component(
+    name="keda",
+    module="github.com/kedacore/keda/v2",
+    version=KEDA,
+    binaries={"github.com/kedacore/keda/v2/cmd/operator": "keda",
+              "github.com/kedacore/keda/v2/cmd/adapter": "keda-adapter"},
+    version_vars={"github.com/kedacore/keda/v2/version.Version": KEDA},
+    replaces={"github.com/nexus-rpc/nexus-proto-annotations@v0.1.0":
+              "github.com/nexus-rpc/nexus-proto-annotations@"
+              "v0.1.1-0.20260629224316-835bd8d49cb4"},
 )
 
 # Built in one module graph, so every package they share is compiled once: each resolves
