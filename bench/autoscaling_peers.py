@@ -54,7 +54,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +65,7 @@ from bench.harness import cpu_seconds, rss_mb, wait_until
 from bench.peers_placement import TRN2
 from goodput_operator import names
 from goodput_operator.sandbox import cluster, scalers
-from goodput_operator.sandbox.prometheus import Prometheus
+from goodput_operator.sandbox.prometheus import Prometheus, serve_metrics
 from goodput_operator.sandbox.versions import KEDA, KUBERNETES, PROMETHEUS_ADAPTER
 
 Obj = dict[str, Any]
@@ -153,23 +152,7 @@ class Load:
         self.started: float | None = None  # monotonic, the trace's second 0
         threading.Thread(target=self._watch, daemon=True).start()
         threading.Thread(target=self._poll_desired, daemon=True).start()
-        load = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = load.exposition().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.port = serve_metrics(lambda: self.exposition().encode())
 
     def target_of(self, pod: Any) -> tuple[str, str] | None:
         labels = pod.metadata.labels or {}

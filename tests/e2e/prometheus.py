@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -14,6 +13,8 @@ from prometheus_client import (
     Gauge,
     generate_latest,
 )
+
+from goodput_operator.sandbox.prometheus import serve_metrics
 
 
 class Exporter:
@@ -39,23 +40,7 @@ class Exporter:
                                   ["namespace", "endpoint", "pod"], registry=self.registry)
         self.rates: dict[tuple[str, str, str], float] = {}
         threading.Thread(target=self._finish, daemon=True).start()
-        registry = self.registry
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = generate_latest(registry)
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.port = serve_metrics(lambda: generate_latest(self.registry), CONTENT_TYPE_LATEST)
 
     def queue(self, namespace: str, endpoint: str, depth: float, role: str = "") -> None:
         self.waiting.labels(namespace, endpoint, role).set(depth)

@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 import urllib.request
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from goodput_operator.sandbox import procs
@@ -60,3 +63,28 @@ class Prometheus:
             self.proc.terminate()
             self.proc.wait(timeout=30)
         self.proc = None
+
+
+# the classic text format, as vLLM serves its metrics (OpenMetrics would rewrite the `:`)
+TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def serve_metrics(render: Callable[[], bytes], content_type: str = TEXT_FORMAT) -> int:
+    """Serve RENDER's answer (metrics in CONTENT_TYPE's format) to every GET on 127.0.0.1,
+    from a daemon thread; the port. What a serving pod's metrics endpoint is to Prometheus."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = render()
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return int(server.server_address[1])
