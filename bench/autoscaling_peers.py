@@ -138,6 +138,15 @@ class Pod:
     bound_at: float | None = None  # monotonic, when first seen on a node
     deleting: bool = False
 
+    @property
+    def paid(self) -> bool:
+        """On a node and not being deleted: its accelerator is paid for."""
+        return self.bound_at is not None and not self.deleting
+
+    def serving(self, now: float, cold_start: float) -> bool:
+        """Paid, and its cold start is over."""
+        return self.paid and now - (self.bound_at or now) >= cold_start
+
 
 class Load:
     """The simulated serving load of every target, the pods it sees through one watch, and
@@ -231,10 +240,9 @@ class Load:
         now = time.monotonic()
         with self.lock:
             for target in self.targets:
-                pods = {name: p for (ns, name), p in self.pods.items()
-                        if p.target == target.key and p.bound_at is not None and not p.deleting}
-                serving = [name for name, p in pods.items()
-                           if now - (p.bound_at or now) >= self.cold_start]
+                pods = {name: p for (_, name), p in self.pods.items()
+                        if p.target == target.key and p.paid}
+                serving = [name for name, p in pods.items() if p.serving(now, self.cold_start)]
                 arrivals = target.rates[second] if second is not None else \
                     target.warm_rate if warm else 0.0
                 capacity = len(serving) * MU
@@ -272,9 +280,8 @@ class Load:
     def serving(self, target: Target) -> int:
         now = time.monotonic()
         with self.lock:
-            return sum(1 for p in self.pods.values() if p.target == target.key and
-                       p.bound_at is not None and not p.deleting and
-                       now - p.bound_at >= self.cold_start)
+            return sum(1 for p in self.pods.values()
+                       if p.target == target.key and p.serving(now, self.cold_start))
 
 
 def deployment(name: str, namespace: str, replicas: int) -> Obj:
@@ -313,28 +320,17 @@ def scaler_objects(target: Target, prometheus: str, minimum: int) -> list[Obj]:
     selector = f'{{namespace="{ns}",endpoint="{name}"}}'
     if name == "goodput":
         return [endpoint(ns, minimum)]
+    tuned = name.endswith("-tuned")  # a second metric: the finished requests' rate
     if name.startswith("hpa"):
-        scaler = scalers.hpa(name, ns, WAITING.replace(":", "_"), TARGET, MAX, minimum)
-        if name == "hpa-tuned":
-            scaler["spec"]["metrics"].append({"type": "Pods", "pods": {
-                "metric": {"name": "vllm_request_success_per_second"},
-                "target": {"type": "AverageValue", "averageValue": f"{MU:g}"}}})
-        return [scaler]
-    tuned = name == "keda-tuned"
-    scaler = scalers.scaled_object(name, ns, prometheus, f"sum({WAITING}{selector})", TARGET,
-                                   MAX, minimum, polling_seconds=5 if tuned else None)
+        metrics = {WAITING.replace(":", "_"): TARGET}
+        if tuned:
+            metrics["vllm_request_success_per_second"] = MU
+        return [scalers.hpa(name, ns, metrics, MAX, minimum)]
+    queries = {f"sum({WAITING}{selector})": TARGET}
     if tuned:
-        scaler["spec"]["triggers"].append({"type": "prometheus", "metadata": {
-            "serverAddress": prometheus, "threshold": f"{MU:g}",
-            "query": f"sum(rate({FINISHED}{selector}[1m]))"}})
-    return [scaler]
-
-
-def apply(box: cluster.Sandbox, objects: list[Obj]) -> None:
-    if objects:
-        box.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
-                    input_text=json.dumps({"apiVersion": "v1", "kind": "List",
-                                           "items": objects}))
+        queries[f"sum(rate({FINISHED}{selector}[1m]))"] = MU
+    return [scalers.scaled_object(name, ns, prometheus, queries, MAX, minimum,
+                                  polling_seconds=5 if tuned else None)]
 
 
 def run(args: argparse.Namespace) -> Obj:
@@ -379,9 +375,9 @@ def replay(box: cluster.Sandbox, load: Load, targets: list[Target], prometheus: 
            processes: dict[str, int]) -> Obj:
     """Warm every target: its starting replicas serving its trace's first-minute load for
     WARM seconds (every rate window full), then play the traces second by second."""
-    apply(box, [deployment(t.scaler, t.namespace, t.start) for t in targets
-                if t.scaler != "goodput"])
-    apply(box, [o for t in targets for o in scaler_objects(t, prometheus, t.start)])
+    box.apply(*(deployment(t.scaler, t.namespace, t.start) for t in targets
+                if t.scaler != "goodput"))
+    box.apply(*(o for t in targets for o in scaler_objects(t, prometheus, t.start)))
     began = time.monotonic()
     while not all(load.serving(t) >= t.start for t in targets):
         if time.monotonic() - began > 300:
@@ -398,7 +394,7 @@ def replay(box: cluster.Sandbox, load: Load, targets: list[Target], prometheus: 
         time.sleep(1)
     print(f"# every target serves its starting replicas, warm ({time.monotonic() - began:.0f}"
           f" s); replaying {len(targets[0].rates)} s", file=sys.stderr, flush=True)
-    apply(box, [o for t in targets for o in scaler_objects(t, prometheus, 1)])
+    box.apply(*(o for t in targets for o in scaler_objects(t, prometheus, 1)))
     cpu = {name: cpu_seconds(pid) for name, pid in processes.items()}
     load.started = time.monotonic()
     seconds = len(targets[0].rates)

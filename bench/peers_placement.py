@@ -245,11 +245,6 @@ def replay(sizes: list[int], submit: Callable[[str, int], object],
     return outcomes, waits
 
 
-def apply(box: cluster.Sandbox, *objects: Obj) -> None:
-    box.kubectl("apply", "--server-side", "-f", "-", input_text=json.dumps(
-        {"apiVersion": "v1", "kind": "List", "items": list(objects)}))
-
-
 def bound(box: cluster.Sandbox, selector: str, workers: int, rank: Callable[[Obj], int]
           ) -> list[str] | None:
     """The nodes of the pods SELECTOR finds, in RANK order, once all WORKERS are bound."""
@@ -264,9 +259,9 @@ def kueue_tas(box: cluster.Sandbox, nodes: list[Obj], sizes: list[int], kind: Ki
     """Each gang submitted as Kueue TAS takes it, the next once it is admitted or
     ADMIT_SECONDS have passed; the outcomes and the seconds each admission took."""
     group = kind.group
-    apply(box, *peers.tas_objects(QUEUE, group, len(nodes), NAMESPACE))
+    box.apply(*peers.tas_objects(QUEUE, group, len(nodes), NAMESPACE))
     outcomes, waits = replay(
-        sizes, lambda name, workers: apply(box, peers.tas_gang(
+        sizes, lambda name, workers: box.apply(peers.tas_gang(
             name, NAMESPACE, QUEUE, group, workers, group.accelerator.per_node,
             kind.unit(workers), keep_running=True)),
         lambda name, _: admitted(box, name))
@@ -293,7 +288,7 @@ def upstream(box: cluster.Sandbox, sizes: list[int], kind: Kind = TRN2
         box.kubectl("delete", "podgroup", "-n", NAMESPACE, name)
 
     return replay(
-        sizes, lambda name, workers: apply(box, *peers.upstream_gang(
+        sizes, lambda name, workers: box.apply(*peers.upstream_gang(
             name, NAMESPACE, kind.group, workers, kind.group.accelerator.per_node,
             kind.unit(workers))),
         lambda name, workers: bound(box, f"gang={name}", workers, pod_index), refuse)
@@ -326,7 +321,7 @@ def operator(box: cluster.Sandbox, sizes: list[int], kind: Kind
     """Each gang submitted as a TrainingJob to the operator, the next once its workers are
     all bound or ADMIT_SECONDS have passed (then it is deleted: refused, as upstream's)."""
     return replay(
-        sizes, lambda name, workers: apply(box, training_job(name, workers, kind)),
+        sizes, lambda name, workers: box.apply(training_job(name, workers, kind)),
         lambda name, workers: bound(box, f"{names.JOB_LABEL}={name}", workers, worker_rank),
         lambda name: box.kubectl("delete", "trainingjob", "-n", NAMESPACE, name,
                                  "--wait=true"))

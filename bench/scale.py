@@ -87,8 +87,7 @@ def endpoint(index: int, replicas: int, namespaces: int = 1) -> dict[str, Any]:
 
 def apply_all(box: cluster.Sandbox, objects: list[dict[str, Any]]) -> None:
     for start in range(0, len(objects), 100):
-        box.kubectl("apply", "--server-side", "-f", "-", timeout=300, input_text=json.dumps(
-            {"apiVersion": "v1", "kind": "List", "items": objects[start:start + 100]}))
+        box.apply(*objects[start:start + 100], timeout=300)
 
 
 def listed(box: cluster.Sandbox, plural: str) -> list[dict[str, Any]]:

@@ -42,24 +42,25 @@ def test_an_api_service_reaches_loopback_through_an_external_name_service() -> N
                                       "namespace": scalers.NAMESPACE, "port": 40123}
 
 
-def test_an_hpa_keeps_kubernetes_defaults_unless_a_window_is_given() -> None:
-    hpa = scalers.hpa("chat", "ns", "vllm_num_requests_waiting", 8, 64)
+def test_an_hpa_keeps_kubernetes_defaults_and_reads_each_metric_per_pod() -> None:
+    hpa = scalers.hpa("chat", "ns", {"vllm_num_requests_waiting": 8, "rate": 4}, 64)
     assert "behavior" not in hpa["spec"]
-    assert hpa["spec"]["metrics"] == [{"type": "Pods", "pods": {
-        "metric": {"name": "vllm_num_requests_waiting"},
-        "target": {"type": "AverageValue", "averageValue": "8"}}}]
-    tuned = scalers.hpa("chat", "ns", "m", 8, 64, scale_down_seconds=60)
-    assert tuned["spec"]["behavior"] == {"scaleDown": {"stabilizationWindowSeconds": 60}}
+    assert hpa["spec"]["metrics"] == [
+        {"type": "Pods", "pods": {"metric": {"name": "vllm_num_requests_waiting"},
+                                  "target": {"type": "AverageValue", "averageValue": "8"}}},
+        {"type": "Pods", "pods": {"metric": {"name": "rate"},
+                                  "target": {"type": "AverageValue", "averageValue": "4"}}}]
 
 
 def test_keda_polls_at_its_default_unless_tuned() -> None:
-    default = scalers.scaled_object("chat", "ns", "http://p:9090", "sum(q)", 8, 64)
+    default = scalers.scaled_object("chat", "ns", "http://p:9090", {"sum(q)": 8}, 64)
     assert "pollingInterval" not in default["spec"]
     assert default["spec"]["triggers"] == [{"type": "prometheus", "metadata": {
         "serverAddress": "http://p:9090", "query": "sum(q)", "threshold": "8"}}]
-    tuned = scalers.scaled_object("chat", "ns", "http://p:9090", "sum(q)", 8, 64,
+    tuned = scalers.scaled_object("chat", "ns", "http://p:9090", {"sum(q)": 8, "r": 4}, 64,
                                   polling_seconds=5)
     assert tuned["spec"]["pollingInterval"] == 5
+    assert [t["metadata"]["threshold"] for t in tuned["spec"]["triggers"]] == ["8", "4"]
 
 
 @pytest.mark.parametrize(("scaler", "metrics"), [

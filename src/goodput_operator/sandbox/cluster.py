@@ -174,6 +174,14 @@ class Sandbox:
             raise SandboxError(f"kubectl {' '.join(args[:2])} failed: {proc.stderr.strip()}")
         return proc
 
+    def apply(self, *objects: dict[str, Any], timeout: float = 120) -> None:
+        """Server-side apply OBJECTS as one List (kubectl takes over fields another manager
+        set); nothing to apply, nothing asked."""
+        if objects:
+            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                         timeout=timeout, input_text=json.dumps(
+                             {"apiVersion": "v1", "kind": "List", "items": list(objects)}))
+
     def real_runtime(self, progress: Progress = build.print_progress) -> realnode.Runtime:
         """The sandbox's real nodes (kubelets, containerds, CoreDNS)."""
         def kubectl(*args: str, check: bool = True, timeout: float = 120

@@ -22,7 +22,6 @@ is pure and unit-tested; the benchmark that uses them is bench/autoscaling_peers
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -79,17 +78,10 @@ def api_service(name: str, port: int) -> list[Obj]:
     ]
 
 
-def behavior(scale_down_seconds: int | None) -> Obj:
-    """An HPA's behavior: Kubernetes' defaults, or a shorter scale-down window."""
-    if scale_down_seconds is None:
-        return {}
-    return {"behavior": {"scaleDown": {"stabilizationWindowSeconds": scale_down_seconds}}}
-
-
-def hpa(name: str, namespace: str, metric: str, average: float, max_replicas: int,
-        min_replicas: int = 1, scale_down_seconds: int | None = None) -> Obj:
-    """An autoscaling/v2 HPA on Deployment NAME: the per-pod custom METRIC at AVERAGE per
-    replica; its behavior Kubernetes' default unless SCALE_DOWN_SECONDS is given."""
+def hpa(name: str, namespace: str, metrics: dict[str, float], max_replicas: int,
+        min_replicas: int = 1) -> Obj:
+    """An autoscaling/v2 HPA on Deployment NAME, its behavior Kubernetes' default: each of
+    METRICS (a per-pod custom metric) at its average per replica, the largest need wins."""
     return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
@@ -97,15 +89,16 @@ def hpa(name: str, namespace: str, metric: str, average: float, max_replicas: in
                      "minReplicas": min_replicas, "maxReplicas": max_replicas,
                      "metrics": [{"type": "Pods", "pods": {
                          "metric": {"name": metric},
-                         "target": {"type": "AverageValue", "averageValue": f"{average:g}"}}}],
-                     **behavior(scale_down_seconds)}}
+                         "target": {"type": "AverageValue", "averageValue": f"{average:g}"}}}
+                         for metric, average in metrics.items()]}}
 
 
-def scaled_object(name: str, namespace: str, prometheus: str, query: str, threshold: float,
+def scaled_object(name: str, namespace: str, prometheus: str, queries: dict[str, float],
                   max_replicas: int, min_replicas: int = 1, polling_seconds: int | None = None
                   ) -> Obj:
-    """A KEDA ScaledObject on Deployment NAME: Prometheus' QUERY against THRESHOLD per
-    replica (KEDA's AverageValue), polled every POLLING_SECONDS (KEDA's 30 when None)."""
+    """A KEDA ScaledObject on Deployment NAME: one Prometheus trigger per query of QUERIES,
+    against its threshold per replica (KEDA's AverageValue), polled every POLLING_SECONDS
+    (KEDA's 30 when None)."""
     polling = {} if polling_seconds is None else {"pollingInterval": polling_seconds}
     return {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
             "metadata": {"name": name, "namespace": namespace},
@@ -113,7 +106,8 @@ def scaled_object(name: str, namespace: str, prometheus: str, query: str, thresh
                      "minReplicaCount": min_replicas, "maxReplicaCount": max_replicas,
                      "triggers": [{"type": "prometheus", "metadata": {
                          "serverAddress": prometheus, "query": query,
-                         "threshold": f"{threshold:g}"}}]}}
+                         "threshold": f"{threshold:g}"}}
+                         for query, threshold in queries.items()]}}
 
 
 def home(sandbox: Sandbox) -> Path:
@@ -140,9 +134,7 @@ def _register(sandbox: Sandbox, name: str, port: int, log: Path, timeout: float 
               ) -> None:
     """APIService NAME for 127.0.0.1:PORT; returns once the API server serves it."""
     sandbox.kubectl("create", "namespace", NAMESPACE, check=False)
-    sandbox.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
-                    input_text=json.dumps({"apiVersion": "v1", "kind": "List",
-                                           "items": api_service(name, port)}))
+    sandbox.apply(*api_service(name, port))
     version, group = name.split(".", 1)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
