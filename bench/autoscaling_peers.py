@@ -4,7 +4,7 @@
     python -m bench.autoscaling_peers [--json] [--minutes N] [--seed S]
                                       [--traces bursty,diurnal,flash]
                                       [--scalers hpa,hpa-tuned,keda,keda-tuned,goodput]
-                                      [--cold-start S]
+                                      [--cold-start S] [--group-nodes N]
 
 One sandbox (Kubernetes v1.36.3, whose kube-controller-manager runs the HPA controller at its
 defaults: 15 s sync, 10% tolerance, 300 s scale-down window), a real Prometheus scraping
@@ -35,6 +35,17 @@ of the queue (`vllm:num_requests_waiting`), of the requests in flight
 (`vllm:num_requests_running`) and its finished requests (`vllm:request_success_total`). A
 pod still starting exports nothing, as a vLLM server that is not up yet.
 
+With `--group-nodes N` (N > 1) every replica is a group of N whole nodes (16 accelerators
+each) that serves GROUP_SPEEDUP times one single-node replica's requests (a larger model),
+queued requests and rates targeted per group alike, at most MAX_GROUPS groups: the peers
+scale LeaderWorkerSets (LWS v0.8.0, size N) instead of Deployments (their tuned runs also
+carry LWS's exclusive-topology annotation on the domain label: one group alone per domain),
+ours an InferenceEndpoint of N workers per replica. A group serves once every member is
+past its cold start; its leader exports its metrics (an LWS's scale selector reads the
+leaders). Also reported: split group-seconds, a serving group's seconds with members in
+more than one domain (its collectives would cross the domain's fabric; the simulation does
+not slow it down for that).
+
 Reported per trace and autoscaler: SLO-violation seconds (seconds when a new request would
 wait more than SLO seconds), replica-seconds, scaling actions (changes of the desired
 replicas, polled every second), and the first scale-up's latency (from the first second the
@@ -64,9 +75,9 @@ from bench.autoscaling import KINDS, MU, SLO, TARGET, trace
 from bench.harness import cpu_seconds, rss_mb, wait_until
 from bench.peers_placement import TRN2
 from goodput_operator import names
-from goodput_operator.sandbox import cluster, scalers
+from goodput_operator.sandbox import cluster, lws, scalers
 from goodput_operator.sandbox.prometheus import Prometheus, serve_metrics
-from goodput_operator.sandbox.versions import KEDA, KUBERNETES, PROMETHEUS_ADAPTER
+from goodput_operator.sandbox.versions import KEDA, KUBERNETES, LWS, PROMETHEUS_ADAPTER
 
 Obj = dict[str, Any]
 SCALERS = ("hpa", "hpa-tuned", "keda", "keda-tuned", "goodput")
@@ -75,6 +86,8 @@ PEERS = {"hpa": f"HPA (Kubernetes {KUBERNETES}) + prometheus-adapter {PROMETHEUS
          "keda": f"KEDA {KEDA}, defaults", "keda-tuned": f"KEDA {KEDA}, polling 5 s, two triggers",
          "goodput": "goodput InferenceEndpoint"}
 MAX = 64
+MAX_GROUPS = 12  # multi-node groups: the traces' peaks need 5-11 (seeds 7, 8)
+GROUP_SPEEDUP = 8  # what a multi-node group serves, in single-node replicas
 WARM = 90  # seconds of the warm load before the trace, past every rate window (1 min)
 GROUP = "serving"
 RESOURCE = TRN2.group.accelerator.resource
@@ -86,6 +99,37 @@ def namespace_of(kind: str) -> str:
     return f"autoscale-{kind}"
 
 
+@dataclass(frozen=True)
+class Shape:
+    """What one replica is: NODES pods of ACCELERATORS each, serving MU requests/s."""
+
+    nodes: int = 1
+    accelerators: int = 1
+    mu: float = MU
+    queued: float = TARGET  # the queue each replica is scaled to hold
+    most: int = MAX  # replicas at most
+
+    @property
+    def grouped(self) -> bool:
+        return self.nodes > 1
+
+    @property
+    def kind(self) -> str:
+        """What the peers scale."""
+        return "LeaderWorkerSet" if self.grouped else "Deployment"
+
+
+SINGLE = Shape()
+
+
+def group_shape(nodes: int) -> Shape:
+    """A replica of NODES whole nodes (SINGLE for one)."""
+    if nodes <= 1:
+        return SINGLE
+    return Shape(nodes, TRN2.group.accelerator.per_node, MU * GROUP_SPEEDUP,
+                 TARGET * GROUP_SPEEDUP, MAX_GROUPS)
+
+
 @dataclass
 class Target:
     """One autoscaler's target on one trace: the simulated load and what was measured."""
@@ -93,11 +137,13 @@ class Target:
     scaler: str
     kind: str
     rates: list[float]
+    shape: Shape = SINGLE
     queue: float = 0.0
     violations: int = 0
     replica_seconds: float = 0.0
     actions: int = 0
     desired: int | None = None
+    split_seconds: int = 0  # serving group-seconds with members in more than one domain
     need_at: float | None = None  # seconds into the trace: arrivals first outran capacity
     up_at: float | None = None  # seconds into the trace: the first scale-up seen
     exported: dict[str, tuple[float, float]] = field(default_factory=dict)  # pod: waiting, running
@@ -118,7 +164,7 @@ class Target:
     @property
     def start(self) -> int:
         """Replicas at the trace's start: the warm load with 10% to spare (the tolerance)."""
-        return max(2, math.ceil(self.warm_rate / (MU * 0.9)))
+        return max(2, math.ceil(self.warm_rate / (self.shape.mu * 0.9)))
 
     @property
     def key(self) -> tuple[str, str]:
@@ -129,12 +175,16 @@ class Target:
             round(max(0.0, self.up_at - self.need_at), 1)
         return {"trace": self.kind, "scaler": self.scaler, "slo_violation_s": self.violations,
                 "replica_s": round(self.replica_seconds), "actions": self.actions,
-                "first_scale_up_s": latency}
+                "first_scale_up_s": latency,
+                **({"split_group_s": self.split_seconds} if self.shape.grouped else {})}
 
 
 @dataclass
 class Pod:
     target: tuple[str, str]
+    group: str  # its replica: the pod itself, or its group's index
+    leader: bool  # the one its group's metrics are exported on
+    node: str | None = None
     bound_at: float | None = None  # monotonic, when first seen on a node
     deleting: bool = False
 
@@ -152,8 +202,10 @@ class Load:
     """The simulated serving load of every target, the pods it sees through one watch, and
     the metrics it serves to Prometheus."""
 
-    def __init__(self, api: client.ApiClient, targets: list[Target], cold_start: float) -> None:
+    def __init__(self, api: client.ApiClient, targets: list[Target], cold_start: float,
+                 domains: dict[str, str]) -> None:
         self.api, self.targets, self.cold_start = api, targets, cold_start
+        self.domains = domains  # node: its domain
         self.by_key = {t.key: t for t in targets}
         self.pods: dict[tuple[str, str], Pod] = {}
         self.lock = threading.Lock()
@@ -165,7 +217,7 @@ class Load:
 
     def target_of(self, pod: Any) -> tuple[str, str] | None:
         labels = pod.metadata.labels or {}
-        name = labels.get(names.ENDPOINT_LABEL) or labels.get("app")
+        name = labels.get(names.ENDPOINT_LABEL) or labels.get("app") or labels.get(lws.LWS_NAME)
         key = (pod.metadata.namespace, name)
         return key if key in self.by_key else None
 
@@ -199,9 +251,13 @@ class Load:
         if gone:
             self.pods.pop(ident, None)
             return
-        seen = self.pods.setdefault(ident, Pod(key))
+        labels = pod.metadata.labels or {}
+        group = labels.get(lws.GROUP_INDEX) or labels.get(names.REPLICA_LABEL)
+        member = labels.get(lws.WORKER_INDEX) or labels.get(names.MEMBER_LABEL) or "0"
+        seen = self.pods.setdefault(ident, Pod(key, pod.metadata.name if group is None
+                                               else f"group-{group}", member == "0"))
         if seen.bound_at is None and pod.spec.node_name:
-            seen.bound_at = time.monotonic()
+            seen.bound_at, seen.node = time.monotonic(), pod.spec.node_name
         seen.deleting = pod.metadata.deletion_timestamp is not None
 
     def _poll_desired(self) -> None:
@@ -213,6 +269,11 @@ class Load:
             try:
                 for d in apps.list_deployment_for_all_namespaces().items:
                     desired[(d.metadata.namespace, d.metadata.name)] = d.spec.replicas or 0
+                if any(t.shape.grouped for t in self.targets):
+                    for s in custom.list_cluster_custom_object(
+                            "leaderworkerset.x-k8s.io", "v1", "leaderworkersets")["items"]:
+                        desired[(s["metadata"]["namespace"], s["metadata"]["name"])] = \
+                            s["spec"].get("replicas", 1)
                 for e in custom.list_cluster_custom_object(
                         "goodput.dev", "v1alpha1", "inferenceendpoints")["items"]:
                     got = (e.get("status") or {}).get("desiredReplicas")
@@ -234,18 +295,33 @@ class Load:
                     target.desired = count
             time.sleep(1)
 
+    def groups(self, target: Target, now: float) -> tuple[int, list[str], list[set[str]]]:
+        """TARGET's paid pods, and its serving groups: each one's leader, and the domains
+        its members are on. A group serves once all its members are past their cold start."""
+        members: dict[str, list[tuple[str, Pod]]] = {}
+        paid = 0
+        for (_, name), pod in self.pods.items():
+            if pod.target == target.key and pod.paid:
+                paid += 1
+                members.setdefault(pod.group, []).append((name, pod))
+        leaders, domains = [], []
+        for group in members.values():
+            if len(group) == target.shape.nodes and \
+                    all(p.serving(now, self.cold_start) for _, p in group):
+                leaders.append(next(name for name, p in group if p.leader))
+                domains.append({self.domains.get(p.node or "", "") for _, p in group})
+        return paid, leaders, domains
+
     def step(self, second: int | None, warm: bool = True) -> None:
         """One second of every target's load: SECOND of its trace, or (None) its warm load
         if WARM, else none."""
         now = time.monotonic()
         with self.lock:
             for target in self.targets:
-                pods = {name: p for (_, name), p in self.pods.items()
-                        if p.target == target.key and p.paid}
-                serving = [name for name, p in pods.items() if p.serving(now, self.cold_start)]
+                paid, serving, domains = self.groups(target, now)
                 arrivals = target.rates[second] if second is not None else \
                     target.warm_rate if warm else 0.0
-                capacity = len(serving) * MU
+                capacity = len(serving) * target.shape.mu
                 served = min(target.queue + arrivals, capacity)
                 target.queue += arrivals - served
                 if second is not None:
@@ -253,15 +329,17 @@ class Load:
                         target.need_at = float(second)
                     if not serving or target.queue / capacity > SLO:
                         target.violations += 1
-                    target.replica_seconds += len(pods)
+                    target.replica_seconds += paid / target.shape.nodes
+                    target.split_seconds += sum(1 for d in domains if len(d) > 1)
                     if second % 15 == 0:
                         target.timeline.append((second, round(arrivals, 1), target.desired,
-                                                len(pods), len(serving), round(target.queue)))
+                                                paid, len(serving), round(target.queue)))
                 each = (target.queue / len(serving), served / len(serving)) if serving else (0, 0)
                 target.exported = dict.fromkeys(serving, each)
                 for name in serving:
                     target.finished[name] = target.finished.get(name, 0.0) + served / len(serving)
-                target.finished = {n: c for n, c in target.finished.items() if n in pods}
+                target.finished = {n: c for n, c in target.finished.items() if n in serving
+                                   or (target.namespace, n) in self.pods}
 
     def exposition(self) -> str:
         """What each serving pod's vLLM would export, in Prometheus' text format."""
@@ -278,37 +356,47 @@ class Load:
         return "\n".join(lines) + "\n"
 
     def serving(self, target: Target) -> int:
-        now = time.monotonic()
+        """TARGET's serving replicas (groups)."""
         with self.lock:
-            return sum(1 for p in self.pods.values()
-                       if p.target == target.key and p.serving(now, self.cold_start))
+            return len(self.groups(target, time.monotonic())[1])
 
 
-def deployment(name: str, namespace: str, replicas: int) -> Obj:
-    resources = {RESOURCE: "1"}
+def pod_template(name: str, shape: Shape) -> Obj:
+    resources = {RESOURCE: str(shape.accelerators)}
+    return {"metadata": {"labels": {"app": name}},
+            "spec": {"nodeSelector": TRN2.spec["nodeSelector"],
+                     "containers": [{"name": "server", "image": "vllm:1",
+                                     "resources": {"requests": resources,
+                                                   "limits": resources}}]}}
+
+
+def workload(target: Target, replicas: int) -> Obj:
+    """What a peer scales: a Deployment of single-node replicas, or a LeaderWorkerSet of
+    groups (tuned: one group alone per domain, LWS's exclusive topology)."""
+    name, ns, shape = target.scaler, target.namespace, target.shape
+    if shape.grouped:
+        return lws.leader_worker_set(
+            name, ns, replicas, shape.nodes, pod_template(name, shape),
+            TRN2.group.domain_key if name.endswith("-tuned") else None)
     return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "namespace": namespace},
+            "metadata": {"name": name, "namespace": ns},
             "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                     "template": {"metadata": {"labels": {"app": name}},
-                                  "spec": {"nodeSelector": TRN2.spec["nodeSelector"],
-                                           "containers": [{"name": "server", "image": "vllm:1",
-                                                           "resources": {
-                                                               "requests": resources,
-                                                               "limits": resources}}]}}}}
+                     "template": pod_template(name, shape)}}
 
 
-def endpoint(namespace: str, minimum: int) -> Obj:
-    """Ours: bench/autoscaling.py's configuration, one accelerator per replica."""
+def endpoint(namespace: str, minimum: int, shape: Shape = SINGLE) -> Obj:
+    """Ours: bench/autoscaling.py's configuration, replicas of SHAPE."""
     return {"apiVersion": "goodput.dev/v1alpha1", "kind": "InferenceEndpoint",
             "metadata": {"name": "goodput", "namespace": namespace},
             "spec": {"ultraServerGroup": GROUP, "model": {"name": "llama"},
-                     "replicaShape": {"workers": 1, "acceleratorsPerWorker": 1},
+                     "replicaShape": {"workers": shape.nodes,
+                                      "acceleratorsPerWorker": shape.accelerators},
                      "template": {"spec": {"containers": [{"name": "server",
                                                            "image": "vllm:1"}]}},
-                     "scaling": {"minReplicas": minimum, "maxReplicas": MAX,
+                     "scaling": {"minReplicas": minimum, "maxReplicas": shape.most,
                                  "tolerance": 0.1, "intervalSeconds": 15,
-                                 "metrics": [{"type": "RequestRate", "target": MU},
-                                             {"type": "QueueDepth", "target": TARGET}],
+                                 "metrics": [{"type": "RequestRate", "target": shape.mu},
+                                             {"type": "QueueDepth", "target": shape.queued}],
                                  "scaleUp": {"stabilizationSeconds": 0},
                                  "scaleDown": {"stabilizationSeconds": 300},
                                  "panic": {"enabled": True, "threshold": 2}}}}
@@ -316,35 +404,56 @@ def endpoint(namespace: str, minimum: int) -> Obj:
 
 def scaler_objects(target: Target, prometheus: str, minimum: int) -> list[Obj]:
     """What TARGET's autoscaler is given, at MINIMUM replicas."""
-    name, ns = target.scaler, target.namespace
+    name, ns, shape = target.scaler, target.namespace, target.shape
     selector = f'{{namespace="{ns}",endpoint="{name}"}}'
     if name == "goodput":
-        return [endpoint(ns, minimum)]
+        return [endpoint(ns, minimum, shape)]
     tuned = name.endswith("-tuned")  # a second metric: the finished requests' rate
     if name.startswith("hpa"):
-        metrics = {WAITING.replace(":", "_"): TARGET}
+        metrics = {WAITING.replace(":", "_"): shape.queued}
         if tuned:
-            metrics["vllm_request_success_per_second"] = MU
-        return [scalers.hpa(name, ns, metrics, MAX, minimum)]
-    queries = {f"sum({WAITING}{selector})": TARGET}
+            metrics["vllm_request_success_per_second"] = shape.mu
+        return [scalers.hpa(name, ns, metrics, shape.most, minimum, shape.kind)]
+    queries = {f"sum({WAITING}{selector})": shape.queued}
     if tuned:
-        queries[f"sum(rate({FINISHED}{selector}[1m]))"] = MU
-    return [scalers.scaled_object(name, ns, prometheus, queries, MAX, minimum,
-                                  polling_seconds=5 if tuned else None)]
+        queries[f"sum(rate({FINISHED}{selector}[1m]))"] = shape.mu
+    return [scalers.scaled_object(name, ns, prometheus, queries, shape.most, minimum,
+                                  polling_seconds=5 if tuned else None, kind=shape.kind)]
+
+
+def fleet_domains(targets: list[Target]) -> int:
+    """Domains enough for every target at its most replicas at once, twice over for
+    single-node replicas, so that no scaler waits for another's nodes (an exclusive LWS
+    group holds a whole domain)."""
+    per_domain = TRN2.group.nodes_per_domain
+    nodes = 0
+    for t in targets:
+        if not t.shape.grouped:
+            nodes += math.ceil(t.shape.most * 2 / TRN2.group.accelerator.per_node)
+        elif t.scaler.endswith("-tuned"):
+            nodes += t.shape.most * per_domain * math.ceil(t.shape.nodes / per_domain)
+        else:
+            nodes += t.shape.most * t.shape.nodes
+    return math.ceil(nodes / per_domain)
 
 
 def run(args: argparse.Namespace) -> Obj:
     kinds = [k for k in args.traces.split(",") if k]
     chosen = [s for s in args.scalers.split(",") if s]
-    targets = [Target(s, k, trace(args.minutes, args.seed, k)) for k in kinds for s in chosen]
-    domains = math.ceil(len(targets) * MAX * 2 / (TRN2.group.nodes_per_domain * 16))
+    shape = group_shape(args.group_nodes)
+    targets = [Target(s, k, trace(args.minutes, args.seed, k), shape)
+               for k in kinds for s in chosen]
+    domains = fleet_domains(targets)
     group = {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
              "metadata": {"name": GROUP}, "spec": {**TRN2.spec, "probes": {"schedule": ""}}}
     with harness.sandbox("bench-autoscaling-peers", f"synthetic:trn2:{domains}", group,
                          namespaces=[namespace_of(k) for k in kinds]) as box:
         api = config.new_client_from_config(  # type: ignore[no-untyped-call]
             config_file=str(box.kubeconfig))
-        load = Load(api, targets, args.cold_start)
+        nodes: Any = client.CoreV1Api(api).list_node().items
+        load = Load(api, targets, args.cold_start,
+                    {n.metadata.name: (n.metadata.labels or {}).get(TRN2.group.domain_key, "")
+                     for n in nodes})
         shutil.rmtree(Path(box.home) / "prometheus", ignore_errors=True)  # an earlier run's
         prometheus = Prometheus(Path(box.home) / "prometheus",
                                 [Prometheus.job("servers", f"127.0.0.1:{load.port}")])
@@ -352,6 +461,9 @@ def run(args: argparse.Namespace) -> Obj:
         processes: dict[str, int] = {}
         operator = harness.OperatorProcess(box, Path(box.home) / "operator.log")
         try:
+            if shape.grouped and any(s != "goodput" for s in chosen):
+                lws.start(box)
+                processes["lws"] = int(lws.pidfile(box).read_text())
             if any(s.startswith("hpa") for s in chosen):
                 scalers.start_adapter(box, prometheus.url)
                 processes["prometheus-adapter"] = scalers.pid(box, "prometheus-adapter")
@@ -368,6 +480,7 @@ def run(args: argparse.Namespace) -> Obj:
             load.stopped.set()
             operator.stop()
             scalers.stop(box)
+            lws.stop(box)
             prometheus.stop()
 
 
@@ -375,8 +488,7 @@ def replay(box: cluster.Sandbox, load: Load, targets: list[Target], prometheus: 
            processes: dict[str, int]) -> Obj:
     """Warm every target: its starting replicas serving its trace's first-minute load for
     WARM seconds (every rate window full), then play the traces second by second."""
-    box.apply(*(deployment(t.scaler, t.namespace, t.start) for t in targets
-                if t.scaler != "goodput"))
+    box.apply(*(workload(t, t.start) for t in targets if t.scaler != "goodput"))
     box.apply(*(o for t in targets for o in scaler_objects(t, prometheus, t.start)))
     began = time.monotonic()
     while not all(load.serving(t) >= t.start for t in targets):
@@ -428,13 +540,17 @@ def met(rows: list[Obj], kind: str) -> bool:
 
 
 def report(result: Obj, args: argparse.Namespace) -> None:
+    shape = group_shape(args.group_nodes)
     print(f"Autoscaling head to head: {args.minutes} min per trace (seed {args.seed}), "
-          f"cold start {args.cold_start:g} s, MU {MU:g} req/s per replica, SLO {SLO:g} s")
+          f"cold start {args.cold_start:g} s, {shape.mu:g} req/s per replica "
+          f"({shape.nodes} node(s) of {shape.accelerators} accelerator(s)), SLO {SLO:g} s"
+          + (f"; the peers scale LeaderWorkerSets (LWS {LWS})" if shape.grouped else ""))
     for scaler in dict.fromkeys(r["scaler"] for r in result["rows"]):
         print(f"  {scaler}: {PEERS[scaler]}")
+    split = "split group-s | " if shape.grouped else ""
     print("\n| trace | autoscaler | SLO-violation s | replica-s | actions | first scale-up s "
-          "| ours / it: violation s, replica-s |")
-    print("|---|---|---|---|---|---|---|")
+          f"| {split}ours / it: violation s, replica-s |")
+    print("|---|---|---|---|---|---|---|" + ("---|" if shape.grouped else ""))
     for row in result["rows"]:
         ours = next((r for r in result["rows"] if r["trace"] == row["trace"] and
                      r["scaler"] == "goodput"), None)
@@ -442,7 +558,8 @@ def report(result: Obj, args: argparse.Namespace) -> None:
             f"{ours['slo_violation_s'] / max(row['slo_violation_s'], 1):.2f}x, "
             f"{ours['replica_s'] / max(row['replica_s'], 1):.2f}x")
         print(f"| {row['trace']} | {row['scaler']} | {row['slo_violation_s']} | "
-              f"{row['replica_s']} | {row['actions']} | {row['first_scale_up_s']} | {ratios} |")
+              f"{row['replica_s']} | {row['actions']} | {row['first_scale_up_s']} | "
+              + (f"{row['split_group_s']} | " if shape.grouped else "") + f"{ratios} |")
     print("\n| controller | CPU s over the traces | peak RSS MiB |\n|---|---|---|")
     for name, figures in result["controllers"].items():
         print(f"| {name} | {figures['cpu_s']} | {figures['peak_rss_mib']} |")
@@ -459,6 +576,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traces", default=",".join(KINDS))
     parser.add_argument("--scalers", default=",".join(SCALERS))
     parser.add_argument("--cold-start", type=float, default=60)
+    parser.add_argument("--group-nodes", type=int, default=1,
+                        help="nodes per replica (default 1); more: multi-node groups, the "
+                             "peers on LeaderWorkerSets")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if unknown := {k for k in args.traces.split(",") if k} - set(KINDS):
@@ -469,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
     report(result, args)
     if args.json:
         print(json.dumps({**result, "minutes": args.minutes, "seed": args.seed,
-                          "cold_start_s": args.cold_start,
+                          "cold_start_s": args.cold_start, "group_nodes": args.group_nodes,
                           "met": {k: met(result["rows"], k)
                                   for k in dict.fromkeys(r["trace"] for r in result["rows"])}},
                          indent=1))

@@ -20,6 +20,7 @@ from goodput_operator.sandbox import (
     images,
     jobset,
     kueue,
+    lws,
     operator_image,
     procs,
     realnode,
@@ -277,7 +278,7 @@ def _run_sandbox(args: argparse.Namespace) -> int:
 
 # what `sandbox up --peers` starts (PEERS.md's versions); hpa: prometheus-adapter, so that
 # the controller-manager's HPA can read custom metrics
-PEERS = ("kueue", "jobset", "hpa", "keda")
+PEERS = ("kueue", "jobset", "lws", "hpa", "keda")
 
 
 def _peers(value: str) -> tuple[str, ...]:
@@ -297,6 +298,8 @@ def _up(box: cluster.Sandbox, args: argparse.Namespace) -> int:
         kueue.start(box)
     if "jobset" in args.peers:
         jobset.start(box)
+    if "lws" in args.peers:
+        lws.start(box)
     if "hpa" in args.peers:
         scalers.start_adapter(box, args.prometheus_url)
     if "keda" in args.peers:
@@ -328,6 +331,8 @@ def _status(box: cluster.Sandbox, args: argparse.Namespace) -> int:
         print(f"  kueue: {versions.KUEUE} running (log: {kueue.home(box) / 'kueue.log'})")
     if jobset.running(box):
         print(f"  jobset: {versions.JOBSET} running (log: {jobset.home(box) / 'jobset.log'})")
+    if lws.running(box):
+        print(f"  lws: {versions.LWS} running (log: {lws.home(box) / 'lws.log'})")
     return 0
 
 

@@ -532,7 +532,7 @@ def down(sandbox: Sandbox) -> bool:
     if realnode.load(sandbox.home):
         sandbox.real_runtime().remove_all(drain=sandbox.is_running())
     procs.kill_pidfile(sandbox.home / "drivers.pid")
-    for peer in ("kueue", "jobset"):  # sandbox.kueue, sandbox.jobset, if started
+    for peer in ("kueue", "jobset", "lws"):  # sandbox.kueue, .jobset, .lws, if started
         procs.kill_pidfile(sandbox.home / peer / f"{peer}.pid")
     for scaler in ("prometheus-adapter", "keda-operator", "keda-adapter"):  # sandbox.scalers
         procs.kill_pidfile(sandbox.home / "scalers" / f"{scaler}.pid")

@@ -16,7 +16,6 @@ Its configuration otherwise is JobSet's default.
 from __future__ import annotations
 
 import base64
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -62,16 +61,26 @@ def configuration(ports: dict[str, int], certs: Path) -> dict[str, Any]:
 def webhook_configurations(manifests: str, port: int, ca: bytes) -> list[dict[str, Any]]:
     """JobSet's webhook configurations pointed at 127.0.0.1:PORT by url and CA; the pod
     webhooks only for a JobSet's pods (what JobSet's kustomize patches say)."""
+    return url_webhooks(manifests, port, ca, _WEBHOOK_CONFIGS, JOBSET_NAME)
+
+
+def url_webhooks(manifests: str, port: int, ca: bytes, config_names: tuple[str, str],
+                 pod_label: str) -> list[dict[str, Any]]:
+    """A kubebuilder project's webhook configurations (MANIFESTS: mutating, then
+    validating), renamed CONFIG_NAMES, pointed at 127.0.0.1:PORT by url and CA; their pod
+    webhooks only for pods that carry POD_LABEL, as the projects' own kustomize patches
+    say (JobSet here, LeaderWorkerSet in sandbox/lws.py), so no other pod of the sandbox
+    goes through them."""
     bundle = base64.b64encode(ca).decode()
     found = []
-    for doc, name in zip(yaml.safe_load_all(manifests), _WEBHOOK_CONFIGS, strict=True):
+    for doc, name in zip(yaml.safe_load_all(manifests), config_names, strict=True):
         hooks = []
         for hook in doc.get("webhooks") or []:
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}
             if any("pods" in (rule.get("resources") or []) for rule in hook.get("rules") or []):
                 hook["objectSelector"] = {"matchExpressions": [
-                    {"key": JOBSET_NAME, "operator": "Exists"}]}
+                    {"key": pod_label, "operator": "Exists"}]}
             hooks.append(hook)
         found.append({**doc, "metadata": {"name": name}, "webhooks": hooks})
     return found
@@ -86,8 +95,7 @@ def start(sandbox: Sandbox, progress: Progress = build.print_progress) -> None:
     config = here / "config.yaml"
     config.write_text(yaml.safe_dump(configuration(peer.ports, here / "certs")))
     hooks = webhook_configurations(peer.webhook_manifests(), peer.ports["webhook"], peer.ca)
-    sandbox.kubectl("apply", "-f", "-", input_text=json.dumps(
-        {"apiVersion": "v1", "kind": "List", "items": hooks}))
+    sandbox.apply(*hooks)
     kueue.run_manager(sandbox, "JobSet", [str(peer.binaries / "jobset"), f"--config={config}",
                                           "--zap-log-level=2"],
                       here / "jobset.log", pidfile(sandbox), peer.ports["health"])

@@ -157,23 +157,28 @@ class Prepared:
     ca: bytes  # the CA that signed its serving certificate (here/certs)
     ports: dict[str, int]  # health, metrics, webhook: free on 127.0.0.1
     started: float  # monotonic, when its start began (after the build)
+    webhooks: str = "config/components/webhook/manifests.yaml"  # in SOURCE
 
     def webhook_manifests(self) -> str:
-        return (self.source / "config" / "components" / "webhook" / "manifests.yaml"
-                ).read_text()
+        return (self.source / self.webhooks).read_text()
 
 
 def prepare(sandbox: Sandbox, component: Component, title: str, namespace: str,
-            here: Path, pid: Path, progress: Progress) -> Prepared:
-    """A peer's manager made ready to start for SANDBOX (Kueue here, JobSet in
-    sandbox/jobset.py): built (first time), its CRDs served, its namespace made, a manager
-    left from an earlier start stopped, a certificate for 127.0.0.1 in HERE/certs, ports."""
+            here: Path, pid: Path, progress: Progress,
+            layout: tuple[str, str] = ("config/components/crd/bases",
+                                       "config/components/webhook/manifests.yaml"),
+            ) -> Prepared:
+    """A peer's manager made ready to start for SANDBOX (Kueue here, JobSet and LWS in
+    sandbox/jobset.py and sandbox/lws.py): built (first time), its CRDs served, its
+    namespace made, a manager left from an earlier start stopped, a certificate for
+    127.0.0.1 in HERE/certs, ports. LAYOUT: where its module keeps its CRDs (a folder) and
+    its webhook manifests (a file), kubebuilder's paths differ by project."""
     require_running(sandbox)
     binaries = build.build(component, progress)
     source = build.module_dir(component)
     progress(f"Starting {title} {component.version} for sandbox {sandbox.name!r}...")
     started = time.monotonic()
-    crds = str(source / "config" / "components" / "crd" / "bases")
+    crds = str(source / layout[0])
     sandbox.kubectl("apply", "--server-side", "--force-conflicts", "-f", crds, timeout=120)
     # served before the manager starts: it exits at once on a kind it cannot map yet
     wait_established(sandbox.kubeconfig, "-f", crds)
@@ -183,7 +188,7 @@ def prepare(sandbox: Sandbox, component: Component, title: str, namespace: str,
     ca = certificates(here / "certs")
     ports = {"health": procs.free_port(), "metrics": procs.free_port(),
              "webhook": procs.free_port()}
-    return Prepared(binaries, source, ca, ports, started)
+    return Prepared(binaries, source, ca, ports, started, layout[1])
 
 
 def start(sandbox: Sandbox, progress: Progress = build.print_progress) -> None:
@@ -197,8 +202,7 @@ def start(sandbox: Sandbox, progress: Progress = build.print_progress) -> None:
     config.write_text(yaml.safe_dump(configuration(sandbox, peer.ports, here / "certs")))
     (here / "ports.json").write_text(json.dumps(peer.ports))
     hooks = webhook_configurations(peer.webhook_manifests(), peer.ports["webhook"], peer.ca)
-    sandbox.kubectl("apply", "-f", "-", input_text=json.dumps(
-        {"apiVersion": "v1", "kind": "List", "items": hooks}))
+    sandbox.apply(*hooks)
     run_manager(sandbox, "Kueue", [str(peer.binaries / "kueue"), f"--config={config}",
                                    "--zap-log-level=2"],
                 here / "kueue.log", pidfile(sandbox), peer.ports["health"])

@@ -78,13 +78,18 @@ def api_service(name: str, port: int) -> list[Obj]:
     ]
 
 
+# the kinds an autoscaler here scales (each has the scale subresource): their API version
+SCALED = {"Deployment": "apps/v1", "LeaderWorkerSet": "leaderworkerset.x-k8s.io/v1"}
+
+
 def hpa(name: str, namespace: str, metrics: dict[str, float], max_replicas: int,
-        min_replicas: int = 1) -> Obj:
-    """An autoscaling/v2 HPA on Deployment NAME, its behavior Kubernetes' default: each of
-    METRICS (a per-pod custom metric) at its average per replica, the largest need wins."""
+        min_replicas: int = 1, kind: str = "Deployment") -> Obj:
+    """An autoscaling/v2 HPA on NAME of KIND (SCALED), its behavior Kubernetes' default:
+    each of METRICS (a per-pod custom metric) at its average per replica, the largest need
+    wins. A LeaderWorkerSet's replica is a group: its scale selector picks the leaders."""
     return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
             "metadata": {"name": name, "namespace": namespace},
-            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+            "spec": {"scaleTargetRef": {"apiVersion": SCALED[kind], "kind": kind,
                                         "name": name},
                      "minReplicas": min_replicas, "maxReplicas": max_replicas,
                      "metrics": [{"type": "Pods", "pods": {
@@ -94,15 +99,16 @@ def hpa(name: str, namespace: str, metrics: dict[str, float], max_replicas: int,
 
 
 def scaled_object(name: str, namespace: str, prometheus: str, queries: dict[str, float],
-                  max_replicas: int, min_replicas: int = 1, polling_seconds: int | None = None
-                  ) -> Obj:
-    """A KEDA ScaledObject on Deployment NAME: one Prometheus trigger per query of QUERIES,
-    against its threshold per replica (KEDA's AverageValue), polled every POLLING_SECONDS
-    (KEDA's 30 when None)."""
+                  max_replicas: int, min_replicas: int = 1, polling_seconds: int | None = None,
+                  kind: str = "Deployment") -> Obj:
+    """A KEDA ScaledObject on NAME of KIND (SCALED): one Prometheus trigger per query of
+    QUERIES, against its threshold per replica (KEDA's AverageValue), polled every
+    POLLING_SECONDS (KEDA's 30 when None)."""
     polling = {} if polling_seconds is None else {"pollingInterval": polling_seconds}
     return {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
             "metadata": {"name": name, "namespace": namespace},
-            "spec": {"scaleTargetRef": {"name": name}, **polling,
+            "spec": {"scaleTargetRef": {"apiVersion": SCALED[kind], "kind": kind,
+                                        "name": name}, **polling,
                      "minReplicaCount": min_replicas, "maxReplicaCount": max_replicas,
                      "triggers": [{"type": "prometheus", "metadata": {
                          "serverAddress": prometheus, "query": query,

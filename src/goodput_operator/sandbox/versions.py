@@ -15,6 +15,7 @@ KWOK = "v0.8.0"
 HELM = "v3.21.4"
 KUEUE = "v0.17.0"  # quotas and MultiKueue (goodput sandbox up --kueue)
 JOBSET = "v0.11.1"  # a peer, for the head-to-head benchmarks only (sandbox/jobset.py)
+LWS = "v0.8.0"  # a peer: multi-node serving groups (sandbox/lws.py)
 PROMETHEUS_ADAPTER = "v0.12.0"  # a peer: the HPA's custom metrics (sandbox/scalers.py)
 KEDA = "v2.21.0"  # a peer: KEDA's operator and metrics server (sandbox/scalers.py)
 # cluster DNS for real nodes: the newest on k8s.io v0.35 (v1.15 needs v0.37, newer than
@@ -154,6 +155,14 @@ JOBSET_COMPONENT = Component(
     version=JOBSET,
     binaries={"sigs.k8s.io/jobset": "jobset"},
     version_vars={"sigs.k8s.io/jobset/pkg/version.GitVersion": JOBSET},
+)
+
+LWS_COMPONENT = Component(
+    name="lws",
+    module="sigs.k8s.io/lws",
+    version=LWS,
+    binaries={"sigs.k8s.io/lws/cmd": "lws"},
+    version_vars={"sigs.k8s.io/lws/pkg/version.GitVersion": LWS},
 )
 
 # The HPA's custom-metrics API from Prometheus: a peer of our autoscaler, never in
