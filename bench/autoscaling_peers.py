@@ -4,7 +4,7 @@
     python -m bench.autoscaling_peers [--json] [--minutes N] [--seed S]
                                       [--traces bursty,diurnal,flash]
                                       [--scalers hpa,hpa-tuned,keda,keda-tuned,goodput]
-                                      [--cold-start S] [--group-nodes N]
+                                      [--cold-start S] [--group-nodes N] [--lookahead S]
 
 One sandbox (Kubernetes v1.36.3, whose kube-controller-manager runs the HPA controller at its
 defaults: 15 s sync, 10% tolerance, 300 s scale-down window), a real Prometheus scraping
@@ -20,7 +20,9 @@ one namespace holds one scaled target per autoscaler, all replaying the same tra
 - `keda-tuned`: polling every 5 s and a second trigger on the finished requests' rate;
 - `goodput`: an InferenceEndpoint scaled on RequestRate (target MU) and QueueDepth (8),
   panic mode on (threshold 2x): bench/autoscaling.py's configuration of ours, read from the
-  same Prometheus by the operator's default vLLM queries.
+  same Prometheus by the operator's default vLLM queries; `--lookahead S` sets its
+  `lookaheadSeconds` (default 0, off: the arrival rate sized for where its rise takes it S
+  seconds on, the queue where its trend does).
 
 Every target starts with the replicas its trace's first minute needs (with 10% to spare),
 serving that minute's average load for 90 s before the trace (minimum those replicas while
@@ -202,9 +204,9 @@ class Load:
     """The simulated serving load of every target, the pods it sees through one watch, and
     the metrics it serves to Prometheus."""
 
-    def __init__(self, api: client.ApiClient, targets: list[Target], cold_start: float,
-                 domains: dict[str, str]) -> None:
-        self.api, self.targets, self.cold_start = api, targets, cold_start
+    def __init__(self, box: cluster.Sandbox, api: client.ApiClient, targets: list[Target],
+                 cold_start: float, domains: dict[str, str]) -> None:
+        self.box, self.api, self.targets, self.cold_start = box, api, targets, cold_start
         self.domains = domains  # node: its domain
         self.by_key = {t.key: t for t in targets}
         self.pods: dict[tuple[str, str], Pod] = {}
@@ -269,7 +271,7 @@ class Load:
             try:
                 for d in apps.list_deployment_for_all_namespaces().items:
                     desired[(d.metadata.namespace, d.metadata.name)] = d.spec.replicas or 0
-                if any(t.shape.grouped for t in self.targets):
+                if any(t.shape.grouped for t in self.targets) and lws.running(self.box):
                     for s in custom.list_cluster_custom_object(
                             "leaderworkerset.x-k8s.io", "v1", "leaderworkersets")["items"]:
                         desired[(s["metadata"]["namespace"], s["metadata"]["name"])] = \
@@ -384,8 +386,9 @@ def workload(target: Target, replicas: int) -> Obj:
                      "template": pod_template(name, shape)}}
 
 
-def endpoint(namespace: str, minimum: int, shape: Shape = SINGLE) -> Obj:
-    """Ours: bench/autoscaling.py's configuration, replicas of SHAPE."""
+def endpoint(namespace: str, minimum: int, shape: Shape = SINGLE, lookahead: int = 0) -> Obj:
+    """Ours: bench/autoscaling.py's configuration, replicas of SHAPE, the trends judged
+    LOOKAHEAD seconds ahead (scaling.lookaheadSeconds; 0: off, the default)."""
     return {"apiVersion": "goodput.dev/v1alpha1", "kind": "InferenceEndpoint",
             "metadata": {"name": "goodput", "namespace": namespace},
             "spec": {"ultraServerGroup": GROUP, "model": {"name": "llama"},
@@ -399,15 +402,17 @@ def endpoint(namespace: str, minimum: int, shape: Shape = SINGLE) -> Obj:
                                              {"type": "QueueDepth", "target": shape.queued}],
                                  "scaleUp": {"stabilizationSeconds": 0},
                                  "scaleDown": {"stabilizationSeconds": 300},
-                                 "panic": {"enabled": True, "threshold": 2}}}}
+                                 "panic": {"enabled": True, "threshold": 2},
+                                 "lookaheadSeconds": lookahead}}}
 
 
-def scaler_objects(target: Target, prometheus: str, minimum: int) -> list[Obj]:
-    """What TARGET's autoscaler is given, at MINIMUM replicas."""
+def scaler_objects(target: Target, prometheus: str, minimum: int, lookahead: int = 0
+                   ) -> list[Obj]:
+    """What TARGET's autoscaler is given, at MINIMUM replicas (ours: LOOKAHEAD, `endpoint`)."""
     name, ns, shape = target.scaler, target.namespace, target.shape
     selector = f'{{namespace="{ns}",endpoint="{name}"}}'
     if name == "goodput":
-        return [endpoint(ns, minimum, shape)]
+        return [endpoint(ns, minimum, shape, lookahead)]
     tuned = name.endswith("-tuned")  # a second metric: the finished requests' rate
     if name.startswith("hpa"):
         metrics = {WAITING.replace(":", "_"): shape.queued}
@@ -451,7 +456,7 @@ def run(args: argparse.Namespace) -> Obj:
         api = config.new_client_from_config(  # type: ignore[no-untyped-call]
             config_file=str(box.kubeconfig))
         nodes: Any = client.CoreV1Api(api).list_node().items
-        load = Load(api, targets, args.cold_start,
+        load = Load(box, api, targets, args.cold_start,
                     {n.metadata.name: (n.metadata.labels or {}).get(TRN2.group.domain_key, "")
                      for n in nodes})
         shutil.rmtree(Path(box.home) / "prometheus", ignore_errors=True)  # an earlier run's
@@ -475,7 +480,7 @@ def run(args: argparse.Namespace) -> Obj:
                 operator.start()
                 wait_until(operator.ready, 120, "operator ready")
                 processes["goodput operator"] = operator.pid
-            return replay(box, load, targets, prometheus.url, processes)
+            return replay(box, load, targets, prometheus.url, processes, args.lookahead)
         finally:
             load.stopped.set()
             operator.stop()
@@ -485,11 +490,11 @@ def run(args: argparse.Namespace) -> Obj:
 
 
 def replay(box: cluster.Sandbox, load: Load, targets: list[Target], prometheus: str,
-           processes: dict[str, int]) -> Obj:
+           processes: dict[str, int], lookahead: int = 0) -> Obj:
     """Warm every target: its starting replicas serving its trace's first-minute load for
     WARM seconds (every rate window full), then play the traces second by second."""
     box.apply(*(workload(t, t.start) for t in targets if t.scaler != "goodput"))
-    box.apply(*(o for t in targets for o in scaler_objects(t, prometheus, t.start)))
+    box.apply(*(o for t in targets for o in scaler_objects(t, prometheus, t.start, lookahead)))
     began = time.monotonic()
     while not all(load.serving(t) >= t.start for t in targets):
         if time.monotonic() - began > 300:
@@ -506,7 +511,7 @@ def replay(box: cluster.Sandbox, load: Load, targets: list[Target], prometheus: 
         time.sleep(1)
     print(f"# every target serves its starting replicas, warm ({time.monotonic() - began:.0f}"
           f" s); replaying {len(targets[0].rates)} s", file=sys.stderr, flush=True)
-    box.apply(*(o for t in targets for o in scaler_objects(t, prometheus, 1)))
+    box.apply(*(o for t in targets for o in scaler_objects(t, prometheus, 1, lookahead)))
     cpu = {name: cpu_seconds(pid) for name, pid in processes.items()}
     load.started = time.monotonic()
     seconds = len(targets[0].rates)
@@ -544,7 +549,8 @@ def report(result: Obj, args: argparse.Namespace) -> None:
     print(f"Autoscaling head to head: {args.minutes} min per trace (seed {args.seed}), "
           f"cold start {args.cold_start:g} s, {shape.mu:g} req/s per replica "
           f"({shape.nodes} node(s) of {shape.accelerators} accelerator(s)), SLO {SLO:g} s"
-          + (f"; the peers scale LeaderWorkerSets (LWS {LWS})" if shape.grouped else ""))
+          + (f"; the peers scale LeaderWorkerSets (LWS {LWS})" if shape.grouped else "")
+          + (f"; ours with lookaheadSeconds {args.lookahead}" if args.lookahead else ""))
     for scaler in dict.fromkeys(r["scaler"] for r in result["rows"]):
         print(f"  {scaler}: {PEERS[scaler]}")
     split = "split group-s | " if shape.grouped else ""
@@ -579,6 +585,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group-nodes", type=int, default=1,
                         help="nodes per replica (default 1); more: multi-node groups, the "
                              "peers on LeaderWorkerSets")
+    parser.add_argument("--lookahead", type=int, default=0,
+                        help="our scaling.lookaheadSeconds (default 0: off)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if unknown := {k for k in args.traces.split(",") if k} - set(KINDS):
@@ -590,6 +598,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({**result, "minutes": args.minutes, "seed": args.seed,
                           "cold_start_s": args.cold_start, "group_nodes": args.group_nodes,
+                          "lookahead_s": args.lookahead,
                           "met": {k: met(result["rows"], k)
                                   for k in dict.fromkeys(r["trace"] for r in result["rows"])}},
                          indent=1))

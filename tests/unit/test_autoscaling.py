@@ -142,6 +142,35 @@ def by_rate(**spec: Any) -> Scaling:
                             {"type": "QueueDepth", "target": 8}], **spec)
 
 
+def test_lookahead_sizes_a_rising_arrival_rate_for_when_new_replicas_serve() -> None:
+    """Replicas asked for now serve after their start-up: on a rise, the rate is judged
+    where its slope over the last lookaheadSeconds takes it by then. A falling rate is not
+    projected down (a released replica stops costing at once), and two samples are no
+    trend: one noisy step is not a rise."""
+    spec, history = by_rate(lookaheadSeconds=60, scaleDown={"stabilizationSeconds": 0}), \
+        History()
+    assert recommend(arrivals(20, 0), 5, spec, history, now=0).desired == 5
+    assert recommend(arrivals(24, 0), 5, spec, history, now=15).desired == 6  # as it is
+    rising = recommend(arrivals(28, 0), 6, spec, history, now=30)  # +4/15 s -> 44 in 60 s
+    assert rising.desired == 11 and rising.reason.startswith("RequestRate 44 ")
+    falling = recommend(arrivals(12, 0), 11, by_rate(
+        lookaheadSeconds=60, scaleDown={"stabilizationSeconds": 0}), History(), now=0)
+    assert falling.desired == 3
+    history_down = History()
+    spec_down = by_rate(lookaheadSeconds=60, scaleDown={"stabilizationSeconds": 0})
+    for now, rate in ((0, 40), (15, 32), (30, 24)):
+        found = recommend(arrivals(rate, 0), 10, spec_down, history_down, now=now)
+    assert found.desired == 6  # 24 / 4: where it is, not below
+
+
+def test_without_lookahead_the_rate_is_judged_as_it_is() -> None:
+    history = History()
+    for now, rate in ((0, 20), (15, 24), (30, 28)):
+        found = recommend(arrivals(rate, 0), 5, by_rate(scaleDown={"stabilizationSeconds": 0}),
+                          history, now=now)
+    assert found.desired == 7  # 28 / 4
+
+
 @pytest.mark.parametrize(
     ("rate", "waiting", "current", "desired"),
     [

@@ -159,5 +159,5 @@ def test_up_with_peers_starts_each_after_the_sandbox(
 def test_an_unknown_peer_is_refused_by_name(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         run(capsys, "sandbox", "up", "--name", "h2h", "--peers", "jobset,volcano")
-    assert "unknown peer(s) volcano: known are kueue, jobset, hpa, keda" in \
+    assert "unknown peer(s) volcano: known are kueue, jobset, lws, hpa, keda" in \
         capsys.readouterr().err

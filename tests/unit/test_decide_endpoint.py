@@ -328,3 +328,31 @@ def test_the_groups_a_pass_places_are_one_event_not_one_each() -> None:
     assert [(e.reason, e.message) for e in decision.events] == [
         ("Placed", "3 groups placed, each inside one UltraServer: 0 in us-0, 1 in us-0, "
                    "2 in us-1")]
+
+
+@pytest.mark.parametrize(("refused_for", "moved"), [(10, False), (31, True)])
+def test_a_group_the_scheduler_refuses_where_it_was_pinned_is_placed_again(
+        refused_for: float, moved: bool) -> None:
+    """Placement counted the nodes free, but another scheduler's pods bound there in the
+    same moment: a group whose pinned member kube-scheduler refuses for 30 s is placed
+    again, never left Pending for good (as a TrainingJob's worker is)."""
+    ie = endpoint(replicas=1)
+    pods = group(ie, 0)
+    for member, pod in enumerate(pods):
+        pod["spec"]["schedulingGates"] = []
+        pod["metadata"]["annotations"][names.NODE_ANNOTATION] = f"us0-n{member}"
+        pod["metadata"]["annotations"][names.DOMAIN_ANNOTATION] = "us-0"
+    pods[1]["status"]["conditions"] = [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/8 nodes are available: 1 Insufficient aws.amazon.com/neuron.",
+        "lastTransitionTime": iso(NOW - refused_for)}]
+    snapshot = world(None, pods=pods, endpoints=[ie])
+    with trial(snapshot):
+        [decision] = decide_endpoints(snapshot, [])
+    if not moved:
+        assert decision.delete == [] and decision.wake_at == NOW - refused_for + 30
+        return
+    assert sorted(map(short, decision.delete)) == ["ie-0-0", "ie-0-1"]
+    [event] = [e for e in decision.events if e.reason == "GroupMoved"]
+    assert "the scheduler refuses ie-0-" in event.message and "on node us0-n1 for 31s" in \
+        event.message and "placing the group again" in event.message

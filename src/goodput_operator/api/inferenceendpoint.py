@@ -143,8 +143,11 @@ class Scaling(ApiModel):
     """Ignore ratios within 1 +/- tolerance of the target (no flapping)."""
     lookahead_seconds: int = Field(default=0, ge=0, le=3600)
     """Judge QueueDepth and Concurrency where their recent trend takes them this many
-    seconds from now (set it to a replica's start-up time: replicas asked for now only
-    help then). A growing queue scales up sooner; a draining one adds nothing. 0: off."""
+    seconds from now, and RequestRate where its rise over the last this-many seconds takes
+    it (set it to a replica's start-up time, plus half the rate's window: 30 s for the
+    default queries; replicas asked for now only help then). A growing queue or a rising
+    rate scales up sooner; a draining queue adds nothing, a falling rate is judged as it
+    is. 0: off."""
     interval_seconds: int = Field(default=15, ge=1, le=600)
     """How often metrics are evaluated."""
     scale_up: ScalingRules = Field(

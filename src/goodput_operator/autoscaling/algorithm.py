@@ -57,6 +57,8 @@ class History:
     idle_since: float | None = None
     last: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric: time, value
     burst: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # panic window
+    # RequestRate's values over the last lookaheadSeconds: its rise (_rising)
+    rates: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     # when this history began and the replicas found then: the scale-down window holds them
     # as one of its recommendations, as the HPA seeds its window when it first sees an
     # object. Else a fresh history (a new endpoint, a restarted operator, a lowered
@@ -154,19 +156,44 @@ def _backlog(samples: Sequence[Sample]) -> float | None:
 
 
 def _ahead(sample: Sample, spec: Scaling, history: History, now: float) -> Sample:
-    """SAMPLE moved along its trend since the last evaluation by `lookaheadSeconds`
-    (queue-like metrics only; never below zero)."""
+    """SAMPLE moved along its trend by `lookaheadSeconds`: a queue-like metric along its
+    change since the last evaluation (never below zero), the arrival rate along its rise
+    (`_rising`)."""
     key = sample.name or sample.type
     previous = history.last.get(key)
     assert sample.value is not None
     history.last[key] = (now, sample.value)
     lookahead = getattr(spec, "lookahead_seconds", 0)
+    if sample.type == "RequestRate":
+        return _rising(sample, lookahead, history, now)
     if not lookahead or previous is None or sample.type not in ("QueueDepth", "Concurrency") \
             or now <= previous[0]:
         return sample
     slope = (sample.value - previous[1]) / (now - previous[0])
     return Sample(sample.type, sample.target, max(0.0, sample.value + slope * lookahead),
                   sample.name)
+
+
+def _rising(sample: Sample, lookahead: float, history: History, now: float) -> Sample:
+    """The arrival rate where its rise over the last LOOKAHEAD seconds takes it LOOKAHEAD
+    seconds from now (the least-squares slope of the rates seen, three at least). Replicas
+    asked for now serve only after their start-up, so a rising rate is sized for when they
+    do; a falling one is never projected down: a released replica stops costing at once,
+    and the scale-down window would hold it anyway."""
+    key = sample.name or sample.type
+    assert sample.value is not None
+    seen = [(t, v) for t, v in history.rates.get(key, []) if t >= now - lookahead]
+    seen.append((now, sample.value))
+    history.rates[key] = seen
+    if not lookahead or len(seen) < 3:
+        return sample
+    mean_t = sum(t for t, _ in seen) / len(seen)
+    mean_v = sum(v for _, v in seen) / len(seen)
+    spread = sum((t - mean_t) ** 2 for t, _ in seen)
+    slope = sum((t - mean_t) * (v - mean_v) for t, v in seen) / spread if spread else 0.0
+    if slope <= 0:
+        return sample
+    return Sample(sample.type, sample.target, sample.value + slope * lookahead, sample.name)
 
 
 def _panic(samples: Sequence[Sample], current: int, spec: Scaling, history: History,

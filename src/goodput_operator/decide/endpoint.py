@@ -26,7 +26,14 @@ from goodput_operator.api.inferenceendpoint import (
 from goodput_operator.decide.creates import WriteBudget
 from goodput_operator.decide.fit import pod_fit
 from goodput_operator.decide.quota import endpoint_quota
-from goodput_operator.decide.replicas import EndpointPlan, Group, Removal, groups_of, plan_groups
+from goodput_operator.decide.replicas import (
+    EndpointPlan,
+    Group,
+    Removal,
+    groups_of,
+    plan_groups,
+    refused_members,
+)
 from goodput_operator.decide.snapshot import Scaled, Snapshot
 from goodput_operator.decide.standby import decide_standby
 from goodput_operator.decide.turns import kept, short_of_replicas, turn
@@ -192,11 +199,13 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
             and (n not in fleet.nodes or fleet.nodes[n].state == "quarantined")}
     scopes = Scopes(fleet, spec.roles.affinity) if spec.roles is not None else None
     quota = endpoint_quota(snapshot, ie, spec, pods, at)
-    plans = _plan_roles(snapshot, ie, spec, scopes, pods, lost,
+    stuck, due = refused_members(pods, snapshot.clock)
+    plans = _plan_roles(snapshot, ie, spec, scopes, pods, lost, stuck,
                         0 if quota is not None and (quota.hold or quota.evicted) else None)
+    wakes = [w for w in (quota.wake_at if quota is not None else None, due) if w is not None]
     result = EndpointDecision(ie, status, {}, services=[build.service(ie, spec),
                                                         build.headless(ie)], quota=quota,
-                              wake_at=quota.wake_at if quota is not None else None)
+                              wake_at=min(wakes, default=None))
     for rp in plans:
         for index, why in sorted(rp.plan.delete.items()):
             result.delete += [p["metadata"]["name"]
@@ -343,10 +352,10 @@ def _standby(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
 
 def _plan_roles(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec,
                 scopes: Scopes | None, pods: list[Obj], lost: set[str],
-                cap: int | None = None) -> list[RolePlan]:
+                stuck: Mapping[str, str], cap: int | None = None) -> list[RolePlan]:
     """Each role's groups planned: its size (for prefill, bounded by the decode pool and
     the units; every role's by CAP: 0 while Kueue has not admitted it), what to create,
-    place and delete."""
+    place and delete (a group with a member the scheduler refuses, STUCK, placed again)."""
     meta = ie["metadata"]
     roles = spec.serving_roles()
     plans: list[RolePlan] = []
@@ -355,7 +364,7 @@ def _plan_roles(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec,
         latest = snapshot.scaled.get((meta["namespace"], meta["name"], ""))
         desired = _capped(desired_replicas(latest, ie, role), cap)
         plan = plan_groups(pods, role.shape.workers, desired, build.revision(ie["spec"]),
-                           spec.rollout, lost)
+                           spec.rollout, lost, stuck=stuck)
         return [RolePlan(role, plan, desired, latest if role.scaling else None)]
     mine = {r.name: role_pods(pods, r.name) for r in roles}
 
@@ -369,7 +378,8 @@ def _plan_roles(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec,
     units = Units.of({DECODE: where(groups_of(mine[DECODE])), PREFILL: prefill_scopes})
     plan = plan_groups(mine[DECODE], decode.shape.workers, desired,
                        build.revision(ie["spec"], DECODE), spec.rollout, lost,
-                       lambda kept, count: removal_order(DECODE, where(kept), units, count))
+                       lambda kept, count: removal_order(DECODE, where(kept), units, count),
+                       stuck=stuck)
     plans = [RolePlan(decode, plan, desired, latest if decode.scaling else None)]
     # the prefill pool sees the units as the decode pool leaves them
     units = Units.of({DECODE: where({i: g for i, g in plan.groups.items()
@@ -387,7 +397,7 @@ def _plan_roles(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec,
                        build.revision(ie["spec"], PREFILL), spec.rollout, lost,
                        lambda kept, count: removal_order(PREFILL, where(kept), units,
                                                          count, orphans_first=settled),
-                       moved)
+                       moved, stuck)
     plans.append(RolePlan(prefill, plan, desired, latest if prefill.scaling else None,
                           held if desired != own else ""))
     return plans

@@ -18,7 +18,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from goodput_operator import names
 from goodput_operator.api.base import describe_errors
 from goodput_operator.api.conditions import set_condition, stamp
 from goodput_operator.api.trainingjob import TrainingJobSpec
@@ -66,7 +65,13 @@ from goodput_operator.health import badput
 from goodput_operator.health.hang import from_progress
 from goodput_operator.health.quarantine import iso, parse_time, record_of
 from goodput_operator.resources import workload as kueue
-from goodput_operator.resources.pods import attempt_of, is_active, is_gated, owned
+from goodput_operator.resources.pods import (
+    UNSCHEDULABLE_SECONDS,
+    attempt_of,
+    is_active,
+    owned,
+    refused_by_scheduler,
+)
 from goodput_operator.topology.model import Fleet, trainingjob_owner
 from goodput_operator.topology.placement import (
     CompanionSlot,
@@ -376,22 +381,10 @@ def lost_nodes(snapshot: Snapshot, fleet: Fleet, job: Obj, pods: list[Obj]) -> d
     return lost
 
 
-UNSCHEDULABLE_SECONDS = 30.0  # a pinned worker the scheduler refuses this long: re-placed
-
-
 def _refused_since(pod: Obj, restart: int) -> tuple[str, float, str] | None:
-    """(node, since, the scheduler's message) when POD is a pinned, unbound worker of
-    attempt RESTART that kube-scheduler marks Unschedulable; else None."""
-    node = (pod["metadata"].get("annotations") or {}).get(names.NODE_ANNOTATION)
-    if not node or pod.get("spec", {}).get("nodeName") or is_gated(pod) or \
-            attempt_of(pod) != restart:
-        return None
-    for condition in pod.get("status", {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
-                and condition.get("reason") == "Unschedulable":
-            since = parse_time(condition.get("lastTransitionTime"))
-            return None if since is None else (node, since, condition.get("message", ""))
-    return None
+    """(node, since, the scheduler's message) when POD is a pinned worker of attempt
+    RESTART that kube-scheduler refuses (resources.pods.refused_by_scheduler); else None."""
+    return refused_by_scheduler(pod) if attempt_of(pod) == restart else None
 
 
 def scheduler_refused(pods: list[Obj], restart: int, now: float) -> dict[str, Lost]:

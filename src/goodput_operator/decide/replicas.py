@@ -10,14 +10,20 @@ removal frees whole domains first.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from goodput_operator import names
 from goodput_operator.api.base import resolve
-from goodput_operator.resources.pods import FINISHED, is_gated, is_ready
+from goodput_operator.resources.pods import (
+    FINISHED,
+    UNSCHEDULABLE_SECONDS,
+    is_gated,
+    is_ready,
+    refused_by_scheduler,
+)
 from goodput_operator.topology.replacement import ReplicaGroup, choose_scale_down
 
 if TYPE_CHECKING:
@@ -31,7 +37,8 @@ class Removal(StrEnum):
 
     RESTART = "Restart"  # a member stopped or its node was lost
     ROLLOUT = "Rollout"  # replaced by the new revision
-    MOVE = "Move"  # its serving unit lost its decode groups: it joins another unit
+    MOVE = "Move"  # placed again: its serving unit lost its decode groups, or the
+    # scheduler refuses a member where it was pinned
     SCALE_DOWN = "ScaleDown"
 
 
@@ -82,18 +89,43 @@ def groups_of(pods: list[Obj]) -> dict[int, Group]:
 ScaleDown = Callable[[dict[int, "Group"], int], list[int]]
 
 
+def refused_members(pods: Iterable[Obj], now: float) -> tuple[dict[str, str], float | None]:
+    """The pinned pods kube-scheduler has refused on their node for UNSCHEDULABLE_SECONDS
+    (name: why, in words): placement counted the node free, but something it could not
+    see took it first (another scheduler's pods binding in the same moment, other pods' CPU
+    or memory). Their groups are placed again. And when the next refused one is due."""
+    stuck: dict[str, str] = {}
+    due: list[float] = []
+    for pod in pods:
+        refused = refused_by_scheduler(pod)
+        if refused is None:
+            continue
+        node, since, message = refused
+        if now >= since + UNSCHEDULABLE_SECONDS:
+            stuck[pod["metadata"]["name"]] = (f"the scheduler refuses {pod['metadata']['name']}"
+                                              f" on node {node} for {now - since:.0f}s: "
+                                              f"{message}"[:512])
+        else:
+            due.append(since + UNSCHEDULABLE_SECONDS)
+    return stuck, min(due, default=None)
+
+
 def plan_groups(pods: list[Obj], size: int, desired: int, revision: str, rollout: Rollout,
                 lost: Collection[str], scale_down: ScaleDown | None = None,
-                moved: Mapping[int, str] | None = None) -> EndpointPlan:
+                moved: Mapping[int, str] | None = None,
+                stuck: Mapping[str, str] | None = None) -> EndpointPlan:
     """SIZE: pods per group; LOST: nodes no longer usable (quarantined, gone); SCALE_DOWN:
     which of the given groups to remove, this many (default: free whole domains first);
-    MOVED: groups to replace elsewhere, and why."""
+    MOVED: groups to replace elsewhere, and why; STUCK: pods the scheduler refuses where
+    they were pinned (refused_members): their groups are placed again."""
     result = EndpointPlan(groups=groups_of(pods))
     live: dict[int, Group] = {}
     for index, group in result.groups.items():
         failed = [p["metadata"]["name"] for p in group.pods.values()
                   if p.get("status", {}).get("phase") in FINISHED]
         on_lost = sorted({n for n in group.nodes() if n in lost})
+        refused = [stuck[p["metadata"]["name"]] for _, p in sorted(group.pods.items())
+                   if stuck and p["metadata"]["name"] in stuck]
         if failed:
             _remove(result, index, Removal.RESTART,
                     f"member(s) {', '.join(failed)} stopped: restarting the group")
@@ -102,6 +134,8 @@ def plan_groups(pods: list[Obj], size: int, desired: int, revision: str, rollout
                     f"node(s) {', '.join(on_lost)} lost: restarting the group")
         elif moved and index in moved:
             _remove(result, index, Removal.MOVE, moved[index])
+        elif refused:
+            _remove(result, index, Removal.MOVE, f"{refused[0]}; placing the group again")
         else:
             live[index] = group
             if len(group.pods) < size and group.gated():

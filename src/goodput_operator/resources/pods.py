@@ -7,6 +7,7 @@ import copy
 import hashlib
 import re
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from goodput_operator import names
@@ -106,6 +107,28 @@ def _ours(prefix: str) -> bool:
 def is_gated(pod: Obj) -> bool:
     return any(g.get("name") == names.PLACEMENT_GATE
                for g in pod.get("spec", {}).get("schedulingGates") or [])
+
+
+UNSCHEDULABLE_SECONDS = 30.0  # a pinned pod the scheduler refuses this long: placed again
+
+
+def refused_by_scheduler(pod: Obj) -> tuple[str, float, str] | None:
+    """(node, since, the scheduler's message) when POD is pinned to a node, not bound and
+    not gated, and kube-scheduler marks it Unschedulable: what placement could not see took
+    the node first (another scheduler's pods in the race, other pods' CPU or memory, a
+    device plugin short of devices); else None."""
+    node = (pod["metadata"].get("annotations") or {}).get(names.NODE_ANNOTATION)
+    if not node or pod.get("spec", {}).get("nodeName") or is_gated(pod):
+        return None
+    for condition in pod.get("status", {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
+                and condition.get("reason") == "Unschedulable":
+            stamp = condition.get("lastTransitionTime")
+            if not stamp:
+                return None
+            since = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+            return node, since, condition.get("message", "")
+    return None
 
 
 def attempt_of(pod: Obj) -> int:
