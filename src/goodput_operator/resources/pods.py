@@ -7,11 +7,11 @@ import copy
 import hashlib
 import re
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
 from goodput_operator import names
 from goodput_operator.api.base import NODE_NAME_FIELD
+from goodput_operator.health.quarantine import parse_time
 
 Obj = dict[str, Any]
 FINISHED = ("Succeeded", "Failed")
@@ -123,11 +123,8 @@ def refused_by_scheduler(pod: Obj) -> tuple[str, float, str] | None:
     for condition in pod.get("status", {}).get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
                 and condition.get("reason") == "Unschedulable":
-            stamp = condition.get("lastTransitionTime")
-            if not stamp:
-                return None
-            since = datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-            return node, since, condition.get("message", "")
+            since = parse_time(condition.get("lastTransitionTime"))
+            return None if since is None else (node, since, condition.get("message", ""))
     return None
 
 
