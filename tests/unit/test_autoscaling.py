@@ -163,6 +163,18 @@ def test_lookahead_sizes_a_rising_arrival_rate_for_when_new_replicas_serve() -> 
     assert found.desired == 6  # 24 / 4: where it is, not below
 
 
+def test_a_rises_projection_is_not_held_by_the_scale_down_window() -> None:
+    """Like a backlog, the lead a rise asks for lasts only while it rises: once the rate
+    levels off, the 300 s window holds the rate as it was seen, not the projection."""
+    spec, history = by_rate(lookaheadSeconds=60), History()
+    for now, rate, current in ((0, 20, 5), (15, 24, 5), (30, 28, 6)):
+        found = recommend(arrivals(rate, 0), current, spec, history, now=now)
+    assert found.desired == 11  # 28 projected to 44
+    for now in (45, 60, 75, 90, 105):
+        found = recommend(arrivals(28, 0), 11, spec, history, now=now)
+    assert found.desired == 7  # level at 28: 7 replicas, the window's highest as seen
+
+
 def test_without_lookahead_the_rate_is_judged_as_it_is() -> None:
     history = History()
     for now, rate in ((0, 20), (15, 24), (30, 28)):

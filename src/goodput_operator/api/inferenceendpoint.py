@@ -146,8 +146,8 @@ class Scaling(ApiModel):
     seconds from now, and RequestRate where its rise over the last this-many seconds takes
     it (set it to a replica's start-up time, plus half the rate's window: 30 s for the
     default queries; replicas asked for now only help then). A growing queue or a rising
-    rate scales up sooner; a draining queue adds nothing, a falling rate is judged as it
-    is. 0: off."""
+    rate scales up sooner (the scale-down window keeps the rate as seen, not the lead); a
+    draining queue adds nothing, a falling rate is judged as it is. 0: off."""
     interval_seconds: int = Field(default=15, ge=1, le=600)
     """How often metrics are evaluated."""
     scale_up: ScalingRules = Field(

@@ -99,16 +99,20 @@ def recommend(samples: Sequence[Sample], current: int, spec: Scaling, history: H
                         unavailable=f"metric(s) {', '.join(missing)} missing or stale")
     # a latency is no demand (it outlives the requests); cache in use is
     demand = sum(s.value or 0.0 for s in samples if s.type != "TTFTp95")
-    samples = [_ahead(s, spec, history, now) for s in samples]
+    seen, samples = samples, [_ahead(s, spec, history, now) for s in samples]
     backlog = _backlog(samples)
     wanted = lasting = 0
     why = "no demand"
-    for sample in samples:
+    for sample, as_seen in zip(samples, seen, strict=True):
         raw = metric_recommendation(sample, current)
         drains = backlog if backlog is not None and sample.type == "RequestRate" else 0.0
         replicas = _within_tolerance(raw + drains, current, spec.tolerance)
         if backlog is None or sample.type != "QueueDepth":  # the queue is the backlog's
-            lasting = max(lasting, _within_tolerance(raw, current, spec.tolerance))
+            # a rise's projection, like a backlog, asks only while it lasts: the window
+            # holds the rate as seen, so a burst's overshoot is not kept for 300 s
+            now_raw = metric_recommendation(as_seen, current) \
+                if sample.type == "RequestRate" else raw
+            lasting = max(lasting, _within_tolerance(now_raw, current, spec.tolerance))
         if replicas > wanted or (replicas == wanted and why == "no demand"):
             wanted = replicas
             why = (f"{sample.name or sample.type} {sample.value:.4g} vs target "
