@@ -310,7 +310,7 @@ class Load:
         for group in members.values():
             if len(group) == target.shape.nodes and \
                     all(p.serving(now, self.cold_start) for _, p in group):
-                leaders.append(next(name for name, p in group if p.leader))
+                leaders.append(next((name for name, p in group if p.leader), group[0][0]))
                 domains.append({self.domains.get(p.node or "", "") for _, p in group})
         return paid, leaders, domains
 
