@@ -66,7 +66,6 @@ from goodput_operator.health.hang import from_progress
 from goodput_operator.health.quarantine import iso, parse_time, record_of
 from goodput_operator.resources import workload as kueue
 from goodput_operator.resources.pods import (
-    UNSCHEDULABLE_SECONDS,
     attempt_of,
     is_active,
     owned,
@@ -121,7 +120,7 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
     _hold(decided, quota)
     decided.missing = with_class(decided.missing, pod_class(priority))
     _creation(snapshot.refused.get((namespace, name)), decided, pods, status, clock)
-    wakes = [w for w in (decided.wake_at, _unschedulable_wake(pods, restart_of(job), clock),
+    wakes = [w for w in (decided.wake_at, scheduler_refused(pods, restart_of(job), clock)[1],
                          quota.wake_at if quota else None) if w is not None]
     result = JobDecision(job, status, {}, list(decided.events), decided, spec=spec,
                          observed={p["metadata"]["name"]: p for p in pods},
@@ -376,37 +375,21 @@ def lost_nodes(snapshot: Snapshot, fleet: Fleet, job: Obj, pods: list[Obj]) -> d
         elif node.state == "quarantined" and record is not None:
             lost[name] = Lost(f"quarantined ({record.reason}: {record.evidence})", record.since,
                               record.reason)
-    for name, refused in scheduler_refused(pods, restart_of(job), snapshot.clock).items():
+    for name, refused in scheduler_refused(pods, restart_of(job), snapshot.clock)[0].items():
         lost.setdefault(name, refused)
     return lost
 
 
-def _refused_since(pod: Obj, restart: int) -> tuple[str, float, str] | None:
-    """(node, since, the scheduler's message) when POD is a pinned worker of attempt
-    RESTART that kube-scheduler refuses (resources.pods.refused_by_scheduler); else None."""
-    return refused_by_scheduler(pod) if attempt_of(pod) == restart else None
-
-
-def scheduler_refused(pods: list[Obj], restart: int, now: float) -> dict[str, Lost]:
+def scheduler_refused(pods: list[Obj], restart: int, now: float
+                      ) -> tuple[dict[str, Lost], float | None]:
     """The nodes the scheduler has refused a pinned worker of attempt RESTART on for
     UNSCHEDULABLE_SECONDS (other pods' CPU or memory, a device plugin short of devices:
     what placement cannot see): for this job they are as good as lost, and its ranks there
-    are placed again elsewhere."""
-    found: dict[str, Lost] = {}
-    for pod in pods:
-        refused = _refused_since(pod, restart)
-        if refused is not None and now >= refused[1] + UNSCHEDULABLE_SECONDS:
-            node, since, message = refused
-            found[node] = Lost(f"the scheduler refuses {pod['metadata']['name']} there for "
-                               f"{now - since:.0f}s: {message}"[:512], since, "Unschedulable")
-    return found
-
-
-def _unschedulable_wake(pods: list[Obj], restart: int, now: float) -> float | None:
-    """When the next pinned worker the scheduler refuses has been refused long enough."""
-    due = [refused[1] + UNSCHEDULABLE_SECONDS for pod in pods
-           if (refused := _refused_since(pod, restart)) is not None]
-    return min((t for t in due if t > now), default=None)
+    are placed again elsewhere. And when the next refused worker will have been refused
+    long enough."""
+    found, due = refused_by_scheduler([p for p in pods if attempt_of(p) == restart], now)
+    return {r.node: Lost(f"the scheduler refuses {r.pod} there for {now - r.since:.0f}s: "
+                         f"{r.message}"[:512], r.since, "Unschedulable") for r in found}, due
 
 
 def _replacement(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,

@@ -19,7 +19,6 @@ from goodput_operator import names
 from goodput_operator.api.base import resolve
 from goodput_operator.resources.pods import (
     FINISHED,
-    UNSCHEDULABLE_SECONDS,
     is_gated,
     is_ready,
     refused_by_scheduler,
@@ -91,23 +90,11 @@ ScaleDown = Callable[[dict[int, "Group"], int], list[int]]
 
 def refused_members(pods: Iterable[Obj], now: float) -> tuple[dict[str, str], float | None]:
     """The pinned pods kube-scheduler has refused on their node for UNSCHEDULABLE_SECONDS
-    (name: why, in words): placement counted the node free, but something it could not
-    see took it first (another scheduler's pods binding in the same moment, other pods' CPU
-    or memory). Their groups are placed again. And when the next refused one is due."""
-    stuck: dict[str, str] = {}
-    due: list[float] = []
-    for pod in pods:
-        refused = refused_by_scheduler(pod)
-        if refused is None:
-            continue
-        node, since, message = refused
-        if now >= since + UNSCHEDULABLE_SECONDS:
-            stuck[pod["metadata"]["name"]] = (f"the scheduler refuses {pod['metadata']['name']}"
-                                              f" on node {node} for {now - since:.0f}s: "
-                                              f"{message}"[:512])
-        else:
-            due.append(since + UNSCHEDULABLE_SECONDS)
-    return stuck, min(due, default=None)
+    (name: why, in words; resources.pods.refused_by_scheduler): their groups are placed
+    again. And when the next refused one is due."""
+    found, due = refused_by_scheduler(pods, now)
+    return {r.pod: (f"the scheduler refuses {r.pod} on node {r.node} for "
+                    f"{now - r.since:.0f}s: {r.message}"[:512]) for r in found}, due
 
 
 def plan_groups(pods: list[Obj], size: int, desired: int, revision: str, rollout: Rollout,

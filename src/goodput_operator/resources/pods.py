@@ -7,6 +7,7 @@ import copy
 import hashlib
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from goodput_operator import names
@@ -112,20 +113,42 @@ def is_gated(pod: Obj) -> bool:
 UNSCHEDULABLE_SECONDS = 30.0  # a pinned pod the scheduler refuses this long: placed again
 
 
-def refused_by_scheduler(pod: Obj) -> tuple[str, float, str] | None:
-    """(node, since, the scheduler's message) when POD is pinned to a node, not bound and
-    not gated, and kube-scheduler marks it Unschedulable: what placement could not see took
-    the node first (another scheduler's pods in the race, other pods' CPU or memory, a
-    device plugin short of devices); else None."""
-    node = (pod["metadata"].get("annotations") or {}).get(names.NODE_ANNOTATION)
-    if not node or pod.get("spec", {}).get("nodeName") or is_gated(pod):
-        return None
-    for condition in pod.get("status", {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False" \
-                and condition.get("reason") == "Unschedulable":
-            since = parse_time(condition.get("lastTransitionTime"))
-            return None if since is None else (node, since, condition.get("message", ""))
-    return None
+@dataclass(frozen=True)
+class Refused:
+    """A pinned pod kube-scheduler refuses on its node: what placement could not see took
+    the node first (another scheduler's pods binding in the same moment, other pods' CPU or
+    memory, a device plugin short of devices)."""
+
+    pod: str
+    node: str
+    since: float
+    message: str  # the scheduler's
+
+
+def refused_by_scheduler(pods: Iterable[Obj], now: float) -> tuple[list[Refused], float | None]:
+    """The PODS pinned to a node, not bound and not gated, that kube-scheduler has marked
+    Unschedulable for UNSCHEDULABLE_SECONDS by NOW (their workload places them again), and
+    when the next one refused for less will have been (a wake-up), in one pass."""
+    found: list[Refused] = []
+    due: list[float] = []
+    for pod in pods:
+        node = (pod["metadata"].get("annotations") or {}).get(names.NODE_ANNOTATION)
+        if not node or pod.get("spec", {}).get("nodeName") or is_gated(pod):
+            continue
+        for condition in pod.get("status", {}).get("conditions") or []:
+            if condition.get("type") == "PodScheduled" and \
+                    condition.get("status") == "False" and \
+                    condition.get("reason") == "Unschedulable":
+                since = parse_time(condition.get("lastTransitionTime"))
+                if since is None:
+                    break
+                if now >= since + UNSCHEDULABLE_SECONDS:
+                    found.append(Refused(pod["metadata"]["name"], node, since,
+                                         condition.get("message", "")))
+                else:
+                    due.append(since + UNSCHEDULABLE_SECONDS)
+                break
+    return found, min(due, default=None)
 
 
 def attempt_of(pod: Obj) -> int:
