@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from goodput_operator.api.inferenceendpoint import Scaling
-from goodput_operator.autoscaling.algorithm import History, Sample, recommend
+from goodput_operator.autoscaling.algorithm import RISE_SAMPLES, History, Sample, recommend
 
 
 def scaling(**spec: Any) -> Scaling:
@@ -173,6 +173,18 @@ def test_a_rises_projection_is_not_held_by_the_scale_down_window() -> None:
     for now in (45, 60, 75, 90, 105):
         found = recommend(arrivals(28, 0), 11, spec, history, now=now)
     assert found.desired == 7  # level at 28: 7 replicas, the window's highest as seen
+
+
+def test_a_long_lookahead_at_a_short_interval_keeps_a_bounded_rate_history() -> None:
+    """What one endpoint may make the operator remember is bounded (TENANCY.md): the rise
+    is fitted to at most RISE_SAMPLES values across the window, and still seen."""
+    spec, history = by_rate(lookaheadSeconds=3600, intervalSeconds=1), History()
+    for now in range(3600):
+        found = recommend(arrivals(20 + now / 100, 0), 14, spec, history, now=now)
+    assert len(history.rates["RequestRate"]) <= RISE_SAMPLES + 1
+    # 56 req/s (14 replicas as seen) rising 0.6/min, judged an hour ahead: 92 req/s, 23
+    # replicas, held at maxReplicas
+    assert found.desired == 20 and found.limited == "23 wanted, scaling.maxReplicas is 20"
 
 
 def test_without_lookahead_the_rate_is_judged_as_it_is() -> None:

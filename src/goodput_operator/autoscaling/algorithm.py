@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from goodput_operator.api.inferenceendpoint import Scaling, ScalingRules
 
 PANIC_HOLD_SECONDS = 60.0  # no scale-down this long after the last panic
+RISE_SAMPLES = 16  # RequestRate values a rise is fitted to, across lookaheadSeconds at most
 # The HPA's default rate limits (behavior unset): up max(4 pods, 100%)/15 s, down 100%/15 s
 DEFAULT_UP = (("Replicas", 4, 15), ("Percent", 100, 15))
 DEFAULT_DOWN = (("Percent", 100, 15),)
@@ -57,7 +58,7 @@ class History:
     idle_since: float | None = None
     last: dict[str, tuple[float, float]] = field(default_factory=dict)  # metric: time, value
     burst: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # panic window
-    # RequestRate's values over the last lookaheadSeconds: its rise (_rising)
+    # RequestRate's values over the last lookaheadSeconds (RISE_SAMPLES at most): its rise
     rates: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     # when this history began and the replicas found then: the scale-down window holds them
     # as one of its recommendations, as the HPA seeds its window when it first sees an
@@ -163,13 +164,13 @@ def _ahead(sample: Sample, spec: Scaling, history: History, now: float) -> Sampl
     """SAMPLE moved along its trend by `lookaheadSeconds`: a queue-like metric along its
     change since the last evaluation (never below zero), the arrival rate along its rise
     (`_rising`)."""
+    lookahead = getattr(spec, "lookahead_seconds", 0)
+    if sample.type == "RequestRate":
+        return _rising(sample, lookahead, history, now)
     key = sample.name or sample.type
     previous = history.last.get(key)
     assert sample.value is not None
     history.last[key] = (now, sample.value)
-    lookahead = getattr(spec, "lookahead_seconds", 0)
-    if sample.type == "RequestRate":
-        return _rising(sample, lookahead, history, now)
     if not lookahead or previous is None or sample.type not in ("QueueDepth", "Concurrency") \
             or now <= previous[0]:
         return sample
@@ -186,9 +187,13 @@ def _rising(sample: Sample, lookahead: float, history: History, now: float) -> S
     and the scale-down window would hold it anyway."""
     key = sample.name or sample.type
     assert sample.value is not None
-    seen = [(t, v) for t, v in history.rates.get(key, []) if t >= now - lookahead]
-    seen.append((now, sample.value))
-    history.rates[key] = seen
+    kept = [(t, v) for t, v in history.rates.get(key, []) if t >= now - lookahead]
+    seen = [*kept, (now, sample.value)]
+    # at most RISE_SAMPLES kept across the window, however short the interval: a tenant's
+    # lookaheadSeconds 3600 at intervalSeconds 1 would otherwise keep 3,600 per endpoint
+    if not kept or now - kept[-1][0] >= lookahead / RISE_SAMPLES:
+        kept.append((now, sample.value))
+    history.rates[key] = kept
     if not lookahead or len(seen) < 3:
         return sample
     mean_t = sum(t for t, _ in seen) / len(seen)
