@@ -46,12 +46,23 @@ def running(sandbox: Sandbox) -> bool:
 
 def configuration(ports: dict[str, int], certs: Path) -> dict[str, Any]:
     """JobSet's Configuration for this sandbox: one manager on 127.0.0.1, no leader
-    election, certificates from CERTS."""
+    election, certificates from CERTS (its metrics server's too)."""
+    config = manager_configuration("config.jobset.x-k8s.io/v1alpha1", ports, certs)
+    config["metrics"]["certDir"] = str(certs)
+    return config
+
+
+def manager_configuration(api_version: str, ports: dict[str, int], certs: Path
+                          ) -> dict[str, Any]:
+    """A kubebuilder project's controller-manager Configuration of API_VERSION (JobSet's
+    here, LeaderWorkerSet's in sandbox/lws.py): health, metrics and webhooks on 127.0.0.1 at
+    PORTS, the webhook certificate from CERTS, no leader election, its own certificate
+    management off (it would write a Secret for a Service that does not exist)."""
     return {
-        "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+        "apiVersion": api_version,
         "kind": "Configuration",
         "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['health']}"},
-        "metrics": {"bindAddress": f"127.0.0.1:{ports['metrics']}", "certDir": str(certs)},
+        "metrics": {"bindAddress": f"127.0.0.1:{ports['metrics']}"},
         "webhook": {"host": "127.0.0.1", "port": ports["webhook"], "certDir": str(certs)},
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},

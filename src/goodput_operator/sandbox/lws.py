@@ -50,16 +50,8 @@ def running(sandbox: Sandbox) -> bool:
 
 def configuration(ports: dict[str, int], certs: Path) -> dict[str, Any]:
     """LWS's Configuration for this sandbox: one manager on 127.0.0.1, no leader election,
-    its webhook certificate from CERTS."""
-    return {
-        "apiVersion": "config.lws.x-k8s.io/v1alpha1",
-        "kind": "Configuration",
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['health']}"},
-        "metrics": {"bindAddress": f"127.0.0.1:{ports['metrics']}"},
-        "webhook": {"host": "127.0.0.1", "port": ports["webhook"], "certDir": str(certs)},
-        "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
-    }
+    its webhook certificate from CERTS (its metrics server makes its own)."""
+    return jobset.manager_configuration("config.lws.x-k8s.io/v1alpha1", ports, certs)
 
 
 def webhook_configurations(manifests: str, port: int, ca: bytes) -> list[dict[str, Any]]:
