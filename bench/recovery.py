@@ -236,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --real-nodes: also N trials of the same trainer as a "
                              "tuned JobSet (examples/peers/jobset-trainer.yaml), the operator "
                              "stopped")
+    parser.add_argument("--kueue", type=int, default=0, metavar="N",
+                        help="with --real-nodes: also N trials of the same trainer as an "
+                             "Indexed Job under Kueue TAS hot swap "
+                             "(examples/peers/kueue-tas-trainer.yaml), the operator stopped")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     trials = 3 if args.quick else args.trials
@@ -256,9 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     output: dict[str, Any] = {"fleet": FLEET, "trials": results, "summary": summary,
                               "ratio_baseline_over_ours": round(ratio, 1)}
     if args.real_nodes:
-        from bench import recovery_real
+        from bench import recovery_peers, recovery_real
 
-        real, hangs, jobsets = recovery_real.run(trials, log, args.hang, args.jobset)
+        real, hangs, peer_rows = recovery_real.run(trials, log, args.hang, args.jobset,
+                                                   args.kueue)
         real_summary = summarize(real)
         real_ratio = print_table(f"{len(real)} trials, real nodes: the example PyTorch "
                                  "trainer, 4 workers; a kubelet stopped", real_summary)
@@ -275,9 +280,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {phase:<16} {values['median']:>8.2f} ({values['p90']:.2f})")
             output["real_nodes"]["hangs"] = {"trials": hangs, "summary": hang_summary,
                                              "baseline": "never (the job stays Running, hung)"}
-        if jobsets:
-            output["real_nodes"]["jobset_tuned"] = recovery_real.against_jobset(
-                real, jobsets)
+        from goodput_operator.sandbox import versions
+
+        named = {recovery_real.JOBSET: f"JobSet {versions.JOBSET} tuned",
+                 recovery_peers.KUEUE: f"Kueue {versions.KUEUE} TAS hot swap"}
+        for system, rows in peer_rows.items():
+            output["real_nodes"][system] = recovery_real.against_peer(
+                real, rows, named[system])
     if args.json:
         print(json.dumps(output, indent=1))
     return 0

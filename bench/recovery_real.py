@@ -27,6 +27,14 @@ same kubelet stopped under rank 1. Per trial: the taint, all ranks running again
 node, and training again (rank 0's first step of the new attempt, read from its log's
 runtime timestamps; the attempt starts at step 0, as nothing tells it where to resume:
 no checkpoint load, generous to JobSet).
+
+With `--kueue N`: the same trainer as an Indexed Job under Kueue v0.17.0's Topology Aware
+Scheduling (examples/peers/kueue-tas-trainer.yaml: required inside the network block the
+group keeps a moved rank in, tolerations of 0 s), Kueue at its defaults (hot swap on), the
+operator stopped. Kueue swaps the failed node for the block's free one and the Job makes
+the lost index again there; nothing restarts the other ranks, so "training again" is the
+new rank 1's first step: whether it rejoins a collective the old ranks are still in is up
+to the trainer (the example trainer does not: a fixed-world `init_process_group`).
 """
 
 from __future__ import annotations
@@ -46,9 +54,10 @@ import yaml
 
 from bench.harness import OperatorProcess, sandbox, wait_until
 from bench.recovery import POLL, Bench, phases
-from bench.recovery_peers import TIMEOUT, Peer, evicted_at_the_taint, gang_state
+from bench.recovery_peers import KUEUE, TIMEOUT, Peer, evicted_at_the_taint, gang_state
+from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.health.quarantine import parse_time
-from goodput_operator.sandbox import faults, jobset
+from goodput_operator.sandbox import faults, jobset, kueue, peers
 from goodput_operator.topology.record import ranks_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,6 +68,8 @@ WORKERS = 4  # the example trainer's
 BASELINE_WAIT = 120  # seconds a trial watches for the lifecycle controller's taint
 STEP_SECONDS = 0.5  # the trials' trainer paces its steps to this
 MAX_RESTARTS = 10  # restarts a job may take: more than the trials of one run
+JOBSET = "jobset-tuned"
+KUEUE_QUEUE = "trn2-real"  # examples/peers/kueue-tas-trainer.yaml's
 TRAINER_ARGS = ["--steps", "1000000", "--checkpoint-every", "10",
                 "--step-seconds", str(STEP_SECONDS)]
 
@@ -182,34 +193,58 @@ def jobset_trainer(name: str) -> dict[str, Any]:
     return doc
 
 
-STEP_LOG = re.compile(r"^(\S+) .* rank 0: step (\d+) loss ")
+def kueue_trainer(name: str) -> list[dict[str, Any]]:
+    """examples/peers/kueue-tas-trainer.yaml as the trials run it (its Service and Indexed
+    Job): NAME, the trials' trainer arguments, its own checkpoint folder, and NoExecute
+    tolerations of 0 s as the tuned JobSet's, so that the lost pod ends at the taint and the
+    Job (its default backoffLimit) makes that index again where Kueue's hot swap puts it."""
+    service, job = yaml.safe_load_all(
+        (ROOT / "examples" / "peers" / "kueue-tas-trainer.yaml").read_text())
+    for doc in (service, job):
+        doc["metadata"] |= {"name": name, "namespace": NAMESPACE}
+    service["spec"]["selector"] = {INDEX_JOB_NAME: name}
+    pod = job["spec"]["template"]["spec"]
+    pod["subdomain"] = name
+    pod["tolerations"] = evicted_at_the_taint()
+    [container] = pod["containers"]
+    container["args"] = list(TRAINER_ARGS)
+    env = {e["name"]: e for e in container["env"]}
+    env["MASTER_ADDR"]["value"] = f"{name}-0.{name}"
+    env["GOODPUT_CHECKPOINT_DIR"]["value"] = f"/shared/checkpoints/{name}"
+    return [service, job]
+
+
+INDEX_JOB_NAME = "batch.kubernetes.io/job-name"
+STEP_LOG = re.compile(r"^(\S+) .* rank (\d+): step (\d+) loss ")
 
 
 def first_step(log: str, step_seconds: float = STEP_SECONDS) -> float | None:
-    """When rank 0 finished its attempt's first step (epoch seconds), from its log with
+    """When a rank finished its attempt's first step (epoch seconds), from its log with
     the runtime's timestamps (`kubectl logs --timestamps`): it logs every 10th step, and
     paces steps to STEP_SECONDS, so step N's line came (N - 1) steps after the first.
-    None before its first logged step. An attempt of the JobSet starts at step 0: nothing
-    tells it where to resume."""
+    None before its first logged step. An attempt of a peer's gang starts at step 0:
+    nothing tells it where to resume."""
     for line in log.splitlines():
         found = STEP_LOG.match(line)
         if found:
             stamp = datetime.datetime.fromisoformat(found[1].replace("Z", "+00:00"))
-            return stamp.timestamp() - (int(found[2]) - 1) * step_seconds
+            return stamp.timestamp() - (int(found[3]) - 1) * step_seconds
     return None
 
 
-def jobset_trial(peer: Peer, name: str) -> dict[str, Any]:
-    """The trainer as a tuned JobSet; rank 1's kubelet stopped, as in ours' trials; to
-    all ranks running again off that node and to the new attempt's first step."""
+def peer_trial(peer: Peer, system: str, name: str) -> dict[str, Any]:
+    """The trainer as SYSTEM's gang (a tuned JobSet, or an Indexed Job under Kueue TAS);
+    rank 1's kubelet stopped, as in ours' trials; to all ranks running again off that node
+    and to training again: the first step of the lowest rank whose pod was made again
+    (JobSet remakes the whole gang: rank 0; Kueue's Job remakes the lost index only)."""
     box = peer.box
-    box.kubectl("apply", "--server-side", "-f", "-", input_text=yaml.safe_dump(
-        jobset_trainer(name)))
+    docs = [jobset_trainer(name)] if system == JOBSET else kueue_trainer(name)
+    box.kubectl("apply", "--server-side", "-f", "-", input_text=yaml.safe_dump_all(docs))
     try:
-        before = peer.running("jobset-tuned", name, WORKERS)
-        wait_until(lambda: rank0_stepped(box, peer.pods("jobset-tuned", name),
-                                         before[0][1]) is not None, 300,
-                   f"JobSet {name} training")
+        before = peer.running(system, name, WORKERS)
+        wait_until(lambda: rank_stepped(box, peer.pods(system, name),
+                                        before[0][1]) is not None, 300,
+                   f"{system} {name} training")
     except RuntimeError:  # say what held it up
         for what in (("get", "pods", "-o", "wide"), ("get", "events")):
             print(box.kubectl(*what, "-n", NAMESPACE, check=False).stdout, file=sys.stderr)
@@ -217,7 +252,7 @@ def jobset_trial(peer: Peer, name: str) -> dict[str, Any]:
     victim = before[1][0]
     t0, wall0 = time.monotonic(), time.time()
     faults.fail_node(box, victim)
-    row: dict[str, Any] = {"system": "jobset-tuned"}
+    row: dict[str, Any] = {"system": system}
     while "training" not in row:
         now = time.monotonic() - t0
         if now > TIMEOUT:
@@ -225,27 +260,28 @@ def jobset_trial(peer: Peer, name: str) -> dict[str, Any]:
             break
         if "k8s_taint" not in row and peer.tainted(victim):
             row["k8s_taint"] = round(now, 2)
-        pods = peer.pods("jobset-tuned", name)
+        pods = peer.pods(system, name)
         after = gang_state(pods, frozenset({victim}), workers=WORKERS)
-        if after is not None and after[0][1] != before[0][1]:
+        remade = sorted(r for r in after or {} if after and after[r][1] != before[r][1])
+        if after is not None and remade:
             row.setdefault("running", round(now, 2))
-            stepped = rank0_stepped(box, pods, after[0][1])
+            stepped = rank_stepped(box, pods, after[remade[0]][1])
             if stepped is not None:
                 row |= {"outcome": "recovered", "training": round(stepped - wall0, 2),
-                        "recreated": sum(1 for r in after if after[r][1] != before[r][1]),
+                        "recreated": len(remade),
                         "ranks_kept": all(after[r][0] == before[r][0] for r in (0, 2, 3))}
         time.sleep(POLL * 10)
-    box.kubectl("delete", "jobset", "-n", NAMESPACE, name, "--wait=false")
+    peer.delete(system, name)
+    box.kubectl("delete", "service", "-n", NAMESPACE, name, "--ignore-not-found")
     faults.heal_node(box, victim)  # its kubelet ends the partitioned pod
-    wait_until(lambda: not peer.pods("jobset-tuned", name), 180, f"{name}'s pods gone")
+    wait_until(lambda: not peer.pods(system, name), 180, f"{name}'s pods gone")
     wait_until(lambda: faults.recovered(peer.api.sanitize_for_serialization(
         peer.core.read_node(victim))), 120, f"{victim} recovered")
     return row
 
 
-def rank0_stepped(box: Any, pods: list[dict[str, Any]], uid: str) -> float | None:
-    """When the rank-0 pod UID (one of PODS, as listed) finished its first step, once it
-    has."""
+def rank_stepped(box: Any, pods: list[dict[str, Any]], uid: str) -> float | None:
+    """When the pod of UID (one of PODS, as listed) finished its first step, once it has."""
     found = [p for p in pods if p["metadata"]["uid"] == uid]
     if not found:
         return None
@@ -254,14 +290,12 @@ def rank0_stepped(box: Any, pods: list[dict[str, Any]], uid: str) -> float | Non
     return first_step(log.stdout) if log.returncode == 0 else None
 
 
-def against_jobset(mine: list[dict[str, float]], jobsets: list[dict[str, Any]]
-                   ) -> dict[str, Any]:
-    """Ours (MINE: the real-node trials) against the tuned JobSet (JOBSETS) on the same
-    nodes: median seconds from the kubelet stopped to all ranks running again and to
-    training again, and ours / JobSet's."""
-    from goodput_operator.sandbox import versions
-
-    done = [r for r in jobsets if r.get("outcome") == "recovered"]
+def against_peer(mine: list[dict[str, float]], theirs_rows: list[dict[str, Any]],
+                 peer: str) -> dict[str, Any]:
+    """Ours (MINE: the real-node trials) against a peer's trials (THEIRS_ROWS: PEER, as
+    printed) on the same nodes: median seconds from the kubelet stopped to all ranks
+    running again and to training again, and ours / the peer's."""
+    done = [r for r in theirs_rows if r.get("outcome") == "recovered"]
     theirs = {key: round(statistics.median(r[key] for r in done), 2) if done else None
               for key in ("k8s_taint", "running", "training")}
     ours = {"running": round(statistics.median(r["total"] - r["checkpoint_load"]
@@ -269,21 +303,23 @@ def against_jobset(mine: list[dict[str, float]], jobsets: list[dict[str, Any]]
             "training": round(statistics.median(r["total"] for r in mine), 2)}
     ratios = {key: round(ours[key] / found, 3) if (found := theirs[key]) else None
               for key in ("running", "training")}
-    print(f"Real nodes, JobSet {versions.JOBSET} tuned, {len(done)}/{len(jobsets)} recovered: "
+    print(f"Real nodes, {peer}, {len(done)}/{len(theirs_rows)} recovered: "
           f"taint {theirs['k8s_taint']} s, all ranks running {theirs['running']} s (ours "
           f"{ours['running']} s: {ratios['running']}x), training again {theirs['training']} s "
           f"(ours {ours['training']} s: {ratios['training']}x)")
-    return {"version": versions.JOBSET, "trials": jobsets, "median_s": theirs,
-            "ours_median_s": ours, "ours_over_jobset": ratios}
+    return {"version": peer, "trials": theirs_rows, "median_s": theirs,
+            "ours_median_s": ours, "ours_over_peer": ratios}
 
 
-def run(trials: int, log: Any, hang_trials: int = 0, jobset_trials: int = 0
-        ) -> tuple[list[dict[str, float]], list[dict[str, float]], list[dict[str, Any]]]:
-    """TRIALS real-node failures and HANG_TRIALS hangs under ours, JOBSET_TRIALS under a
-    tuned JobSet (the operator stopped); one row per trial (seconds per phase) for each."""
+def run(trials: int, log: Any, hang_trials: int = 0, jobset_trials: int = 0,
+        kueue_trials: int = 0) -> tuple[list[dict[str, float]], list[dict[str, float]],
+                                        dict[str, list[dict[str, Any]]]]:
+    """TRIALS real-node failures and HANG_TRIALS hangs under ours; JOBSET_TRIALS under a
+    tuned JobSet and KUEUE_TRIALS under Kueue TAS hot swap (the operator stopped); one row
+    per trial (seconds per phase) for each, the peers' by system."""
     results: list[dict[str, float]] = []
     hangs: list[dict[str, float]] = []
-    jobsets: list[dict[str, Any]] = []
+    peers_rows: dict[str, list[dict[str, Any]]] = {}
     with sandbox(NAME, "trn2", group(), namespaces=[NAMESPACE], wait_seconds=300,
                  real_nodes=REAL_NODES) as box:
         operator = OperatorProcess(box, Path(box.home) / "operator.log", reports=True)
@@ -293,14 +329,24 @@ def run(trials: int, log: Any, hang_trials: int = 0, jobset_trials: int = 0
             results, hangs = ours(box, trials, hang_trials, log)
         finally:
             operator.stop()
+        peer = Peer(box)
         if jobset_trials:
             jobset.start(box)
-            peer = Peer(box)
+            peers_rows[JOBSET] = rows = []
             for trial in range(1, jobset_trials + 1):
-                jobsets.append(jobset_trial(peer, f"trainer-jobset-{trial}"))
-                log(f"# JobSet trial {trial}: {jobsets[-1]}")
+                rows.append(peer_trial(peer, JOBSET, f"trainer-jobset-{trial}"))
+                log(f"# JobSet trial {trial}: {rows[-1]}")
             jobset.stop(box)
-    return results, hangs, jobsets
+        if kueue_trials:
+            kueue.start(box)
+            spec = UltraServerGroupSpec.model_validate(group()["spec"])
+            for obj in peers.tas_objects(KUEUE_QUEUE, spec, REAL_NODES, NAMESPACE):
+                box.kubectl("apply", "--server-side", "-f", "-", input_text=json.dumps(obj))
+            peers_rows[KUEUE] = rows = []
+            for trial in range(1, kueue_trials + 1):
+                rows.append(peer_trial(peer, KUEUE, f"trainer-tas-{trial}"))
+                log(f"# Kueue TAS trial {trial}: {rows[-1]}")
+    return results, hangs, peers_rows
 
 
 def ours(box: Any, trials: int, hang_trials: int, log: Any

@@ -65,10 +65,13 @@ def test_every_field_of_the_trainers_jobset_is_one_jobsets_crd_knows() -> None:
      "2026-12-04T12:00:10.500000000Z 12:00:10 rank 0: step 10 loss 0.250000\n"
      "2026-12-04T12:00:15.500000000Z 12:00:15 rank 0: step 20 loss 0.200000\n",
      1796385606.0),  # step 10 at :10.5, paced 0.5 s: step 1 at :06.0
+    ("2026-12-04T12:00:00.000000000Z 12:00:00 rank 1: world 4, master m:29500\n"
+     "2026-12-04T12:00:10.500000000Z 12:00:10 rank 1: step 10 loss 0.250000\n",
+     1796385606.0),  # any rank's log: Kueue's remade rank 1
     ("2026-12-04T12:00:00.000000000Z 12:00:00 rank 0: world 4, master m:29500\n", None),
     ("", None),
 ])
-def test_the_first_step_is_read_from_rank_0s_log(log: str, first: float | None) -> None:
+def test_the_first_step_is_read_from_a_ranks_log(log: str, first: float | None) -> None:
     assert bench.first_step(log) == first
 
 
@@ -78,13 +81,20 @@ def test_ours_against_the_jobset_by_medians() -> None:
     jobsets: list[dict[str, Any]] = [
         {"outcome": "recovered", "k8s_taint": 50.0, "running": 55.0, "training": 62.5},
         {"outcome": "timed out"}]
-    found = bench.against_jobset(mine, jobsets)
+    found = bench.against_peer(mine, jobsets, "JobSet v0.11.1 tuned")
     assert found["ours_median_s"] == {"running": 21.0, "training": 25.0}
     assert found["median_s"] == {"k8s_taint": 50.0, "running": 55.0, "training": 62.5}
-    assert found["ours_over_jobset"] == {"running": 0.382, "training": 0.4}
+    assert found["ours_over_peer"] == {"running": 0.382, "training": 0.4}
 
 
-def test_rank_0s_first_step_is_read_from_the_pod_listed_with_its_uid() -> None:
+def test_a_peer_that_never_recovered_has_no_ratio() -> None:
+    found = bench.against_peer([{"total": 24.0, "checkpoint_load": 3.0}],
+                               [{"outcome": "timed out"}], "Kueue v0.17.0 TAS hot swap")
+    assert found["median_s"] == {"k8s_taint": None, "running": None, "training": None}
+    assert found["ours_over_peer"] == {"running": None, "training": None}
+
+
+def test_a_ranks_first_step_is_read_from_the_pod_listed_with_its_uid() -> None:
     from types import SimpleNamespace
     asked: list[tuple[str, ...]] = []
 
@@ -96,6 +106,41 @@ def test_rank_0s_first_step_is_read_from_the_pod_listed_with_its_uid() -> None:
 
     pods = [{"metadata": {"uid": "old", "name": "p-old"}},
             {"metadata": {"uid": "new", "name": "p-new"}}]
-    assert bench.rank0_stepped(Box(), pods, "gone") is None and asked == []
-    assert bench.rank0_stepped(Box(), pods, "new") == 1796385606.0
+    assert bench.rank_stepped(Box(), pods, "gone") is None and asked == []
+    assert bench.rank_stepped(Box(), pods, "new") == 1796385606.0
     assert asked == [("logs", "-n", bench.NAMESPACE, "p-new", "--timestamps")]
+
+
+def test_the_kueue_job_runs_the_trainer_the_trainingjob_runs() -> None:
+    from goodput_operator.sandbox import peers
+    ours = bench.trainer_job()["spec"]
+    service, theirs = bench.kueue_trainer("t")
+    job = theirs["spec"]
+    pod = job["template"]["spec"]
+    [container] = pod["containers"]
+    [mine] = ours["template"]["spec"]["containers"]
+    assert (job["completions"], job["parallelism"]) == (ours["workers"],) * 2
+    assert job["completionMode"] == "Indexed" and job["suspend"] is True
+    for key in ("image", "command", "args"):
+        assert container[key] == mine[key], key
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    # rank 0's name: the Indexed Job's pod hostname under the headless Service
+    assert env["MASTER_ADDR"] == "t-0.t" and pod["subdomain"] == service["metadata"]["name"]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {"batch.kubernetes.io/job-name": "t"}
+    assert env["GOODPUT_CHECKPOINT_DIR"] == "/shared/checkpoints/t"
+    assert theirs["metadata"]["namespace"] == service["metadata"]["namespace"] == bench.NAMESPACE
+    # queued where the trials' ClusterQueue takes it, inside the block ours keeps a rank in
+    assert theirs["metadata"]["labels"][peers.QUEUE_LABEL] == bench.KUEUE_QUEUE
+    from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
+    spec = UltraServerGroupSpec.model_validate(bench.group()["spec"])
+    assert job["template"]["metadata"]["annotations"] == {
+        peers.REQUIRED: peers.tas_level(spec, "block")}
+    assert pod["nodeSelector"] == dict(spec.node_selector)
+
+
+def test_under_kueue_the_lost_index_is_made_again_at_the_taint() -> None:
+    job = bench.kueue_trainer("t")[1]["spec"]
+    assert "backoffLimit" not in job  # the Job's default (6): the lost index made again
+    assert {(t["key"], t["tolerationSeconds"]) for t in job["template"]["spec"]["tolerations"]
+            } == {("node.kubernetes.io/unreachable", 0), ("node.kubernetes.io/not-ready", 0)}
