@@ -255,8 +255,8 @@ def peer_trial(peer: Peer, system: str, name: str) -> dict[str, Any]:
     row: dict[str, Any] = {"system": system}
     while "training" not in row:
         now = time.monotonic() - t0
-        if now > TIMEOUT:
-            row["outcome"] = "timed out"
+        if now > TIMEOUT or peer.failed(system, name):
+            row["outcome"] = "timed out" if now > TIMEOUT else "failed"
             break
         if "k8s_taint" not in row and peer.tainted(victim):
             row["k8s_taint"] = round(now, 2)

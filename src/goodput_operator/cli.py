@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import yaml
 
-from goodput_operator import __version__
+from goodput_operator import __version__, cli_kind
 from goodput_operator.sandbox import (
     build,
     cluster,
@@ -120,6 +120,7 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument("--version", action="version", version=f"goodput {__version__}")
     sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _sandbox_parser(sub)
+    cli_kind.add_parser(sub)
     topology = sub.add_parser(
         "topology", help="draw each UltraServerGroup's domains and the jobs on their nodes",
         description="Domains as boxes of nodes in slot order, each node marked with the job "
@@ -440,6 +441,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "sandbox":
             return _run_sandbox(args)
+        if args.command == "kind":
+            return cli_kind.run(args)
         if args.command == "topology":
             return _run_topology(args)
         if args.command == "node":

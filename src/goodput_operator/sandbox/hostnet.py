@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -159,12 +160,14 @@ def chain_exists(tool: str, table: str, chain: str) -> bool:
 
 
 def delete_chain(tool: str, table: str, chain: str) -> None:
-    """Remove CHAIN and every jump to it from the built-in chains of TABLE."""
+    """Remove CHAIN and every jump to it from the other chains of TABLE (a rule quoted as
+    `iptables -S` prints it: comments with spaces are one word)."""
     rules = subprocess.run([tool, "-t", table, "-S"], capture_output=True, text=True,
                            check=False).stdout.splitlines()
     for rule in rules:
-        if rule.startswith("-A ") and rule.endswith(f" -j {chain}"):
-            subprocess.run([tool, "-t", table, "-D", *rule[3:].split()], capture_output=True,
+        words = shlex.split(rule)
+        if words[:1] == ["-A"] and words[1] != chain and f" -j {chain} " in f"{rule} ":
+            subprocess.run([tool, "-t", table, "-D", *words[1:]], capture_output=True,
                            check=False)
     subprocess.run([tool, "-t", table, "-F", chain], capture_output=True, check=False)
     subprocess.run([tool, "-t", table, "-X", chain], capture_output=True, check=False)

@@ -18,6 +18,9 @@ JOBSET = "v0.11.1"  # a peer, for the head-to-head benchmarks only (sandbox/jobs
 LWS = "v0.8.0"  # a peer: multi-node serving groups (sandbox/lws.py)
 PROMETHEUS_ADAPTER = "v0.12.0"  # a peer: the HPA's custom metrics (sandbox/scalers.py)
 KEDA = "v2.21.0"  # a peer: KEDA's operator and metrics server (sandbox/scalers.py)
+KIND = "v0.33.0"  # `goodput kind up` (sandbox/kind.py; shared/design/KIND.md)
+CRI_TOOLS = "v1.36.0"  # crictl, in the kind node image as kind's own image has it
+LOCAL_PATH = "v0.0.30"  # the kind node image's default StorageClass (the only one served)
 # cluster DNS for real nodes: the newest on k8s.io v0.35 (v1.15 needs v0.37, newer than
 # Kubernetes' own staging), so it joins SHARED_GRAPH and compiles against Kubernetes' client-go
 COREDNS = "v1.14.7"
@@ -188,6 +191,44 @@ KEDA_COMPONENT = Component(
               "github.com/nexus-rpc/nexus-proto-annotations@"
               "v0.1.1-0.20260629224316-835bd8d49cb4"},
 )
+
+# `goodput kind up`: kind's CLI, and what its node image holds that the sandbox does not
+# build: kubeadm (the same Kubernetes module and stamps), crictl and the storage provisioner.
+# Apart from SHARED_GRAPH, so that adding them rebuilds nothing the sandbox has; kubeadm
+# resolves the same Kubernetes graph, and Go's build cache serves most of its packages.
+KIND_COMPONENT = Component(
+    name="kind",
+    module="sigs.k8s.io/kind",
+    version=KIND,
+    binaries={"sigs.k8s.io/kind": "kind"},
+)
+
+KUBEADM_COMPONENT = Component(
+    name="kubeadm",
+    module="k8s.io/kubernetes",
+    version=KUBERNETES,
+    binaries={"k8s.io/kubernetes/cmd/kubeadm": "kubeadm"},
+    replace_version=KUBERNETES_STAGING,
+    version_vars=_k8s_version_vars(),
+)
+
+CRICTL_COMPONENT = Component(
+    name="crictl",
+    module="sigs.k8s.io/cri-tools",
+    version=CRI_TOOLS,
+    binaries={"sigs.k8s.io/cri-tools/cmd/crictl": "crictl"},
+    version_vars={"sigs.k8s.io/cri-tools/pkg/version.Version": CRI_TOOLS},
+)
+
+LOCAL_PATH_COMPONENT = Component(
+    name="local-path-provisioner",
+    module="github.com/rancher/local-path-provisioner",
+    version=LOCAL_PATH,
+    binaries={"github.com/rancher/local-path-provisioner": "local-path-provisioner"},
+    version_vars={"main.VERSION": LOCAL_PATH},
+)
+
+KIND_COMPONENTS = (KIND_COMPONENT, KUBEADM_COMPONENT, CRICTL_COMPONENT, LOCAL_PATH_COMPONENT)
 
 # Built in one module graph, so every package they share is compiled once: each resolves
 # the same dependency versions and Go's build cache serves the rest. By source bytes, 73% of

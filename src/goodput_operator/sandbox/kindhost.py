@@ -1,0 +1,139 @@
+"""What a kind cluster changes on the host, recorded before the first one starts and put
+back when the last one is deleted (`goodput kind down` leaves the machine as found).
+
+kind's nodes are privileged containers that share the host's kernel: their systemd applies
+its sysctl.d files and their kubelets set `kernel.panic`, `vm.overcommit_memory` and the
+like host-wide; netavark adds iptables chains and turns IP forwarding on; Podman's cgroupfs
+manager leaves its parent cgroups; kind's Podman provider bind-mounts `/lib/modules`, which
+this VM lacks (shared/design/KIND.md, traps 5 and 6). Each is saved in one record under a
+lock (`<cache>/kind/host.json`) by the first cluster and undone by the last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from goodput_operator.sandbox import build, hostnet
+
+PROC_SYS = Path("/proc/sys")
+# sysctls the kernel changes on its own (counters, random values, per-boot state): never
+# compared, never written back
+VOLATILE = re.compile(
+    r"^(kernel/random/|kernel/ns_last_pid|kernel/pty/nr|kernel/tainted|fs/dentry-state|"
+    r"fs/file-nr|fs/inode-|fs/aio-nr|fs/quota/|fs/binfmt_misc/|kernel/perf_event_max_sample|"
+    r"net/netfilter/nf_conntrack_count|net/ipv4/route/|net/ipv6/route/|kernel/sched_domain/|"
+    r"vm/stat_refresh|kernel/usermodehelper/|kernel/seccomp/actions_avail|"
+    r"net/core/netdev_rss_key|dev/)")
+TABLES = ("filter", "nat", "mangle")
+MODULES = Path("/lib/modules")
+# host folders a cluster makes: /lib/modules (kind mounts it), netavark's run folder
+# (its IPAM database and aardvark-dns state: Podman keeps it there whatever its storage)
+HOST_FOLDERS = (MODULES, Path("/run/containers"))
+
+
+def record_file() -> Path:
+    return build.cache_root() / "kind" / "host.json"
+
+
+@contextmanager
+def _record() -> Iterator[dict[str, object]]:
+    with build._locked(build.cache_root() / "locks" / "kind-host.lock"):
+        path = record_file()
+        state: dict[str, object] = json.loads(path.read_text()) if path.is_file() else {}
+        state.setdefault("clusters", [])
+        yield state
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(state, indent=1, sort_keys=True))
+
+
+def sysctls() -> dict[str, str]:
+    """Every readable sysctl of the host's namespaces but the VOLATILE ones, by path."""
+    found: dict[str, str] = {}
+    for path in PROC_SYS.rglob("*"):
+        key = str(path.relative_to(PROC_SYS))
+        if VOLATILE.match(key) or not path.is_file():
+            continue
+        with contextlib.suppress(OSError):
+            found[key] = path.read_text().strip()
+    return found
+
+
+def changed_sysctls(before: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """Keys whose value differs from BEFORE (present both times): key -> (before, now)."""
+    now = sysctls()
+    return {k: (v, now[k]) for k, v in before.items() if k in now and now[k] != v}
+
+
+def chains() -> list[list[str]]:
+    """[tool, table, chain] of every iptables chain on the host."""
+    found = []
+    for tool in ("iptables", "ip6tables"):
+        for table in TABLES:
+            proc = subprocess.run([tool, "-t", table, "-S"], capture_output=True, text=True,
+                                  check=False)
+            found += [[tool, table, line.split()[1]] for line in proc.stdout.splitlines()
+                      if line.startswith("-N ")]
+    return found
+
+
+def cgroups() -> list[str]:
+    """Top-level cgroups of every v1 hierarchy, as `hierarchy/name`."""
+    return sorted(f"{h.name}/{p.name}" for h in hostnet.v1_hierarchies()
+                  for p in h.iterdir() if p.is_dir())
+
+
+def claim(cluster: str) -> None:
+    """CLUSTER is about to start; the first cluster records the host as it is."""
+    with _record() as state:
+        clusters: list[str] = state["clusters"]  # type: ignore[assignment]
+        if not clusters:
+            state["sysctls"] = sysctls()
+            state["chains"] = chains()
+            state["cgroups"] = cgroups()
+            state["created"] = [str(p) for p in HOST_FOLDERS if not p.exists()]
+        if cluster not in clusters:
+            clusters.append(cluster)
+    MODULES.mkdir(parents=True, exist_ok=True)  # kind mounts it; an empty one is enough
+
+
+def release(cluster: str) -> dict[str, list[str]]:
+    """CLUSTER is gone; the last one puts the host back. What was undone, for the log."""
+    with _record() as state:
+        clusters: list[str] = state["clusters"]  # type: ignore[assignment]
+        if cluster in clusters:
+            clusters.remove(cluster)
+        if clusters or "sysctls" not in state:
+            return {}
+        undone = restore(state)
+        for key in ("sysctls", "chains", "cgroups", "created"):
+            state.pop(key, None)
+        return undone
+
+
+def restore(state: dict[str, object]) -> dict[str, list[str]]:
+    """Put back what STATE recorded; what was undone, by kind."""
+    saved: dict[str, str] = state["sysctls"]  # type: ignore[assignment]
+    written = []
+    for key, (before, _now) in changed_sysctls(saved).items():
+        with contextlib.suppress(OSError):
+            (PROC_SYS / key).write_text(before)
+            written.append(key)
+    had = {tuple(c) for c in state.get("chains") or []}  # type: ignore[attr-defined]
+    removed = [c for c in chains() if tuple(c) not in had]
+    for tool, table, chain in removed:  # each with the jumps to it
+        hostnet.delete_chain(tool, table, chain)
+    old_cgroups = set(state.get("cgroups") or [])  # type: ignore[call-overload]
+    new_cgroups = [c for c in cgroups() if c not in old_cgroups]
+    for entry in new_cgroups:
+        hostnet.remove_cgroup(entry.split("/", 1)[1])
+    created: list[str] = state.get("created") or []  # type: ignore[assignment]
+    for folder in created:
+        subprocess.run(["rm", "-rf", "--one-file-system", folder], check=False)
+    return {"sysctls": written, "chains": ["/".join(c) for c in removed],
+            "cgroups": new_cgroups, "folders": created}
