@@ -55,7 +55,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Every test declares its level; a test in tests/unit must be a unit test and so on."""
     for item in items:
         folder = Path(str(item.fspath)).parent.name
-        if folder in ("unit", "integration", "e2e") and not item.get_closest_marker(folder):
+        if folder in ("unit", "integration", "e2e", "kind") and \
+                not item.get_closest_marker(folder):
             item.add_marker(getattr(pytest.mark, folder))
 
 

@@ -39,6 +39,7 @@ PODMAN_PACKAGES = ("podman", "netavark", "aardvark-dns")
 CONTROL_PLANE = {"node-role.kubernetes.io/control-plane": ""}
 CONTROL_PLANE_TOLERATION = {"key": "node-role.kubernetes.io/control-plane",
                             "operator": "Exists", "effect": "NoSchedule"}
+POD_NETWORK = "10.244.0.0/16"  # kind's default podSubnet
 CLUSTER_DNS = "10.96.0.10"  # kubeadm's: the tenth address of kind's service subnet
 # node affinity of what runs on kind's own nodes only: the simulated fleet's carry its label
 OFF_THE_FLEET = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
@@ -114,6 +115,19 @@ def podman(*args: str, timeout: float = 600, input_text: str | None = None
            ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["podman", *args], env=podman_env(), capture_output=True, text=True,
                           timeout=timeout, check=False, input=input_text)
+
+
+def host_address(network: str = "kind") -> str:
+    """The host's address on the cluster's Podman network (its gateway): what a pod reaches
+    a service on the host at (a Prometheus, say)."""
+    proc = podman("network", "inspect", network)
+    if proc.returncode != 0:
+        raise SandboxError(f"no Podman network {network!r}: {proc.stderr.strip()}")
+    [found] = json.loads(proc.stdout)
+    gateways = [s["gateway"] for s in found.get("subnets") or [] if "." in s.get("gateway", "")]
+    if not gateways:
+        raise SandboxError(f"Podman network {network!r} has no IPv4 gateway")
+    return str(gateways[0])
 
 
 def kind_binary() -> Path:
@@ -220,6 +234,11 @@ def configure_network(box: KindCluster, count: int, progress: Progress) -> None:
                 input_text=json.dumps(cni_conflist(node.pod_cidr), indent=1))
         for cidr, via in routes(nodes)[node.name]:
             exec_in(node.name, "ip", "route", "replace", cidr, "via", via)
+        # leaving the pod network, a pod's packets take its node's address (the host has
+        # no route back to a pod): kindnetd's masquerade, pod to pod left alone
+        rule = ["POSTROUTING", "-s", POD_NETWORK, "!", "-d", POD_NETWORK, "-j", "MASQUERADE"]
+        exec_in(node.name, "sh", "-c", "iptables -t nat -C {0} 2>/dev/null || "
+                "iptables -t nat -A {0}".format(" ".join(rule)))
 
 
 def exec_in(node: str, *command: str, input_text: str | None = None) -> str:
@@ -341,9 +360,13 @@ def _create(box: KindCluster, workers: int, progress: Progress, wait_seconds: fl
     box.kind("create", "cluster", "--name", box.name, "--config", str(config), "--image",
              image.name, "--kubeconfig", str(box.kubeconfig), timeout=900)
     configure_network(box, 1 + workers, progress)
-    # kube-proxy's DaemonSet tolerates every taint: kept off the simulated nodes
+    # kube-proxy's DaemonSet tolerates every taint, and the storage provisioner asks only
+    # for Linux: both kept off the simulated nodes
+    keep_off = json.dumps({"spec": {"template": {"spec": {"affinity": OFF_THE_FLEET}}}})
     box.kubectl("patch", "daemonset", "kube-proxy", "-n", "kube-system", "--type", "merge",
-                "-p", json.dumps({"spec": {"template": {"spec": {"affinity": OFF_THE_FLEET}}}}))
+                "-p", keep_off)
+    box.kubectl("patch", "deployment", "local-path-provisioner", "-n", "local-path-storage",
+                "--type", "merge", "-p", keep_off)
     progress("Cluster DNS (CoreDNS), the kwok controller and its stages...")
     box.apply(*cluster_dns())
     kwok = kwok_objects(box)

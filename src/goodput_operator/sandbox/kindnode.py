@@ -59,7 +59,7 @@ NODE_PACKAGES = ("systemd", "dbus", "containerd", "runc", "containernetworking-p
                  "jq")
 # kube-proxy programs Services with iptables; the helper of the storage provisioner runs sh
 PROXY_PACKAGES = ("iptables", "conntrack", "ipset")
-RECIPE = 1  # bump when the assembly below changes what the image holds
+RECIPE = 2  # bump when the assembly below changes what the image holds
 KWOK_IMAGE = f"goodput.dev/kwok:{KWOK}"
 COREDNS_IMAGE = f"goodput.dev/coredns:{COREDNS}"
 LOCAL_PATH_IMAGE = f"goodput.dev/local-path-provisioner:{LOCAL_PATH}"
@@ -79,6 +79,18 @@ class NodeImage:
 def kind_files() -> Path:
     """kind's `images/base/files`, in the kind module that `goodput kind up` builds."""
     return build.module_dir(KIND_COMPONENT) / "images" / "base" / "files"
+
+
+def storage_manifest() -> str:
+    """kind's default StorageClass (local-path-provisioner, its manifest as kind's node image
+    carries it, read from the kind module), with the provisioner and helper built here."""
+    source = (build.module_dir(KIND_COMPONENT) / "pkg" / "build" / "nodeimage" /
+              "const_storage.go").read_text()
+    start = "const defaultStorageManifest = `"
+    body = source[source.index(start) + len(start):]
+    body = body.replace("` + storageProvisionerImage + `", LOCAL_PATH_IMAGE)
+    body = body.replace("` + storageHelperImage + `", HELPER_IMAGE)
+    return body[:body.index("`")]
 
 
 def kubeadm_images(kubeadm: Path) -> dict[str, str]:
@@ -252,8 +264,9 @@ def assemble(root: Path, binaries: dict[str, Path], found: Sequence[images.Image
         (root / "usr/bin" / name).chmod(0o755)
     shutil.copyfile(binaries["crictl"], root / "usr/local/bin/crictl")
     (root / "usr/local/bin/crictl").chmod(0o755)
-    (root / "kind").mkdir(exist_ok=True)
+    (root / "kind/manifests").mkdir(parents=True, exist_ok=True)
     (root / "kind/version").write_text(KUBERNETES)
+    (root / "kind/manifests/default-storage.yaml").write_text(storage_manifest())
     store = root / "var/lib/containerd"
     shutil.rmtree(store, ignore_errors=True)
     store.mkdir(parents=True)

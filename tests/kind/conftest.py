@@ -1,0 +1,69 @@
+"""The kind lane: one real kind cluster (goodput kind up: Podman, the node image built here,
+KWOK inside it playing the trn2 fleet), the operator installed in it by the Helm chart from
+the image built from the Dockerfile, as a user on kind would run it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Cluster
+
+FLEET = "trn2"  # 4 UltraServers x 4 nodes: small enough for a lane, a real domain shape
+RELEASE = NAMESPACE = "goodput-kind"
+
+
+@dataclass
+class KindLane:
+    box: Any  # sandbox.kind.KindCluster
+    cluster: Cluster
+    operator: Any  # tests.e2e.incluster.InClusterOperator
+    host: str  # the host's address on the cluster's network
+
+
+@pytest.fixture(scope="session")
+def kind_lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindLane]:
+    from goodput_operator import __version__
+    from goodput_operator.sandbox import kind, operator_image
+    from tests.e2e.incluster import InClusterOperator
+
+    reason = kind.unavailable_reason()
+    if reason:
+        pytest.skip(f"no kind cluster here: {reason}")
+    box = kind.KindCluster(os.environ.get("GOODPUT_TEST_KIND", "goodput-test-kind"))
+    if box.exists():
+        kind.down(box)
+    built = operator_image.build_image(__version__)  # `make image`
+    kind.up(box, workers=1, fleet_ref=FLEET)
+    try:
+        kind.load(box, [built.as_image()])
+        cluster = Cluster(box.kubeconfig, is_sandbox=False, sandbox_name=None)
+        root = Path(__file__).resolve().parents[2]
+        cluster.kubectl("apply", "--server-side", "-f", str(root / "crds"))
+        host = kind.host_address()
+        values = {"replicaCount": 1, "dashboards": {"enabled": False},
+                  "image": {"repository": operator_image.REPOSITORY, "tag": __version__,
+                            "pullPolicy": "Never"},
+                  # on kind's own nodes, never on a simulated one
+                  "affinity": kind.OFF_THE_FLEET,
+                  "prometheusAllow": [f"http://{host}"]}
+        log = tmp_path_factory.mktemp("kind-operator") / "operator.log"
+        deployed = InClusterOperator(cluster, RELEASE, NAMESPACE, values, log)
+        deployed.install()
+        yield KindLane(box, cluster, deployed, host)
+        if box.exists():  # the last test deletes the cluster itself
+            deployed.save_logs()
+            print(f"in-cluster operator logs: {log}")
+    finally:
+        kind.down(box)
+
+
+@pytest.fixture(scope="session")
+def cluster(kind_lane: KindLane) -> Cluster:
+    """The kind cluster, for the suite's fixtures that take the cluster under test."""
+    return kind_lane.cluster
