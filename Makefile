@@ -8,7 +8,7 @@ REAL_NODES ?=
 FLEET  ?= mixed
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-down test unit integration lint generate verify build-sandbox sandbox-down clean venv prometheus real-node-deps image
+.PHONY: demo demo-down test test-kind kind-deps unit integration lint generate verify build-sandbox sandbox-down clean venv prometheus real-node-deps image
 
 venv: $(STAMP)
 
@@ -39,6 +39,16 @@ test: venv
 
 unit: venv
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)
+
+## test-kind: the kind lane alone (also part of `make test`): a real kind cluster made by
+## `goodput kind up` (Podman, a node image built here), the chart installing the operator,
+## a TrainingJob through a node failure, an InferenceEndpoint scaling, the host left as found
+test-kind: venv kind-deps
+	$(BIN)/pytest tests/kind $(PYTEST_ARGS)
+
+## kind-deps: Podman, netavark and aardvark-dns from Debian (`goodput kind up`)
+kind-deps:
+	@scripts/install-kind-deps.sh
 
 integration: venv real-node-deps build-sandbox prometheus
 	$(BIN)/pytest -m 'integration or e2e' $(PYTEST_ARGS)

@@ -183,14 +183,19 @@ def jobset_trainer(name: str) -> dict[str, Any]:
     doc["spec"]["failurePolicy"]["maxRestarts"] = MAX_RESTARTS
     job = doc["spec"]["replicatedJobs"][0]["template"]["spec"]
     job["backoffLimit"] = 0
-    pod = job["template"]["spec"]
+    as_trialled(job["template"]["spec"], name, f"{name}-workers-0-0.{name}")
+    return doc
+
+
+def as_trialled(pod: dict[str, Any], name: str, rank0: str) -> None:
+    """A peer's trainer POD as the trials run it: evicted at the lifecycle controller's
+    taint, the trials' arguments, rank 0 at RANK0, its own checkpoint folder (NAME's)."""
     pod["tolerations"] = evicted_at_the_taint()
     [container] = pod["containers"]
     container["args"] = list(TRAINER_ARGS)
     env = {e["name"]: e for e in container["env"]}
-    env["MASTER_ADDR"]["value"] = f"{name}-workers-0-0.{name}"
+    env["MASTER_ADDR"]["value"] = rank0
     env["GOODPUT_CHECKPOINT_DIR"]["value"] = f"/shared/checkpoints/{name}"
-    return doc
 
 
 def kueue_trainer(name: str) -> list[dict[str, Any]]:
@@ -204,13 +209,8 @@ def kueue_trainer(name: str) -> list[dict[str, Any]]:
         doc["metadata"] |= {"name": name, "namespace": NAMESPACE}
     service["spec"]["selector"] = {INDEX_JOB_NAME: name}
     pod = job["spec"]["template"]["spec"]
-    pod["subdomain"] = name
-    pod["tolerations"] = evicted_at_the_taint()
-    [container] = pod["containers"]
-    container["args"] = list(TRAINER_ARGS)
-    env = {e["name"]: e for e in container["env"]}
-    env["MASTER_ADDR"]["value"] = f"{name}-0.{name}"
-    env["GOODPUT_CHECKPOINT_DIR"]["value"] = f"/shared/checkpoints/{name}"
+    pod["subdomain"] = name  # rank 0 is `<job>-0.<service>`
+    as_trialled(pod, name, f"{name}-0.{name}")
     return [service, job]
 
 

@@ -67,6 +67,10 @@ LANES = (
                    *(f"--ignore={module}" for module in FLEET_2)), SANDBOX_PARTS,
          "goodput-test"),
     Lane("fleet-2", FLEET_2, SANDBOX_PARTS, "goodput-test-2", audited=True),
+    # a real kind cluster (goodput kind up): the chart, a job, a failure, a scale, and the
+    # host left as found; its node image is assembled once the binaries it holds are built
+    Lane("kind", ("tests/kind/test_kind.py",), ("kind image", "images", "helm"),
+         "goodput-test-kind"),
 )
 
 
@@ -226,9 +230,16 @@ def minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
 
 
+# what the kind node image holds: the sandbox's binaries and kind's own pieces
+KIND_IMAGE_PARTS = ("kubernetes", "etcd", "kwok", "coredns", "kind", "kubeadm", "crictl",
+                    "local-path-provisioner")
+
+
 def host_packages(step: Step) -> None:
-    """Debian's packages the cluster tests use (as `make real-node-deps prometheus`)."""
-    for script in ("install-real-node-deps.sh", "install-prometheus.sh"):
+    """Debian's packages the cluster tests use (as `make real-node-deps kind-deps
+    prometheus`)."""
+    for script in ("install-real-node-deps.sh", "install-kind-deps.sh",
+                   "install-prometheus.sh"):
         proc = subprocess.run(["bash", str(ROOT / "scripts" / script)], capture_output=True,
                               text=True, check=False)
         if proc.returncode != 0:
@@ -241,7 +252,9 @@ def build_components(run: Run) -> None:
     cores), in the order the lanes need them; each is its own step."""
     from goodput_operator.sandbox import build, versions
 
-    for component in versions.ALL_COMPONENTS:
+    # kind's pieces after what the first lanes need, before Kueue (the longest, on demand)
+    order = [c for c in versions.ALL_COMPONENTS if c is not versions.KUEUE_COMPONENT]
+    for component in (*order, *versions.KIND_COMPONENTS, versions.KUEUE_COMPONENT):
         def one(step: Step, component: versions.Component = component) -> None:
             if build.is_built(component):
                 step.note = "cached"
@@ -264,6 +277,20 @@ def images(step: Step) -> None:
     sandbox_images.ensure_images(lambda line: None)
     operator_image.build_image(__version__, progress=lambda line: None)
     step.note = f"ready in {time.monotonic() - started:.0f}s"
+
+
+def kind_image(step: Step) -> None:
+    """kind's node image (sandbox/kindnode.py), assembled once its binaries are built; where
+    kind cannot run, the kind lane skips with the same reason."""
+    from goodput_operator.sandbox import kind, kindnode
+
+    reason = kind.unavailable_reason()
+    if reason:
+        step.note = f"not built: {reason}"
+        return
+    started = time.monotonic()
+    image = kindnode.node_image(kind.podman, lambda line: None)
+    step.note = f"{image.name.rsplit(':', 1)[-1]} ready in {time.monotonic() - started:.0f}s"
 
 
 def verify(run: Run) -> None:
@@ -360,6 +387,8 @@ def interrupted(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
+    from goodput_operator.sandbox.versions import KIND_COMPONENTS
+
     LOGS.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, interrupted)
     # started in the background, a shell leaves SIGINT ignored, and an ignored signal stays
@@ -368,8 +397,9 @@ def main(argv: Sequence[str]) -> int:
     run = Run(argv)
     for spec in LANES:
         spec.audit_file().unlink(missing_ok=True)  # a file from the last run is not this one's
-    run.declare("host packages", "kubernetes", "etcd", "kwok", "helm", "coredns", "kueue",
-                "images", "ruff", "mypy", "generated files", "unit",
+    run.declare("host packages", "kubernetes", "etcd", "kwok", "helm", "coredns",
+                *(c.name for c in KIND_COMPONENTS), "kueue", "images", "kind image", "ruff",
+                "mypy", "generated files", "unit",
                 *(f"lane {spec.name}" for spec in LANES))
     stop = threading.Event()
     threading.Thread(target=ticker, args=(run, stop), daemon=True).start()
@@ -377,6 +407,7 @@ def main(argv: Sequence[str]) -> int:
     builder.start()
     threads = [builder, run.after([], "host packages", host_packages),
                run.after(["host packages"], "images", images),
+               run.after(["host packages", *KIND_IMAGE_PARTS], "kind image", kind_image),
                *(run.after(spec.needs, f"lane {spec.name}",
                            lane(run, spec, [o for o in LANES if o is not spec]))
                  for spec in LANES)]

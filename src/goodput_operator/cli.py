@@ -36,12 +36,7 @@ def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "127.0.0.1, with KWOK playing the kubelets of simulated accelerator nodes.",
     )
     verbs = sandbox.add_subparsers(dest="verb", required=True, metavar="VERB")
-
-    def verb(name: str, help_text: str) -> argparse.ArgumentParser:
-        parser = verbs.add_parser(name, help=help_text, description=help_text)
-        parser.add_argument("--name", default=cluster.DEFAULT_NAME,
-                            help="sandbox name (default: %(default)s)")
-        return parser
+    verb = cli_kind.named_verbs(verbs, cluster.DEFAULT_NAME, "sandbox")
 
     up = verb("up", "build (first time) and start a sandbox, then create the fleet's nodes")
     up.add_argument("--fleet", default=fleet.DEFAULT_FLEET,

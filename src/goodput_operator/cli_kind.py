@@ -4,10 +4,24 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from goodput_operator import __version__
 from goodput_operator.sandbox import fleet, images, kind, operator_image
+
+Verb = Callable[[str, str], argparse.ArgumentParser]
+
+
+def named_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser], default: str,
+                what: str) -> Verb:
+    """A maker of VERBS' parsers, each taking `--name` (of the WHAT it acts on)."""
+    def verb(name: str, help_text: str) -> argparse.ArgumentParser:
+        parser = verbs.add_parser(name, help=help_text, description=help_text)
+        parser.add_argument("--name", default=default,
+                            help=f"{what} name (default: %(default)s)")
+        return parser
+    return verb
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -16,12 +30,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description="kind v0.33.0 with Podman, from a node image assembled on this machine "
                     "with no registry; KWOK inside it plays the simulated fleet's kubelets.")
     verbs = top.add_subparsers(dest="verb", required=True, metavar="VERB")
-
-    def verb(name: str, help_text: str) -> argparse.ArgumentParser:
-        parser = verbs.add_parser(name, help=help_text, description=help_text)
-        parser.add_argument("--name", default=kind.DEFAULT_NAME,
-                            help="cluster name (default: %(default)s)")
-        return parser
+    verb = named_verbs(verbs, kind.DEFAULT_NAME, "cluster")
 
     up = verb("up", "build what is missing (first time: minutes), create the cluster, its "
                     "pod network, DNS and kwok, then the fleet's simulated nodes")

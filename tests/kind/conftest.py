@@ -35,7 +35,8 @@ def kind_lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindLane]:
     reason = kind.unavailable_reason()
     if reason:
         pytest.skip(f"no kind cluster here: {reason}")
-    box = kind.KindCluster(os.environ.get("GOODPUT_TEST_KIND", "goodput-test-kind"))
+    # make test's lane names it (tests/lanes.py); alone, the lane's own name
+    box = kind.KindCluster(os.environ.get("GOODPUT_TEST_SANDBOX", "goodput-test-kind"))
     if box.exists():
         kind.down(box)
     built = operator_image.build_image(__version__)  # `make image`

@@ -29,7 +29,8 @@ def lane_modules(lane: lanes.Lane) -> set[Path]:
 
 
 def test_every_cluster_test_module_runs_in_exactly_one_lane() -> None:
-    cluster_modules = {*TESTS.glob("integration/test_*.py"), *TESTS.glob("e2e/test_*.py")}
+    cluster_modules = {*TESTS.glob("integration/test_*.py"), *TESTS.glob("e2e/test_*.py"),
+                       *TESTS.glob("kind/test_*.py")}
     seen: dict[Path, str] = {}
     for lane in lanes.LANES:
         for module in lane_modules(lane):
@@ -40,8 +41,9 @@ def test_every_cluster_test_module_runs_in_exactly_one_lane() -> None:
 
 def test_lanes_share_no_session_sandbox_and_need_only_steps_the_run_has() -> None:
     assert len({lane.sandbox for lane in lanes.LANES}) == len(lanes.LANES)
+    from goodput_operator.sandbox.versions import KIND_COMPONENTS
     steps = {"host packages", "images", "kubernetes", "etcd", "kwok", "helm", "coredns",
-             "kueue"}
+             "kueue", "kind image", *(c.name for c in KIND_COMPONENTS)}
     assert all(set(lane.needs) <= steps for lane in lanes.LANES)
 
 
@@ -115,3 +117,8 @@ def test_a_failed_pytest_run_keeps_the_failures_it_recorded_for_the_summary() ->
     step = run.step("unit", failing_pytest)
     assert step.ok is False
     assert step.detail == "FAILED tests/unit/test_a.py::test_x - boom"
+
+
+def test_the_kind_image_waits_for_every_binary_it_holds() -> None:
+    from goodput_operator.sandbox import kindnode
+    assert set(lanes.KIND_IMAGE_PARTS) == {c.name for c in kindnode.COMPONENTS} | {"kind"}
