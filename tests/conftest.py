@@ -37,6 +37,9 @@ SESSION_FLEET = "mixed"
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--kubeconfig", default=None,
                      help="run integration/e2e tests against this cluster instead of a sandbox")
+    parser.addoption("--kind", action="store_true",
+                     help="run integration/e2e tests on a kind cluster made for the session "
+                          "(`goodput kind up` with the session fleet; Podman, root)")
     parser.addoption("--keep-sandbox", action="store_true",
                      help="leave the session sandbox running after the tests")
     parser.addoption("--operator", choices=("process", "in-cluster"), default="process",
@@ -82,6 +85,17 @@ class Cluster:
     kubeconfig: Path
     is_sandbox: bool
     sandbox_name: str | None
+    kind_name: str | None = None  # a kind cluster made by `goodput kind up`
+
+    def fault_box(self) -> Any:
+        """The goodput sandbox or kind cluster whose fault injection (KWOK's chaos stages)
+        this cluster offers, or None (another cluster)."""
+        from goodput_operator.sandbox import cluster as sandbox_cluster
+        from goodput_operator.sandbox import kind
+
+        if self.kind_name:
+            return kind.KindCluster(self.kind_name)
+        return sandbox_cluster.Sandbox(self.sandbox_name) if self.sandbox_name else None
 
     def core(self) -> Any:
         from kubernetes import client, config
@@ -104,6 +118,9 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     if given:
         yield Cluster(Path(given), is_sandbox=False, sandbox_name=None)
         return
+    if request.config.getoption("--kind"):
+        yield from _kind_cluster(request)
+        return
     from goodput_operator.sandbox import cluster as sandbox_cluster
 
     box = sandbox_cluster.Sandbox(SESSION_SANDBOX)
@@ -121,6 +138,29 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     finally:
         if not request.config.getoption("--keep-sandbox"):
             sandbox_cluster.down(box)
+
+
+def _kind_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A kind cluster with the session fleet (KWOK inside it), and with --operator
+    in-cluster the operator image loaded into it."""
+    from goodput_operator.sandbox import kind
+
+    reason = kind.unavailable_reason()
+    if reason:
+        pytest.skip(f"--kind: {reason}")
+    box = kind.KindCluster(f"{SESSION_SANDBOX}-kind")
+    if box.exists():
+        kind.down(box)
+    kind.up(box, workers=1, fleet_ref=SESSION_FLEET)
+    try:
+        if in_cluster(request.config):
+            from goodput_operator.sandbox import operator_image
+
+            kind.load(box, [operator_image.build_image().as_image()])
+        yield Cluster(box.kubeconfig, is_sandbox=False, sandbox_name=None, kind_name=box.name)
+    finally:
+        if not request.config.getoption("--keep-sandbox"):
+            kind.down(box)
 
 
 @pytest.fixture(scope="session")

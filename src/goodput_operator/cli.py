@@ -10,11 +10,10 @@ from typing import Any, cast
 
 import yaml
 
-from goodput_operator import __version__, cli_kind
+from goodput_operator import __version__, cli_faults, cli_kind
 from goodput_operator.sandbox import (
     build,
     cluster,
-    faults,
     fleet,
     hostnet,
     images,
@@ -71,31 +70,10 @@ def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     verb("kubeconfig", "print the path of the sandbox's kubeconfig")
     verb("env", "print shell exports (KUBECONFIG, and PATH with the sandbox's kubectl first): "
                 "eval $(goodput sandbox env)")
-    fail = verb("fail-node", "make nodes NotReady until heal-node: a simulated node by KWOK's "
-                             "chaos stage, a real node by stopping its kubelet (a partition: "
-                             "its containers keep running); several nodes fail together")
-    fail.add_argument("node", nargs="+")
-    fail.add_argument("--crash", action="store_true",
-                      help="real nodes: kill every container on them instead")
-    fail.add_argument("--reason", default="SimulatedFailure",
-                      help="reason on the node's condition (default: %(default)s)")
-    fail.add_argument("--signal", default="not-ready", choices=list(faults.SIGNALS),
-                      help="how the node fails (default: %(default)s): " + "; ".join(
-                          f"{name}: {s.what}" for name, s in faults.SIGNALS.items()))
-    heal = verb("heal-node", "make failed nodes Ready again")
-    heal.add_argument("node", nargs="+")
-    pod = verb("fail-pod", "terminate a Running pod's containers with an exit code")
-    pod.add_argument("pod")
-    pod.add_argument("--exit-code", type=int, required=True)
-    pod.add_argument("-n", "--namespace", default="default")
-    pod.add_argument("--container", help="fail only this container")
+    cli_faults.add_parsers(verb)
     render = verbs.add_parser(
         "render-fleet", help="print a fleet's Node objects as YAML (for kind + kwok clusters)")
     render.add_argument("--fleet", default=fleet.DEFAULT_FLEET)
-    done = verb("succeed-pod", "finish a Running pod with exit code 0, as a worker whose "
-                               "script returned")
-    done.add_argument("pod")
-    done.add_argument("-n", "--namespace", default="default")
     connect = verbs.add_parser(
         "connect", help="wire MultiKueue: MANAGER dispatches to the WORKER sandboxes",
         description="Secrets with the workers' kubeconfigs, a MultiKueueCluster each, and an "
@@ -340,18 +318,6 @@ def _env(box: cluster.Sandbox, args: argparse.Namespace) -> int:
     return 0
 
 
-def _fail_node(box: cluster.Sandbox, args: argparse.Namespace) -> int:
-    faults.fail_node(box, *args.node, reason=args.reason, crash=args.crash, signal=args.signal)
-    names = " ".join(args.node)
-    if args.crash:
-        print(f"every container on {names} killed (SIGKILL: exit code 137); the "
-              f"{'nodes stay' if len(args.node) > 1 else 'node stays'} Ready")
-    else:
-        print(f"{'nodes' if len(args.node) > 1 else 'node'} {names} failing ({args.signal}, "
-              f"reason {args.reason}); heal with `goodput sandbox heal-node {names}`")
-    return 0
-
-
 def _add_real_node(box: cluster.Sandbox, args: argparse.Namespace) -> int:
     print(f"node {cluster.add_real_node(box, args.node, system=args.system)} is a real node")
     return 0
@@ -368,28 +334,9 @@ def _kubeconfig(box: cluster.Sandbox, args: argparse.Namespace) -> int:
     return 0
 
 
-def _heal_node(box: cluster.Sandbox, args: argparse.Namespace) -> int:
-    faults.heal_node(box, *args.node)
-    print(f"{'nodes' if len(args.node) > 1 else 'node'} {' '.join(args.node)} healing")
-    return 0
-
-
-def _succeed_pod(box: cluster.Sandbox, args: argparse.Namespace) -> int:
-    faults.succeed_pod(box, args.pod, args.namespace)
-    print(f"pod {args.namespace}/{args.pod} is finishing with exit code 0")
-    return 0
-
-
-def _fail_pod(box: cluster.Sandbox, args: argparse.Namespace) -> int:
-    faults.fail_pod(box, args.pod, args.exit_code, args.namespace, args.container)
-    print(f"pod {args.namespace}/{args.pod} is failing with exit code {args.exit_code}")
-    return 0
-
-
 SANDBOX_VERBS: dict[str, Callable[[cluster.Sandbox, argparse.Namespace], int]] = {
     "up": _up, "add-real-node": _add_real_node, "image": _image, "down": _down,
-    "status": _status, "kubeconfig": _kubeconfig, "env": _env, "fail-node": _fail_node,
-    "heal-node": _heal_node, "succeed-pod": _succeed_pod, "fail-pod": _fail_pod,
+    "status": _status, "kubeconfig": _kubeconfig, "env": _env, **cli_faults.VERBS,
 }
 """The verbs that act on one sandbox (--name)."""
 

@@ -4,17 +4,14 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
 
-from goodput_operator import __version__
+from goodput_operator import __version__, cli_faults
 from goodput_operator.sandbox import fleet, images, kind, operator_image
-
-Verb = Callable[[str, str], argparse.ArgumentParser]
 
 
 def named_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser], default: str,
-                what: str) -> Verb:
+                what: str) -> cli_faults.Verb:
     """A maker of VERBS' parsers, each taking `--name` (of the WHAT it acts on)."""
     def verb(name: str, help_text: str) -> argparse.ArgumentParser:
         parser = verbs.add_parser(name, help=help_text, description=help_text)
@@ -47,10 +44,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     verb("down", "delete the cluster; the last one puts the host back as found")
     verb("status", "whether the cluster runs, its kubeconfig and node readiness")
     verb("kubeconfig", "print the path of the cluster's kubeconfig")
+    cli_faults.add_parsers(verb)
 
 
 def run(args: argparse.Namespace) -> int:
     box = kind.KindCluster(args.name)
+    if args.verb in cli_faults.VERBS:
+        return cli_faults.VERBS[args.verb](box, args)
     if args.verb == "up":
         chosen = kind.up(box, args.workers, args.fleet)
         print(fleet.summary(chosen))

@@ -246,6 +246,13 @@ def in_cluster_values(cluster: Cluster) -> dict[str, Any]:
         # the tests' Prometheus runs on the host (metrics_source)
         return {**image_values(__version__),
                 "prometheusAllow": [f"http://{hostnet.host_ip()}"]}
+    if cluster.kind_name:  # `--kind`: the image `make image` builds, loaded into kind
+        from goodput_operator import __version__
+        from goodput_operator.sandbox import kind
+
+        return {**image_values(__version__), "nodeSelector": {},
+                "affinity": kind.OFF_THE_FLEET,  # kind's own nodes, never a simulated one
+                "prometheusAllow": [f"http://{kind.host_address()}"]}
     image = os.environ.get("GOODPUT_E2E_IMAGE")
     if not image or ":" not in image:
         pytest.fail("--operator in-cluster with --kubeconfig needs GOODPUT_E2E_IMAGE=REPO:TAG, "
@@ -365,11 +372,13 @@ def sandbox_cli(cluster: Cluster, *args: str, timeout: float = 60
                 ) -> subprocess.CompletedProcess[str]:
     """`goodput sandbox VERB` on CLUSTER's sandbox: fault injection (KWOK's chaos stages,
     real kubelets) that another cluster does not offer, so the test is skipped there."""
-    if not cluster.sandbox_name:
+    box = cluster.fault_box()
+    if box is None:
         pytest.skip(f"injects faults through the goodput sandbox (`sandbox {args[0]}`), "
                     "which an external --kubeconfig cluster does not offer")
-    return subprocess.run([sys.executable, "-m", "goodput_operator.cli", "sandbox", *args,
-                           "--name", cluster.sandbox_name], capture_output=True, text=True,
+    command = "kind" if cluster.kind_name else "sandbox"
+    return subprocess.run([sys.executable, "-m", "goodput_operator.cli", command, *args,
+                           "--name", box.name], capture_output=True, text=True,
                           timeout=timeout, check=True)
 
 
@@ -475,11 +484,9 @@ class Faults:
             self.heal(*sorted(self.failed))
             # Ready is not enough: until the lifecycle controller lifts its not-ready taint
             # (up to its 25 s monitor period here) the operator quarantines the node again
-            from goodput_operator.sandbox import cluster as sandbox_cluster
             from goodput_operator.sandbox import faults
 
-            assert self.cluster.sandbox_name
-            box = sandbox_cluster.Sandbox(self.cluster.sandbox_name)
+            box = self.cluster.fault_box()
             for node in sorted(self.failed):
                 faults.wait_recovered(box, node)
         for node in sorted({*trn2_pool(self.cluster), *self.failed}):
@@ -488,7 +495,7 @@ class Faults:
 
 @pytest.fixture
 def faults(crds: Cluster) -> Iterator[Faults]:
-    if not crds.is_sandbox:
+    if crds.fault_box() is None:
         pytest.skip("fails nodes through the goodput sandbox (KWOK's chaos stages), which an "
                     "external --kubeconfig cluster does not offer")
     injected = Faults(crds)
@@ -515,16 +522,18 @@ def make_group(crds: Cluster) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def metrics_source(request: pytest.FixtureRequest,
+def metrics_source(request: pytest.FixtureRequest, cluster: Cluster,
                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real Prometheus (Debian's package) scraping an exporter the tests drive; an
-    in-cluster operator reaches it at the host's address."""
-    from goodput_operator.sandbox import hostnet
+    in-cluster operator reaches it at the host's address (on kind: the kind network's)."""
+    from goodput_operator.sandbox import hostnet, kind
     from goodput_operator.sandbox.prometheus import Prometheus
     from tests.e2e.prometheus import Exporter
 
     exporter = Exporter()
-    address = hostnet.host_ip() if in_cluster(request.config) else "127.0.0.1"
+    address = "127.0.0.1"
+    if in_cluster(request.config):
+        address = kind.host_address() if cluster.kind_name else hostnet.host_ip()
     server = Prometheus(tmp_path_factory.mktemp("prometheus"),
                         [Prometheus.job("servers", f"127.0.0.1:{exporter.port}")], address)
     server.start()

@@ -120,3 +120,29 @@ def test_the_node_image_enables_kinds_units_and_masks_binfmt() -> None:
     for package in ("systemd", "containerd", "runc", "containernetworking-plugins",
                     "iptables", "conntrack"):
         assert package in kindnode.NODE_PACKAGES
+
+
+def test_only_podmans_chains_and_cgroups_are_the_clusters_to_remove() -> None:
+    for chain in ("NETAVARK_FORWARD", "NETAVARK-1D8721804F16F", "NETAVARK-HOSTPORT-DNAT"):
+        assert kindhost.NETAVARK_CHAIN.match(chain)
+    # a sandbox's real nodes beside the cluster keep theirs
+    for chain in ("KUBE-SERVICES", "KUBE-FIREWALL", "CNI-HOSTPORT-DNAT", "FORWARD"):
+        assert not kindhost.NETAVARK_CHAIN.match(chain)
+    assert kindhost.PODMAN_CGROUPS == ("libpod_parent",)
+
+
+def test_sysctls_real_nodes_changed_are_theirs_to_put_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    now = {"kernel/panic": "10", "vm/overcommit_memory": "1", "kernel/pid_max": "4194304",
+           "fs/protected_regular": "2"}
+    monkeypatch.setattr(kindhost, "sysctls", lambda: now)
+    before = {"kernel/panic": "0", "vm/overcommit_memory": "0", "kernel/pid_max": "32768",
+              "fs/protected_regular": "2", "net/ipv4/conf/gone/forwarding": "0"}
+    monkeypatch.setattr(kindhost.hostnet, "held_sysctls", lambda: {})
+    assert kindhost.changed_sysctls(before) == {"kernel/panic": ("0", "10"),
+                                                "vm/overcommit_memory": ("0", "1"),
+                                                "kernel/pid_max": ("32768", "4194304")}
+    # while real nodes run, the kubelets' keys are restored by their last node, not by kind
+    monkeypatch.setattr(kindhost.hostnet, "held_sysctls",
+                        lambda: {"kernel/panic": "0", "vm/overcommit_memory": "0"})
+    assert kindhost.changed_sysctls(before) == {"kernel/pid_max": ("32768", "4194304")}

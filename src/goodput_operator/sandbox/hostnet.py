@@ -116,6 +116,14 @@ def release_slot(slot: int) -> None:
                 delete_chain(tool, table, chain)
 
 
+def held_sysctls() -> dict[str, str]:
+    """While real nodes run on this host: the SYSCTLS as they were before the first one
+    started (release_slot puts them back after the last); else nothing."""
+    with _host_state() as state:
+        saved: dict[str, str] = state.get("sysctls") or {}  # type: ignore[assignment]
+        return dict(saved) if state["slots"] else {}
+
+
 def claim_proxy(owner: str, pidfile: Path) -> str | None:
     """Make OWNER (a sandbox) the host's one kube-proxy (PIDFILE: its process): its iptables
     chains are host-wide, so a second sandbox's would fight the first's. Returns the sandbox

@@ -31,6 +31,10 @@ VOLATILE = re.compile(
     r"vm/stat_refresh|kernel/usermodehelper/|kernel/seccomp/actions_avail|"
     r"net/core/netdev_rss_key|dev/)")
 TABLES = ("filter", "nat", "mangle")
+# what Podman and netavark make on the host, and only that: chains and cgroups of anything
+# else (a sandbox's real nodes beside the cluster, say) are never touched
+NETAVARK_CHAIN = re.compile(r"^NETAVARK")
+PODMAN_CGROUPS = ("libpod_parent",)
 MODULES = Path("/lib/modules")
 # host folders a cluster makes: /lib/modules (kind mounts it), netavark's run folder
 # (its IPAM database and aardvark-dns state: Podman keeps it there whatever its storage)
@@ -65,27 +69,31 @@ def sysctls() -> dict[str, str]:
 
 
 def changed_sysctls(before: dict[str, str]) -> dict[str, tuple[str, str]]:
-    """Keys whose value differs from BEFORE (present both times): key -> (before, now)."""
+    """Keys whose value differs from BEFORE (present both times): key -> (before, now).
+    While real nodes run, the keys their kubelets set are theirs to put back
+    (hostnet.release_slot), not ours."""
     now = sysctls()
-    return {k: (v, now[k]) for k, v in before.items() if k in now and now[k] != v}
+    theirs = hostnet.held_sysctls()
+    return {k: (v, now[k]) for k, v in before.items()
+            if k in now and now[k] != v and k not in theirs}
 
 
 def chains() -> list[list[str]]:
-    """[tool, table, chain] of every iptables chain on the host."""
+    """[tool, table, chain] of every netavark iptables chain on the host."""
     found = []
     for tool in ("iptables", "ip6tables"):
         for table in TABLES:
             proc = subprocess.run([tool, "-t", table, "-S"], capture_output=True, text=True,
                                   check=False)
             found += [[tool, table, line.split()[1]] for line in proc.stdout.splitlines()
-                      if line.startswith("-N ")]
+                      if line.startswith("-N ") and NETAVARK_CHAIN.match(line.split()[1])]
     return found
 
 
 def cgroups() -> list[str]:
-    """Top-level cgroups of every v1 hierarchy, as `hierarchy/name`."""
-    return sorted(f"{h.name}/{p.name}" for h in hostnet.v1_hierarchies()
-                  for p in h.iterdir() if p.is_dir())
+    """Podman's top-level cgroups in every v1 hierarchy, as `hierarchy/name`."""
+    return sorted(f"{h.name}/{name}" for h in hostnet.v1_hierarchies()
+                  for name in PODMAN_CGROUPS if (h / name).is_dir())
 
 
 def claim(cluster: str) -> None:
@@ -93,7 +101,8 @@ def claim(cluster: str) -> None:
     with _record() as state:
         clusters: list[str] = state["clusters"]  # type: ignore[assignment]
         if not clusters:
-            state["sysctls"] = sysctls()
+            # the values before any real node changed them, where real nodes run now
+            state["sysctls"] = sysctls() | hostnet.held_sysctls()
             state["chains"] = chains()
             state["cgroups"] = cgroups()
             state["created"] = [str(p) for p in HOST_FOLDERS if not p.exists()]
