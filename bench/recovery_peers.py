@@ -46,7 +46,7 @@ took (ours' and JobSet's `status.restarts`; for Kueue, the Workload's evictions:
 requeued), pods made again, whether rank 0 kept its node and the gang its UltraServer.
 
 Real nodes with the example trainer, ours against a tuned JobSet: `bench.recovery
---real-nodes --jobset N` (bench/recovery_real.py). Kueue on real nodes: not run yet.
+--real-nodes --jobset N`, and Kueue TAS hot swap with `--kueue N` (bench/recovery_real.py).
 """
 
 from __future__ import annotations

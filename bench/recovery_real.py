@@ -293,21 +293,28 @@ def rank_stepped(box: Any, pods: list[dict[str, Any]], uid: str) -> float | None
 def against_peer(mine: list[dict[str, float]], theirs_rows: list[dict[str, Any]],
                  peer: str) -> dict[str, Any]:
     """Ours (MINE: the real-node trials) against a peer's trials (THEIRS_ROWS: PEER, as
-    printed) on the same nodes: median seconds from the kubelet stopped to all ranks
-    running again and to training again, and ours / the peer's."""
-    done = [r for r in theirs_rows if r.get("outcome") == "recovered"]
-    theirs = {key: round(statistics.median(r[key] for r in done), 2) if done else None
-              for key in ("k8s_taint", "running", "training")}
+    printed) on the same nodes: median seconds from the kubelet stopped to the taint, to
+    all ranks running again and to training again, each over the trials that got there (a
+    peer whose ranks ran again but never trained has a running figure and no training
+    one), and ours / the peer's."""
+    def median_of(key: str) -> float | None:
+        found = [r[key] for r in theirs_rows if key in r]
+        return round(statistics.median(found), 2) if found else None
+
+    theirs = {key: median_of(key) for key in ("k8s_taint", "running", "training")}
+    reached = {key: sum(1 for r in theirs_rows if key in r) for key in ("running", "training")}
     ours = {"running": round(statistics.median(r["total"] - r["checkpoint_load"]
                                                for r in mine), 2),
             "training": round(statistics.median(r["total"] for r in mine), 2)}
     ratios = {key: round(ours[key] / found, 3) if (found := theirs[key]) else None
               for key in ("running", "training")}
-    print(f"Real nodes, {peer}, {len(done)}/{len(theirs_rows)} recovered: "
-          f"taint {theirs['k8s_taint']} s, all ranks running {theirs['running']} s (ours "
-          f"{ours['running']} s: {ratios['running']}x), training again {theirs['training']} s "
-          f"(ours {ours['training']} s: {ratios['training']}x)")
-    return {"version": peer, "trials": theirs_rows, "median_s": theirs,
+    count = len(theirs_rows)
+    print(f"Real nodes, {peer}: taint {theirs['k8s_taint']} s; all ranks running again in "
+          f"{reached['running']}/{count} trials, {theirs['running']} s (ours "
+          f"{ours['running']} s: {ratios['running']}x); training again in "
+          f"{reached['training']}/{count}, {theirs['training']} s (ours {ours['training']} s: "
+          f"{ratios['training']}x)")
+    return {"version": peer, "trials": theirs_rows, "median_s": theirs, "reached": reached,
             "ours_median_s": ours, "ours_over_peer": ratios}
 
 

@@ -87,9 +87,20 @@ def test_ours_against_the_jobset_by_medians() -> None:
     assert found["ours_over_peer"] == {"running": 0.382, "training": 0.4}
 
 
-def test_a_peer_that_never_recovered_has_no_ratio() -> None:
+def test_a_peer_whose_ranks_ran_again_but_never_trained_has_only_a_running_ratio() -> None:
+    kueue: list[dict[str, Any]] = [
+        {"k8s_taint": 51.9, "running": 62.71, "outcome": "timed out"},
+        {"k8s_taint": 46.74, "running": 57.58, "outcome": "timed out"}]
+    found = bench.against_peer([{"total": 26.0, "checkpoint_load": 3.0}], kueue,
+                               "Kueue v0.17.0 TAS hot swap")
+    assert found["median_s"] == {"k8s_taint": 49.32, "running": 60.14, "training": None}
+    assert found["reached"] == {"running": 2, "training": 0}
+    assert found["ours_over_peer"] == {"running": 0.382, "training": None}
+
+
+def test_a_peer_that_never_ran_again_has_no_ratio() -> None:
     found = bench.against_peer([{"total": 24.0, "checkpoint_load": 3.0}],
-                               [{"outcome": "timed out"}], "Kueue v0.17.0 TAS hot swap")
+                               [{"outcome": "timed out"}], "JobSet v0.11.1 tuned")
     assert found["median_s"] == {"k8s_taint": None, "running": None, "training": None}
     assert found["ours_over_peer"] == {"running": None, "training": None}
 
