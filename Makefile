@@ -40,11 +40,14 @@ test: venv
 unit: venv
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)
 
-## test-kind: the kind lane alone (also part of `make test`): a real kind cluster made by
-## `goodput kind up` (Podman, a node image built here), the chart installing the operator,
-## a TrainingJob through a node failure, an InferenceEndpoint scaling, the host left as found
+## test-kind: on real kind clusters made by `goodput kind up` (Podman, a node image built
+## here): the kind lane (also part of `make test`: the chart, a job through a node failure,
+## an endpoint scaling, the host left as found), then the integration and e2e suite on kind
+## with the operator as a process and again in-cluster from the chart (docs/testing.md)
 test-kind: venv kind-deps
 	$(BIN)/pytest tests/kind $(PYTEST_ARGS)
+	$(BIN)/pytest tests/integration tests/e2e --kind --ignore=tests/e2e/test_real_nodes.py $(PYTEST_ARGS)
+	$(BIN)/pytest tests/integration tests/e2e --kind --operator in-cluster --ignore=tests/e2e/test_real_nodes.py $(PYTEST_ARGS)
 
 ## kind-deps: Podman, netavark and aardvark-dns from Debian (`goodput kind up`)
 kind-deps:

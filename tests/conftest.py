@@ -179,7 +179,8 @@ def crds(cluster: Cluster) -> Cluster:
 def sandbox(cluster: Cluster) -> Any:
     """The session sandbox itself, for tests of fault injection and the fleet."""
     if not cluster.is_sandbox:
-        pytest.skip("needs the goodput sandbox (KWOK stages), not an external --kubeconfig")
+        pytest.skip("tests the goodput sandbox's own commands on the session sandbox; this "
+                    "cluster is another (--kubeconfig or --kind)")
     from goodput_operator.sandbox import cluster as sandbox_cluster
 
     assert cluster.sandbox_name

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from goodput_operator.sandbox import build, cluster, fleet, images, kindhost, kindnode
+from goodput_operator.sandbox import build, cluster, fleet, images, kindhost, kindnode, procs
 from goodput_operator.sandbox.cluster import Progress, SandboxError
 from goodput_operator.sandbox.versions import KIND, KIND_COMPONENT, KUBERNETES, KWOK_COMPONENT
 
@@ -334,6 +334,7 @@ def up(box: KindCluster, workers: int = 1, fleet_ref: str = fleet.DEFAULT_FLEET,
         _create(box, workers, progress, wait_seconds)
         nodes = fleet.nodes(chosen)
         cluster.create_nodes(box, nodes, chosen.name, progress)
+        cluster.start_drivers(box, nodes, progress)  # the DRA drivers' devices, as the sandbox
         box.fleet_file.write_text(json.dumps({"fleet": fleet_ref, "name": chosen.name}))
         cluster.wait_nodes_ready(box, chosen.node_count + 1 + workers, wait_seconds, progress)
     except BaseException:
@@ -391,6 +392,7 @@ def load(box: KindCluster, found: Sequence[images.Image],
 def down(box: KindCluster, progress: Progress = build.print_progress) -> bool:
     """Delete the cluster and its network; the last cluster puts the host back as found
     (sysctls, iptables chains, cgroups, /lib/modules). True if there was one."""
+    procs.kill_pidfile(box.home / "drivers.pid")  # the compute domains' controller, if run
     existed = box.exists()
     if existed:
         box.kind("delete", "cluster", "--name", box.name, "--kubeconfig",
