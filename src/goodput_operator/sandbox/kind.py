@@ -34,7 +34,7 @@ from goodput_operator.sandbox.cluster import Progress, SandboxError
 from goodput_operator.sandbox.versions import KIND, KIND_COMPONENT, KUBERNETES, KWOK_COMPONENT
 
 DEFAULT_NAME = "goodput"
-CLUSTER_LABEL = "io.x-k8s.kind.cluster"  # kind labels its node containers so
+CLUSTER_LABEL = "io.x-k8s.kind.cluster"  # on kind's node containers: the cluster's name
 PODMAN_PACKAGES = ("podman", "netavark", "aardvark-dns")
 CONTROL_PLANE = {"node-role.kubernetes.io/control-plane": ""}
 CONTROL_PLANE_TOLERATION = {"key": "node-role.kubernetes.io/control-plane",
