@@ -11,6 +11,7 @@ the sandbox itself (fault injection, fleet start-up) are then skipped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -140,27 +141,36 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
             sandbox_cluster.down(box)
 
 
-def _kind_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    """A kind cluster with the session fleet (KWOK inside it), and with --operator
-    in-cluster the operator image loaded into it."""
-    from goodput_operator.sandbox import kind
+@contextlib.contextmanager
+def kind_session(name: str, fleet_ref: str, load_operator: bool, keep: bool = False
+                 ) -> Iterator[Any]:
+    """A kind cluster NAME made for a test session (`goodput kind up`, one worker, the fleet
+    FLEET_REF inside it), with the operator image loaded when LOAD_OPERATOR; deleted after
+    unless KEEP. Skipped where kind cannot run."""
+    from goodput_operator.sandbox import kind, operator_image
 
     reason = kind.unavailable_reason()
     if reason:
-        pytest.skip(f"--kind: {reason}")
-    box = kind.KindCluster(f"{SESSION_SANDBOX}-kind")
+        pytest.skip(f"no kind cluster here: {reason}")
+    box = kind.KindCluster(name)
     if box.exists():
         kind.down(box)
-    kind.up(box, workers=1, fleet_ref=SESSION_FLEET)
+    kind.up(box, workers=1, fleet_ref=fleet_ref)
     try:
-        if in_cluster(request.config):
-            from goodput_operator.sandbox import operator_image
-
-            kind.load(box, [operator_image.build_image().as_image()])
-        yield Cluster(box.kubeconfig, is_sandbox=False, sandbox_name=None, kind_name=box.name)
+        if load_operator:
+            kind.load(box, [operator_image.build_image().as_image()])  # `make image`
+        yield box
     finally:
-        if not request.config.getoption("--keep-sandbox"):
+        if not keep:
             kind.down(box)
+
+
+def _kind_cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """`--kind`: a kind cluster with the session fleet (KWOK inside it), and with
+    --operator in-cluster the operator image loaded into it."""
+    with kind_session(f"{SESSION_SANDBOX}-kind", SESSION_FLEET, in_cluster(request.config),
+                      keep=request.config.getoption("--keep-sandbox")) as box:
+        yield Cluster(box.kubeconfig, is_sandbox=False, sandbox_name=None, kind_name=box.name)
 
 
 @pytest.fixture(scope="session")

@@ -246,13 +246,8 @@ def in_cluster_values(cluster: Cluster) -> dict[str, Any]:
         # the tests' Prometheus runs on the host (metrics_source)
         return {**image_values(__version__),
                 "prometheusAllow": [f"http://{hostnet.host_ip()}"]}
-    if cluster.kind_name:  # `--kind`: the image `make image` builds, loaded into kind
-        from goodput_operator import __version__
-        from goodput_operator.sandbox import kind
-
-        return {**image_values(__version__), "nodeSelector": {},
-                "affinity": kind.OFF_THE_FLEET,  # kind's own nodes, never a simulated one
-                "prometheusAllow": [f"http://{kind.host_address()}"]}
+    if cluster.kind_name:  # `--kind`
+        return kind_values()
     image = os.environ.get("GOODPUT_E2E_IMAGE")
     if not image or ":" not in image:
         pytest.fail("--operator in-cluster with --kubeconfig needs GOODPUT_E2E_IMAGE=REPO:TAG, "
@@ -554,7 +549,7 @@ def wait_event(cluster: Cluster, involved: str, reason: str, text: str,
 
 
 # the in-cluster operator; the real-node sandbox (module-scoped: one per module using it)
-from tests.e2e.incluster import InClusterOperator, image_values  # noqa: E402
+from tests.e2e.incluster import InClusterOperator, image_values, kind_values  # noqa: E402
 from tests.e2e.realnodes import ns, real, reference  # noqa: E402, F401
 
 

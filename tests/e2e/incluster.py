@@ -36,6 +36,17 @@ def image_values(tag: str) -> dict[str, Any]:
             "probeImage": images.WORKER_IMAGE}
 
 
+def kind_values() -> dict[str, Any]:
+    """Chart values on a kind cluster made by `goodput kind up`: the image `make image`
+    builds (loaded into kind), on kind's own nodes (never a simulated one), the tests'
+    Prometheus at the host's address on the kind network."""
+    from goodput_operator import __version__
+    from goodput_operator.sandbox import kind
+
+    return {**image_values(__version__), "nodeSelector": {}, "affinity": kind.OFF_THE_FLEET,
+            "prometheusAllow": [f"http://{kind.host_address()}"]}
+
+
 def build_and_load(box: sandbox_cluster.Sandbox, tag: str) -> operator_image.OperatorImage:
     """`make image` for TAG, imported into BOX's system nodes."""
     built = operator_image.build_image(tag)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Cluster
+from tests.conftest import Cluster, kind_session
 
 FLEET = "trn2"  # 4 UltraServers x 4 nodes: small enough for a lane, a real domain shape
 RELEASE = NAMESPACE = "goodput-kind"
@@ -28,40 +28,23 @@ class KindLane:
 
 @pytest.fixture(scope="session")
 def kind_lane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindLane]:
-    from goodput_operator import __version__
-    from goodput_operator.sandbox import kind, operator_image
-    from tests.e2e.incluster import InClusterOperator
+    from goodput_operator.sandbox import kind
+    from tests.e2e.incluster import InClusterOperator, kind_values
 
-    reason = kind.unavailable_reason()
-    if reason:
-        pytest.skip(f"no kind cluster here: {reason}")
     # make test's lane names it (tests/lanes.py); alone, the lane's own name
-    box = kind.KindCluster(os.environ.get("GOODPUT_TEST_SANDBOX", "goodput-test-kind"))
-    if box.exists():
-        kind.down(box)
-    built = operator_image.build_image(__version__)  # `make image`
-    kind.up(box, workers=1, fleet_ref=FLEET)
-    try:
-        kind.load(box, [built.as_image()])
+    name = os.environ.get("GOODPUT_TEST_SANDBOX", "goodput-test-kind")
+    with kind_session(name, FLEET, load_operator=True) as box:
         cluster = Cluster(box.kubeconfig, is_sandbox=False, sandbox_name=None)
         root = Path(__file__).resolve().parents[2]
         cluster.kubectl("apply", "--server-side", "-f", str(root / "crds"))
-        host = kind.host_address()
-        values = {"replicaCount": 1, "dashboards": {"enabled": False},
-                  "image": {"repository": operator_image.REPOSITORY, "tag": __version__,
-                            "pullPolicy": "Never"},
-                  # on kind's own nodes, never on a simulated one
-                  "affinity": kind.OFF_THE_FLEET,
-                  "prometheusAllow": [f"http://{host}"]}
+        values = kind_values() | {"replicaCount": 1, "dashboards": {"enabled": False}}
         log = tmp_path_factory.mktemp("kind-operator") / "operator.log"
         deployed = InClusterOperator(cluster, RELEASE, NAMESPACE, values, log)
         deployed.install()
-        yield KindLane(box, cluster, deployed, host)
+        yield KindLane(box, cluster, deployed, kind.host_address())
         if box.exists():  # the last test deletes the cluster itself
             deployed.save_logs()
             print(f"in-cluster operator logs: {log}")
-    finally:
-        kind.down(box)
 
 
 @pytest.fixture(scope="session")

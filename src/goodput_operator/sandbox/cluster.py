@@ -287,10 +287,7 @@ class Sandbox:
             # beyond loopback and its certificate names the Service's and the host's address
             apiserver_args.append({"key": "bind-address", "value": "0.0.0.0", "override": True})
             options["kubeApiserverCertSANs"] = [api_service_ip(), hostnet.host_ip()]
-        source = build.module_dir(KWOK_COMPONENT)
-        stages = [stage_text(rel, (source / rel).read_text()) for rel in STAGE_FILES
-                  if rel != HEARTBEAT_STAGE or not quiet]
-        stages += [p.read_text() for p in sorted(OWN_STAGES.glob("*.yaml"))]
+        stages = stage_texts(quiet)
         documents = [config]
         if quiet:
             # KWOK plays each node's and pod's stages on 4 workers by default: 20,000 nodes'
@@ -313,6 +310,15 @@ def system_node(name: str) -> dict[str, Any]:
     the operator itself run (a CPU node pool on a real cluster)."""
     labels = {realnode.SYSTEM_LABEL: "true", "node-role.kubernetes.io/system": ""}
     return {"metadata": {"name": name, "labels": labels}, "status": {}}
+
+
+def stage_texts(quiet: bool = False) -> list[str]:
+    """The stages KWOK plays (kwok's own, from its module, and ours), as YAML texts; QUIET:
+    without the node heartbeat."""
+    source = build.module_dir(KWOK_COMPONENT)
+    stages = [stage_text(rel, (source / rel).read_text()) for rel in STAGE_FILES
+              if rel != HEARTBEAT_STAGE or not quiet]
+    return stages + [p.read_text() for p in sorted(OWN_STAGES.glob("*.yaml"))]
 
 
 def stage_text(rel: str, text: str) -> str:

@@ -228,11 +228,12 @@ def configure_network(box: KindCluster, count: int, progress: Progress) -> None:
             raise SandboxError(f"only {len(nodes)}/{count} kind nodes have a pod CIDR")
         time.sleep(1)
     progress(f"Pod network: ptp on {', '.join(f'{n.name} {n.pod_cidr}' for n in nodes)}")
+    planned = routes(nodes)
     for node in nodes:
         exec_in(node.name, "sh", "-c", "mkdir -p /etc/cni/net.d && cat > "
                 "/etc/cni/net.d/10-goodput-kind.conflist",
                 input_text=json.dumps(cni_conflist(node.pod_cidr), indent=1))
-        for cidr, via in routes(nodes)[node.name]:
+        for cidr, via in planned[node.name]:
             exec_in(node.name, "ip", "route", "replace", cidr, "via", via)
         # leaving the pod network, a pod's packets take its node's address (the host has
         # no route back to a pod): kindnetd's masquerade, pod to pod left alone
@@ -311,9 +312,7 @@ def kwok_objects(box: KindCluster) -> list[dict[str, Any]]:
             [container] = pod["containers"]
             container |= {"image": kindnode.KWOK_IMAGE, "imagePullPolicy": "Never"}
             doc["spec"]["template"]["spec"] = system_pod(pod)
-    stages = [cluster.stage_text(rel, (source / rel).read_text()) for rel in cluster.STAGE_FILES]
-    stages += [p.read_text() for p in sorted(cluster.OWN_STAGES.glob("*.yaml"))]
-    return found + [d for text in stages for d in yaml.safe_load_all(text) if d]
+    return found + [d for text in cluster.stage_texts() for d in yaml.safe_load_all(text) if d]
 
 
 def up(box: KindCluster, workers: int = 1, fleet_ref: str = fleet.DEFAULT_FLEET,

@@ -301,6 +301,8 @@ def node_image(podman: Callable[..., subprocess.CompletedProcess[str]],
     if podman("image", "exists", name).returncode == 0:
         return NodeImage(name, key)
     with build._locked(images.images_dir() / "locks" / "kind-node.lock"):
+        if podman("image", "exists", name).returncode == 0:  # another caller made it
+            return NodeImage(name, key)
         started = time.monotonic()
         progress(f"Assembling the kind node image {name} (first time only, about 2 min)...")
         work = images.images_dir() / "kind" / f"node-{key}"
