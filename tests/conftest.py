@@ -15,6 +15,8 @@ import contextlib
 import os
 import re
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -62,6 +64,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if folder in ("unit", "integration", "e2e", "kind") and \
                 not item.get_closest_marker(folder):
             item.add_marker(getattr(pytest.mark, folder))
+
+
+def http_get(url: str, token: str | None = None) -> tuple[int, bytes]:
+    """GET URL: (status, body) whatever the status, with TOKEN as a bearer if given."""
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status), bytes(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, bytes(err.read())
 
 
 def wait_for(probe: Callable[[], T | None], timeout: float = 60, interval: float = 0.25,

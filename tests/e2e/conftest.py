@@ -22,7 +22,7 @@ from goodput_operator import names
 from goodput_operator.resources.pods import index_of
 from goodput_operator.sandbox.fleet import FLEET_LABEL
 from tests import helm
-from tests.conftest import Cluster, in_cluster, wait_for
+from tests.conftest import Cluster, http_get, in_cluster, wait_for
 
 _handed_out: set[int] = set()
 
@@ -94,6 +94,17 @@ class Operator:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
                                     timeout=5) as response:
             return str(response.read().decode())
+
+    def health_get(self, path: str, token: str | None = None) -> tuple[int, bytes]:
+        """GET PATH on the health port (status, body), with TOKEN as a bearer if given."""
+        return http_get(f"http://127.0.0.1:{self.health_port}{path}", token)
+
+    def resident_mib(self) -> float:
+        """The operator's resident memory, from the kernel."""
+        assert self.proc is not None
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        return int(next(line.split()[1] for line in status.splitlines()
+                        if line.startswith("VmRSS:"))) / 1024
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

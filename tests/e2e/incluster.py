@@ -11,8 +11,7 @@ always does.
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from goodput_operator.operator.leader import leading_pod
 from goodput_operator.sandbox import cluster as sandbox_cluster
 from goodput_operator.sandbox import images, operator_image, realnode
 from tests import helm
-from tests.conftest import Cluster, wait_for
+from tests.conftest import Cluster, http_get, wait_for
 
 REPLICAS = 2
 LEASE = "goodput-operator"  # the chart's leaderElection.leaseName
@@ -125,14 +124,9 @@ class InClusterOperator:
         """The leading pod: holds the Lease, Ready, and labelled for the reports Service."""
         return leading_pod(self.pods(), self.holder())
 
-    def _get(self, port: int, path: str) -> tuple[int, bytes]:
+    def _get(self, port: int, path: str, token: str | None = None) -> tuple[int, bytes]:
         leader = wait_for(self.leader, timeout=60, what="the leading operator pod")
-        url = f"http://{leader['status']['podIP']}:{port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                return int(response.status), bytes(response.read())
-        except urllib.error.HTTPError as err:
-            return err.code, bytes(err.read())
+        return http_get(f"http://{leader['status']['podIP']}:{port}{path}", token)
 
     def metrics(self) -> str:
         """The leader's /metrics (the standby's gauges read zero)."""
@@ -143,6 +137,16 @@ class InClusterOperator:
 
     def healthy(self) -> bool:
         return self.leader() is not None
+
+    def health_get(self, path: str, token: str | None = None) -> tuple[int, bytes]:
+        """GET PATH on the leader's health port (status, body), TOKEN as a bearer."""
+        return self._get(self.values_port("health", 8080), path, token)
+
+    def resident_mib(self) -> float:
+        """The leader's resident memory, from its process metrics (prometheus_client's)."""
+        found = re.search(r"^process_resident_memory_bytes (\S+)$", self.metrics(), re.M)
+        assert found, "the leader's /metrics has no process_resident_memory_bytes"
+        return float(found.group(1)) / 2**20
 
     def values_port(self, key: str, default: int) -> int:
         return int((self.values.get(key) or {}).get("port", default))

@@ -5,11 +5,8 @@ also has unit table cases (tests/unit/test_priority.py, ...)."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -207,13 +204,6 @@ def test_a_name_another_object_holds_is_a_refusal_not_a_share(
         crds.kubectl("delete", "ie", "shared", "-n", namespace, "--wait=true", check=False)
 
 
-def rss_mib(e2e: Operator) -> float:
-    assert e2e.proc is not None
-    status = Path(f"/proc/{e2e.proc.pid}/status").read_text()
-    return int(next(line.split()[1] for line in status.splitlines()
-                    if line.startswith("VmRSS:"))) / 1024
-
-
 def test_dozens_of_capped_gangs_that_fit_nowhere_own_no_pods_and_cost_b_nothing(
         e2e: Operator, crds: Cluster, namespace: str, team_a: str, make_group: Any,
         faults: Faults) -> None:
@@ -228,7 +218,7 @@ def test_dozens_of_capped_gangs_that_fit_nowhere_own_no_pods_and_cost_b_nothing(
     group = make_group(spares={"perDomain": 1})
     apply(crds, training_job("b-train", group, 3, checkpoint={"dir": "/fsx/b"}), namespace)
     job = wait_phase(crds, namespace, "b-train", "Running")
-    before = rss_mib(e2e)
+    before = e2e.resident_mib()
     capped = [f"capped-{i}" for i in range(40)]
     apply(crds, {"apiVersion": "v1", "kind": "List",  # one request, not 40
                  "items": [training_job(name, group, 8192) for name in capped]}, team_a)
@@ -236,7 +226,7 @@ def test_dozens_of_capped_gangs_that_fit_nowhere_own_no_pods_and_cost_b_nothing(
         wait_for(lambda name=name: (placed_reason(crds, team_a, name) or ("",))[0]
                  == "WaitingForCapacity", timeout=60, what=f"{name} waiting for capacity")
     assert all(job_pods(crds, team_a, name) == [] for name in capped)
-    grown = rss_mib(e2e) - before
+    grown = e2e.resident_mib() - before
     assert grown < 200, f"the operator grew {grown:.0f} MiB for 40 waiting jobs"
 
     bomb = training_job("bomb", group, 1)             # a quantity that took 7-13 s of every
@@ -256,14 +246,7 @@ def test_dozens_of_capped_gangs_that_fit_nowhere_own_no_pods_and_cost_b_nothing(
 
 
 def sd_status(e2e: Operator, token: str | None) -> tuple[int, bytes]:
-    request = urllib.request.Request(f"http://127.0.0.1:{e2e.health_port}/sd/serving")
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read()
+    return e2e.health_get("/sd/serving", token)
 
 
 def test_sd_serving_answers_only_the_readers_the_chart_grants(

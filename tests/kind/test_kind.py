@@ -6,6 +6,8 @@ leaves the host as it found it."""
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,20 @@ def test_the_chart_runs_the_operator_on_kinds_own_nodes(kind_lane: KindLane) -> 
     leader = kind_lane.operator.leader()
     assert leader is not None, "no operator pod leads"
     assert leader["spec"]["nodeName"] in kind_lane.box.node_containers()
+
+
+def test_the_host_reaches_the_clusters_pods_and_services(kind_lane: KindLane) -> None:
+    """Through the routes `kind up` adds (KIND.md, trap 7): the leader's /readyz by its pod
+    IP, and the reports Service by its ClusterIP, where the operator itself refuses a
+    report without a token (not a 404 from whatever else the host's routes reach)."""
+    operator = kind_lane.operator
+    assert operator.readiness().get("ok"), operator.readiness()
+    request = urllib.request.Request(f"{operator.report_url}/v1/reports/step", data=b"{}",
+                                     method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 401, refused.value.read()
+    assert b"missing bearer token" in refused.value.read()
 
 
 def test_a_job_runs_on_the_fleet_inside_kind_and_a_failed_node_is_replaced_in_its_domain(
@@ -123,6 +139,8 @@ def test_kind_down_leaves_the_host_as_found(kind_lane: KindLane) -> None:
     """The last test: the cluster deleted, nothing of it left on the host."""
     box = kind_lane.box
     record = json.loads(kindhost.record_file().read_text())
+    routed = [destination for destination, _via in record["routes"][box.name]]
+    assert routed and all(any(r.startswith(f"{d} ") for r in kindhost.routes()) for d in routed)
     if record["clusters"] != [box.name]:
         pytest.skip(f"other kind clusters of this project hold the host ({record['clusters']}):"
                     " the last of them puts it back")
@@ -135,6 +153,7 @@ def test_kind_down_leaves_the_host_as_found(kind_lane: KindLane) -> None:
     assert [c for c in kindhost.chains() if c not in record["chains"]] == []
     assert [c for c in kindhost.cgroups() if c not in record["cgroups"]] == []
     assert [f for f in record["created"] if Path(f).exists()] == []
+    assert [r for r in kindhost.routes() if r.split()[0] in routed] == []
     assert hostnet.mounts_under(kind.podman_home()) == []
     assert not kindhost.record_file().is_file() or \
         "sysctls" not in json.loads(kindhost.record_file().read_text())

@@ -35,8 +35,10 @@ def test_podman_is_configured_for_this_machines_traps_and_kept_private() -> None
 
 
 def test_the_cluster_has_no_default_cni_and_this_machines_in_cluster_settings() -> None:
-    config = kind.cluster_config("c", 2)
-    assert config["name"] == "c" and config["networking"] == {"disableDefaultCNI": True}
+    config = kind.cluster_config("c", 2, kind.ranges(1))
+    assert config["name"] == "c" and config["networking"] == {
+        "disableDefaultCNI": True, "podSubnet": "10.245.16.0/20",
+        "serviceSubnet": "10.97.16.0/20"}
     assert [n["role"] for n in config["nodes"]] == ["control-plane", "worker", "worker"]
     assert "restrict_oom_score_adj = true" in config["containerdConfigPatches"][0]
     patches = {d["kind"]: d for d in map(yaml.safe_load, config["kubeadmConfigPatches"])}
@@ -59,14 +61,57 @@ def test_each_node_gets_ptp_on_its_pod_cidr_and_a_route_to_every_other_node() ->
     assert portmap == {"type": "portmap", "capabilities": {"portMappings": True}}
 
 
+def test_each_clusters_ranges_are_its_own_and_apart_from_the_sandboxs() -> None:
+    """Clusters side by side (one per host slot) and the sandbox's real nodes (pods in
+    10.244.N.0/24, services in 10.96.0.0/16) are all routed from the host: no range of one
+    may overlap another's."""
+    from goodput_operator.sandbox import cluster, kubeproxy
+    taken = [ipaddress.ip_network(kubeproxy.POD_CIDR),
+             ipaddress.ip_network(cluster.SERVICE_RANGE)]
+    for slot in range(kindhost.SLOTS):
+        net = kind.ranges(slot)
+        taken += [ipaddress.ip_network(net.pods), ipaddress.ip_network(net.services)]
+    assert not [(a, b) for i, a in enumerate(taken) for b in taken[i + 1:] if a.overlaps(b)]
+    # 16 nodes' /24s of pods per cluster
+    assert len(list(ipaddress.ip_network(kind.ranges(0).pods).subnets(new_prefix=24))) == 16
+
+
+def test_the_host_reaches_pods_through_their_nodes_and_services_through_the_control_plane(
+        ) -> None:
+    net = kind.ranges(0)
+    nodes = [kind.KindNode("c-control-plane", "10.89.0.2", "10.245.0.0/24", True),
+             kind.KindNode("c-worker", "10.89.0.3", "10.245.1.0/24")]
+    assert kind.host_routes(nodes, net) == [("10.245.0.0/24", "10.89.0.2"),
+                                            ("10.245.1.0/24", "10.89.0.3"),
+                                            ("10.97.0.0/20", "10.89.0.2")]
+
+
+def test_a_cluster_keeps_its_slot_until_released_and_each_takes_the_lowest_free(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(build, "cache_root", lambda: tmp_path)
+    monkeypatch.setattr(kindhost, "MODULES", tmp_path / "modules")
+    monkeypatch.setattr(kindhost, "sysctls", dict)  # the host as it is: not read here
+    monkeypatch.setattr(kindhost, "chains", list)
+    monkeypatch.setattr(kindhost, "cgroups", list)
+    monkeypatch.setattr(kindhost, "HOST_FOLDERS", ())
+    monkeypatch.setattr(kindhost, "restore", lambda state: {})
+    assert [kindhost.claim("a"), kindhost.claim("b"), kindhost.claim("a")] == [0, 1, 0]
+    assert kindhost.release("a") == {}
+    assert kindhost.claim("c") == 0 and kindhost.claim("d") == 2
+    for name in ("b", "c", "d"):
+        kindhost.release(name)
+    record = kindhost.record_file().read_text()
+    assert '"slots": {}' in record and '"clusters": []' in record
+
+
 def test_cluster_dns_answers_where_the_kubelets_look_and_runs_off_the_fleet() -> None:
-    objects = {o["kind"]: o for o in kind.cluster_dns()}
+    objects = {o["kind"]: o for o in kind.cluster_dns(kind.ranges(2))}
     service = objects["Service"]
     assert service["metadata"] == {"name": "kube-dns", "namespace": "kube-system",
                                    "labels": {"k8s-app": "kube-dns"}}
-    # the tenth address of kind's default service subnet, as kubeadm gives the kubelets
+    # the tenth address of the cluster's service subnet, as kubeadm gives the kubelets
     assert ipaddress.ip_address(service["spec"]["clusterIP"]) == \
-        ipaddress.ip_network("10.96.0.0/16")[10]
+        ipaddress.ip_network("10.97.32.0/20")[10]
     pod = objects["Deployment"]["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == kind.CONTROL_PLANE
     [container] = pod["containers"]

@@ -17,6 +17,7 @@ stages) run inside the cluster; the simulated fleet is created as in the sandbox
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -39,8 +40,12 @@ PODMAN_PACKAGES = ("podman", "netavark", "aardvark-dns")
 CONTROL_PLANE = {"node-role.kubernetes.io/control-plane": ""}
 CONTROL_PLANE_TOLERATION = {"key": "node-role.kubernetes.io/control-plane",
                             "operator": "Exists", "effect": "NoSchedule"}
-POD_NETWORK = "10.244.0.0/16"  # kind's default podSubnet
-CLUSTER_DNS = "10.96.0.10"  # kubeadm's: the tenth address of kind's service subnet
+# each cluster's pod and service ranges: a /20 of each per host slot (kindhost.claim), apart
+# from the sandbox's (10.244.N.0/24 for real nodes, 10.96.0.0/16 for services), so the host
+# routes to every cluster's pods and ClusterIPs beside the sandbox's
+POD_RANGES = ipaddress.ip_network("10.245.0.0/16")
+SERVICE_RANGES = ipaddress.ip_network("10.97.0.0/16")
+SLOT_PREFIX = 20  # a cluster's /20: 16 nodes' /24s of pods, 4096 ClusterIPs
 # node affinity of what runs on kind's own nodes only: the simulated fleet's carry its label
 OFF_THE_FLEET = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
     "nodeSelectorTerms": [{"matchExpressions": [
@@ -130,6 +135,26 @@ def host_address(network: str = "kind") -> str:
     return str(gateways[0])
 
 
+@dataclass(frozen=True)
+class Ranges:
+    """A cluster's pod network (kubeadm's podSubnet: a /24 per node from it) and service
+    network (serviceSubnet), and its DNS Service's address (kubeadm's tenth, which the
+    kubelets are told)."""
+
+    pods: str
+    services: str
+
+    @property
+    def dns(self) -> str:
+        return str(ipaddress.ip_network(self.services)[10])
+
+
+def ranges(slot: int) -> Ranges:
+    """The ranges of the cluster in host slot SLOT (0 .. kindhost.SLOTS - 1)."""
+    return Ranges(str(list(POD_RANGES.subnets(new_prefix=SLOT_PREFIX))[slot]),
+                  str(list(SERVICE_RANGES.subnets(new_prefix=SLOT_PREFIX))[slot]))
+
+
 def kind_binary() -> Path:
     return build.binary_path(KIND_COMPONENT, "kind")
 
@@ -167,15 +192,17 @@ class KindCluster(cluster.Sandbox):
         return bool(self.node_containers())
 
 
-def cluster_config(name: str, workers: int) -> dict[str, Any]:
-    """kind's Cluster for NAME: one control plane and WORKERS workers, no default CNI
-    (kindnetd is not served: `up` configures Debian's plugins), and this machine's two
+def cluster_config(name: str, workers: int, net: Ranges) -> dict[str, Any]:
+    """kind's Cluster for NAME: one control plane and WORKERS workers on NET's ranges, no
+    default CNI (kindnetd is not served: `up` configures Debian's plugins), and this
+    machine's two
     in-cluster traps: containerd's restrict_oom_score_adj (root lacks CAP_SYS_RESOURCE)
     and the kubelet's failCgroupV1 (the host is cgroup v1). kubeadm's CoreDNS addon is
     skipped: the cluster's DNS is the sandbox's CoreDNS build (`cluster_dns`)."""
     return {
         "kind": "Cluster", "apiVersion": "kind.x-k8s.io/v1alpha4", "name": name,
-        "networking": {"disableDefaultCNI": True},
+        "networking": {"disableDefaultCNI": True, "podSubnet": net.pods,
+                       "serviceSubnet": net.services},
         "nodes": [{"role": "control-plane"}, *({"role": "worker"} for _ in range(workers))],
         "containerdConfigPatches": [
             '[plugins."io.containerd.grpc.v1.cri"]\n  restrict_oom_score_adj = true\n'],
@@ -201,6 +228,7 @@ class KindNode:
     name: str
     address: str
     pod_cidr: str
+    control_plane: bool = False
 
 
 def routes(nodes: Sequence[KindNode]) -> dict[str, list[tuple[str, str]]]:
@@ -209,19 +237,31 @@ def routes(nodes: Sequence[KindNode]) -> dict[str, list[tuple[str, str]]]:
             for n in nodes}
 
 
+def host_routes(nodes: Sequence[KindNode], net: Ranges) -> list[tuple[str, str]]:
+    """(destination, via) the host needs to reach the cluster as its nodes do: each node's
+    pods through that node, ClusterIPs through the control plane (its kube-proxy rewrites
+    them, and masquerades what comes from outside the pod network, so replies come back
+    the same way)."""
+    [control] = [n for n in nodes if n.control_plane]
+    return [*((n.pod_cidr, n.address) for n in nodes), (net.services, control.address)]
+
+
 def read_nodes(box: KindCluster) -> list[KindNode]:
     listed = json.loads(box.kubectl("get", "nodes", "-o", "json").stdout)["items"]
     found = []
     for node in listed:
         addresses = {a["type"]: a["address"] for a in node["status"].get("addresses", [])}
         if node["spec"].get("podCIDR") and "InternalIP" in addresses:
+            labels = node["metadata"].get("labels") or {}
             found.append(KindNode(node["metadata"]["name"], addresses["InternalIP"],
-                                  node["spec"]["podCIDR"]))
+                                  node["spec"]["podCIDR"],
+                                  next(iter(CONTROL_PLANE)) in labels))
     return found
 
 
-def configure_network(box: KindCluster, count: int, progress: Progress) -> None:
-    """kindnetd's work, done once from outside: every node's CNI configuration and routes."""
+def configure_network(box: KindCluster, count: int, net: Ranges, progress: Progress) -> None:
+    """kindnetd's work, done once from outside: every node's CNI configuration and routes;
+    and the host's routes to the cluster's pods and ClusterIPs (kept in its host record)."""
     deadline = time.monotonic() + 120
     while len(nodes := read_nodes(box)) < count:
         if time.monotonic() > deadline:
@@ -237,9 +277,12 @@ def configure_network(box: KindCluster, count: int, progress: Progress) -> None:
             exec_in(node.name, "ip", "route", "replace", cidr, "via", via)
         # leaving the pod network, a pod's packets take its node's address (the host has
         # no route back to a pod): kindnetd's masquerade, pod to pod left alone
-        rule = ["POSTROUTING", "-s", POD_NETWORK, "!", "-d", POD_NETWORK, "-j", "MASQUERADE"]
+        rule = ["POSTROUTING", "-s", net.pods, "!", "-d", net.pods, "-j", "MASQUERADE"]
         exec_in(node.name, "sh", "-c", "iptables -t nat -C {0} 2>/dev/null || "
                 "iptables -t nat -A {0}".format(" ".join(rule)))
+    kindhost.add_routes(box.name, host_routes(nodes, net))
+    progress(f"Host routes: pods {net.pods} through their nodes, services {net.services} "
+             "through the control plane")
 
 
 def exec_in(node: str, *command: str, input_text: str | None = None) -> str:
@@ -255,9 +298,9 @@ def system_pod(spec: dict[str, Any]) -> dict[str, Any]:
     return {**spec, "nodeSelector": CONTROL_PLANE, "tolerations": [CONTROL_PLANE_TOLERATION]}
 
 
-def cluster_dns() -> list[dict[str, Any]]:
+def cluster_dns(net: Ranges) -> list[dict[str, Any]]:
     """CoreDNS with the sandbox's plugins (errors, kubernetes, cache) as `kube-dns` at the
-    address the kubelets name, in place of kubeadm's addon (its Corefile needs plugins the
+    address the kubelets name (NET's), in place of kubeadm's addon (its Corefile needs plugins the
     sandbox's build leaves out)."""
     labels = {"k8s-app": "kube-dns"}
     corefile = (".:53 {\n    errors\n    kubernetes cluster.local in-addr.arpa ip6.arpa {\n"
@@ -293,7 +336,7 @@ def cluster_dns() -> list[dict[str, Any]]:
                 "volumes": [{"name": "config", "configMap": {"name": "coredns"}}]})}}},
         {"apiVersion": "v1", "kind": "Service",
          "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": labels},
-         "spec": {"clusterIP": CLUSTER_DNS, "selector": labels, "ports": [
+         "spec": {"clusterIP": net.dns, "selector": labels, "ports": [
              {"name": "dns", "port": 53, "protocol": "UDP"},
              {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}},
     ]
@@ -324,13 +367,13 @@ def up(box: KindCluster, workers: int = 1, fleet_ref: str = fleet.DEFAULT_FLEET,
         raise SandboxError(f"cannot run kind here: {reason}")
     # before Podman's first call (it makes host folders too); one name claims once, so a
     # cluster that exists already keeps its own claim
-    kindhost.claim(box.name)
+    net = ranges(kindhost.claim(box.name))
     if box.exists():
         raise SandboxError(f"kind cluster {box.name!r} exists already: run `goodput kind down "
                            f"--name {box.name}` first or pick another --name")
     started = time.monotonic()
     try:
-        _create(box, workers, progress, wait_seconds)
+        _create(box, workers, net, progress, wait_seconds)
         nodes = fleet.nodes(chosen)
         cluster.create_nodes(box, nodes, chosen.name, progress)
         cluster.start_drivers(box, nodes, progress)  # the DRA drivers' devices, as the sandbox
@@ -348,18 +391,19 @@ def up(box: KindCluster, workers: int = 1, fleet_ref: str = fleet.DEFAULT_FLEET,
     return chosen
 
 
-def _create(box: KindCluster, workers: int, progress: Progress, wait_seconds: float) -> None:
+def _create(box: KindCluster, workers: int, net: Ranges, progress: Progress,
+            wait_seconds: float) -> None:
     """The cluster itself: node image, kind, pod network, DNS and kwok."""
     build.build(KIND_COMPONENT, progress)
     image = kindnode.node_image(podman, progress)
     box.home.mkdir(parents=True, exist_ok=True)
     config = box.home / "kind.yaml"
-    config.write_text(yaml.safe_dump(cluster_config(box.name, workers), sort_keys=False))
+    config.write_text(yaml.safe_dump(cluster_config(box.name, workers, net), sort_keys=False))
     progress(f"Creating kind cluster {box.name!r} (kind {KIND}, Kubernetes {KUBERNETES}, "
              f"Podman; 1 control plane + {workers} worker(s))...")
     box.kind("create", "cluster", "--name", box.name, "--config", str(config), "--image",
              image.name, "--kubeconfig", str(box.kubeconfig), timeout=900)
-    configure_network(box, 1 + workers, progress)
+    configure_network(box, 1 + workers, net, progress)
     # kube-proxy's DaemonSet tolerates every taint, and the storage provisioner asks only
     # for Linux: both kept off the simulated nodes
     keep_off = json.dumps({"spec": {"template": {"spec": {"affinity": OFF_THE_FLEET}}}})
@@ -368,7 +412,7 @@ def _create(box: KindCluster, workers: int, progress: Progress, wait_seconds: fl
     box.kubectl("patch", "deployment", "local-path-provisioner", "-n", "local-path-storage",
                 "--type", "merge", "-p", keep_off)
     progress("Cluster DNS (CoreDNS), the kwok controller and its stages...")
-    box.apply(*cluster_dns())
+    box.apply(*cluster_dns(net))
     kwok = kwok_objects(box)
     crds = [d for d in kwok if d["kind"] == "CustomResourceDefinition"]
     box.apply(*crds)

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from goodput_operator.sandbox import build, hostnet
+from goodput_operator.sandbox.cluster import SandboxError
 
 PROC_SYS = Path("/proc/sys")
 # sysctls the kernel changes on its own (counters, random values, per-boot state): never
@@ -39,6 +40,7 @@ MODULES = Path("/lib/modules")
 # host folders a cluster makes: /lib/modules (kind mounts it), netavark's run folder
 # (its IPAM database and aardvark-dns state: Podman keeps it there whatever its storage)
 HOST_FOLDERS = (MODULES, Path("/run/containers"))
+SLOTS = 16  # kind clusters at once: each has its own pod and service ranges (kind.ranges)
 
 
 def record_file() -> Path:
@@ -96,19 +98,57 @@ def cgroups() -> list[str]:
                   for name in PODMAN_CGROUPS if (h / name).is_dir())
 
 
-def claim(cluster: str) -> None:
-    """CLUSTER is about to start; the first cluster records the host as it is."""
+def claim(cluster: str) -> int:
+    """CLUSTER is about to start; the first cluster records the host as it is. CLUSTER's
+    slot (0 .. SLOTS-1: which pod and service ranges are its own, kind.ranges), kept while
+    it holds the host."""
     with _record() as state:
         clusters: list[str] = state["clusters"]  # type: ignore[assignment]
+        slots: dict[str, int] = state.setdefault("slots", {})  # type: ignore[assignment]
         if not clusters:
             # the values before any real node changed them, where real nodes run now
             state["sysctls"] = sysctls() | hostnet.held_sysctls()
             state["chains"] = chains()
             state["cgroups"] = cgroups()
             state["created"] = [str(p) for p in HOST_FOLDERS if not p.exists()]
+        if cluster not in slots:
+            free = [n for n in range(SLOTS) if n not in slots.values()]
+            if not free:
+                raise SandboxError(f"{SLOTS} kind clusters hold this host already "
+                                   f"({', '.join(sorted(slots))}): delete one first")
+            slots[cluster] = free[0]
         if cluster not in clusters:
             clusters.append(cluster)
+        slot = slots[cluster]
     MODULES.mkdir(parents=True, exist_ok=True)  # kind mounts it; an empty one is enough
+    return slot
+
+
+def add_routes(cluster: str, wanted: list[tuple[str, str]]) -> None:
+    """Route each (destination, via) on the host for CLUSTER, recorded first so that its
+    release removes them even when `up` stops half way."""
+    with _record() as state:
+        held: dict[str, list[list[str]]] = state.setdefault("routes", {})  # type: ignore
+        held[cluster] = [list(r) for r in wanted]
+    for destination, via in wanted:
+        subprocess.run(["ip", "route", "replace", destination, "via", via], check=True,
+                       capture_output=True, text=True)
+
+
+def routes() -> list[str]:
+    """The host's IPv4 routes, as `ip route show` prints them."""
+    return subprocess.run(["ip", "route", "show"], capture_output=True, text=True,
+                          check=False).stdout.splitlines()
+
+
+def _remove_routes(held: list[list[str]]) -> list[str]:
+    removed = []
+    for destination, via in held:
+        proc = subprocess.run(["ip", "route", "del", destination, "via", via],
+                              capture_output=True, check=False)
+        if proc.returncode == 0:
+            removed.append(destination)
+    return removed
 
 
 def release(cluster: str) -> dict[str, list[str]]:
@@ -117,9 +157,12 @@ def release(cluster: str) -> dict[str, list[str]]:
         clusters: list[str] = state["clusters"]  # type: ignore[assignment]
         if cluster in clusters:
             clusters.remove(cluster)
+        state.get("slots", {}).pop(cluster, None)  # type: ignore[attr-defined]
+        held = state.get("routes", {}).pop(cluster, [])  # type: ignore[attr-defined]
+        routed = _remove_routes(held)  # each cluster's own, whether or not it is the last
         if clusters or "sysctls" not in state:
-            return {}
-        undone = restore(state)
+            return {"routes": routed} if routed else {}
+        undone = restore(state) | {"routes": routed}
         for key in ("sysctls", "chains", "cgroups", "created"):
             state.pop(key, None)
         return undone
