@@ -56,8 +56,8 @@ from bench.harness import OperatorProcess, sandbox, wait_until
 from bench.recovery import POLL, Bench, phases
 from bench.recovery_peers import KUEUE, TIMEOUT, Peer, evicted_at_the_taint, gang_state
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
-from goodput_operator.health.quarantine import parse_time
 from goodput_operator.sandbox import faults, jobset, kueue, peers
+from goodput_operator.times import parse
 from goodput_operator.topology.record import ranks_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,7 +113,7 @@ class RealBench(Bench):
                 raise RuntimeError(f"trial {restart}: no recovery in 300 s ({marks})")
             status = self.observe(victim, restart, marks, now)
             progress = status.get("progress") or {}
-            reported = parse_time(progress.get("time")) or 0.0
+            reported = parse(progress.get("time")) or 0.0
             if "training" not in marks and "running" in marks and \
                     status.get("restarts") == restart and \
                     reported > wall0 + (marks["replaced"] - t0):
@@ -152,8 +152,8 @@ def hang_trial(bench: Bench, trial: int) -> dict[str, float]:
     def trained_again() -> dict[str, Any] | None:
         status = watched.job().get("status") or {}
         incident = (status.get("incidents") or [{}])[-1]
-        running = parse_time(incident.get("runningAt"))
-        stepped = parse_time((status.get("progress") or {}).get("time"))
+        running = parse(incident.get("runningAt"))
+        stepped = parse((status.get("progress") or {}).get("time"))
         return status if incident.get("cause") == "Hang" and running is not None and \
             stepped is not None and stepped > running else None
 
@@ -163,9 +163,9 @@ def hang_trial(bench: Bench, trial: int) -> dict[str, float]:
             raise RuntimeError(f"hang trial {trial}: no restart and training in 300 s")
         time.sleep(POLL)
     incident = status["incidents"][-1]
-    failed_at, detected_at, running_at = (parse_time(incident[k]) or 0.0 for k in (
+    failed_at, detected_at, running_at = (parse(incident[k]) or 0.0 for k in (
         "failedAt", "detectedAt", "runningAt"))
-    stepped_at = parse_time(status["progress"]["time"]) or 0.0
+    stepped_at = parse(status["progress"]["time"]) or 0.0
     bench.box.kubectl("delete", "tj", watched.name, "-n", NAMESPACE, "--wait=true")
     return {"detection": detected_at - failed_at, "restart": running_at - detected_at,
             "checkpoint_load": stepped_at - running_at, "total": stepped_at - failed_at}

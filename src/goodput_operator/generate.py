@@ -2,6 +2,7 @@
 `make verify` (`--check`: exit 1 and name the stale files):
 
 - crds/*.yaml, the chart's copy and docs/api.md: goodput_operator.api's models;
+- src/goodput_operator/api/statuses.py: the status models as TypedDicts (api.typed);
 - docs/metrics.md: goodput_operator.metrics;
 - the settings table in docs/operating.md (between its markers): operator.flags.FLAGS.
 """
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 
 from goodput_operator import metrics
-from goodput_operator.api import crds
+from goodput_operator.api import crds, typed
 from goodput_operator.operator import flags
 
 BEGIN = "<!-- flags: generated from goodput_operator/operator/flags.py by `make generate` -->"
@@ -32,6 +33,7 @@ def with_table(guide: str, table: str) -> str:
 def outputs(root: Path) -> dict[Path, str]:
     files = crds.outputs(root)
     files[root / "docs" / "metrics.md"] = metrics.reference()
+    files[root / "src" / "goodput_operator" / "api" / "statuses.py"] = typed.source()
     guide = root / "docs" / "operating.md"
     files[guide] = with_table(guide.read_text() if guide.is_file() else f"{BEGIN}\n{END}\n",
                               flags.table())

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from goodput_operator.health.quarantine import iso
+from goodput_operator.times import millis
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
     Operator,
@@ -50,7 +50,7 @@ def test_overlapping_groups_the_later_says_so_and_two_jobs_never_share_a_node(
     first = node_labels(crds)[pool[0]][ULTRASERVER]
     older = make_group(nodeSelector={ULTRASERVER: first})   # one UltraServer
     created = get_object(crds, "usg", "", older)["metadata"]["creationTimestamp"]
-    wait_for(lambda: iso(time.time()) > created, timeout=5, what="the next second")
+    wait_for(lambda: millis(time.time()) > created, timeout=5, what="the next second")
     later = make_group()                                     # the whole pool: overlaps
     wait_for(lambda: condition(get_object(crds, "usg", "", later), "Overlapping")
              .get("status") == "True", timeout=30, what="the Overlapping condition")

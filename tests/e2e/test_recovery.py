@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from goodput_operator import names
-from goodput_operator.health.quarantine import parse_time
 from goodput_operator.sdk import Reporter, ReportError
+from goodput_operator.times import parse
 from goodput_operator.topology.record import ranks_of
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
@@ -111,8 +111,8 @@ def test_a_failed_node_is_quarantined_and_the_spare_of_its_ultraserver_takes_its
                       .get("latest") or {}).get("step") == 1200, timeout=10,
              what="checkpoint in status")
     status = get_job(crds, namespace, "llama")["status"]
-    committed = parse_time(status["checkpoint"]["latest"]["time"]) or 0.0
-    ran = committed - (parse_time(status["goodput"]["since"]) or 0.0)
+    committed = parse(status["checkpoint"]["latest"]["time"]) or 0.0
+    ran = committed - (parse(status["goodput"]["since"]) or 0.0)
     stall = round(min(1.5, ran), 3)                 # never more than the gang has run
     wait_for(lambda: (get_job(crds, namespace, "llama")["status"]["goodput"]
                       .get("lostSeconds") or {}).get("checkpoint") == stall, timeout=10,

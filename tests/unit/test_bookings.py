@@ -11,7 +11,7 @@ import pytest
 from goodput_operator import names
 from goodput_operator.controllers.state import State
 from goodput_operator.decide.group import decide_group
-from goodput_operator.health.quarantine import iso
+from goodput_operator.times import millis
 from goodput_operator.topology.bookings import PINNED_UNBOUND_SECONDS, Booking, booking
 from tests.unit.fleets import node
 from tests.unit.world import NEURON, NOW, group_spec
@@ -33,7 +33,7 @@ def pod(name: str = "p", *, bound: str | None = None, pinned: str | None = None,
     if gates:
         spec["schedulingGates"] = [{"name": "example.com/never"}]
     meta: Obj = {"name": name, "namespace": namespace, "resourceVersion": "1",
-                 "creationTimestamp": iso(created)}
+                 "creationTimestamp": millis(created)}
     if annotated:
         meta["annotations"] = {names.NODE_ANNOTATION: annotated}
     if owner:
@@ -65,7 +65,7 @@ def one_group_state() -> State:
             body["metadata"]["labels"]["pool"] = "trn2"
             state.upsert_node(body)
     state.upsert_group({"metadata": {"name": "trn2", "generation": 1,
-                                     "creationTimestamp": iso(NOW - 100)},
+                                     "creationTimestamp": millis(NOW - 100)},
                         "spec": group_spec(nodeSelector={"pool": "trn2"}).model_dump(
                             by_alias=True)})
     return state
@@ -136,7 +136,7 @@ def test_a_templates_own_claim_counts_and_a_forged_annotation_hides_nothing() ->
     state.upsert_node(body)
     spec = group_spec(nodeSelector={"pool": "trn2"}, accelerator={
         "resource": NEURON, "perNode": 16, "requestStyle": "ResourceClaim"})
-    state.upsert_group({"metadata": {"name": "trn2", "creationTimestamp": iso(NOW - 100)},
+    state.upsert_group({"metadata": {"name": "trn2", "creationTimestamp": millis(NOW - 100)},
                         "spec": spec.model_dump(by_alias=True)})
     state.upsert_job({"metadata": {"name": "j", "namespace": "ml", "uid": "uid-j",
                                    "resourceVersion": "1"}, "spec": {}})

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from goodput_operator.controllers.state import State
 from goodput_operator.decide import Failure, decide_jobs, trial
 from goodput_operator.decide.group import decide_group
-from goodput_operator.health.quarantine import iso
+from goodput_operator.times import millis
 from goodput_operator.topology.constraints import pinned_node
 from goodput_operator.topology.placement import Request, explain_shortage
 from tests.unit.fleets import node, trn2
@@ -69,7 +69,7 @@ def foreign_pod(name: str, namespace: str, devices: int, node_name: str | None =
 
 def group_body(name: str, selector: dict[str, str], created: float) -> Obj:
     spec = group_spec(nodeSelector=selector)
-    return {"metadata": {"name": name, "generation": 1, "creationTimestamp": iso(created)},
+    return {"metadata": {"name": name, "generation": 1, "creationTimestamp": millis(created)},
             "spec": spec.model_dump(by_alias=True)}
 
 
@@ -143,7 +143,7 @@ def layouts(draw: st.DrawFn) -> tuple[list[Obj], list[Obj], list[Obj], list[Obj]
                    topology={"unit": draw(st.sampled_from(["node", "domain"])),
                              "policy": "preferred"})
         body["metadata"]["namespace"] = draw(st.sampled_from(["team-a", "team-b"]))
-        body["metadata"]["creationTimestamp"] = iso(NOW - 30 + i)
+        body["metadata"]["creationTimestamp"] = millis(NOW - 30 + i)
         jobs.append(body)
     return nodes, groups, pods, jobs
 

@@ -20,8 +20,8 @@ from goodput_operator.controllers.state import State
 from goodput_operator.decide import EndpointDecision, Scaled, decide, decide_endpoints, trial
 from goodput_operator.decide.creates import WriteBudget
 from goodput_operator.decide.types import Refusal
-from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import inference as build
+from goodput_operator.times import millis
 from tests.unit.world import NEURON, NOW, TRN2, conditions, group_spec, nodes, world
 
 pytestmark = pytest.mark.unit
@@ -313,7 +313,7 @@ def test_a_pod_created_pinned_and_refused_gives_its_node_back() -> None:
     state = State()
     for body in nodes(1).values():
         state.upsert_node(body)
-    state.upsert_group({"metadata": {"name": "trn2", "creationTimestamp": iso(NOW - 60)},
+    state.upsert_group({"metadata": {"name": "trn2", "creationTimestamp": millis(NOW - 60)},
                         "spec": group_spec().model_dump(by_alias=True)})
     state.upsert_endpoint(endpoint(replicas=1))
     asyncio.run(reconcile_endpoints(state, cast(Kube, RefusingKube()), NOW))
@@ -345,7 +345,7 @@ def test_a_group_the_scheduler_refuses_where_it_was_pinned_is_placed_again(
     pods[1]["status"]["conditions"] = [{
         "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
         "message": "0/8 nodes are available: 1 Insufficient aws.amazon.com/neuron.",
-        "lastTransitionTime": iso(NOW - refused_for)}]
+        "lastTransitionTime": millis(NOW - refused_for)}]
     snapshot = world(None, pods=pods, endpoints=[ie])
     with trial(snapshot):
         [decision] = decide_endpoints(snapshot, [])

@@ -13,7 +13,8 @@ from goodput_operator.api.ultraservergroup import UltraServerGroupStatus
 from goodput_operator.decide import GroupDecision, decide, decide_groups
 from goodput_operator.decide.group import group_status
 from goodput_operator.health.probing import Inconclusive
-from goodput_operator.health.quarantine import HOLD_SECONDS, SDC, Finding, iso
+from goodput_operator.health.quarantine import HOLD_SECONDS, SDC, Finding
+from goodput_operator.times import millis
 from tests.unit.world import (
     NOW,
     conditions,
@@ -123,7 +124,7 @@ CASES = [
          {"events": []}, spec={"quarantine": {"maxUnavailable": 1}},
          status={"conditions": [{"type": "StormGuard", "status": "True",
                                  "reason": "TooManyFailing", "message": "",
-                                 "lastTransitionTime": iso(NOW - 10)}]}),
+                                 "lastTransitionTime": millis(NOW - 10)}]}),
     Case("a node its job's replicas voted corrupt is quarantined for it",
          FRESH, {"quarantine": [("us0-n3", SDC)], "forget": []},
          snapshot={"blamed": {"us0-n3": vote(NOW - 1)}, "jobs": [job("dp")]}),
@@ -293,7 +294,7 @@ def test_usage_only_changes_are_written_at_most_every_two_seconds() -> None:
 def test_the_group_status_counts_domains_nodes_and_spares() -> None:
     snapshot = world(FRESH, spec=group_spec(spares={"perDomain": 1}))
     status = group_status(snapshot.groups["trn2"], snapshot.fleets["trn2"], [], None, 1,
-                          iso(NOW))
+                          millis(NOW))
     assert status["totals"] == {"domains": 2, "healthyDomains": 2, "nodes": 8,
                                 "readyNodes": 8, "accelerators": 128,
                                 "freeAccelerators": 96, "quarantined": 0, "spares": 2,

@@ -14,8 +14,8 @@ from goodput_operator.decide import JobDecision, Snapshot, decide, decide_jobs, 
 from goodput_operator.decide.types import Refusal
 from goodput_operator.health import badput
 from goodput_operator.health.hang import StepClock
-from goodput_operator.health.quarantine import iso
 from goodput_operator.health.straggler import Pace, stragglers
+from goodput_operator.times import millis
 from goodput_operator.topology.record import nodes_of
 from tests.unit.fleets import US
 from tests.unit.world import (
@@ -37,8 +37,8 @@ PLACED_2 = placed("us0-n0", "us0-n1")
 GPU_TAINT = {"key": "example.com/reserved", "value": "x", "effect": "NoSchedule"}
 DENIED = ('Pod j-r0-w0: pods "j-r0-w0" is forbidden: violates PodSecurity "restricted:latest": '
           'privileged (container "t" must not set securityContext.privileged=true)')
-RUNNING_2 = {"phase": "Running", "placement": PLACED_2, "startTime": iso(NOW - 600),
-             "goodput": {"since": iso(NOW - 600), "productiveSeconds": 0}}
+RUNNING_2 = {"phase": "Running", "placement": PLACED_2, "startTime": millis(NOW - 600),
+             "goodput": {"since": millis(NOW - 600), "productiveSeconds": 0}}
 
 
 def running_pods(owner: Obj, *phases: str) -> list[Obj]:
@@ -92,7 +92,7 @@ BRITTLE = job(status=RUNNING_2, failurePolicy={"backoff": {"initialSeconds": 30}
 DEVICE_CODES = job(status=RUNNING_2,
                    failurePolicy={"exitCodes": [{"codes": [74], "action": "probe"}]})
 ELASTIC = {"minWorkers": 2, "step": 2}
-SHRUNK = job(status={**RUNNING_2, "goodput": {**RUNNING_2["goodput"], "asOf": iso(NOW)}},
+SHRUNK = job(status={**RUNNING_2, "goodput": {**RUNNING_2["goodput"], "asOf": millis(NOW)}},
              workers=4, elastic=ELASTIC)                   # 2 of 4 running for 600 s
 
 
@@ -100,7 +100,7 @@ def shrunk(after: int, committed: float | None = None) -> Obj:
     """SHRUNK with elastic.growAfterSeconds AFTER and a checkpoint committed then."""
     status = {**SHRUNK["status"]}
     if committed is not None:
-        status["checkpoint"] = {"latest": {"step": 9, "path": "/c/9", "time": iso(committed)}}
+        status["checkpoint"] = {"latest": {"step": 9, "path": "/c/9", "time": millis(committed)}}
     return job(status=status, workers=4, elastic={**ELASTIC, "growAfterSeconds": after})
 
 
@@ -251,7 +251,7 @@ CASES = [
     Case("workers created after a refusal: the condition says so",
          job(status={"phase": "Placing", "placement": PLACED_2, "conditions": [
              {"type": "WorkersCreated", "status": "False", "reason": "CreateRefused",
-              "message": DENIED, "lastTransitionTime": iso(NOW - 9)}]}),
+              "message": DENIED, "lastTransitionTime": millis(NOW - 9)}]}),
          {"conditions": {"WorkersCreated": ("True", "Created")}},
          pods=[worker(PLACED_JOB, 0), worker(PLACED_JOB, 1)]),
     Case("a pod carrying a job's labels but not owned by it is not its worker",
@@ -358,7 +358,7 @@ def test_the_time_before_the_gang_runs_is_queueing_then_launch() -> None:
     [first] = decide(world(None, [NEW])).jobs
     goodput = first.desired["goodput"]
     assert goodput["idleSeconds"] == {"queueing": 30}
-    assert goodput["stage"] == {"name": "launch", "since": iso(NOW)}
+    assert goodput["stage"] == {"name": "launch", "since": millis(NOW)}
     placed_job = job(status={**first.desired, "goodput": goodput})
     pods = [worker(placed_job, r, node_name=n, phase="Running", ready=True)
             for r, n in enumerate(nodes_of(first.placement))]
@@ -366,7 +366,7 @@ def test_the_time_before_the_gang_runs_is_queueing_then_launch() -> None:
     assert running.desired["phase"] == "Running"
     goodput = running.desired["goodput"]
     assert goodput["lostSeconds"] == {"launch": 7} and goodput["stage"] is None
-    assert goodput["since"] == iso(NOW + 7)
+    assert goodput["since"] == millis(NOW + 7)
 
 
 def paces(slow: bool) -> Pace:
@@ -419,7 +419,7 @@ def test_a_job_whose_decision_raises_is_handed_back_and_the_others_go_on() -> No
 
 
 def test_the_reported_progress_goes_into_the_status() -> None:
-    progress = {"step": 1200, "at": iso(NOW - 1)}
+    progress = {"step": 1200, "at": millis(NOW - 1)}
     snapshot: Snapshot = world(None, [RUNNING], running_pods(RUNNING, "Running", "Running"),
                                progress={("ns", "j"): progress})
     [decision] = decide(snapshot).jobs
@@ -471,7 +471,7 @@ def refused_by_the_scheduler(owner: Obj, rank: int, node: str, since: float) -> 
     pod["status"]["conditions"] = [{
         "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
         "message": "0/8 nodes are available: 1 Insufficient cpu.",
-        "lastTransitionTime": iso(since)}]
+        "lastTransitionTime": millis(since)}]
     return pod
 
 
@@ -504,7 +504,7 @@ def test_a_running_job_s_goodput_is_refreshed_and_a_pass_is_asked_for_the_next_r
     [decision] = decide(snapshot).jobs
     goodput = decision.desired["goodput"]
     assert (goodput["productiveSeconds"], goodput["ratio"], goodput["asOf"]) == (
-        600, 1.0, iso(NOW))
+        600, 1.0, millis(NOW))
     assert decision.wake_at == NOW + 30
     written = {k: v for k, v in {**RUNNING_2, **decision.desired}.items() if v is not None}
     fresh = job(status=written)
@@ -571,7 +571,7 @@ def test_after_an_operator_restart_a_hung_job_is_judged_from_its_recorded_progre
     """No step report reached this leader; the status says the previous one saw step 40
     of this attempt 700 s ago: the floor (600 s) has passed, the job is hung. Progress that
     does not say its attempt (written before it did) says nothing."""
-    progress = {"step": 40, "rank": 0, "restart": 0, "time": iso(NOW - 700)}
+    progress = {"step": 40, "rank": 0, "restart": 0, "time": millis(NOW - 700)}
     hung_job = job(status={**RUNNING_2, "progress": progress})
     [decision] = decide(world(None, [hung_job], running_pods(hung_job, "Running",
                                                              "Running"))).jobs

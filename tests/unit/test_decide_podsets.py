@@ -11,8 +11,8 @@ import pytest
 from goodput_operator import names
 from goodput_operator.api.trainingjob import PodSet, TrainingJobStatus
 from goodput_operator.decide import JobDecision, decide_jobs, trial
-from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import trainingjob as build
+from goodput_operator.times import millis
 from goodput_operator.topology.record import companions_of, nodes_of
 from tests.unit.world import (
     NEURON,
@@ -104,8 +104,8 @@ def test_the_job_runs_only_once_its_companions_run_too() -> None:
 
 def test_a_failed_companion_restarts_the_gang() -> None:
     owner = job(podSets=[LEADER], status={
-        "phase": "Running", "placement": with_leader("us0-n0"), "startTime": iso(NOW - 600),
-        "goodput": {"since": iso(NOW - 600)}})
+        "phase": "Running", "placement": with_leader("us0-n0"), "startTime": millis(NOW - 600),
+        "goodput": {"since": millis(NOW - 600)}})
     workers = [worker(owner, r, node_name=f"us0-n{r}", phase="Running", ready=True)
                for r in (0, 1)]
     decision = decided(owner, [*workers, companion(owner, "us0-n0", "Failed")])
@@ -115,8 +115,8 @@ def test_a_failed_companion_restarts_the_gang() -> None:
 
 def test_a_lost_leader_node_moves_the_leader_beside_the_workers_that_stay() -> None:
     owner = job(podSets=[ONE_CHIP], status={
-        "phase": "Running", "placement": with_leader("us0-n2"), "startTime": iso(NOW - 600),
-        "goodput": {"since": iso(NOW - 600)}, "restarts": 0})
+        "phase": "Running", "placement": with_leader("us0-n2"), "startTime": millis(NOW - 600),
+        "goodput": {"since": millis(NOW - 600)}, "restarts": 0})
     workers = [worker(owner, r, node_name=f"us0-n{r}", phase="Running", ready=True)
                for r in (0, 1)]
     bodies = nodes(us0_n2=quarantined(nodes()["us0-n2"], "NodeNotReady", NOW - 20))

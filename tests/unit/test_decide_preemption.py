@@ -9,7 +9,7 @@ import pytest
 
 from goodput_operator.api.trainingjob import TrainingJobStatus
 from goodput_operator.decide import JobDecision, decide_jobs, trial
-from goodput_operator.health.quarantine import iso
+from goodput_operator.times import millis
 from tests.unit.world import NOW, conditions, job, placed, worker, world
 
 pytestmark = pytest.mark.unit
@@ -22,7 +22,7 @@ def running_job(name: str, *nodes: str, status: Obj | None = None, **spec: Any
     domain = f"us-{nodes[0][2]}"
     body = job(name, workers=len(nodes), **{"checkpoint": CHECKPOINTS, **spec}, status={
         "phase": "Running", "placement": placed(*nodes, domain=domain),
-        "startTime": iso(NOW - 600), "goodput": {"since": iso(NOW - 600)}, **(status or {})})
+        "startTime": millis(NOW - 600), "goodput": {"since": millis(NOW - 600)}, **(status or {})})
     pods = [worker(body, rank, node_name=node, phase="Running", ready=True)
             for rank, node in enumerate(nodes)]
     return body, pods
@@ -60,7 +60,7 @@ def test_the_gang_preempts_the_one_job_that_frees_a_whole_ultraserver() -> None:
     assert [e.reason for e in high.events] == ["Preempting"]
     victim = found["low-a"]
     assert victim.desired["preemption"]["by"] == "ns/high"
-    assert victim.desired["preemption"]["deadline"] == iso(NOW + 120)
+    assert victim.desired["preemption"]["deadline"] == millis(NOW + 120)
     assert conditions(victim.desired)["Preempted"] == ("True", "Checkpointing")
     assert victim.desired["phase"] == "Running" and victim.attempt is not None
     assert victim.attempt.delete == []
@@ -85,13 +85,13 @@ def test_jobs_of_the_same_or_a_higher_priority_are_never_preempted() -> None:
 
 @pytest.mark.parametrize(("case", "status", "clock_past_deadline"), [
     ("the checkpoint asked for is committed", {"checkpoint": {"latest": {
-        "step": 40, "path": "/fsx/ckpt/step-40", "time": iso(NOW - 5)}}}, False),
+        "step": 40, "path": "/fsx/ckpt/step-40", "time": millis(NOW - 5)}}}, False),
     ("the grace period is over, saved or not", {}, True),
 ])
 def test_a_victim_stops_once_saved_or_out_of_time_and_is_requeued(
         case: str, status: Obj, clock_past_deadline: bool) -> None:
     at = NOW - (200 if clock_past_deadline else 30)
-    preemption = {"by": "ns/high", "at": iso(at), "deadline": iso(at + 120)}
+    preemption = {"by": "ns/high", "at": millis(at), "deadline": millis(at + 120)}
     jobs, pods = fleet_of_three(status={"preemption": preemption, **status})
     victim = passed(jobs, pods)["low-a"]
     assert victim.attempt is not None
@@ -115,7 +115,7 @@ def test_a_victim_without_checkpoints_is_stopped_at_once() -> None:
 
 
 def test_a_victim_no_longer_needed_runs_on() -> None:
-    preemption = {"by": "ns/high", "at": iso(NOW - 30), "deadline": iso(NOW + 90)}
+    preemption = {"by": "ns/high", "at": millis(NOW - 30), "deadline": millis(NOW + 90)}
     jobs, pods = fleet_of_three(status={"preemption": preemption})
     found = passed(jobs[1:], pods)  # the gang is gone
     victim = found["low-a"]
@@ -124,10 +124,10 @@ def test_a_victim_no_longer_needed_runs_on() -> None:
 
 
 def test_the_next_passes_keep_the_same_victim_and_its_deadline() -> None:
-    preemption = {"by": "ns/high", "at": iso(NOW - 30), "deadline": iso(NOW + 90)}
+    preemption = {"by": "ns/high", "at": millis(NOW - 30), "deadline": millis(NOW + 90)}
     jobs, pods = fleet_of_three(status={"preemption": preemption})
     found = passed(jobs, pods)
-    assert found["low-a"].desired["preemption"]["deadline"] == iso(NOW + 90)
+    assert found["low-a"].desired["preemption"]["deadline"] == millis(NOW + 90)
     assert found["low-a"].events == []
 
 
@@ -135,11 +135,11 @@ def test_a_requeued_victim_is_not_placed_back_on_the_room_freed_for_the_gang() -
     """low-b stopped (its room free), low-a still saving: the gang still waits for low-a,
     and low-b, requeued, must not take low-b's old nodes back (it would be preempted again,
     over and over)."""
-    preemption = {"by": "ns/high", "at": iso(NOW - 30), "deadline": iso(NOW + 90)}
+    preemption = {"by": "ns/high", "at": millis(NOW - 30), "deadline": millis(NOW + 90)}
     a, a_pods = running_job("low-a", *WHOLE_0, status={"preemption": preemption})
     b = job("low-b", workers=4, status={"phase": "Recovering", "restarts": 1, "incidents": [
         {"restart": 1, "cause": "Preemption", "action": "requeue", "message": "preempted",
-         "failedAt": iso(NOW - 5), "detectedAt": iso(NOW - 5)}]})
+         "failedAt": millis(NOW - 5), "detectedAt": millis(NOW - 5)}]})
     high = job("high", workers=8, priority=10, preemptionPolicy="LowerPriority")
     found = passed([high, a, b], a_pods)
     assert conditions(found["high"].desired)["Placed"] == ("False", "Preempting")

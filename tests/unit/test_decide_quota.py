@@ -20,9 +20,9 @@ from goodput_operator.decide.priority import (
     PriorityClass,
 )
 from goodput_operator.decide.types import Refusal
-from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import workload as kueue
 from goodput_operator.resources.fabric import Fabric
+from goodput_operator.times import millis
 from goodput_operator.topology.record import ranks_of
 from tests.unit.fleets import US
 from tests.unit.world import NOW, conditions, job, nodes, placed, worker, world
@@ -53,7 +53,7 @@ def workload_of(body: Obj, *conditions_: tuple[str, str, str], flavor: str = "tr
                          "name"], "uid": body["metadata"]["uid"], "controller": True}]},
         "spec": {"podSets": [{"name": k, "count": v} for k, v in counts.items()]},
         "status": {"conditions": [{"type": t, "status": s, "reason": r, "message": message,
-                                   "lastTransitionTime": iso(NOW - 5)}
+                                   "lastTransitionTime": millis(NOW - 5)}
                                   for t, s, r in conditions_]}}
     if ("QuotaReserved", "True") in [(t, s) for t, s, _ in conditions_]:
         found["status"]["admission"] = {"clusterQueue": "cq", "podSetAssignments": [
@@ -144,8 +144,8 @@ def conditions_message(status: Obj, kind: str) -> str:
 def running(name: str = "j") -> tuple[Obj, list[Obj]]:
     nodes_ = ["us0-n0", "us0-n1"]
     body = queued(name, status={"phase": "Running", "placement": placed(*nodes_),
-                                "startTime": iso(NOW - 600),
-                                "goodput": {"since": iso(NOW - 600)}},
+                                "startTime": millis(NOW - 600),
+                                "goodput": {"since": millis(NOW - 600)}},
                   checkpoint={"dir": "/fsx/ckpt"})
     pods = [worker(body, rank, node_name=node, phase="Running", ready=True)
             for rank, node in enumerate(nodes_)]

@@ -20,8 +20,8 @@ from goodput_operator.decide.regions import (
     plan_regions,
     revision,
 )
-from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import workload as kueue
+from goodput_operator.times import millis
 from tests.unit.world import GROUP, NOW, conditions, world
 
 pytestmark = pytest.mark.unit
@@ -132,7 +132,7 @@ def child(index: int, region: str, ready: bool, room: int, cluster: str,
           since: float = NOW - 10) -> Obj:
     return {"apiVersion": "goodput.dev/v1alpha1", "kind": "InferenceEndpoint",
             "metadata": {"name": f"llm-{index}", "namespace": "ns", "uid": f"c{index}",
-                         "creationTimestamp": iso(NOW - 600),
+                         "creationTimestamp": millis(NOW - 600),
                          "labels": {names.REGION_LABEL: region,
                                     names.REVISION_LABEL: revision(PARENT_SPEC),
                                     kueue.QUEUE_LABEL: f"q-{region}",
@@ -141,7 +141,7 @@ def child(index: int, region: str, ready: bool, room: int, cluster: str,
             "spec": {"managedBy": kueue.MULTIKUEUE},
             "status": {"readyReplicas": int(ready), "room": room, "cluster": cluster,
                        "conditions": [{"type": "Ready", "status": str(ready),
-                                       "lastTransitionTime": iso(since)}]}}
+                                       "lastTransitionTime": millis(since)}]}}
 
 
 def test_the_manager_sends_replicas_and_sums_the_regions() -> None:
@@ -182,7 +182,7 @@ def test_a_failing_region_is_said_in_the_status_and_an_event() -> None:
     assert [c["metadata"]["labels"][names.REGION_LABEL] for c in decided.children] == \
         ["west", "west"]
     east = {r["name"]: r for r in decided.desired["regions"]}["east"]
-    assert east["unavailableUntil"] == iso(NOW + GRACE)
+    assert east["unavailableUntil"] == millis(NOW + GRACE)
     assert "not ready for 65s in cluster-e" in east["message"]
     [event] = [e for e in decided.events if e.reason == "ReplicaMoved"]
     assert event.type == "Warning" and "region east takes no new replica" in event.message

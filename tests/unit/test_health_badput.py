@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from goodput_operator.health import badput
-from goodput_operator.health.quarantine import iso
+from goodput_operator.times import millis
 
 T = 1_800_000_000.0
 
 
 def test_an_incident_closes_the_stretch_and_the_work_since_the_checkpoint_is_lost() -> None:
-    status = {"goodput": {"since": iso(T)},
-              "checkpoint": {"latest": {"step": 100, "path": "/c/100", "time": iso(T + 600)}}}
+    status = {"goodput": {"since": millis(T)},
+              "checkpoint": {"latest": {"step": 100, "path": "/c/100", "time": millis(T + 600)}}}
     opened = badput.open_incident(status, 1, "NodeFailure", "n1 lost", ["n1"], T + 1000,
                                   T + 1006)
     incident = opened["incidents"][-1]
@@ -30,8 +30,8 @@ def test_an_incident_closes_the_stretch_and_the_work_since_the_checkpoint_is_los
 
 
 def test_without_a_checkpoint_in_this_stretch_all_of_it_is_lost() -> None:
-    status = {"goodput": {"since": iso(T)},
-              "checkpoint": {"latest": {"step": 1, "time": iso(T - 50)}}}
+    status = {"goodput": {"since": millis(T)},
+              "checkpoint": {"latest": {"step": 1, "time": millis(T - 50)}}}
     opened = badput.open_incident(status, 1, "ApplicationError", "exit 1", [], T + 30, T + 30)
     assert opened["incidents"][-1]["lostWorkSeconds"] == 30
     assert opened["goodput"]["productiveSeconds"] == 0
@@ -59,7 +59,7 @@ def test_a_scripted_timeline_adds_up_to_wall_time_and_the_status_is_current() ->
     status["goodput"] = badput.refreshed(status["goodput"], T + 40)
     assert (status["goodput"]["productiveSeconds"], status["goodput"]["ratio"]) == (40, 1.0)
     assert badput.refresh_due(status["goodput"], T + 40) == T + 40 + badput.REFRESH_SECONDS
-    status["checkpoint"] = {"latest": {"step": 70, "path": "/c/70", "time": iso(T + 70)}}
+    status["checkpoint"] = {"latest": {"step": 70, "path": "/c/70", "time": millis(T + 70)}}
     status = badput.open_incident(status, 1, "NodeFailure", "n1 lost", ["n1"], T + 100, T + 105)
     assert status["goodput"]["productiveSeconds"] == 70  # the refresh is not counted twice
     assert badput.refresh_due(status["goodput"], T + 105) is None  # nothing runs
@@ -92,7 +92,7 @@ def test_every_second_of_a_job_s_life_is_attributed_and_the_total_is_its_wall_ti
         assert sum(spent.values()) == pytest.approx(now - T), (now - T, spent)
 
     def committed(now: float, step: int, stall: float, verified: bool) -> None:
-        ref = {"step": step, "path": f"/c/{step}", "time": iso(now), "saveSeconds": stall}
+        ref = {"step": step, "path": f"/c/{step}", "time": millis(now), "saveSeconds": stall}
         checkpoint = status["checkpoint"]
         checkpoint["history"] = [*checkpoint.get("history", []), ref]
         checkpoint["latest"] = ref
@@ -124,7 +124,7 @@ def test_every_second_of_a_job_s_life_is_attributed_and_the_total_is_its_wall_ti
                                       "replacement": 5, "restart": 8, "lostWork": 60}
     assert goodput["productiveSeconds"] == (100 - 15 - 60 - 2) + (150 - 110) + (300 - 270)
     assert goodput.get("stage") is None
-    assert goodput["stallsCountedTo"] == iso(T + 70)
+    assert goodput["stallsCountedTo"] == millis(T + 70)
     assert badput.attributed(status, T + 300) == pytest.approx({
         "productive": 93, "queueing": 20, "suspended": 100, "launch": 6, "checkpoint": 2,
         "detection": 6, "replacement": 5, "restart": 8, "lostWork": 60})

@@ -9,6 +9,7 @@ import pytest
 from goodput_operator import names
 from goodput_operator.api.ultraservergroup import Quarantine
 from goodput_operator.health import quarantine as q
+from goodput_operator.times import millis
 
 NOW = 1_800_000_000.0
 
@@ -238,10 +239,10 @@ def test_a_kubelet_back_from_a_silence_is_alive_by_its_ready_heartbeat() -> None
     """Healed and released by hand, a node must not be failed again on its old Lease before
     the watch brings the next renewal: the Ready heartbeat it posted on return counts."""
     body = node("back")
-    body["status"]["conditions"][0]["lastHeartbeatTime"] = q.iso(NOW - 2)
+    body["status"]["conditions"][0]["lastHeartbeatTime"] = millis(NOW - 2)
     assert q.finding(body, POLICY, None, NOW, q.Renewal(NOW - 40, 10), heard=NOW) is None
     stale = node("dead")
-    stale["status"]["conditions"][0]["lastHeartbeatTime"] = q.iso(NOW - 300)
+    stale["status"]["conditions"][0]["lastHeartbeatTime"] = millis(NOW - 300)
     found = q.finding(stale, POLICY, None, NOW, q.Renewal(NOW - 40, 10), heard=NOW)
     assert found is not None and found.reason == "NodeLeaseExpired"
 
@@ -259,7 +260,7 @@ def test_when_every_lease_falls_silent_together_no_node_is_failed_for_it() -> No
 @pytest.mark.parametrize(("annotations", "score"), [
     ({}, "1"),
     ({names.LEMON_ANNOTATION: "4"}, "5"),                                   # before decay
-    ({names.LEMON_ANNOTATION: "2", names.LEMON_AT_ANNOTATION: q.iso(NOW - 14 * 86_400)},
+    ({names.LEMON_ANNOTATION: "2", names.LEMON_AT_ANNOTATION: millis(NOW - 14 * 86_400)},
      "2"),                                                                   # 2 x 1/2 + 1
     ({names.LEMON_ANNOTATION: "garbage"}, "1"),
 ])
@@ -271,4 +272,4 @@ def test_a_quarantine_raises_the_decayed_incident_score_and_stamps_it(
                                half_life_days=14)
     written = patch["metadata"]["annotations"]
     assert written[names.LEMON_ANNOTATION] == score
-    assert written[names.LEMON_AT_ANNOTATION] == q.iso(NOW)
+    assert written[names.LEMON_AT_ANNOTATION] == millis(NOW)

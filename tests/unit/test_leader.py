@@ -15,9 +15,9 @@ from goodput_operator.operator.leader import (
     LeaderElection,
     Observed,
     leading_pod,
-    micro_time,
     next_record,
 )
+from goodput_operator.times import micros
 
 ME, OTHER = "op-a_1", "op-b_2"
 T0 = 1_800_000_000.0
@@ -55,9 +55,9 @@ def test_who_may_write_the_lease(case: str, current: dict[str, Any] | None,
         return
     assert record is not None, case
     assert record["holderIdentity"] == ME
-    assert record["renewTime"] == micro_time(T0)
+    assert record["renewTime"] == micros(T0)
     held_before = current and current["spec"]["holderIdentity"] == ME
-    assert (record["acquireTime"] == micro_time(T0)) == (not held_before), case
+    assert (record["acquireTime"] == micros(T0)) == (not held_before), case
     # as client-go: every change of holder of an existing Lease counts, a release included
     transitions = 1 if current and current["spec"]["holderIdentity"] != ME else 0
     assert record["leaseTransitions"] == transitions, case
@@ -71,7 +71,7 @@ def test_a_record_that_just_changed_means_its_holder_is_alive() -> None:
 
 
 def test_micro_time_is_the_api_servers_format() -> None:
-    assert micro_time(0.5) == "1970-01-01T00:00:00.500000Z"
+    assert micros(0.5) == "1970-01-01T00:00:00.500000Z"
 
 
 def _pod(name: str, ready: bool = True, labelled: bool = True) -> dict[str, Any]:

@@ -14,8 +14,8 @@ import pytest
 
 from goodput_operator import names
 from goodput_operator.controllers.state import State
-from goodput_operator.health.quarantine import iso
 from goodput_operator.operator import loop
+from goodput_operator.times import millis
 from tests.unit.world import NOW, group_spec, nodes
 
 pytestmark = pytest.mark.unit
@@ -264,7 +264,7 @@ def test_the_jobs_are_decided_while_the_groups_status_writes_are_on_their_way(
     state = State()
     for body in nodes(1).values():
         state.upsert_node(body)
-    state.upsert_group({"metadata": {"name": "trn2", "creationTimestamp": iso(NOW - 60)},
+    state.upsert_group({"metadata": {"name": "trn2", "creationTimestamp": millis(NOW - 60)},
                         "spec": group_spec().model_dump(by_alias=True)})
     asyncio.run(loop.groups_then_jobs(state, SlowStatusKube()))  # type: ignore[arg-type]
     assert ran == ["jobs", "group status written"]

@@ -242,12 +242,12 @@ def with_history(fleet: Fleet, name: str, score: str, days_ago: float | None) ->
     """FLEET whose node NAME carries an incident score raised DAYS_AGO (None: a score
     written before scores decayed)."""
     from goodput_operator import names
-    from goodput_operator.health.quarantine import iso
+    from goodput_operator.times import millis
 
     node_ = fleet.nodes[name]
     body = node(name, node_.domain, fleet.domains[node_.domain].path[1], node_.capacity)
     body["metadata"]["annotations"] = {names.LEMON_ANNOTATION: score, **(
-        {names.LEMON_AT_ANNOTATION: iso(NOW - days_ago * DAY)} if days_ago is not None
+        {names.LEMON_AT_ANNOTATION: millis(NOW - days_ago * DAY)} if days_ago is not None
         else {})}
     fleet.upsert_node(body)
     return fleet

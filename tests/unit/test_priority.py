@@ -23,7 +23,7 @@ from goodput_operator.decide.priority import (
     resolve,
     with_pod_class,
 )
-from goodput_operator.health.quarantine import iso
+from goodput_operator.times import millis
 from tests.unit.world import NOW, conditions, job, placed, worker, world
 
 pytestmark = pytest.mark.unit
@@ -131,7 +131,7 @@ WHOLE = [f"us0-n{s}" for s in range(4)] + [f"us1-n{s}" for s in range(4)]
 def team_b_running(**spec: Any) -> tuple[Obj, list[Obj]]:
     body = job("b-train", workers=8, checkpoint={"dir": "/fsx/ckpt"}, **spec, status={
         "phase": "Running", "placement": placed(*WHOLE),
-        "startTime": iso(NOW - 600), "goodput": {"since": iso(NOW - 600)}})
+        "startTime": millis(NOW - 600), "goodput": {"since": millis(NOW - 600)}})
     body["metadata"]["namespace"] = "team-b"
     pods = [worker(body, rank, node_name=node, phase="Running", ready=True)
             for rank, node in enumerate(WHOLE)]
@@ -170,4 +170,4 @@ def test_a_victims_grace_holds_another_teams_preemptor_at_most_300_s(grace: int,
     snapshot = world(None, [team_a(priorityClassName="urgent"), b], pods, classes=CLASSES)
     with trial(snapshot):
         found = {d.job["metadata"]["name"]: d for d in decide_jobs(snapshot, [])}
-    assert found["b-train"].desired["preemption"]["deadline"] == iso(NOW + waits)
+    assert found["b-train"].desired["preemption"]["deadline"] == millis(NOW + waits)

@@ -13,7 +13,7 @@ from goodput_operator.api.ultraservergroup import UltraServerGroupStatus
 from goodput_operator.decide import decide, decide_groups, trial
 from goodput_operator.decide.priority import PRIORITY_CLASS, Classes, PriorityClass
 from goodput_operator.decide.standby import Held, choose_standby
-from goodput_operator.health.quarantine import iso
+from goodput_operator.times import millis
 from tests.unit.test_decide_endpoint import endpoint, group
 from tests.unit.test_decide_preemption import running_job
 from tests.unit.world import NOW, conditions, job, nodes, world
@@ -117,7 +117,7 @@ def test_a_group_that_fits_nowhere_else_reclaims_the_standby_domain_a_job_borrow
     assert conditions(victim.desired)["Preempted"] == ("True", "Checkpointing")
     assert victim.desired["preemption"]["by"] == "InferenceEndpoint ns/ie"
     assert "preemption" not in found["filler"].desired
-    assert victim.desired["preemption"]["deadline"] == iso(NOW + 120)   # its own grace
+    assert victim.desired["preemption"]["deadline"] == millis(NOW + 120)   # its own grace
 
 
 def test_a_reclaim_no_longer_needed_is_dropped_and_the_job_runs_on() -> None:

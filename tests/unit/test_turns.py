@@ -13,7 +13,7 @@ import pytest
 from goodput_operator.decide import decide, decide_endpoints, decide_jobs, trial, turns
 from goodput_operator.decide.creates import WriteBudget
 from goodput_operator.decide.snapshot import Snapshot
-from goodput_operator.health.quarantine import iso
+from goodput_operator.times import millis
 from tests.unit.test_decide_endpoint import endpoint
 from tests.unit.world import NOW, conditions, job, nodes, placed, world
 
@@ -268,7 +268,7 @@ def test_preempting_jobs_take_turns_at_the_search_and_keep_their_victims_between
                 "lastTransitionTime": "t0", "observedGeneration": 1}
         gangs.append(job(f"h{i}", workers=4, priority=10, preemptionPolicy="LowerPriority",
                          status={"phase": "Pending", "conditions": [said]}))
-        marked = {"by": f"ns/h{i}", "at": iso(NOW - 30), "deadline": iso(NOW + 90)}
+        marked = {"by": f"ns/h{i}", "at": millis(NOW - 30), "deadline": millis(NOW + 90)}
         low, low_pods = running_job(f"low-{i}", *(f"us{i}-n{s}" for s in range(4)),
                                     status={"preemption": marked})
         lows.append(low)
@@ -305,7 +305,7 @@ def test_a_preempting_job_without_a_turn_searches_when_its_victims_no_longer_mak
     first = job("g0", workers=16)
     gang = job("g1", workers=4, priority=10, preemptionPolicy="LowerPriority",
                status={"phase": "Pending", "conditions": [said]})
-    marked = {"by": "ns/g1", "at": iso(NOW - 30), "deadline": iso(NOW + 90)}
+    marked = {"by": "ns/g1", "at": millis(NOW - 30), "deadline": millis(NOW + 90)}
     a, a_pods = running_job("low-a", "us0-n0", "us0-n1", "us0-n2",
                             status={"preemption": marked})
     high, high_pods = running_job("high", "us0-n3", priority=20)

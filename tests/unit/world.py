@@ -10,9 +10,10 @@ from typing import Any
 from goodput_operator import names
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.decide import Snapshot
-from goodput_operator.health.quarantine import Finding, iso, quarantine_patch
+from goodput_operator.health.quarantine import Finding, quarantine_patch
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.fabric import Fabric
+from goodput_operator.times import millis
 from goodput_operator.topology.model import Fleet, GroupShape
 from goodput_operator.topology.record import to_slices
 from tests.unit.fleets import node
@@ -58,7 +59,7 @@ def _merge(body: Obj, patch: Obj) -> Obj:
 
 def not_ready(since: float) -> Obj:
     return {"status": {"conditions": [{"type": "Ready", "status": "False",
-                                       "lastTransitionTime": iso(since)}]}}
+                                       "lastTransitionTime": millis(since)}]}}
 
 
 def quarantined(body: Obj, reason: str, at: float, by: str = "operator", owner: str = "") -> Obj:
@@ -77,7 +78,7 @@ def group_object(spec: UltraServerGroupSpec, status: Obj | None = None) -> Obj:
 def job(name: str = "j", status: Obj | None = None, **spec: Any) -> Obj:
     return {"apiVersion": "goodput.dev/v1alpha1", "kind": "TrainingJob",
             "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
-                         "generation": 1, "creationTimestamp": iso(NOW - 30)},
+                         "generation": 1, "creationTimestamp": millis(NOW - 30)},
             "spec": {"ultraServerGroup": GROUP, "workers": 2, "acceleratorsPerWorker": 16,
                      "template": {"spec": {"containers": [{"name": "t", "image": "i"}]}},
                      **spec},
@@ -103,13 +104,13 @@ def as_returned(body: Obj, node_name: str | None = None, phase: str = "Pending",
                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
     if code is not None:
         body["status"]["containerStatuses"] = [
-            {"state": {"terminated": {"exitCode": code, "finishedAt": iso(NOW - 5)}}}]
+            {"state": {"terminated": {"exitCode": code, "finishedAt": millis(NOW - 5)}}}]
     return body
 
 
 def placed(*ranks: str, domain: str = "us-0", at: float = NOW - 60) -> Obj:
     """A status.placement of ranks 0.. on these nodes."""
-    return {"domains": [domain], "reason": "placed", "placedAt": iso(at),
+    return {"domains": [domain], "reason": "placed", "placedAt": millis(at),
             "workers": len(ranks), "slices": to_slices(
                 {"rank": i, "node": n, "domain": domain} for i, n in enumerate(ranks))}
 

@@ -44,6 +44,10 @@ def cel(rule: str, message: str, field_path: str | None = None,
     return validation
 
 
+MESSAGE_LENGTH = 1024  # characters the operator keeps of a message, reason or evidence it
+# writes into a status (the rest of a long one is in the operator's log and events)
+SHORT_MESSAGE_LENGTH = 512  # the same inside a reason that carries several of them
+
 LabelKey = Annotated[str, Field(max_length=317, pattern=LABEL_KEY)]
 """A label (or condition type, taint) key such as topology.k8s.aws/ultraserver-id."""
 

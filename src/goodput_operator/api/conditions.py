@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 Obj = dict[str, Any]
-
-
-def stamp(clock: float) -> str:
-    """A metav1.Time (whole seconds) for CLOCK, in epoch seconds."""
-    return datetime.fromtimestamp(clock, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def set_condition(conditions: list[Obj], type_: str, status: bool | str, reason: str,

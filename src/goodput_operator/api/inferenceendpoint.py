@@ -28,6 +28,8 @@ MetricType = Literal["QueueDepth", "Concurrency", "TTFTp95", "TokensPerSecond", 
                      "KVCacheUtilization", "PromQL"]
 
 MAX_REPLICAS = 4096  # replica groups of one endpoint
+MAX_RECENT_SCALING = 16  # status.recentScaling: the newest decisions kept
+MAX_REGIONS = 16  # spec.regions and status.regions
 MAX_PODS = 8192  # pods of one endpoint at its largest: replica groups x pods per group
 ROLE_NAMES = ("decode", "prefill")  # a disaggregated endpoint's roles; decode anchors units
 
@@ -302,7 +304,7 @@ class MultiRegion(ApiModel):
     """A replica not ready (or not admitted by its region's Kueue) this long is moved to
     another region, and its region takes no new replica for as long."""
     regions: list[Region] = Field(
-        min_length=1, max_length=16,
+        min_length=1, max_length=MAX_REGIONS,
         json_schema_extra={"x-kubernetes-list-type": "map",
                            "x-kubernetes-list-map-keys": ["name"]})
     """The regions, names unique (at most 16)."""
@@ -537,9 +539,10 @@ class InferenceEndpointStatus(ApiModel):
     """The warm standby (scaling.standbyDomains)."""
     last_scaling: ScalingDecision | None = None
     """The last scaling decision."""
-    recent_scaling: list[ScalingDecision] = Field(default_factory=list, max_length=16)
+    recent_scaling: list[ScalingDecision] = Field(default_factory=list,
+                                                  max_length=MAX_RECENT_SCALING)
     """The most recent scaling decisions (newest last, at most 16)."""
-    regions: list[RegionStatus] = Field(default_factory=list, max_length=16)
+    regions: list[RegionStatus] = Field(default_factory=list, max_length=MAX_REGIONS)
     """Per region, its replicas (multiRegion)."""
     room: int | None = Field(default=None, ge=0)
     """Under Kueue: how many more replica groups of this shape this cluster could host

@@ -80,6 +80,8 @@ class Topology(ApiModel):
     `kubectl get nodes` lists them), for launchers that expect that."""
 
 
+MAX_INCIDENTS = 32  # status.incidents: the newest kept
+MAX_CHECKPOINT_HISTORY = 16  # status.checkpoint.history: the newest kept
 MAX_POD_SETS = 4  # companion pod sets per job (a launcher, a leader, parameter servers)
 
 
@@ -476,7 +478,8 @@ class CheckpointStatus(ApiModel):
     latest_verified: CheckpointRef | None = None
     """The newest checkpoint whose step passed the cross-replica checks (every checkpoint
     when the job does not check replicas): the one a restart resumes from."""
-    history: list[CheckpointRecord] = Field(default_factory=list, max_length=16)
+    history: list[CheckpointRecord] = Field(default_factory=list,
+                                           max_length=MAX_CHECKPOINT_HISTORY)
     """The most recent checkpoints of this attempt (newest last, at most 16)."""
 
 
@@ -686,7 +689,7 @@ class TrainingJobStatus(ApiModel):
     preemption: Preempting | None = None
     """While a higher-priority gang preempts this job: by whom, since when, and until when
     its workers may save a checkpoint before they are stopped."""
-    incidents: list[Incident] = Field(default_factory=list, max_length=32)
+    incidents: list[Incident] = Field(default_factory=list, max_length=MAX_INCIDENTS)
     """The most recent interruptions (newest last, at most 32) with their costs."""
     goodput: Goodput = nested(Goodput)
     """Productive and lost seconds."""

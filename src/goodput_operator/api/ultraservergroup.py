@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 from goodput_operator import names
 from goodput_operator.api.base import (
     LABEL_KEY,
+    MESSAGE_LENGTH,
     RESOURCE_NAME,
     ApiModel,
     Condition,
@@ -328,7 +329,7 @@ class IgnoredPod(ApiModel):
     """namespace/name."""
     node: str = Field(max_length=253)
     """The node it is pinned to."""
-    reason: str = Field(max_length=1024)
+    reason: str = Field(max_length=MESSAGE_LENGTH)
     """Why it books nothing: held by scheduling gates of its own, or pinned and unbound
     for over 300 s."""
 
@@ -349,7 +350,7 @@ class HeldEvidence(ApiModel):
     """namespace/name of the job whose reports blamed it; empty: a probe."""
     since: str = Field(max_length=64)
     """When the blame was first made."""
-    evidence: str = Field(max_length=1024)
+    evidence: str = Field(max_length=MESSAGE_LENGTH)
     """What the reports or the probe found."""
 
 

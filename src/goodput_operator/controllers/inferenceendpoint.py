@@ -25,8 +25,8 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from goodput_operator import metrics
-from goodput_operator.api.conditions import set_condition, stamp
+from goodput_operator import metrics, times
+from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec, ServingRole
 from goodput_operator.autoscaling import prometheus
 from goodput_operator.autoscaling.algorithm import Decision, History, Sample, recommend
@@ -76,7 +76,7 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
             decided.desired["conditions"] = set_condition(
                 decided.desired.get("conditions") or [], "Ready", False,
                 "ServiceCreateFailed", f"cannot create the endpoint's Service: {reason}",
-                meta.get("generation"), stamp(time.time()))
+                meta.get("generation"), times.seconds(time.time()))
             decided.events.append(Event("Warning", "ServiceCreateFailed", reason))
     pins = [state.bulk(kube.patch_pod, meta["namespace"], pod["metadata"]["name"],
                        pin(pod, node, domain)) for pod, node, domain in decided.pin]
@@ -111,7 +111,7 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
         decided.desired["conditions"] = set_condition(
             decided.desired.get("conditions") or [], "Ready", False, "PodCreateRefused",
             f"the API server refused the replicas' pods: {refused[0]}",
-            meta.get("generation"), stamp(time.time()))
+            meta.get("generation"), times.seconds(time.time()))
     await asyncio.gather(*(state.bulk(kube.delete_pod, meta["namespace"], name)
                            for name in decided.delete))
     await _replicas(state, kube, decided)

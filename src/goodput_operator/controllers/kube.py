@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from goodput_operator import metrics
-from goodput_operator.api.base import GROUP, VERSION
+from goodput_operator.api.base import GROUP, MESSAGE_LENGTH, VERSION
 from goodput_operator.controllers.shapes import Decode
 from goodput_operator.decide import Event, Failure
 from goodput_operator.decide.types import OwnerKey, Quota, changed_keys
@@ -332,7 +332,7 @@ class Kube:
             "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
                                "name": meta["name"], "namespace": meta.get("namespace"),
                                "uid": meta.get("uid")},
-            "reason": reason, "message": message[:1024], "type": type_,
+            "reason": reason, "message": message[:MESSAGE_LENGTH], "type": type_,
             "source": {"component": "goodput-operator"},
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
             "reportingComponent": "goodput-operator", "reportingInstance": "goodput-operator",
@@ -364,7 +364,7 @@ def api_message(err: ApiException) -> str:
         message = json.loads(err.body or "{}").get("message")
     except (ValueError, AttributeError):
         message = None
-    return str(message or f"{err.status} {err.reason}")[:1024]
+    return str(message or f"{err.status} {err.reason}")[:MESSAGE_LENGTH]
 
 
 def refusal(err: ApiException) -> str | None:

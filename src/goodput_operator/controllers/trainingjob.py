@@ -10,7 +10,7 @@ import logging
 import time
 from typing import Any, cast
 
-from goodput_operator import metrics
+from goodput_operator import metrics, times
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.controllers import ultraservergroup
 from goodput_operator.controllers.kube import (
@@ -26,7 +26,6 @@ from goodput_operator.decide import Event, Failure, JobDecision, decide_jobs, tr
 from goodput_operator.decide.attempt import TERMINAL, Attempt, Spots
 from goodput_operator.decide.creates import WriteBudget
 from goodput_operator.health import badput
-from goodput_operator.health.quarantine import parse_time
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.pods import is_gated, pin, pinned
 from goodput_operator.topology.model import trainingjob_owner
@@ -161,7 +160,7 @@ def _observe(job: Obj, desired: Obj, events: list[Event], now: float) -> None:
     if ratio is not None:
         metrics.GOODPUT_RATIO.labels(meta["namespace"], meta["name"]).set(ratio)
     incidents = desired.get("incidents") or (job.get("status") or {}).get("incidents") or []
-    failed_at = parse_time(incidents[-1].get("failedAt")) if incidents else None
+    failed_at = times.parse(incidents[-1].get("failedAt")) if incidents else None
     metrics.RECOVERING_SECONDS.labels(meta["namespace"], meta["name"]).set(
         now - failed_at if desired.get("phase") == "Recovering" and failed_at else 0)
     if not any(event.reason == "Recovered" for event in events):
@@ -225,7 +224,7 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placem
 
 async def _expire(kube: Kube, job: Obj, spec: TrainingJobSpec, status: Obj) -> None:
     ttl = spec.ttl_seconds_after_finished
-    finished = parse_time(status.get("completionTime"))
+    finished = times.parse(status.get("completionTime"))
     if ttl is None or finished is None or status.get("phase") not in TERMINAL:
         return
     if time.time() >= finished + ttl:

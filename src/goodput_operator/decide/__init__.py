@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from goodput_operator.api.conditions import stamp
+from goodput_operator import times
 from goodput_operator.decide.creates import WriteBudget, allot
 from goodput_operator.decide.endpoint import EndpointDecision, decide_endpoint
 from goodput_operator.decide.gang import JobDecision
@@ -94,7 +94,7 @@ def decide_jobs(snapshot: Snapshot, failures: list[Failure],
     BUDGET: pod writes left in the pass; the placed gangs' pods are built from it
     (decide.creates.allot), the smallest requests first."""
     reclaim_marks(snapshot)  # standby domains endpoints take back from the jobs
-    at = stamp(snapshot.clock)
+    at = times.seconds(snapshot.clock)
     decided = _each("TrainingJob", snapshot.jobs, lambda job: decide_job(snapshot, job),
                     failures)
     unbuilt = allot(decided, budget or WriteBudget(snapshot.write_budget))
@@ -108,7 +108,7 @@ def decide_endpoints(snapshot: Snapshot, failures: list[Failure],
                      budget: WriteBudget | None = None) -> list[EndpointDecision]:
     """Call inside `trial(snapshot)`. BUDGET: pod writes left in the pass."""
     budget = budget or WriteBudget(snapshot.write_budget)
-    at = stamp(snapshot.clock)
+    at = times.seconds(snapshot.clock)
     return _each("InferenceEndpoint", snapshot.endpoints,
                  lambda ie: decide_regions(snapshot, ie) if ie["spec"].get("multiRegion")
                  else decide_endpoint(snapshot, ie, budget), failures) + \

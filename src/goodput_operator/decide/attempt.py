@@ -22,13 +22,13 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from goodput_operator import times
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.decide.creates import Missing, missing
 from goodput_operator.decide.types import ConditionUpdate, Event, Refusal
 from goodput_operator.health import badput
 from goodput_operator.health.failures import Classified, classify
 from goodput_operator.health.hang import StepClock, deadline, hung, judged
-from goodput_operator.health.quarantine import parse_time
 from goodput_operator.resources.fabric import Fabric
 from goodput_operator.resources.pods import (
     FINISHED,
@@ -251,7 +251,7 @@ def _unprobed(spec: TrainingJobSpec, placement: Obj, ranks: dict[int, Obj],
     nodes = {r["node"] for r in ranks.values()}
     if not spec.sdc.probe_on_start:
         nodes &= set(placement.get("probeFirst") or [])
-    since = parse_time(placement.get("placedAt")) or 0.0
+    since = times.parse(placement.get("placedAt")) or 0.0
     return sorted(n for n in nodes if probed.get(n, -1.0) < since)
 
 
@@ -293,7 +293,7 @@ def _detect(result: Attempt, spec: TrainingJobSpec, books: Obj, held: list[str],
     infra: list[str] = []
     application: list[str] = []
     blamed: dict[str, str] = {}
-    times: list[float] = [lost[n].since for n in down]
+    failed_at: list[float] = [lost[n].since for n in down]
     suspected = sum(len(i.get("nodes") or []) for i in books["incidents"]
                     if i.get("cause") == "InfrastructureError")
     for _, pod in failed:
@@ -309,9 +309,9 @@ def _detect(result: Attempt, spec: TrainingJobSpec, books: Obj, held: list[str],
         if verdict.kind == "fail":
             _finish(result, "Failed", verdict.detail, "WorkerFailed", [])
             return None
-        finished = parse_time(verdict.finished_at)
+        finished = times.parse(verdict.finished_at)
         if finished is not None:
-            times.append(finished)
+            failed_at.append(finished)
         if verdict.kind == "application":
             application.append(verdict.detail)
         else:
@@ -323,7 +323,7 @@ def _detect(result: Attempt, spec: TrainingJobSpec, books: Obj, held: list[str],
     cause, message = _cause(books, spec, down, lost, infra, application)
     if hang is not None and not (down or infra or application):
         cause, message = "Hang", hang[0]
-        times.append(hang[1])  # failed at its last step; detected now
+        failed_at.append(hang[1])  # failed at its last step; detected now
     paid = charged(books, cause, spec)
     if paid is None:
         budget, limit = budget_of(cause, spec)
@@ -333,10 +333,10 @@ def _detect(result: Attempt, spec: TrainingJobSpec, books: Obj, held: list[str],
     books = paid
     restart_at = backoff_until(books, spec, now) if cause == "ApplicationError" else None
     if badput.current_incident(books) is not None:  # hit again while recovering
-        books = badput.running_again(books, min(times or [now]))
+        books = badput.running_again(books, min(failed_at or [now]))
     result.events.append(Event("Warning", "Interrupted", message))
     return badput.open_incident(books, restart + 1, cause, message, sorted({*down, *blamed}),
-                                min(times or [now]), now, restart_at, strict_checkpoints(spec))
+                                min(failed_at or [now]), now, restart_at, strict_checkpoints(spec))
 
 
 def charged(books: Obj, cause: str, spec: TrainingJobSpec) -> Obj | None:
@@ -413,7 +413,7 @@ def _recover(result: Attempt, spec: TrainingJobSpec, books: Obj, incident: Obj,
     result.phase, result.status = "Recovering", _incidents_only(books)
     result.conditions.append(ConditionUpdate("Running", False, "Recovering",
                                              incident["message"]))
-    restart_at = parse_time(incident.get("restartAt"))
+    restart_at = times.parse(incident.get("restartAt"))
     suspects_first = incident.get("cause") == "InfrastructureError"  # an exit code's
     unresolved = [n for n in incident.get("nodes") or [] if n not in lost] \
         if suspects_first else []

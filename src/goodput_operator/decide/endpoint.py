@@ -15,10 +15,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from goodput_operator import names
+from goodput_operator import names, times
 from goodput_operator.api.base import describe_errors
-from goodput_operator.api.conditions import set_condition, stamp
+from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.inferenceendpoint import (
+    MAX_RECENT_SCALING,
     InferenceEndpointSpec,
     ReplicaShape,
     ServingRole,
@@ -55,7 +56,6 @@ from goodput_operator.decide.units import (
     removal_order,
     room_in_units,
 )
-from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import inference as build
 from goodput_operator.resources.fabric import Fabric
 from goodput_operator.resources.pods import FINISHED, owned, pinned
@@ -63,7 +63,6 @@ from goodput_operator.topology.model import Fleet, endpoint_owner
 from goodput_operator.topology.placement import Placement, Request, place, room_for
 
 Obj = dict[str, Any]
-MAX_DECISIONS = 16  # scaling decisions kept in status.recentScaling
 ROOM_LIMIT = 16  # the most status.room says (under Kueue)
 
 
@@ -181,7 +180,7 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
     meta = ie["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     status = dict(ie.get("status") or {})
-    generation, at = meta.get("generation"), stamp(snapshot.clock)
+    generation, at = meta.get("generation"), times.seconds(snapshot.clock)
     conditions = list(status.get("conditions") or [])
     try:
         spec = InferenceEndpointSpec.model_validate(ie["spec"])
@@ -309,7 +308,7 @@ def _report_kueue(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
     if quota is None:
         return
     meta = result.ie["metadata"]
-    generation, at = meta.get("generation"), stamp(snapshot.clock)
+    generation, at = meta.get("generation"), times.seconds(snapshot.clock)
     if quota.workload:  # none when it is held for naming no queue
         result.desired["workload"] = quota.workload
     conditions = set_condition(result.desired["conditions"], "Admitted", quota.condition.status,
@@ -345,7 +344,7 @@ def _standby(snapshot: Snapshot, fleet: Fleet, spec: InferenceEndpointSpec,
     result.desired["conditions"] = set_condition(
         result.desired["conditions"], "Standby", standby.held, standby.reason,
         standby.message,
-        meta.get("generation"), stamp(snapshot.clock))
+        meta.get("generation"), times.seconds(snapshot.clock))
     if standby.reclaiming:
         result.events.append(Event("Warning", "Reclaiming", standby.reclaiming))
 
@@ -522,11 +521,11 @@ def record_scaling(scaled: Scaled | None, result: EndpointDecision, role: str) -
     event) once."""
     if scaled is None or scaled.written or scaled.decision.desired == scaled.current:
         return
-    entry = {"time": iso(scaled.at), "from": scaled.current, "to": scaled.decision.desired,
+    entry = {"time": times.millis(scaled.at), "from": scaled.current, "to": scaled.decision.desired,
              "reason": scaled.decision.reason, "metrics": scaled.decision.metrics,
              **({"role": role} if role else {})}
     recent = [*(result.desired.get("recentScaling") or result.status.get("recentScaling")
-                or []), entry][-MAX_DECISIONS:]
+                or []), entry][-MAX_RECENT_SCALING:]
     result.desired["lastScaling"] = entry
     result.desired["recentScaling"] = recent
     result.events.append(Event("Normal", "Scaled", f"{role + ': ' if role else ''}"

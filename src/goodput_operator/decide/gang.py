@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from goodput_operator import times
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.decide.attempt import Attempt
 from goodput_operator.decide.fit import pod_fit
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.types import Event, ProbeStart, Quota, Reservation
-from goodput_operator.health.quarantine import iso
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.fabric import Fabric
 from goodput_operator.topology.model import Fleet, trainingjob_owner
@@ -157,7 +157,7 @@ def placement_record(placed: Placement, clock: float,
     ranks = placed.ranks
     domains = placed.domains or tuple(dict.fromkeys(r.domain for r in ranks))
     record: Obj = {"domains": list(domains), "reason": placed.reason,
-                   "placedAt": iso(clock), "workers": len(ranks),
+                   "placedAt": times.millis(clock), "workers": len(ranks),
                    "slices": to_slices({"rank": r.rank, "node": r.node, "domain": r.domain}
                                        for r in ranks)}
     slots = placed.companions if companions is None else companions

@@ -15,8 +15,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from goodput_operator import names
-from goodput_operator.api.conditions import is_true, set_condition, stamp
+from goodput_operator import names, times
+from goodput_operator.api.base import MESSAGE_LENGTH
+from goodput_operator.api.conditions import is_true, set_condition
 from goodput_operator.api.ultraservergroup import (
     MAX_HELD_EVIDENCE,
     MAX_IGNORED_PODS,
@@ -98,7 +99,7 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
     generation = body["metadata"].get("generation")
     overlap = overlap_message(snapshot.overlaps.get(name, {}))
     desired = group_status(spec, fleet, status.get("conditions") or [], verdict.storm,
-                           generation, stamp(now), schedule_error, overlap,
+                           generation, times.seconds(now), schedule_error, overlap,
                            inconclusive_message(snapshot, (
                                n for n, body in members.items() if q.record_of(body))),
                            {d: held.endpoint for d, held in standby_map(snapshot, name).items()})
@@ -354,7 +355,8 @@ def held_evidence(held: list[tuple[str, q.Finding]]) -> Obj:
     oldest first, at most MAX_HELD_EVIDENCE."""
     ordered = sorted(held, key=lambda h: (h[1].since, h[0]))
     return {"heldEvidence": [{"node": node, "reason": f.reason, "owner": f.owner,
-                              "since": q.iso(f.since), "evidence": f.evidence[:1024]}
+                              "since": times.millis(f.since),
+                              "evidence": f.evidence[:MESSAGE_LENGTH]}
                              for node, f in ordered[:MAX_HELD_EVIDENCE]],
             "heldEvidenceOmitted": max(0, len(ordered) - MAX_HELD_EVIDENCE)}
 

@@ -18,8 +18,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from goodput_operator.api.base import describe_errors
-from goodput_operator.api.conditions import set_condition, stamp
+from goodput_operator import times
+from goodput_operator.api.base import MESSAGE_LENGTH, SHORT_MESSAGE_LENGTH, describe_errors
+from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.decide.attempt import (
     TERMINAL,
@@ -63,7 +64,7 @@ from goodput_operator.decide.types import (
 )
 from goodput_operator.health import badput
 from goodput_operator.health.hang import from_progress
-from goodput_operator.health.quarantine import iso, parse_time, record_of
+from goodput_operator.health.quarantine import record_of
 from goodput_operator.resources import workload as kueue
 from goodput_operator.resources.pods import (
     attempt_of,
@@ -90,7 +91,7 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
     namespace, name = meta["namespace"], meta["name"]
     status: Obj = dict(job.get("status") or {})
     generation = meta.get("generation")
-    clock, at = snapshot.clock, stamp(snapshot.clock)
+    clock, at = snapshot.clock, times.seconds(snapshot.clock)
     conditions: list[Obj] = list(status.get("conditions") or [])
     try:
         spec = TrainingJobSpec.model_validate(job["spec"])
@@ -174,7 +175,7 @@ def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
                                    why))
     if decided.phase == "Suspended":
         placement = None
-    _stage(status, desired, parse_time(meta.get("creationTimestamp")), clock)
+    _stage(status, desired, times.parse(meta.get("creationTimestamp")), clock)
     result.probes = _start_probes(snapshot, group, decided.probe, desired)
     result.placement = placement
     result.desired = _complete(desired, status, decided, spec, placement, conditions,
@@ -209,7 +210,7 @@ def _evidence_held(snapshot: Snapshot, key: str, conditions: list[Obj]
     return [ConditionUpdate("EvidenceHeld", True, "BlameBudgetInUse", (
         f"blamed by this job's reports, not quarantined yet (the group's blame budget is in "
         f"use): {', '.join(held[:8])}" + (f" and {len(held) - 8} more" if len(held) > 8
-                                          else ""))[:1024])]
+                                          else ""))[:MESSAGE_LENGTH])]
 
 
 def _waiting_for(group: str, fleet: Fleet | None, priority: Priority,
@@ -337,9 +338,9 @@ def _complete(desired: Obj, status: Obj, decided: Attempt, spec: TrainingJobSpec
     desired["accelerators"] = decided.workers * spec.accelerators_per_worker + companions \
         if live else 0
     if desired["phase"] == "Running" and not status.get("startTime"):
-        desired["startTime"] = stamp(clock)
+        desired["startTime"] = times.seconds(clock)
     if desired["phase"] in TERMINAL and not status.get("completionTime"):
-        desired["completionTime"] = stamp(clock)
+        desired["completionTime"] = times.seconds(clock)
     desired["observedGeneration"] = generation
     return desired
 
@@ -389,7 +390,8 @@ def scheduler_refused(pods: list[Obj], restart: int, now: float
     long enough."""
     found, due = refused_by_scheduler([p for p in pods if attempt_of(p) == restart], now)
     return {r.node: Lost(f"the scheduler refuses {r.pod} there for {now - r.since:.0f}s: "
-                         f"{r.message}"[:512], r.since, "Unschedulable") for r in found}, due
+                         f"{r.message}"[:SHORT_MESSAGE_LENGTH], r.since, "Unschedulable")
+            for r in found}, due
 
 
 def _replacement(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
@@ -401,7 +403,7 @@ def _replacement(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: O
     if placement is None or not ranks:
         return None, "wait", "no placement yet: placing the gang when it fits"
     if not failed:
-        return ({**placement, "placedAt": iso(snapshot.clock)}, "restart",
+        return ({**placement, "placedAt": times.millis(snapshot.clock)}, "restart",
                 "restarting on the same nodes")
     current = Placement(True, "", tuple(
         RankSlot(r["rank"], r["node"], r.get("domain") or "",
@@ -479,7 +481,7 @@ def _place(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
     placed = dataclasses.replace(placed, ranks=in_rank_order(placed.ranks,
                                                              spec.topology.rank_order))
     reserve(fleet, result, spec, restart_of(job), list(placed.ranks), placed.companions)
-    created = parse_time(job["metadata"].get("creationTimestamp"))
+    created = times.parse(job["metadata"].get("creationTimestamp"))
     if created is not None:
         result.pending_seconds = max(0.0, snapshot.clock - created)
     result.events.append(Event("Normal", "Placed", placed.reason))

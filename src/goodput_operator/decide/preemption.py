@@ -20,13 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from goodput_operator import times
+from goodput_operator.api.base import MESSAGE_LENGTH
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.decide.attempt import TERMINAL, Attempt, books_of, strict_checkpoints
 from goodput_operator.decide.gang import JobDecision, restart_of
 from goodput_operator.decide.snapshot import Mark, Snapshot
 from goodput_operator.decide.types import ConditionUpdate, Event
 from goodput_operator.health import badput
-from goodput_operator.health.quarantine import iso, parse_time
 from goodput_operator.topology.model import Fleet, trainingjob_owner
 from goodput_operator.topology.placement import Request
 from goodput_operator.topology.preemption import Candidate, kept, preempt
@@ -70,7 +71,7 @@ def preempt_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Ob
     message = again or (f"preempting {victims} (below {mine.describe()}){bound}; without "
                         f"them: {found.placement.reason}")
     for victim in found.victims:
-        snapshot.preempting[keys[victim]] = Mark(me, mine, message[:1024])
+        snapshot.preempting[keys[victim]] = Mark(me, mine, message[:MESSAGE_LENGTH])
     # hold the room for the rest of the pass (a trial binding, never a reservation): the
     # jobs decided after this one have lower priorities and must not take what is freed
     # for it, a requeued victim least of all (it would be placed back and preempted again)
@@ -110,25 +111,26 @@ def yield_to(snapshot: Snapshot, spec: TrainingJobSpec, job: Obj, decided: Attem
                                                       decided.message))
         return Yielded()
     same = current is not None and current.get("by") == mark.by
-    at = (parse_time(current.get("at")) if same and current else None) or clock
+    at = (times.parse(current.get("at")) if same and current else None) or clock
     # only running workers can save: without a checkpoint dir, or not running, at once
     grace = spec.preemption_grace_seconds \
         if spec.checkpoint.dir and decided.phase == "Running" else 0
     if mark.priority is not None and mark.priority.namespace != meta["namespace"]:
         grace = min(grace, FOREIGN_GRACE_SECONDS)  # this job's words hold only its own team
     deadline = at + grace
-    saved = parse_time(((status.get("checkpoint") or {}).get("latest") or {}).get("time"))
+    saved = times.parse(((status.get("checkpoint") or {}).get("latest") or {}).get("time"))
     by = (f"preempted by {mark.by} ({mark.priority.describe()}, above "
           f"{snapshot.priority(job).describe()})"
           if mark.priority is not None else f"{mark.verb} by {mark.by} ({mark.message})")
     if clock < deadline and (saved is None or saved < at):
         message = (f"{by}: the workers are asked to save a checkpoint, stopped at "
-                   f"{iso(deadline)} at the latest")
+                   f"{times.millis(deadline)} at the latest")
         if not same:
             result.events.append(Event("Warning", "Preempting", message))
         decided.conditions.append(ConditionUpdate("Preempted", True, "Checkpointing", message))
         result.wake_at = min(w for w in (result.wake_at, deadline) if w is not None)
-        return Yielded({"preemption": {"by": mark.by, "at": iso(at), "deadline": iso(deadline),
+        return Yielded({"preemption": {"by": mark.by, "at": times.millis(at),
+                                       "deadline": times.millis(deadline),
                                        "message": mark.message}}, marked=True)
     restart = restart_of(job)
     books = {**books_of(status), **decided.status}

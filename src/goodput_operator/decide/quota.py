@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from goodput_operator.api.base import MESSAGE_LENGTH
 from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
 from goodput_operator.api.trainingjob import TrainingJobSpec
@@ -53,7 +54,7 @@ def quota_for(snapshot: Snapshot, obj: Obj, make: Callable[[], Obj],
 
     if wl is not None and (foreign := kueue.not_owned(obj, wl)) is not None:
         return held("WorkloadNotOwned", f"{foreign}: it admits nothing here, and the "
-                    "operator neither runs under it nor finishes it"[:1024], foreign=True)
+                    "operator neither runs under it nor finishes it"[:MESSAGE_LENGTH], foreign=True)
     if wl is not None and kueue.pod_counts(wl) != dict(counts) and not busy:
         said = ", ".join(f"{k}: {v}" for k, v in sorted(kueue.pod_counts(wl).items()))
         return held("WorkloadOutdated", f"Workload {name} counts other pods ({said}) than "
@@ -75,14 +76,15 @@ def quota_for(snapshot: Snapshot, obj: Obj, make: Callable[[], Obj],
     evicted = kueue.condition(wl, "Evicted")
     if evicted is not None and kueue.condition(wl, "QuotaReserved") is not None:
         why = (f"evicted from ClusterQueue {queue}: {evicted.get('reason')}: "
-               f"{evicted.get('message', '')}")[:1024]
+               f"{evicted.get('message', '')}")[:MESSAGE_LENGTH]
         if busy:
             return Quota(name, False, ConditionUpdate("Admitted", False, "Evicted", why),
                          evicted=why)
         return held("Evicted", f"{why}; quota given back, queued again", target=wl,
                     patch=kueue.released(wl, evicted, at))
     if kueue.condition(wl, "Admitted") is None:
-        return held("Queued", f"waiting for Kueue to admit Workload {name}{_why(wl)}"[:1024])
+        return held("Queued",
+                    f"waiting for Kueue to admit Workload {name}{_why(wl)}"[:MESSAGE_LENGTH])
     labels, missing = _node_labels(admission, snapshot.flavors)
     if missing:
         return held("Admitted", f"admitted by ClusterQueue {queue}; waiting to read "
@@ -119,7 +121,7 @@ def creating(snapshot: Snapshot, obj: Obj, name: str, make: Callable[[], Obj],
     retry = snapshot.clock >= refusal.retry_at()
     return Quota(name, True, ConditionUpdate(
         "Admitted", False, "WorkloadRefused",
-        f"the API server refused its Workload {name}: {refusal.message}"[:1024]),
+        f"the API server refused its Workload {name}: {refusal.message}"[:MESSAGE_LENGTH]),
         create=make() if retry else None, wake_at=None if retry else refusal.retry_at(),
         owner=owner)
 
@@ -218,14 +220,15 @@ def _dispatch(wl: Obj) -> str:
     status = wl.get("status") or {}
     name = wl["metadata"]["name"]
     if kueue.condition(wl, "QuotaReserved") is None:
-        return f"Workload {name} has no quota in this cluster yet{_why(wl)}"[:1024]
+        return f"Workload {name} has no quota in this cluster yet{_why(wl)}"[:MESSAGE_LENGTH]
     checks = "; ".join(f"{c.get('name')}: {c.get('state')}"
                        + (f" ({c['message']})" if c.get("message") else "")
                        for c in status.get("admissionChecks") or [])
     sent = ", ".join(status.get("nominatedClusterNames") or [])
     return (f"Workload {name} reserved quota here"
             + (f", offered to {sent}" if sent else "")
-            + (f"; {checks}" if checks else "") + "; no worker cluster admitted it yet")[:1024]
+            + (f"; {checks}" if checks else "")
+            + "; no worker cluster admitted it yet")[:MESSAGE_LENGTH]
 
 
 def endpoint_quota(snapshot: Snapshot, ie: Obj, spec: InferenceEndpointSpec,

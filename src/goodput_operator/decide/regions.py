@@ -31,16 +31,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from goodput_operator import names
-from goodput_operator.api.base import describe_errors
-from goodput_operator.api.conditions import set_condition, stamp
+from goodput_operator import names, times
+from goodput_operator.api.base import MESSAGE_LENGTH, describe_errors
+from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec, MultiRegion
 from goodput_operator.decide.endpoint import EndpointDecision, desired_replicas, record_scaling
 from goodput_operator.decide.quota import handoff
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.turns import kept, short_of_replicas, turn
 from goodput_operator.decide.types import ConditionUpdate, Event, apply_conditions
-from goodput_operator.health.quarantine import iso, parse_time
 from goodput_operator.resources import workload as kueue
 from goodput_operator.resources.pods import child_name
 
@@ -91,7 +90,7 @@ def plan_regions(policy: MultiRegion, desired: int, replicas: Sequence[Replica],
                    + (f" in {replica.cluster}" if replica.cluster else " (never admitted)"))
             plan.unavailable[replica.region] = (now + grace, why)
             plan.moved.append(f"{why}: moved; region {replica.region} takes no new replica "
-                              f"until {iso(now + grace)}")
+                              f"until {times.millis(now + grace)}")
         else:
             kept.append(replica)
     rooms = _rooms(kept)
@@ -220,9 +219,9 @@ def replicas_of(snapshot: Snapshot, ie: Obj) -> list[tuple[Obj, Replica]]:
         ready = int(status.get("readyReplicas") or 0) >= 1
         condition = next((c for c in status.get("conditions") or []
                           if c.get("type") == "Ready"), None)
-        since = parse_time((condition or {}).get("lastTransitionTime")) \
+        since = times.parse((condition or {}).get("lastTransitionTime")) \
             if condition is not None and condition.get("status") != "True" else None
-        created = parse_time(cmeta.get("creationTimestamp")) or snapshot.clock
+        created = times.parse(cmeta.get("creationTimestamp")) or snapshot.clock
         found.append((child, Replica(
             cmeta["name"], labels.get(names.REGION_LABEL, ""), ready,
             max(created, since) if since is not None else created,
@@ -236,7 +235,7 @@ def decide_regions(snapshot: Snapshot, ie: Obj) -> EndpointDecision:
     and the status summing the regions."""
     meta = ie["metadata"]
     status = dict(ie.get("status") or {})
-    generation, at, now = meta.get("generation"), stamp(snapshot.clock), snapshot.clock
+    generation, at, now = meta.get("generation"), times.seconds(snapshot.clock), snapshot.clock
     conditions = list(status.get("conditions") or [])
     try:
         spec = InferenceEndpointSpec.model_validate(ie["spec"])
@@ -250,7 +249,7 @@ def decide_regions(snapshot: Snapshot, ie: Obj) -> EndpointDecision:
     desired = desired_replicas(scaled, ie, role)
     held = {r["name"]: (until, r.get("message") or "")
             for r in status.get("regions") or []
-            if (until := parse_time(r.get("unavailableUntil"))) is not None}
+            if (until := times.parse(r.get("unavailableUntil"))) is not None}
     children = replicas_of(snapshot, ie)
     plan = plan_regions(policy, desired, [r for _, r in children], held, now)
     plan.create, plan.delete = plan.create[:SENT_PER_PASS], plan.delete[:DROPPED_PER_PASS]
@@ -278,7 +277,7 @@ def decide_regions(snapshot: Snapshot, ie: Obj) -> EndpointDecision:
             "readyReplicas": sum(1 for r in mine if r.ready),
             "room": rooms.get(region.name),
             "cluster": next((r.cluster for r in mine if r.cluster), None),
-            "unavailableUntil": iso(until) if until else None,
+            "unavailableUntil": times.millis(until) if until else None,
             "message": why or None})
     count = len(left) + len(plan.create)
     conditions = set_condition(conditions, "Ready", ready >= desired,
@@ -315,7 +314,7 @@ def _held_back(snapshot: Snapshot, ie: Obj, plan: RegionPlan, result: EndpointDe
         result.wake_at = refusal.retry_at()
         return ConditionUpdate("ScalingLimited", True, "ReplicaCreateRefused", (
             f"the API server refused a replica: {refusal.message}; sending again at "
-            f"{iso(refusal.retry_at())}")[:1024])
+            f"{times.millis(refusal.retry_at())}")[:MESSAGE_LENGTH])
     if plan.create and turn(snapshot, REGIONS, ie, snapshot.endpoints,
                             _sends_replicas) is False:
         plan.create = []

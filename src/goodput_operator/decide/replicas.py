@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from goodput_operator import names
-from goodput_operator.api.base import resolve
+from goodput_operator.api.base import SHORT_MESSAGE_LENGTH, resolve
 from goodput_operator.resources.pods import (
     FINISHED,
     is_gated,
@@ -94,7 +94,8 @@ def refused_members(pods: Iterable[Obj], now: float) -> tuple[dict[str, str], fl
     again. And when the next refused one is due."""
     found, due = refused_by_scheduler(pods, now)
     return {r.pod: (f"the scheduler refuses {r.pod} on node {r.node} for "
-                    f"{now - r.since:.0f}s: {r.message}"[:512]) for r in found}, due
+                    f"{now - r.since:.0f}s: {r.message}"[:SHORT_MESSAGE_LENGTH])
+            for r in found}, due
 
 
 def plan_groups(pods: list[Obj], size: int, desired: int, revision: str, rollout: Rollout,

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from goodput_operator import times
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.decide.attempt import Attempt, books_of, strict_checkpoints
 from goodput_operator.decide.gang import (
@@ -20,7 +21,6 @@ from goodput_operator.decide.gang import (
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.types import ConditionUpdate, Event
 from goodput_operator.health import badput, straggler
-from goodput_operator.health.quarantine import parse_time
 from goodput_operator.topology.model import Fleet, trainingjob_owner
 from goodput_operator.topology.placement import Placement, in_rank_order, place
 from goodput_operator.topology.record import ranks_of
@@ -79,7 +79,7 @@ def _grow(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
     assert spec.elastic is not None
     status = job.get("status") or {}
     running = len(ranks_of(status.get("placement")))
-    since = parse_time((status.get("goodput") or {}).get("since"))
+    since = times.parse((status.get("goodput") or {}).get("since"))
     if not running or running >= spec.workers or since is None:
         return None
     due = _grow_due(status, since, spec.elastic.grow_after_seconds, snapshot.clock)
@@ -118,7 +118,7 @@ def _grow_due(status: Obj, since: float, after: float, now: float) -> float:
     checkpoint committed from then on (a restart there redoes no work), or AFTER seconds
     later still when the job commits none in that time."""
     due = since + after
-    committed = parse_time(((status.get("checkpoint") or {}).get("latest") or {}).get("time"))
+    committed = times.parse(((status.get("checkpoint") or {}).get("latest") or {}).get("time"))
     if committed is None or committed >= due or now >= due + after:
         return due
     return due + after

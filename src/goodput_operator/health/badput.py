@@ -23,10 +23,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from goodput_operator.health.quarantine import iso, parse_time
+from goodput_operator import times
+from goodput_operator.api.base import MESSAGE_LENGTH
+from goodput_operator.api.trainingjob import MAX_INCIDENTS
 
 Obj = dict[str, Any]
-MAX_INCIDENTS = 32
 PHASES = ("detection", "replacement", "restart")
 IDLE = ("queueing", "suspended")  # no accelerators held: not in the ratio
 STAGE_LOST = {"launch"}  # stages that hold accelerators
@@ -39,7 +40,7 @@ def settled(goodput: Obj) -> float:
     the open stretch too, up to asOf (the last refresh), which is taken back out. Below
     zero while the open stretch's checkpoint stalls outweigh the closed stretches."""
     productive = float(goodput.get("productiveSeconds", 0))
-    since, as_of = parse_time(goodput.get("since")), parse_time(goodput.get("asOf"))
+    since, as_of = times.parse(goodput.get("since")), times.parse(goodput.get("asOf"))
     if since is not None and as_of is not None:
         productive -= max(0.0, as_of - since)
     return productive
@@ -50,7 +51,7 @@ def refreshed(goodput: Obj, now: float) -> Obj:
     asOf = NOW, so that a user reading the status sees the job's goodput, not the value
     from when it last started."""
     fresh = {**goodput, "productiveSeconds": round(settled(goodput) + _open(goodput, now), 3),
-             "asOf": iso(now)}
+             "asOf": times.millis(now)}
     fresh["ratio"] = ratio(fresh, now)
     return fresh
 
@@ -68,12 +69,12 @@ def refresh_due(goodput: Obj, now: float, every: float = REFRESH_SECONDS) -> flo
     nothing runs); a time not after NOW means now."""
     if not goodput.get("since"):
         return None
-    as_of = parse_time(goodput.get("asOf"))
+    as_of = times.parse(goodput.get("asOf"))
     return now if as_of is None else as_of + every
 
 
 def _open(goodput: Obj, now: float) -> float:
-    since = parse_time(goodput.get("since"))
+    since = times.parse(goodput.get("since"))
     return 0.0 if since is None else max(0.0, now - since)
 
 
@@ -92,21 +93,21 @@ def staged(status: Obj, stage: str | None, now: float, created: float | None = N
     goodput = dict(status.get("goodput") or {})
     current = goodput.get("stage") or {}
     if not goodput and created is not None:  # the first pass: queued since creation
-        current = {"name": "queueing", "since": iso(min(now, created))}
+        current = {"name": "queueing", "since": times.millis(min(now, created))}
     if current.get("name") == stage:
         return {**goodput, "stage": current} if stage and not goodput else goodput
-    began = parse_time(current.get("since"))
+    began = times.parse(current.get("since"))
     if began is not None:
         end = now
         incident = current_incident(status)
-        failed = parse_time((incident or {}).get("failedAt"))
+        failed = times.parse((incident or {}).get("failedAt"))
         if stage is None and failed is not None:
             end = min(now, max(began, failed))
         _add(goodput, current["name"], max(0.0, end - began))
     if stage is None:
         goodput["stage"] = None  # None: removed by the status's merge patch
         return goodput
-    goodput["stage"] = {"name": stage, "since": iso(now)}
+    goodput["stage"] = {"name": stage, "since": times.millis(now)}
     return goodput
 
 
@@ -135,19 +136,19 @@ def with_stalls(goodput: Obj, checkpoint: Obj, now: float) -> Obj:
     and not yet counted (checkpoint.history's saveSeconds): the operator's pass counts
     them, so that one writer keeps the books (the report channel records only the
     checkpoint). `stallsCountedTo` is the newest commit counted."""
-    since = parse_time(goodput.get("since"))
+    since = times.parse(goodput.get("since"))
     if since is None:
         return goodput
-    counted = max(since, parse_time(goodput.get("stallsCountedTo")) or since)
+    counted = max(since, times.parse(goodput.get("stallsCountedTo")) or since)
     fresh = sorted((at, float(h["saveSeconds"])) for h in checkpoint.get("history") or []
-                   if h.get("saveSeconds") and (at := parse_time(h.get("time"))) is not None
+                   if h.get("saveSeconds") and (at := times.parse(h.get("time"))) is not None
                    and counted < at <= now)
     if not fresh:
         return goodput
     for at, seconds in fresh:  # a save lies inside the stretch, after the one before it
         goodput = stalled(goodput, min(seconds, at - counted), now)
         counted = at
-    return {**goodput, "stallsCountedTo": iso(counted)}
+    return {**goodput, "stallsCountedTo": times.millis(counted)}
 
 
 def attributed(status: Obj, now: float) -> dict[str, float]:
@@ -160,13 +161,13 @@ def attributed(status: Obj, now: float) -> dict[str, float]:
         for bucket, seconds in (goodput.get(key) or {}).items():
             spent[bucket] = spent.get(bucket, 0.0) + float(seconds)
     stage = goodput.get("stage") or {}
-    began = parse_time(stage.get("since"))
+    began = times.parse(stage.get("since"))
     if began is not None:
         spent[stage["name"]] = spent.get(stage["name"], 0.0) + max(0.0, now - began)
     incident = current_incident(status)
     if incident is not None:
-        detected = parse_time(incident.get("detectedAt")) or now
-        replaced_at = parse_time(incident.get("replacedAt"))
+        detected = times.parse(incident.get("detectedAt")) or now
+        replaced_at = times.parse(incident.get("replacedAt"))
         opened = {"detection": float(incident.get("detectionSeconds") or 0),
                   "lostWork": float(incident.get("lostWorkSeconds") or 0),
                   "replacement": max(0.0, (replaced_at or now) - detected),
@@ -191,32 +192,33 @@ def open_incident(status: Obj, restart: int, cause: str, message: str, nodes: li
     resumes from."""
     status = copy.deepcopy(status)
     goodput = status.setdefault("goodput", {})
-    since = parse_time(goodput.get("since"))
+    since = times.parse(goodput.get("since"))
     resume = resume_point(status.get("checkpoint") or {}, strict)
     lost_work = 0.0
     if since is not None:
-        saved = parse_time((resume or {}).get("time"))
+        saved = times.parse((resume or {}).get("time"))
         start = since if saved is None else min(max(saved, since), failed_at)
         lost_work = max(0.0, failed_at - start)
         # saves stalled in the redone stretch are in lostWork: not counted twice
-        counted = parse_time(goodput.get("stallsCountedTo")) or 0.0
+        counted = times.parse(goodput.get("stallsCountedTo")) or 0.0
         redone = sum(float(h.get("saveSeconds") or 0)
                      for h in (status.get("checkpoint") or {}).get("history") or []
-                     if start < (parse_time(h.get("time")) or 0.0) <= min(failed_at, counted))
+                     if start < (times.parse(h.get("time")) or 0.0) <= min(failed_at, counted))
         redone = min(redone, float((goodput.get("lostSeconds") or {}).get("checkpoint", 0)))
         if redone:
             _add(goodput, "checkpoint", -redone)
         goodput["productiveSeconds"] = round(max(
             0.0, settled(goodput) + redone + max(0.0, failed_at - since - lost_work)), 3)
         goodput["since"] = goodput["asOf"] = None
-    incident: Obj = {"restart": restart, "cause": cause, "message": message[:1024],
-                     "nodes": nodes, "failedAt": iso(failed_at), "detectedAt": iso(detected_at),
+    incident: Obj = {"restart": restart, "cause": cause, "message": message[:MESSAGE_LENGTH],
+                     "nodes": nodes, "failedAt": times.millis(failed_at),
+                     "detectedAt": times.millis(detected_at),
                      "detectionSeconds": round(max(0.0, detected_at - failed_at), 3),
                      "lostWorkSeconds": round(lost_work, 3)}
     if resume:
         incident["resumeFrom"] = resume
     if restart_at is not None:
-        incident["restartAt"] = iso(restart_at)
+        incident["restartAt"] = times.millis(restart_at)
     status["incidents"] = ([*(status.get("incidents") or []), incident])[-MAX_INCIDENTS:]
     return status
 
@@ -243,8 +245,8 @@ def update_incident(status: Obj, **fields: Any) -> Obj:
 
 def replaced(status: Obj, at: float, action: str) -> Obj:
     incident = current_incident(status) or {}
-    detected = parse_time(incident.get("detectedAt")) or at
-    return update_incident(status, replacedAt=iso(at), action=action,
+    detected = times.parse(incident.get("detectedAt")) or at
+    return update_incident(status, replacedAt=times.millis(at), action=action,
                            replacementSeconds=round(max(0.0, at - detected), 3))
 
 
@@ -254,12 +256,12 @@ def running_again(status: Obj, at: float) -> Obj:
     status = copy.deepcopy(status)
     goodput = status.setdefault("goodput", {})
     goodput["productiveSeconds"] = round(settled(goodput), 3)
-    goodput["since"] = goodput["asOf"] = iso(at)
+    goodput["since"] = goodput["asOf"] = times.millis(at)
     if incident is None:
         return status
-    replaced_at = parse_time(incident.get("replacedAt")) or at
+    replaced_at = times.parse(incident.get("replacedAt")) or at
     restart = round(max(0.0, at - replaced_at), 3)
-    status = update_incident(status, runningAt=iso(at), restartSeconds=restart)
+    status = update_incident(status, runningAt=times.millis(at), restartSeconds=restart)
     goodput = status["goodput"]
     costs = {"detection": incident.get("detectionSeconds") or 0.0,
              "replacement": incident.get("replacementSeconds") or 0.0,
@@ -289,7 +291,7 @@ def ratio(goodput: Obj, now: float) -> float | None:
     productive = settled(goodput) + _open(goodput, now)
     lost = sum(float(v) for v in (goodput.get("lostSeconds") or {}).values())
     stage = goodput.get("stage") or {}
-    began = parse_time(stage.get("since"))
+    began = times.parse(stage.get("since"))
     if stage.get("name") in STAGE_LOST and began is not None:
         lost += max(0.0, now - began)
     total = productive + lost

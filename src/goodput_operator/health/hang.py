@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from goodput_operator import times
 from goodput_operator.health.cadence import REPORTS_PER_SECOND, Cadence
-from goodput_operator.health.quarantine import parse_time
 
 HISTORY = 32  # recent advances the median is taken over
 
@@ -60,7 +60,7 @@ def from_progress(progress: Mapping[str, Any] | None) -> StepClock | None:
     attempt): after an operator restart a job already hung is still judged, by the floor
     until its steps are timed again."""
     restart, step = (progress or {}).get("restart"), (progress or {}).get("step")
-    at = parse_time((progress or {}).get("time"))
+    at = times.parse((progress or {}).get("time"))
     if not isinstance(restart, int) or not isinstance(step, int) or at is None:
         return None
     every = (progress or {}).get("every")

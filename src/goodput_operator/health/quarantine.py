@@ -17,10 +17,9 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from goodput_operator import names
+from goodput_operator import names, times
 from goodput_operator.api.base import resolve
 from goodput_operator.api.ultraservergroup import LEMON_HALF_LIFE_DAYS
 from goodput_operator.health.signals import DeviceTaint, signal_of
@@ -85,18 +84,6 @@ class Decision:
     wake_at: float | None = None  # when a grace period or release timer runs out
 
 
-def parse_time(value: str | None) -> float | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-
-
-def iso(stamp: float) -> str:
-    """RFC 3339 with milliseconds: incident phases are seconds long, whole seconds would
-    blur them."""
-    return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 SILENCE_INTERVALS = 2  # a Lease silent for this many of its own renewal intervals, at least
 
 
@@ -125,7 +112,7 @@ def finding(node: Obj, policy: Quarantine, seen_since: float | None, now: float,
     or the sandbox's simulator has stalled, not the nodes."""
     said = signal_of(node, policy, devices)
     if said is not None:
-        since = _later(parse_time(said.since), seen_since, now)
+        since = _later(times.parse(said.since), seen_since, now)
         return Finding(said.reason, said.evidence, since, failure_class=said.failure_class)
     conditions = (node.get("status") or {}).get("conditions") or []
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
@@ -134,16 +121,17 @@ def finding(node: Obj, policy: Quarantine, seen_since: float | None, now: float,
         renewed, limit = renewal.at, renewal.limit(policy)
         # a kubelet back from a silence posts Ready before its next renewal is seen
         if ready is not None and ready.get("status") == "True":
-            renewed = max(renewed, parse_time(ready.get("lastHeartbeatTime")) or 0.0)
+            renewed = max(renewed, times.parse(ready.get("lastHeartbeatTime")) or 0.0)
         if now - renewed > limit and heard is not None and heard > renewed + limit:
             return Finding("NodeLeaseExpired", f"the kubelet has not renewed the node's Lease "
-                           f"for {now - renewed:.0f}s (last renewal {iso(renewed)}; it renews "
+                           f"for {now - renewed:.0f}s (last renewal {times.millis(renewed)}; "
+                           f"it renews "
                            f"every {renewal.every:.0f}s; the limit is {limit:.0f}s: "
                            f"leaseSilenceSeconds {silence} or {SILENCE_INTERVALS} of its "
                            "renewal intervals, the longer)", renewed + limit)
     if ready is None or ready.get("status") != "True":
         status = "missing" if ready is None else ready.get("status")
-        since = _later(parse_time((ready or {}).get("lastTransitionTime")), seen_since, now)
+        since = _later(times.parse((ready or {}).get("lastTransitionTime")), seen_since, now)
         detail = f"{(ready or {}).get('reason', '')}: {(ready or {}).get('message', '')}"
         return Finding("NodeNotReady", f"Ready={status} ({detail.strip(': ')})", since)
     return None
@@ -172,10 +160,10 @@ def record_of(node: Obj) -> Record | None:
         data = json.loads(raw) if raw else {}
     except ValueError:
         data = {}
-    added = parse_time(taint.get("timeAdded")) or 0.0
+    added = times.parse(taint.get("timeAdded")) or 0.0
     return Record(str(data.get("reason") or taint.get("value") or "Manual"),
-                  str(data.get("evidence", "")), parse_time(data.get("since")) or added,
-                  parse_time(data.get("at")) or added, str(data.get("by", BY_HAND)),
+                  str(data.get("evidence", "")), times.parse(data.get("since")) or added,
+                  times.parse(data.get("at")) or added, str(data.get("by", BY_HAND)),
                   str(data.get("owner") or ""))
 
 
@@ -316,15 +304,16 @@ def quarantine_patch(node: Obj, found: Finding, now: float, by: str = BY_OPERATO
     taints = [t for t in (node.get("spec") or {}).get("taints") or []
               if t.get("key") != names.QUARANTINE_TAINT]
     taints.append({"key": names.QUARANTINE_TAINT, "value": found.reason, "effect": "NoSchedule",
-                   "timeAdded": iso(now)})
+                   "timeAdded": times.millis(now)})
     evidence = {"reason": found.reason, "class": found.failure_class, "evidence": found.evidence,
-                "since": iso(found.since), "at": iso(now), "by": by,
+                "since": times.millis(found.since), "at": times.millis(now), "by": by,
                 **({"owner": found.owner} if found.owner else {})}
     annotations = {names.EVIDENCE_ANNOTATION: json.dumps(evidence)}
     if not found.owner:  # a tenant's hold is no incident of the node's (Record.is_hold)
         score, at = lemon_of((node.get("metadata") or {}).get("annotations") or {})
         lemon = decayed(score, at, now, half_life_days) + 1
-        annotations |= {names.LEMON_ANNOTATION: f"{lemon:.3g}", names.LEMON_AT_ANNOTATION: iso(now)}
+        annotations |= {names.LEMON_ANNOTATION: f"{lemon:.3g}",
+                        names.LEMON_AT_ANNOTATION: times.millis(now)}
     return {"metadata": {"resourceVersion": node["metadata"].get("resourceVersion"),
                          "labels": {names.QUARANTINE_LABEL: found.reason},
                          "annotations": annotations},
@@ -338,7 +327,7 @@ def lemon_of(annotations: Mapping[str, str]) -> tuple[float, float | None]:
         score = max(0.0, float(annotations.get(names.LEMON_ANNOTATION, "0")))
     except ValueError:
         score = 0.0
-    return (score if math.isfinite(score) else 0.0), parse_time(
+    return (score if math.isfinite(score) else 0.0), times.parse(
         annotations.get(names.LEMON_AT_ANNOTATION))
 
 

@@ -21,13 +21,12 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, cast
 
 from kubernetes.client import CoordinationV1Api
 from kubernetes.client.exceptions import ApiException
 
-from goodput_operator import names
+from goodput_operator import names, times
 from goodput_operator.controllers.kube import Kube, Obj
 
 log = logging.getLogger("goodput.leader")
@@ -44,10 +43,6 @@ def leading_pod(pods: Iterable[Obj], holder_identity: str) -> Obj | None:
         if pod["metadata"]["name"] == holder and ready and labelled:
             return pod
     return None
-
-
-def micro_time(now: float) -> str:
-    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass
@@ -70,7 +65,7 @@ def next_record(lease: Obj | None, identity: str, seen: Observed | None, now: fl
             return None  # the record just changed under us: its holder is alive
         if monotonic - seen.seen_at < float(spec.get("leaseDurationSeconds") or duration):
             return None
-    stamp = micro_time(now)
+    stamp = times.micros(now)
     taking = holder != identity
     return {"holderIdentity": identity, "leaseDurationSeconds": int(duration),
             "acquireTime": stamp if taking else spec.get("acquireTime", stamp),
@@ -150,7 +145,7 @@ class LeaderElection:
                 lease = self._read()
                 if lease and lease["spec"].get("holderIdentity") == self.identity:
                     lease["spec"].update({"holderIdentity": "", "leaseDurationSeconds": 1,
-                                          "renewTime": micro_time(time.time())})
+                                          "renewTime": times.micros(time.time())})
                     self.api.replace_namespaced_lease(self.name, self.namespace,
                                                       cast(Any, lease))
                     log.info("released leadership of lease %s/%s", self.namespace,

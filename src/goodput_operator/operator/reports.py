@@ -35,7 +35,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from goodput_operator import metrics, names
+from goodput_operator import metrics, names, times
 from goodput_operator.api.base import describe_errors
 from goodput_operator.api.reports import (
     KINDS,
@@ -44,7 +44,7 @@ from goodput_operator.api.reports import (
     Report,
     StepReport,
 )
-from goodput_operator.api.trainingjob import TrainingJobSpec
+from goodput_operator.api.trainingjob import MAX_CHECKPOINT_HISTORY, TrainingJobSpec
 from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import State
 from goodput_operator.decide.attempt import strict_checkpoints
@@ -52,7 +52,7 @@ from goodput_operator.health import badput, sdc, straggler
 from goodput_operator.health.cadence import REPORTS_PER_SECOND
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.probing import Inconclusive, inconclusive
-from goodput_operator.health.quarantine import SDC, STRAGGLER, Finding, iso
+from goodput_operator.health.quarantine import SDC, STRAGGLER, Finding
 from goodput_operator.health.straggler import Pace
 from goodput_operator.operator.tokens import POD_NAME, POD_UID, Refused, TokenGate, bearer
 from goodput_operator.resources import trainingjob as build
@@ -74,7 +74,7 @@ def progress_of(report: StepReport, rank: int, now: float, restart: int = 0,
     finite = {k: v for k, v in report.metrics.items() if math.isfinite(v)}
     odd = {k: "NaN" if math.isnan(v) else "+Inf" if v > 0 else "-Inf"
            for k, v in report.metrics.items() if not math.isfinite(v)}
-    return {"step": report.step, "rank": rank, "restart": restart, "time": iso(now),
+    return {"step": report.step, "rank": rank, "restart": restart, "time": times.millis(now),
             "metrics": finite, **({"every": every} if every > 1 else {}),
             **({"nonFinite": odd} if odd else {})}
 
@@ -286,13 +286,13 @@ class ReportServer:
                                    f"{report.path!r} to mark corrupt")
             current = marked
         else:
-            ref = {"step": report.step, "path": report.path, "time": iso(now)}
+            ref = {"step": report.step, "path": report.path, "time": times.millis(now)}
             if report.digest:
                 ref["digest"] = report.digest
             if report.save_seconds:
                 ref["saveSeconds"] = round(report.save_seconds, 3)
             history = [h for h in current.get("history") or [] if h["step"] != report.step]
-            current["history"] = [*history, {**ref, "verified": False}][-16:]
+            current["history"] = [*history, {**ref, "verified": False}][-MAX_CHECKPOINT_HISTORY:]
             current["latest"] = ref
         ledger = self._ledger(job, spec)
         checkpoint = sdc.settle(current, status.get("sdc") or {}, ledger.unanimous,

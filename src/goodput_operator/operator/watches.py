@@ -34,7 +34,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from goodput_operator import metrics
+from goodput_operator import metrics, times
 from goodput_operator.controllers.kube import Kube, Obj
 from goodput_operator.controllers.shapes import (
     Decode,
@@ -49,7 +49,6 @@ from goodput_operator.decide.priority import (
     WORKLOAD_PRIORITY_CLASS,
     priority_class,
 )
-from goodput_operator.health.quarantine import parse_time
 from goodput_operator.health.signals import device_taints
 from goodput_operator.operator.runtime import (
     GROUPS,
@@ -256,7 +255,7 @@ class GroupWatch(Watch):
 
 def renewal(lease: Obj) -> tuple[str, float] | None:
     """(node, when its kubelet last renewed its Lease), or None for a Lease without one."""
-    renewed = parse_time((lease.get("spec") or {}).get("renewTime"))
+    renewed = times.parse((lease.get("spec") or {}).get("renewTime"))
     name = (lease.get("metadata") or {}).get("name")
     return (name, renewed) if name and renewed is not None else None
 

@@ -10,9 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from goodput_operator import names
+from goodput_operator import names, times
 from goodput_operator.api.base import NODE_NAME_FIELD
-from goodput_operator.health.quarantine import parse_time
 
 Obj = dict[str, Any]
 FINISHED = ("Succeeded", "Failed")
@@ -139,7 +138,7 @@ def refused_by_scheduler(pods: Iterable[Obj], now: float) -> tuple[list[Refused]
             if condition.get("type") == "PodScheduled" and \
                     condition.get("status") == "False" and \
                     condition.get("reason") == "Unschedulable":
-                since = parse_time(condition.get("lastTransitionTime"))
+                since = times.parse(condition.get("lastTransitionTime"))
                 if since is None:
                     break
                 if now >= since + UNSCHEDULABLE_SECONDS:

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from goodput_operator import times
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.decide.attempt import backoff_until, books_of, charged
@@ -36,8 +37,6 @@ from goodput_operator.health.quarantine import (
     SDC,
     Finding,
     Renewal,
-    iso,
-    parse_time,
     quarantine_patch,
     release_patch,
 )
@@ -466,7 +465,7 @@ class Simulation:
     def _set_ready(self, name: str, ready: bool) -> None:
         obj = self.objs[name]
         obj["status"]["conditions"] = [{"type": "Ready", "status": str(ready),
-                                        "lastTransitionTime": iso(self.now)}]
+                                        "lastTransitionTime": times.millis(self.now)}]
         self.fleet.upsert_node(obj)
 
     def on_detected(self, job: Job, epoch: int, cause: str, failed_at: float,
@@ -501,7 +500,7 @@ class Simulation:
             books = paid
             if cause == "ApplicationError":
                 restart_at = backoff_until(books_of(books), job.spec, self.now)
-        since = parse_time((books.get("goodput") or {}).get("since"))
+        since = times.parse((books.get("goodput") or {}).get("since"))
         job.books = badput.open_incident(books, job.restarts + 1, cause, cause, nodes,
                                          max(failed_at, since or failed_at), self.now,
                                          restart_at, strict=True)
@@ -537,7 +536,7 @@ class Simulation:
             if stretch is not None and past is stretch and saves:
                 job.books = {**job.books, "goodput": badput.stalled(
                     job.books.get("goodput") or {}, saves * save, failed_at)}
-            return {"step": int(job.work), "time": iso(at)}
+            return {"step": int(job.work), "time": times.millis(at)}
         job.work = 0.0
         return None
 

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from goodput_operator import names
+from goodput_operator import names, times
 from goodput_operator.topology.constraints import pinned_node
 
 Obj = Mapping[str, Any]
@@ -51,19 +50,9 @@ def booking(pod: Obj, own: bool, now: float) -> Booking:
     if spec.get("schedulingGates"):
         return Booking(None, f"pinned to {node} but held by scheduling gates of its own",
                        node)
-    created = _created(meta.get("creationTimestamp"))
+    created = times.parse_foreign(meta.get("creationTimestamp"))
     until = (created if created is not None else now) + PINNED_UNBOUND_SECONDS
     if now >= until:
         return Booking(None, f"pinned to {node} and unbound for over "
                              f"{PINNED_UNBOUND_SECONDS:.0f} s", node)
     return Booking(node, until=until)
-
-
-def _created(stamp: object) -> float | None:
-    """An RFC 3339 creationTimestamp as epoch seconds (the API server writes it)."""
-    if not isinstance(stamp, str) or len(stamp) > 64:
-        return None
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None

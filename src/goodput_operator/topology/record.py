@@ -17,7 +17,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-MAX_RANKS = 8192  # spec.workers' cap: no placement is longer
+from goodput_operator.api.trainingjob import MAX_WORKERS
+
+MAX_RANKS = MAX_WORKERS  # spec.workers' cap: no placement is longer
 _TOKENS = re.compile(r"\d+|\D+")
 _ITEM = re.compile(r"([^\[\],]*)\[([0-9,\-]+)\]([^\[\],]*)")
 
