@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from goodput_operator.decide.attempt import Attempt, Lost
-from goodput_operator.decide.attempt import attempt as plan
+from goodput_operator.api.trainingjob import TrainingJobSpec
+from goodput_operator.decide.attempt import Attempt, Lost, Seen, attempt
 from goodput_operator.resources import pods
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.fabric import Fabric
@@ -34,6 +34,14 @@ def pod(index: int, restart: int = 0, phase: str = "Pending", gated: bool = True
     if code is not None:
         body["status"]["containerStatuses"] = [{"state": {"terminated": {"exitCode": code}}}]
     return body
+
+
+def plan(body: dict[str, Any], pods: list[dict[str, Any]], fabric: Fabric,
+         lost: dict[str, Lost] | None = None, **seen: Any) -> Attempt:
+    """The attempt as the job's pass decides it: its spec parsed (by its view), what the
+    pass saw."""
+    return attempt(body, TrainingJobSpec.model_validate(body["spec"]),
+                   Seen(pods, fabric, lost or {}, **seen))
 
 
 PLACED = {"placement": {"slices": [{"firstRank": 0, "domain": "d", "nodes": "n[0-1]"}]}}

@@ -118,8 +118,8 @@ def test_a_job_never_searched_says_it_waits_for_a_turn() -> None:
         {"type": "Placed", "status": "False", "reason": "WaitingForCapacity"}]}, True),
 ])
 def test_which_jobs_wait_for_a_turn(what: str, status: Obj, waits: bool) -> None:
-    from goodput_operator.decide.job import _waits_for_placement
-    assert _waits_for_placement(job(status=status)) is waits, what
+    from goodput_operator.decide.placing import waits_for_placement
+    assert waits_for_placement(job(status=status)) is waits, what
 
 
 def test_an_endpoint_without_a_turn_creates_nothing_and_keeps_its_condition() -> None:

@@ -23,7 +23,6 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
 from goodput_operator import metrics, times
 from goodput_operator.api.conditions import set_condition
@@ -279,9 +278,8 @@ def due_evaluations(state: State, now: float, tick: float) -> list[tuple[
     """The roles whose evaluation is due now (key, and evaluate's arguments)."""
     due = []
     for key, ie in list(state.endpoints.items()):
-        try:
-            spec = InferenceEndpointSpec.model_validate(ie["spec"])
-        except ValidationError:
+        spec = state.endpoint_view(ie).spec  # parsed once per version of the spec
+        if spec is None:
             continue
         for role in spec.serving_roles():
             scaling, scale_key = role.scaling, (*key, role.name)

@@ -34,7 +34,16 @@ from goodput_operator.decide.priority import (
 )
 from goodput_operator.decide.snapshot import Key, Scaled, Snapshot
 from goodput_operator.decide.turns import TurnKey
-from goodput_operator.decide.types import OwnerKey, Refusal, Reservation
+from goodput_operator.decide.types import Memo, OwnerKey, Refusal, Reservation
+from goodput_operator.decide.views import (
+    EndpointView,
+    JobView,
+    endpoint_view,
+    endpoint_views,
+    job_view,
+    job_views,
+    key_of,
+)
 from goodput_operator.health import badput
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.probing import Inconclusive
@@ -240,9 +249,11 @@ class State:
         self.probe_namespace = "goodput-system"  # where probe Jobs run
         self.probe_image = ""  # the image probe Jobs run (the operator's own)
         self.ledgers: dict[tuple[str, str], Ledger] = {}  # SDC votes per job
-        # each job's spec as last parsed, with the body it came from: the report channel
-        # reads it on every report (thousands a second) and it changes only with the job
-        self._specs: dict[tuple[str, str], tuple[Obj, TrainingJobSpec]] = {}
+        # each job's and endpoint's view (decide.views: its spec parsed once per version),
+        # refreshed as each snapshot is taken; the report channel reads the jobs' on every
+        # report (thousands a second), the autoscaler the endpoints' every second
+        self.job_views: dict[tuple[str, str], JobView] = {}
+        self.endpoint_views: dict[tuple[str, str], EndpointView] = {}
         self.probed: set[str] = set()  # uids of probe pods that reported
         self.probe_runs: dict[str, int] = {}  # node -> probe results received
         self.clean_probes: dict[str, int] = {}  # node -> clean results in a row
@@ -278,7 +289,7 @@ class State:
         self.prometheus_allow: list[str] = []  # what else endpoints may name (URL prefixes)
         # which nodes each pod spec fits, by group and spec (decide.fit): one pass's answers,
         # shared with the autoscaler; emptied as each pass starts (the nodes may change)
-        self.fits: dict[Any, Any] = {}
+        self.fits = Memo()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     def snapshot(self, clock: float, with_members: bool = False) -> Snapshot:
@@ -292,7 +303,13 @@ class State:
         priorities = {key: of_job(job, classes) for key, job in self.jobs.items()}
         for fleet in self.fleets.values():
             fleet.set_clock(clock)  # incident scores decayed to the pass's clock
+        self.job_views = job_views([*self.jobs.values(), *self.delegated.values()],
+                                   self.job_views)
+        self.endpoint_views = endpoint_views(
+            [*self.endpoints.values(), *self.delegated_endpoints.values()],
+            self.endpoint_views)
         return Snapshot(
+            job_views=self.job_views, endpoint_views=self.endpoint_views,
             clock=clock, nodes=self.nodes, groups=self.groups,
             group_objects=self.group_objects, fleets=self.fleets,
             members=members, overlaps=overlaps,
@@ -735,12 +752,17 @@ class State:
     def job_spec(self, job: Obj) -> TrainingJobSpec:
         """JOB's spec, parsed once per version of the job's spec (a valid one: the job is
         a current worker's)."""
-        meta, raw = job["metadata"], job["spec"]
-        key = (meta["namespace"], meta["name"])
-        held = self._specs.get(key)
-        if held is None or held[0] is not raw:
-            held = self._specs[key] = (raw, TrainingJobSpec.model_validate(raw))
-        return held[1]
+        key = key_of(job)
+        view = self.job_views[key] = job_view(job, self.job_views.get(key))
+        if view.spec is None:
+            raise ValueError(f"TrainingJob {key[0]}/{key[1]}: invalid spec: {view.invalid}")
+        return view.spec
+
+    def endpoint_view(self, ie: Obj) -> EndpointView:
+        """IE's view, its spec parsed once per version."""
+        key = key_of(ie)
+        view = self.endpoint_views[key] = endpoint_view(ie, self.endpoint_views.get(key))
+        return view
 
     def remove_job(self, namespace: str, name: str) -> None:
         self.jobs.pop((namespace, name), None)
@@ -752,7 +774,7 @@ class State:
             table.pop((namespace, name), None)
         self.refused.pop((namespace, name), None)
         self.ledgers.pop((namespace, name), None)
-        self._specs.pop((namespace, name), None)
+        self.job_views.pop((namespace, name), None)
         self._locks.pop((namespace, name), None)
         self.searched.pop(("TrainingJob", namespace, name), None)
         for fleet in self.fleets.values():  # reservations of pods that never bound
@@ -807,6 +829,7 @@ class State:
         self.serving_version += 1
         self.endpoints.pop(key, None)
         self.delegated_endpoints.pop(key, None)
+        self.endpoint_views.pop(key, None)
         self.workload_refusals.pop(("InferenceEndpoint", namespace, name), None)
         self.refused.pop(key, None)
         for kind in ("InferenceEndpoint", "InferenceEndpoint/regions"):  # decide.turns

@@ -105,9 +105,11 @@ async def apply_job(state: State, kube: Kube, decision: JobDecision, clock: floa
         # before the old one's pods are deleted: from then on the old workers' reports
         # (a checkpoint commit from a partitioned node) are refused (409)
         changed = await write_status(kube, PLURAL, job, status, desired, events)
-        await _children(state, kube, job, decided, placement, decision.observed)
+        await _children(state, kube, job, decision.spec, decided, placement,
+                        decision.observed)
     else:
-        await _children(state, kube, job, decided, placement, decision.observed)
+        await _children(state, kube, job, decision.spec, decided, placement,
+                        decision.observed)
         changed = await write_status(kube, PLURAL, job, status, desired, events)
     follow_up(state, changed)
     await apply_quota(kube, decision.quota, state.note_workload)
@@ -172,8 +174,8 @@ def _observe(job: Obj, desired: Obj, events: list[Event], now: float) -> None:
     metrics.BADPUT_SECONDS.labels(incident["cause"]).inc(lost)
 
 
-async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placement: Obj | None,
-                    observed: dict[str, Obj]) -> None:
+async def _children(state: State, kube: Kube, job: Obj, spec: TrainingJobSpec,
+                    decided: Attempt, placement: Obj | None, observed: dict[str, Obj]) -> None:
     """Create, pin and delete pods, API_CONCURRENCY calls at a time. What the API returns
     goes straight into the state (expectations): the next pass, which may come before the
     watch events do, must not create or pin the same pods again."""
@@ -192,7 +194,7 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placem
     spots = Spots(placement)
     ranks = spots.ranks
     if decided.create:
-        await create(kube.create, build.service(job))
+        await create(kube.create, build.service(job, spec))
         if refused:  # no gang without its Service (its name held by another object, say)
             state.note_creates((namespace, job["metadata"]["name"]), refused[0], time.time())
             return
@@ -202,7 +204,7 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placem
             await create(kube.create, source)  # before the pods that claim from them
         if ranks and not decided.hold:  # placed: create pinned, one write per pod, not two
             await create(kube.replace_config_map,
-                         build.hostfile(job, len(ranks), state.report_ca))
+                         build.hostfile(job, len(ranks), state.report_ca, spec))
         bodies = [pinned(p, spot["node"], spot.get("domain"))
                   if (spot := spots.of(p)) is not None and not decided.hold else p
                   for p in decided.create]
@@ -212,7 +214,7 @@ async def _children(state: State, kube: Kube, job: Obj, decided: Attempt, placem
         state.note_creates((namespace, job["metadata"]["name"]),
                            refused[0] if refused else None, time.time())
     if decided.pin and placement:
-        await call(kube.replace_config_map, build.hostfile(job, len(ranks), state.report_ca))
+        await call(kube.replace_config_map, build.hostfile(job, len(ranks), state.report_ca, spec))
         patches = []
         for pod_name, node, domain in decided.pin:
             patch = pin(observed[pod_name], node, domain)

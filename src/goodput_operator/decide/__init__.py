@@ -97,7 +97,7 @@ def decide_jobs(snapshot: Snapshot, failures: list[Failure],
     at = times.seconds(snapshot.clock)
     decided = _each("TrainingJob", snapshot.jobs, lambda job: decide_job(snapshot, job),
                     failures)
-    unbuilt = allot(decided, budget or WriteBudget(snapshot.write_budget))
+    decided, unbuilt = allot(decided, budget or WriteBudget(snapshot.write_budget))
     failures += [Failure("TrainingJob", d.job, err) for d, err in unbuilt]
     decided = [d for d in decided if all(d is not u for u, _ in unbuilt)]
     return decided + _each("TrainingJob", snapshot.delegated,

@@ -19,7 +19,7 @@ quarantines it and the rank moves); the incident closes when every worker runs a
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from goodput_operator import times
@@ -55,9 +55,10 @@ class Lost:
     reason: str = ""  # the quarantine's reason (SilentDataCorruption, NodeNotReady, ...)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Attempt:
-    """What the current attempt needs this pass, and where it stands."""
+    """What the current attempt needs this pass, and where it stands. Frozen: each step
+    of the job's pass returns a changed copy (`dataclasses.replace`)."""
 
     phase: str
     message: str
@@ -72,14 +73,86 @@ class Attempt:
     probe: list[str] = field(default_factory=list)  # nodes to probe before the start
     probe_first: list[str] = field(default_factory=list)  # suspects the restart probes first
     status: Obj = field(default_factory=dict)  # incidents and goodput to write
-    events: list[Event] = field(default_factory=list)
+    events: tuple[Event, ...] = ()
     wake_at: float | None = None
-    conditions: list[ConditionUpdate] = field(default_factory=list)
+    conditions: tuple[ConditionUpdate, ...] = ()
     workers: int = 0
     ready: int = 0
     succeeded: int = 0
     failed: int = 0
     companions_ready: bool = True  # every companion pod (spec.podSets) runs
+
+    def said(self, *conditions: ConditionUpdate) -> Attempt:
+        """This attempt with CONDITIONS added."""
+        return replace(self, conditions=(*self.conditions, *conditions))
+
+    def told(self, *events: Event) -> Attempt:
+        """This attempt with EVENTS added."""
+        return replace(self, events=(*self.events, *events))
+
+    def woken_by(self, at: float | None) -> Attempt:
+        """This attempt woken at AT too (the earlier wake wins)."""
+        wakes = [w for w in (self.wake_at, at) if w is not None]
+        return replace(self, wake_at=min(wakes, default=None))
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the pass saw of a job beside the job itself: its pods and its group's fabric;
+    the nodes it may no longer use (LOST) and those failing but not yet judged (SUSPECTS:
+    NotReady within the grace period, a verdict seconds away, so no gang restarts onto
+    them); when each node last passed the SDC probe (PROBED, for sdc.probeOnStart); the
+    newest step its workers reported (STEPS, hang detection); where workers report; and
+    the pass's clock."""
+
+    pods: list[Obj]
+    fabric: Fabric
+    lost: Mapping[str, Lost] = field(default_factory=dict)
+    now: float = 0.0
+    report_url: str = ""
+    suspects: Collection[str] = ()
+    probed: Mapping[str, float] = field(default_factory=dict)
+    steps: StepClock | None = None
+
+
+@dataclass(frozen=True)
+class Gang:
+    """The current attempt's pods as one look at their labels sorts them (a pass sees
+    every worker of every job): its workers by rank, its companions by (set, index), the
+    pods of earlier attempts, and the placement they are held to."""
+
+    restart: int
+    spots: Spots
+    current: dict[int, Obj]
+    companions: dict[tuple[str, int], Obj]
+    stale: list[str]
+
+    @property
+    def failed(self) -> list[tuple[int, Obj]]:
+        """Failed workers by rank, then failed companions (rank -1: a companion fails the
+        gang)."""
+        return [*((i, p) for i, p in sorted(self.current.items()) if _phase(p) == "Failed"),
+                *((-1, p) for _, p in sorted(self.companions.items())
+                  if _phase(p) == "Failed")]
+
+
+def _phase(pod: Obj) -> str | None:
+    found = pod.get("status", {}).get("phase")
+    return str(found) if found is not None else None
+
+
+def gang_of(pods: list[Obj], restart: int, placement: Obj | None) -> Gang:
+    current: dict[int, Obj] = {}
+    companions: dict[tuple[str, int], Obj] = {}
+    stale: list[str] = []
+    for p in pods:
+        if attempt_of(p) != restart:
+            stale.append(p["metadata"]["name"])
+        elif pod_set_of(p):
+            companions[companion_key(p)] = p
+        else:
+            current[index_of(p)] = p
+    return Gang(restart, Spots(placement), current, companions, stale)
 
 
 def books_of(status: Obj) -> Obj:
@@ -89,101 +162,85 @@ def books_of(status: Obj) -> Obj:
             "restartsByBudget": status.get("restartsByBudget") or {}}
 
 
-def attempt(job: Obj, pods: list[Obj], fabric: Fabric, lost: Mapping[str, Lost] | None = None,
-            now: float = 0.0, report_url: str = "", suspects: Collection[str] = (),
-            probed: Mapping[str, float] | None = None, spec: TrainingJobSpec | None = None,
-            steps: StepClock | None = None) -> Attempt:
-    """SUSPECTS: nodes that are failing but not yet judged (NotReady within the grace
-    period): a gang is not restarted onto them, the verdict is only seconds away.
-    PROBED: when each node last passed the SDC probe (for sdc.probeOnStart). SPEC: the
-    job's spec already parsed, when the caller has it (one parse per job per pass).
-    STEPS: the newest step the job's workers reported, and when (hang detection)."""
-    spec = spec or TrainingJobSpec.model_validate(job["spec"])
+def _active(pods: list[Obj]) -> list[str]:
+    return [p["metadata"]["name"] for p in pods if is_active(p)]
+
+
+def attempt(job: Obj, spec: TrainingJobSpec, seen: Seen) -> Attempt:
+    """The current attempt of JOB (its SPEC parsed by its view) as SEEN this pass."""
     status = job.get("status") or {}
-    lost = lost or {}
-    phase = status.get("phase")
-    restart = int(status.get("restarts", 0))
     books = books_of(status)
-    if phase in TERMINAL:
-        return Attempt(phase, status.get("message", ""),
-                       delete=[p["metadata"]["name"] for p in pods if is_active(p)])
+    if status.get("phase") in TERMINAL:
+        return Attempt(status["phase"], status.get("message", ""), delete=_active(seen.pods))
     if spec.suspend:
         return Attempt("Suspended", "suspended: workers stopped; checkpoints kept",
-                       delete=[p["metadata"]["name"] for p in pods],
-                       status=_goodput_only(badput.stopped(books, now)),
-                       conditions=[ConditionUpdate("Suspended", True, "Suspended",
-                                                   "spec.suspend is true")])
-
-    placement = status.get("placement") or {}
-    spots = Spots(placement)
-    ranks = spots.ranks
-    current: dict[int, Obj] = {}  # this attempt's workers by rank
-    companions: dict[tuple[str, int], Obj] = {}  # and its companions by (set, index)
-    stale: list[str] = []  # pods of an earlier attempt
-    for p in pods:  # one look at each pod's labels: a pass sees every worker of every job
-        if attempt_of(p) != restart:
-            stale.append(p["metadata"]["name"])
-        elif pod_set_of(p):
-            companions[companion_key(p)] = p
-        else:
-            current[index_of(p)] = p
-    held = spots.nodes()  # every node the placed gang holds: its ranks' and companions'
-    resumed = [ConditionUpdate("Suspended", False, "Resumed", "")] if phase == "Suspended" else []
-    result = Attempt("Pending", "", delete=stale, hold=bool(stale),
-                     workers=len(ranks) or spec.workers, conditions=resumed)
-    result.succeeded = sum(1 for p in current.values()
-                           if p.get("status", {}).get("phase") == "Succeeded")
-    result.ready = sum(1 for p in current.values() if is_ready(p))
-    failed = [(i, p) for i, p in sorted(current.items())
-              if p.get("status", {}).get("phase") == "Failed"]
-    failed += [(-1, p) for _, p in sorted(companions.items())
-               if p.get("status", {}).get("phase") == "Failed"]  # a companion fails the gang
-    result.failed = len(failed)
-    result.companions_ready = all(is_ready(p) or p.get("status", {}).get("phase") == "Succeeded"
-                                  for p in companions.values()) and \
-        len(companions) == sum(s.replicas for s in spec.pod_sets)
-
+                       delete=[p["metadata"]["name"] for p in seen.pods],
+                       status=_goodput_only(badput.stopped(books, seen.now)),
+                       conditions=(ConditionUpdate("Suspended", True, "Suspended",
+                                                   "spec.suspend is true"),))
+    gang = gang_of(seen.pods, int(status.get("restarts", 0)), status.get("placement"))
+    result = _counted(spec, gang, status.get("phase"))
     incident = badput.current_incident(books)
-    hang = _hang(result, spec, steps, restart, now)
-    if incident is None or incident["restart"] != restart + 1:
-        opened = _detect(result, spec, books, held, failed, lost, restart, now, hang)
+    result, hang = _hang(result, spec, seen.steps, gang.restart, seen.now)
+    if incident is None or incident["restart"] != gang.restart + 1:
+        result, opened = _detect(result, spec, books, gang, seen, hang)
         if result.phase == "Failed":
-            result.delete = [p["metadata"]["name"] for p in pods if is_active(p)]
-            result.status = _goodput_only(badput.stopped(books, now))
-            return result
+            return replace(result, delete=_active(seen.pods),
+                           status=_goodput_only(badput.stopped(books, seen.now)))
         if opened is not None:
             books, incident = opened, badput.current_incident(opened)
-    if incident is not None and incident["restart"] == restart + 1:
-        return _recover(result, spec, books, incident, pods, held, lost, suspects, restart,
-                        now)
+    if incident is not None and incident["restart"] == gang.restart + 1:
+        return _recover(result, books, incident, gang, seen)
+    return _running(result, job, spec, books, gang, seen)
 
-    if current and result.succeeded == result.workers:
-        result.status = _goodput_only(badput.stopped(books, now))
-        return _finish(result, "Succeeded", f"all {result.workers} workers succeeded",
+
+def _counted(spec: TrainingJobSpec, gang: Gang, phase: str | None) -> Attempt:
+    """The attempt's counts: workers, ready, succeeded, failed, companions ready."""
+    current = gang.current.values()
+    resumed = (ConditionUpdate("Suspended", False, "Resumed", ""),) \
+        if phase == "Suspended" else ()
+    return Attempt(
+        "Pending", "", delete=gang.stale, hold=bool(gang.stale),
+        workers=len(gang.spots.ranks) or spec.workers, conditions=resumed,
+        succeeded=sum(1 for p in current if _phase(p) == "Succeeded"),
+        ready=sum(1 for p in current if is_ready(p)), failed=len(gang.failed),
+        companions_ready=all(is_ready(p) or _phase(p) == "Succeeded"
+                             for p in gang.companions.values())
+        and len(gang.companions) == sum(s.replicas for s in spec.pod_sets))
+
+
+def _running(result: Attempt, job: Obj, spec: TrainingJobSpec, books: Obj, gang: Gang,
+             seen: Seen) -> Attempt:
+    """No restart due: the attempt succeeded, waits for its placement or its probes, or
+    is placed (pinned, running)."""
+    if gang.current and result.succeeded == result.workers:
+        return _finish(replace(result, status=_goodput_only(badput.stopped(books, seen.now))),
+                       "Succeeded", f"all {result.workers} workers succeeded",
                        "AllWorkersSucceeded", [])
+    incident = badput.current_incident(books)
     resume = badput.resume_point(books["checkpoint"], strict_checkpoints(spec))
-    result.missing = missing(job, spec, list(current), list(companions), restart, fabric,
-                             resume, report_url, result.workers)
-    recovering = incident is not None and incident["restart"] == restart
-    if not ranks:
+    result = replace(result, missing=missing(
+        job, spec, list(gang.current), list(gang.companions), gang.restart, seen.fabric,
+        resume, seen.report_url, result.workers))
+    recovering = incident is not None and incident["restart"] == gang.restart
+    if not gang.spots.ranks:
         # Place as soon as no worker runs ungated: a gang that is not placed has no pods
         # (decide.creates), and one whose pods exist gated (an operator from before that)
         # is placed as it is. Missing pods are created pinned once the placement is made.
-        result.needs_placement = not stale and all(
-            is_gated(p) for p in (*current.values(), *companions.values()))
-        result.phase = "Recovering" if recovering else "Pending"
-        result.message = "waiting for a placement"
-        return result
-    unprobed = _unprobed(spec, placement, ranks, current, probed or {})
+        return replace(result, needs_placement=not gang.stale and all(
+            is_gated(p) for p in (*gang.current.values(), *gang.companions.values())),
+            phase="Recovering" if recovering else "Pending",
+            message="waiting for a placement")
+    placement = (job.get("status") or {}).get("placement") or {}
+    unprobed = _unprobed(spec, placement, gang, seen.probed)
     if unprobed:
-        result.hold, result.probe = True, unprobed
-        result.phase = "Recovering" if recovering else "Placing"
-        result.message = (f"probing {len(unprobed)} placed node(s) before the start: "
-                          f"{', '.join(unprobed[:8])}")
-        return result
-    if not stale:
-        result.pin = pins(spots, pods, restart)
-    return _progress(result, books, recovering, restart, now)
+        return replace(result, hold=True, probe=unprobed,
+                       phase="Recovering" if recovering else "Placing",
+                       message=f"probing {len(unprobed)} placed node(s) before the start: "
+                               f"{', '.join(unprobed[:8])}")
+    if not gang.stale:
+        result = replace(result, pin=pins(gang.spots, seen.pods, gang.restart))
+    return _progress(result, books, recovering, gang.restart, seen.now)
 
 
 def pins(spots: Spots, pods: list[Obj], restart: int) -> list[tuple[str, str, str | None]]:
@@ -223,32 +280,30 @@ def _progress(result: Attempt, books: Obj, recovering: bool, restart: int, now: 
     """A placed attempt: Running once every worker is ready (closing the incident it
     recovers from), else Placing or Recovering with the count."""
     if result.ready == result.workers and result.companions_ready:
-        result.phase = "Running"
-        result.message = f"all {result.workers} workers running"
-        result.conditions.append(ConditionUpdate("Running", True, "AllWorkersRunning",
-                                                 result.message))
+        message = f"all {result.workers} workers running"
+        result = replace(result, phase="Running", message=message).said(
+            ConditionUpdate("Running", True, "AllWorkersRunning", message))
         if recovering or not books["goodput"].get("since"):
-            result.status = _incidents_only(badput.running_again(books, now))
+            result = replace(result, status=_incidents_only(badput.running_again(books, now)))
             if recovering:
                 done = result.status["incidents"][-1]
-                result.events.append(Event("Normal", "Recovered", _recovered(done)))
-    elif recovering:
-        result.phase = "Recovering"
-        result.message = f"restart {restart}: {result.ready}/{result.workers} workers running"
-    else:
-        result.phase = "Placing"
-        result.message = f"placed; {result.ready}/{result.workers} workers running"
-    return result
+                result = result.told(Event("Normal", "Recovered", _recovered(done)))
+        return result
+    if recovering:
+        return replace(result, phase="Recovering", message=f"restart {restart}: "
+                       f"{result.ready}/{result.workers} workers running")
+    return replace(result, phase="Placing",
+                   message=f"placed; {result.ready}/{result.workers} workers running")
 
 
-def _unprobed(spec: TrainingJobSpec, placement: Obj, ranks: dict[int, Obj],
-              current: dict[int, Obj], probed: Mapping[str, float]) -> list[str]:
+def _unprobed(spec: TrainingJobSpec, placement: Obj, gang: Gang,
+              probed: Mapping[str, float]) -> list[str]:
     """Placed nodes still to pass the probe before a start: every node with
     sdc.probeOnStart, else the nodes an exit code made suspect (placement.probeFirst);
     only while no worker of this attempt has been let go."""
-    if any(not is_gated(p) for p in current.values()):
+    if any(not is_gated(p) for p in gang.current.values()):
         return []
-    nodes = {r["node"] for r in ranks.values()}
+    nodes = {r["node"] for r in gang.spots.ranks.values()}
     if not spec.sdc.probe_on_start:
         nodes &= set(placement.get("probeFirst") or [])
     since = times.parse(placement.get("placedAt")) or 0.0
@@ -256,87 +311,103 @@ def _unprobed(spec: TrainingJobSpec, placement: Obj, ranks: dict[int, Obj],
 
 
 def _hang(result: Attempt, spec: TrainingJobSpec, steps: StepClock | None, restart: int,
-          now: float) -> tuple[str, float] | None:
+          now: float) -> tuple[Attempt, tuple[str, float] | None]:
     """Whether the attempt, every worker running, is hung (why, and its last step's
     time); else when it would be (a wake), and the HangDetection condition."""
     policy = spec.failure_policy.hang
     if result.ready != result.workers or result.workers == 0:
-        return None  # judged (and said) only while every worker runs
+        return result, None  # judged (and said) only while every worker runs
     if not policy.enabled:
-        result.conditions.append(ConditionUpdate("HangDetection", False, "Disabled",
-                                                 "failurePolicy.hang.enabled is false"))
-        return None
+        return result.said(ConditionUpdate("HangDetection", False, "Disabled",
+                                           "failurePolicy.hang.enabled is false")), None
     reported = judged(steps, restart)
-    result.conditions.append(ConditionUpdate(
+    result = result.said(ConditionUpdate(
         "HangDetection", reported, "InForce" if reported else "NoStepReports",
         f"no new step for max({policy.step_time_multiple} x the median step time, "
         f"{policy.min_seconds}s) restarts the gang" if reported else
         "no step reported in this attempt: hangs are not detected (workers report steps "
         "with goodput_operator.sdk.report_step)"))
     if not reported:
-        return None
+        return result, None
     why = hung(steps, restart, policy.step_time_multiple, policy.min_seconds, now)
     if why is None:
-        result.wake_at = deadline(steps, restart, policy.step_time_multiple,
-                                  policy.min_seconds)
-        return None
+        return replace(result, wake_at=deadline(steps, restart, policy.step_time_multiple,
+                                                policy.min_seconds)), None
     assert steps is not None
-    return why, steps.at
+    return result, (why, steps.at)
 
 
-def _detect(result: Attempt, spec: TrainingJobSpec, books: Obj, held: list[str],
-            failed: list[tuple[int, Obj]], lost: Mapping[str, Lost], restart: int,
-            now: float, hang: tuple[str, float] | None = None) -> Obj | None:
-    """Open an incident when the current attempt was hit (a node, a worker, a hang);
-    None when it was not."""
-    down = sorted({node for node in held if node in lost})
-    infra: list[str] = []
-    application: list[str] = []
-    blamed: dict[str, str] = {}
-    failed_at: list[float] = [lost[n].since for n in down]
+@dataclass(frozen=True)
+class Hits:
+    """What hit the current attempt: its nodes lost, and its failed pods' verdicts."""
+
+    down: list[str]  # nodes of the gang it may no longer use
+    infra: list[str]  # infrastructure errors' details
+    application: list[str]  # application errors' details
+    blamed: dict[str, str]  # node -> the exit code's detail that made it suspect
+    failed_at: list[float]  # when each hit came
+    ignored: int = 0  # failed pods the exit-code rules ignore (counted as succeeded)
+    fatal: str | None = None  # a rule's FailJob verdict: why
+
+
+def hits_of(spec: TrainingJobSpec, books: Obj, gang: Gang, lost: Mapping[str, Lost]) -> Hits:
+    """Each failed pod's verdict (health.failures), after MAX_SUSPECTS node probes asked
+    for a job's exit codes only restart it in place."""
+    down = sorted({node for node in gang.spots.nodes() if node in lost})
+    hits = Hits(down, [], [], {}, [lost[n].since for n in down])
     suspected = sum(len(i.get("nodes") or []) for i in books["incidents"]
                     if i.get("cause") == "InfrastructureError")
-    for _, pod in failed:
+    for _, pod in gang.failed:
         node = pod.get("spec", {}).get("nodeName")
         verdict = classify(pod, spec.failure_policy.exit_codes, node in lost)
-        if verdict.blame_node and suspected + len(blamed) >= MAX_SUSPECTS:
+        if verdict.blame_node and suspected + len(hits.blamed) >= MAX_SUSPECTS:
             verdict = Classified("application", False, f"{verdict.detail}; the job has "
                                  f"asked for its {MAX_SUSPECTS} node probes already: "
                                  "restarting in place", verdict.finished_at)
         if verdict.kind == "ignore":
-            result.succeeded += 1
+            hits = replace(hits, ignored=hits.ignored + 1)
             continue
         if verdict.kind == "fail":
-            _finish(result, "Failed", verdict.detail, "WorkerFailed", [])
-            return None
+            return replace(hits, fatal=verdict.detail)
         finished = times.parse(verdict.finished_at)
         if finished is not None:
-            failed_at.append(finished)
+            hits.failed_at.append(finished)
         if verdict.kind == "application":
-            application.append(verdict.detail)
-        else:
-            infra.append(verdict.detail)
-            if verdict.blame_node and node:
-                blamed[node] = verdict.detail
-    if not (down or infra or application or hang):
-        return None
-    cause, message = _cause(books, spec, down, lost, infra, application)
-    if hang is not None and not (down or infra or application):
+            hits.application.append(verdict.detail)
+            continue
+        hits.infra.append(verdict.detail)
+        if verdict.blame_node and node:
+            hits.blamed[node] = verdict.detail
+    return hits
+
+
+def _detect(result: Attempt, spec: TrainingJobSpec, books: Obj, gang: Gang, seen: Seen,
+            hang: tuple[str, float] | None = None) -> tuple[Attempt, Obj | None]:
+    """Open an incident when the current attempt was hit (a node, a worker, a hang): the
+    attempt, and the books with the incident (None when it was not hit)."""
+    hits = hits_of(spec, books, gang, seen.lost)
+    result = replace(result, succeeded=result.succeeded + hits.ignored)
+    if hits.fatal is not None:
+        return _finish(result, "Failed", hits.fatal, "WorkerFailed", []), None
+    if not (hits.down or hits.infra or hits.application or hang):
+        return result, None
+    cause, message = _cause(books, spec, hits.down, seen.lost, hits.infra, hits.application)
+    failed_at = list(hits.failed_at)
+    if hang is not None and not (hits.down or hits.infra or hits.application):
         cause, message = "Hang", hang[0]
         failed_at.append(hang[1])  # failed at its last step; detected now
     paid = charged(books, cause, spec)
     if paid is None:
         budget, limit = budget_of(cause, spec)
-        _finish(result, "Failed", f"{message}; the {budget} restart budget of {limit} is used "
-                f"up ({cause})", "RestartBudgetExhausted", [])
-        return None
-    books = paid
-    restart_at = backoff_until(books, spec, now) if cause == "ApplicationError" else None
-    if badput.current_incident(books) is not None:  # hit again while recovering
-        books = badput.running_again(books, min(failed_at or [now]))
-    result.events.append(Event("Warning", "Interrupted", message))
-    return badput.open_incident(books, restart + 1, cause, message, sorted({*down, *blamed}),
-                                min(failed_at or [now]), now, restart_at, strict_checkpoints(spec))
+        return _finish(result, "Failed", f"{message}; the {budget} restart budget of {limit} "
+                       f"is used up ({cause})", "RestartBudgetExhausted", []), None
+    now = seen.now
+    restart_at = backoff_until(paid, spec, now) if cause == "ApplicationError" else None
+    if badput.current_incident(paid) is not None:  # hit again while recovering
+        paid = badput.running_again(paid, min(failed_at or [now]))
+    return result.told(Event("Warning", "Interrupted", message)), badput.open_incident(
+        paid, gang.restart + 1, cause, message, sorted({*hits.down, *hits.blamed}),
+        min(failed_at or [now]), now, restart_at, strict_checkpoints(spec))
 
 
 def charged(books: Obj, cause: str, spec: TrainingJobSpec) -> Obj | None:
@@ -405,36 +476,35 @@ def _rollback(books: Obj, spec: TrainingJobSpec) -> str:
     return f"; rolling back to {where}, the newest verified checkpoint{first}{newer}"
 
 
-def _recover(result: Attempt, spec: TrainingJobSpec, books: Obj, incident: Obj,
-             pods: list[Obj], held: list[str], lost: Mapping[str, Lost],
-             suspects: Collection[str], restart: int, now: float) -> Attempt:
+def _recover(result: Attempt, books: Obj, incident: Obj, gang: Gang, seen: Seen) -> Attempt:
     """The incident is open for the next attempt: wait out backoff and quarantine, then
     restart the gang (the controller finds the replacement placement)."""
-    result.phase, result.status = "Recovering", _incidents_only(books)
-    result.conditions.append(ConditionUpdate("Running", False, "Recovering",
-                                             incident["message"]))
+    restart, now, lost = gang.restart, seen.now, seen.lost
+    result = replace(result, phase="Recovering", status=_incidents_only(books),
+                     missing=None, pin=[]).said(
+        ConditionUpdate("Running", False, "Recovering", incident["message"]))
     restart_at = times.parse(incident.get("restartAt"))
-    suspects_first = incident.get("cause") == "InfrastructureError"  # an exit code's
-    unresolved = [n for n in incident.get("nodes") or [] if n not in lost] \
-        if suspects_first else []
-    pending = sorted({node for node in held if node in suspects and node not in lost})
+    held = gang.spots.nodes()
+    pending = sorted({node for node in held if node in seen.suspects and node not in lost})
     if restart_at is not None and now < restart_at:
-        result.wake_at = restart_at
-        result.message = (f"{incident['cause']}: restart {restart + 1} in "
-                          f"{restart_at - now:.0f}s (backoff)")
-    elif pending:  # failures arriving together are recovered from together
-        result.message = (f"waiting for the verdict on node(s) {', '.join(pending)} "
-                          "(failing, not yet judged: grace period or storm guard)")
-    else:
-        result.restart = True
-        result.status["sdc"] = None  # the next attempt's votes start afresh
-        result.failed_nodes = sorted({node for node in held if node in lost})
-        result.probe_first = unresolved  # suspect, not lost: probed before the gang starts
-        result.message = f"{incident['cause']}: restarting the gang (restart {restart + 1})"
-        result.delete = [p["metadata"]["name"] for p in pods]
-        result.events.append(Event("Warning", "Restarting", result.message))
-    result.missing, result.pin = None, []
-    return result
+        return replace(result, wake_at=restart_at,
+                       message=f"{incident['cause']}: restart {restart + 1} in "
+                               f"{restart_at - now:.0f}s (backoff)")
+    if pending:  # failures arriving together are recovered from together
+        return replace(result, message=f"waiting for the verdict on node(s) "
+                       f"{', '.join(pending)} (failing, not yet judged: grace period or "
+                       "storm guard)")
+    suspects_first = incident.get("cause") == "InfrastructureError"  # an exit code's
+    message = f"{incident['cause']}: restarting the gang (restart {restart + 1})"
+    return replace(
+        result, restart=True, message=message,
+        status={**result.status, "sdc": None},  # the next attempt's votes start afresh
+        failed_nodes=sorted({node for node in held if node in lost}),
+        # suspect, not lost: probed before the gang starts
+        probe_first=[n for n in incident.get("nodes") or [] if n not in lost]
+        if suspects_first else [],
+        delete=[p["metadata"]["name"] for p in seen.pods]).told(
+        Event("Warning", "Restarting", message))
 
 
 def _recovered(incident: Obj) -> str:
@@ -454,7 +524,8 @@ MAX_SUSPECTS = 3  # nodes a job's exit codes may have probed (then: application 
 MAX_REFUSALS = 5  # refused creates in a row before the job fails and frees its capacity
 
 
-def refuse(result: Attempt, refusal: Refusal, pods: list[Obj], books: Obj, now: float) -> None:
+def refuse(result: Attempt, refusal: Refusal, pods: list[Obj], books: Obj, now: float
+           ) -> Attempt:
     """The API server refused to create the workers REFUSAL.times passes in a row: say so
     on a condition and retry with backoff; after MAX_REFUSALS, fail the job and give its
     capacity back. A refusal (an invalid pod, a PodSecurity denial) does not pass by
@@ -462,15 +533,14 @@ def refuse(result: Attempt, refusal: Refusal, pods: list[Obj], books: Obj, now: 
     message = (f"the API server refused to create the workers ({refusal.times} time(s)): "
                f"{refusal.message}")
     if refusal.times >= MAX_REFUSALS:
-        result.status = _goodput_only(badput.stopped(books, now))
-        _finish(result, "Failed", message, "CreateRefused", pods)
-        return
-    result.message = message
-    result.conditions.append(ConditionUpdate("WorkersCreated", False, "CreateRefused", message))
+        return _finish(replace(result, status=_goodput_only(badput.stopped(books, now))),
+                       "Failed", message, "CreateRefused", pods)
+    result = replace(result, message=message).said(
+        ConditionUpdate("WorkersCreated", False, "CreateRefused", message))
     retry = refusal.retry_at()
     if now < retry:  # the backoff runs: no creates until then, whatever wakes the pass
-        result.missing = None
-        result.wake_at = retry if result.wake_at is None else min(result.wake_at, retry)
+        return replace(result, missing=None).woken_by(retry)
+    return result
 
 
 def _goodput_only(books: Obj) -> Obj:
@@ -479,11 +549,7 @@ def _goodput_only(books: Obj) -> Obj:
 
 def _finish(result: Attempt, phase: str, message: str, reason: str, pods: list[Obj]
             ) -> Attempt:
-    result.phase, result.message = phase, message
-    result.missing = None
-    result.pin = []
-    result.needs_placement = False
-    result.delete = [p["metadata"]["name"] for p in pods if is_active(p)]
-    result.conditions += [ConditionUpdate(phase, True, reason, message),
-                          ConditionUpdate("Running", False, reason, message)]
-    return result
+    return replace(result, phase=phase, message=message, missing=None, pin=[],
+                   needs_placement=False, delete=_active(pods)).said(
+        ConditionUpdate(phase, True, reason, message),
+        ConditionUpdate("Running", False, reason, message))

@@ -14,6 +14,7 @@ thousands is created over several short passes (the loop asks for the next one a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,11 @@ class WriteBudget:
             return False
         self.left -= count
         return True
+
+    def give_back(self, granted: int, wanted: int) -> None:
+        """GRANTED of WANTED (from `take`) were not used after all."""
+        self.left += granted
+        self.deferred -= wanted - granted
 
     def take(self, count: int) -> int:
         """As many of COUNT as are left (a gang's pods may come in chunks)."""
@@ -102,12 +108,14 @@ def with_class(found: Missing | None, priority_class: str | None) -> Missing | N
 
 
 def allot(decisions: Sequence[JobDecision], budget: WriteBudget
-          ) -> list[tuple[JobDecision, Exception]]:
+          ) -> tuple[list[JobDecision], list[tuple[JobDecision, Exception]]]:
     """Build the pods each placed gang may create this pass (`Attempt.create`), the
     smallest requests first; a gang that is not placed gets none. A gang given only part
-    of what it lacks says so in its message. Returns the decisions whose pods could not
-    be built (bad data of one job), with why: the caller hands them back, as a decision
-    that raised, and the budget they took is given back."""
+    of what it lacks says so in its message. Returns the decisions, those given pods
+    replaced by ones that create them; and the decisions whose pods could not be built
+    (bad data of one job), with why: the caller hands them back, as a decision that
+    raised, and the budget they took is given back."""
+    built: dict[int, JobDecision] = {}
     failed = []
     wanting = [d for d in decisions if d.attempt is not None and d.attempt.missing
                and ranks_of(d.placement)]
@@ -117,14 +125,15 @@ def allot(decisions: Sequence[JobDecision], budget: WriteBudget
         wanted = len(decided.missing)
         granted = budget.take(wanted)
         try:
-            decided.create = decided.missing.bodies(granted)
+            bodies = decided.missing.bodies(granted)
         except Exception as err:  # reported by the controller, with its traceback
-            budget.left += granted
-            budget.deferred -= wanted - granted
+            budget.give_back(granted, wanted)
             failed.append((decision, err))
             continue
-        if granted < wanted:
-            decision.desired["message"] = (
+        desired = decision.desired if granted == wanted else {
+            **decision.desired, "message": (
                 f"{decision.desired.get('message') or ''}; creating pods: {granted} of "
-                f"{wanted} missing this pass, the rest in the next").lstrip("; ")
-    return failed
+                f"{wanted} missing this pass, the rest in the next").lstrip("; ")}
+        built[id(decision)] = dataclasses.replace(
+            decision, attempt=replace(decided, create=bodies), desired=desired)
+    return [built.get(id(d), d) for d in decisions], failed

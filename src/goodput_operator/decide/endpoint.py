@@ -13,10 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
 from goodput_operator import names, times
-from goodput_operator.api.base import describe_errors
 from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.inferenceendpoint import (
     MAX_RECENT_SCALING,
@@ -41,6 +38,7 @@ from goodput_operator.decide.turns import kept, short_of_replicas, turn
 from goodput_operator.decide.types import (
     ConditionUpdate,
     Event,
+    Memo,
     Quota,
     Reservation,
     apply_conditions,
@@ -107,24 +105,25 @@ def request_of(shape: ReplicaShape, eligible: frozenset[str] | None = None,
                    "required" if shape.workers > 1 else "preferred", eligible, why)
 
 
-def role_requests(nodes: Mapping[str, Obj], memo: dict[Any, Any], fleet: Fleet, ie: Obj,
+def role_requests(nodes: Mapping[str, Obj], memo: Memo, fleet: Fleet, ie: Obj,
                   spec: InferenceEndpointSpec, fabric: Fabric) -> dict[str, Request]:
     """Each role's replica group as a placement request ("": the one role), on the nodes
     its pods fit as FABRIC dresses them (decide.fit); remembered in MEMO for the pass, by
     the endpoint's UID and resourceVersion (its placement and its standby both ask)."""
     meta = ie["metadata"]
-    key = ("role_requests", meta.get("uid"), meta.get("resourceVersion"),
-           spec.ultra_server_group)
-    found: dict[str, Request] | None = memo.get(key) if meta.get("uid") else None
-    if found is None:
+
+    def work() -> dict[str, Request]:
         found = {}
         for role in spec.serving_roles():
             [leader] = build.group_pods(ie, spec, 0, "0", fabric, role, members=1)
             found[role.name] = request_of(role.shape, *pod_fit(
                 nodes, memo, fleet, spec.ultra_server_group, leader["spec"]))
-        if meta.get("uid"):
-            memo[key] = found
-    return found
+        return found
+
+    if not meta.get("uid"):
+        return work()
+    return memo.recall(("role_requests", meta["uid"], meta.get("resourceVersion"),
+                        spec.ultra_server_group), work)
 
 
 def room_for_role(fleet: Fleet, spec: InferenceEndpointSpec, role: ServingRole,
@@ -182,12 +181,11 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
     status = dict(ie.get("status") or {})
     generation, at = meta.get("generation"), times.seconds(snapshot.clock)
     conditions = list(status.get("conditions") or [])
-    try:
-        spec = InferenceEndpointSpec.model_validate(ie["spec"])
-    except ValidationError as err:
-        detail = describe_errors(err)
+    spec = snapshot.endpoint(ie).spec
+    if spec is None:
         return EndpointDecision(ie, status, {"conditions": set_condition(
-            conditions, "Ready", False, "InvalidSpec", detail, generation, at)})
+            conditions, "Ready", False, "InvalidSpec", snapshot.endpoint(ie).invalid,
+            generation, at)})
     fleet = snapshot.fleets.get(spec.ultra_server_group)
     if fleet is None:
         message = f"UltraServerGroup {spec.ultra_server_group!r} does not exist"

@@ -8,20 +8,19 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from goodput_operator.decide.types import Memo
 from goodput_operator.topology.constraints import eligibility, pod_requests
 from goodput_operator.topology.model import Fleet
 
 Obj = dict[str, Any]
 
 
-def pod_fit(nodes: Mapping[str, Obj], memo: dict[Any, Any], fleet: Fleet, group: str,
+def pod_fit(nodes: Mapping[str, Obj], memo: Memo, fleet: Fleet, group: str,
             pod_spec: Obj) -> tuple[frozenset[str] | None, str]:
     """The nodes of FLEET (bodies in NODES) a pod of POD_SPEC may run on (None: all of
     them), and why the others may not; remembered in MEMO."""
     relevant = {k: pod_spec.get(k) for k in ("nodeSelector", "affinity", "tolerations")}
     relevant["requests"] = {k: str(v) for k, v in pod_requests(pod_spec).items()}
     key = ("pod_fit", group, json.dumps(relevant, sort_keys=True))
-    if key not in memo:
-        memo[key] = eligibility([nodes[n] for n in fleet.nodes if n in nodes], pod_spec)
-    found: tuple[frozenset[str] | None, str] = memo[key]
-    return found
+    return memo.recall(key, lambda: eligibility([nodes[n] for n in fleet.nodes if n in nodes],
+                                                pod_spec))

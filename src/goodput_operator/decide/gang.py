@@ -63,22 +63,25 @@ def restart_of(job: Obj) -> int:
     return int((job.get("status") or {}).get("restarts", 0))
 
 
-def reserve(fleet: Fleet, result: JobDecision, spec: TrainingJobSpec, restart: int,
-            ranks: list[RankSlot], companions: Sequence[CompanionSlot] = ()) -> None:
-    """Reserve the placed ranks and companion pods in the trial (the jobs decided later in
-    this pass must see them) and hand them to the controller."""
-    job, group = result.job, spec.ultra_server_group or ""
-    meta = job["metadata"]
+def reserve(fleet: Fleet, job: Obj, spec: TrainingJobSpec, restart: int,
+            ranks: Sequence[RankSlot], companions: Sequence[CompanionSlot] = ()
+            ) -> tuple[Reservation, ...]:
+    """Reserve the placed ranks and companion pods of attempt RESTART in the trial (the
+    jobs decided later in this pass must see them); the reservations, for the controller
+    to make for real."""
+    group, meta = spec.ultra_server_group or "", job["metadata"]
     owner = trainingjob_owner(meta["namespace"], meta["name"])
     chips = {s.name: s.accelerators_per_pod for s in spec.pod_sets}
     held = [(build.pod_name(meta["name"], restart, r.rank), r.node,
              spec.accelerators_per_worker) for r in ranks]
     held += [(build.companion_name(meta["name"], restart, c.name, c.ordinal), c.node,
               chips.get(c.name, 0)) for c in companions if chips.get(c.name)]
+    made = []
     for name, node, accelerators in held:
         key = f"{meta['namespace']}/{name}"
         fleet.bind(key, node, accelerators, owner)
-        result.reservations.append(Reservation(group, key, node, accelerators, owner))
+        made.append(Reservation(group, key, node, accelerators, owner))
+    return tuple(made)
 
 
 def fabric_of(snapshot: Snapshot, spec: TrainingJobSpec) -> Fabric:

@@ -17,14 +17,15 @@ checkpoint it saved. A victim no longer marked before it stopped goes on running
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from goodput_operator import times
 from goodput_operator.api.base import MESSAGE_LENGTH
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.decide.attempt import TERMINAL, Attempt, books_of, strict_checkpoints
-from goodput_operator.decide.gang import JobDecision, restart_of
+from goodput_operator.decide.gang import restart_of
 from goodput_operator.decide.snapshot import Mark, Snapshot
 from goodput_operator.decide.types import ConditionUpdate, Event
 from goodput_operator.health import badput
@@ -71,7 +72,7 @@ def preempt_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Ob
     message = again or (f"preempting {victims} (below {mine.describe()}){bound}; without "
                         f"them: {found.placement.reason}")
     for victim in found.victims:
-        snapshot.preempting[keys[victim]] = Mark(me, mine, message[:MESSAGE_LENGTH])
+        snapshot.mark(keys[victim], Mark(me, mine, message[:MESSAGE_LENGTH]))
     # hold the room for the rest of the pass (a trial binding, never a reservation): the
     # jobs decided after this one have lower priorities and must not take what is freed
     # for it, a requeued victim least of all (it would be placed back and preempted again)
@@ -81,36 +82,29 @@ def preempt_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Ob
     return message
 
 
-@dataclass
+@dataclass(frozen=True)
 class Yielded:
     """What being (or no longer being) a victim changes in a job's pass."""
 
     fields: Obj = field(default_factory=dict)  # status keys to write
     stopped: bool = False  # the workers stop now: requeued, placement cleared
     marked: bool = False  # chosen as a victim in this pass
+    events: tuple[Event, ...] = ()
+    wake_at: float | None = None  # the checkpoint's deadline
 
 
 def yield_to(snapshot: Snapshot, spec: TrainingJobSpec, job: Obj, decided: Attempt,
-             result: JobDecision) -> Yielded:
-    """JOB as a victim of this pass's preemptions: ask for a checkpoint, then stop."""
+             pods: Sequence[str]) -> tuple[Attempt, Yielded]:
+    """JOB as a victim of this pass's preemptions: ask for a checkpoint, then stop its
+    PODS (by name). The attempt as that leaves it, and what else it changes."""
     meta, status = job["metadata"], job.get("status") or {}
     mark = snapshot.preempting.get((meta["namespace"], meta["name"]))
-    current = status.get("preemption")
-    clock = snapshot.clock
     if mark is None or decided.phase in TERMINAL or decided.phase == "Suspended" or \
             not status.get("placement"):
-        if current:
-            decided.conditions.append(ConditionUpdate(
-                "Preempted", False, "Cancelled", f"{current.get('by')} no longer needs the "
-                "room: running on"))
-            return Yielded({"preemption": None})
-        if decided.phase == "Running" and any(
-                c.get("type") == "Preempted" and c.get("status") == "True"
-                for c in status.get("conditions") or []):
-            decided.conditions.append(ConditionUpdate("Preempted", False, "Resumed",
-                                                      decided.message))
-        return Yielded()
+        return _unmarked(decided, status)
+    current = status.get("preemption")
     same = current is not None and current.get("by") == mark.by
+    clock = snapshot.clock
     at = (times.parse(current.get("at")) if same and current else None) or clock
     # only running workers can save: without a checkpoint dir, or not running, at once
     grace = spec.preemption_grace_seconds \
@@ -119,32 +113,58 @@ def yield_to(snapshot: Snapshot, spec: TrainingJobSpec, job: Obj, decided: Attem
         grace = min(grace, FOREIGN_GRACE_SECONDS)  # this job's words hold only its own team
     deadline = at + grace
     saved = times.parse(((status.get("checkpoint") or {}).get("latest") or {}).get("time"))
-    by = (f"preempted by {mark.by} ({mark.priority.describe()}, above "
-          f"{snapshot.priority(job).describe()})"
-          if mark.priority is not None else f"{mark.verb} by {mark.by} ({mark.message})")
     if clock < deadline and (saved is None or saved < at):
-        message = (f"{by}: the workers are asked to save a checkpoint, stopped at "
-                   f"{times.millis(deadline)} at the latest")
-        if not same:
-            result.events.append(Event("Warning", "Preempting", message))
-        decided.conditions.append(ConditionUpdate("Preempted", True, "Checkpointing", message))
-        result.wake_at = min(w for w in (result.wake_at, deadline) if w is not None)
-        return Yielded({"preemption": {"by": mark.by, "at": times.millis(at),
-                                       "deadline": times.millis(deadline),
-                                       "message": mark.message}}, marked=True)
+        message = (f"{_said_by(snapshot, job, mark)}: the workers are asked to save a "
+                   f"checkpoint, stopped at {times.millis(deadline)} at the latest")
+        return decided.said(ConditionUpdate("Preempted", True, "Checkpointing", message)), \
+            Yielded({"preemption": {"by": mark.by, "at": times.millis(at),
+                                    "deadline": times.millis(deadline),
+                                    "message": mark.message}}, marked=True,
+                    events=() if same else (Event("Warning", "Preempting", message),),
+                    wake_at=deadline)
+    return _requeued(snapshot, spec, job, decided, pods, mark)
+
+
+def _unmarked(decided: Attempt, status: Obj) -> tuple[Attempt, Yielded]:
+    """Not (or no longer) a victim: a preemption asked for is cancelled; one that stopped
+    the job is over once it runs again."""
+    current = status.get("preemption")
+    if current:
+        return decided.said(ConditionUpdate(
+            "Preempted", False, "Cancelled", f"{current.get('by')} no longer needs the "
+            "room: running on")), Yielded({"preemption": None})
+    if decided.phase == "Running" and any(
+            c.get("type") == "Preempted" and c.get("status") == "True"
+            for c in status.get("conditions") or []):
+        return decided.said(ConditionUpdate("Preempted", False, "Resumed",
+                                            decided.message)), Yielded()
+    return decided, Yielded()
+
+
+def _said_by(snapshot: Snapshot, job: Obj, mark: Mark) -> str:
+    if mark.priority is None:
+        return f"{mark.verb} by {mark.by} ({mark.message})"
+    return (f"preempted by {mark.by} ({mark.priority.describe()}, above "
+            f"{snapshot.priority(job).describe()})")
+
+
+def _requeued(snapshot: Snapshot, spec: TrainingJobSpec, job: Obj, decided: Attempt,
+              pods: Sequence[str], mark: Mark) -> tuple[Attempt, Yielded]:
+    """The checkpoint is saved or the grace is over: the workers stop, and the job is
+    requeued (an incident of cause Preemption, resumed from its newest checkpoint)."""
+    status, clock = job.get("status") or {}, snapshot.clock
     restart = restart_of(job)
     books = {**books_of(status), **decided.status}
     books = badput.open_incident(books, restart + 1, "Preemption", mark.message, [], clock,
                                  clock, strict=strict_checkpoints(spec))
     books = badput.update_incident(books, action="requeue")
     resume = (books["incidents"][-1].get("resumeFrom") or {})
-    why = (f"{by}: workers stopped and requeued; resumes from "
+    why = (f"{_said_by(snapshot, job, mark)}: workers stopped and requeued; resumes from "
            f"{'step ' + str(resume['step']) if 'step' in resume else 'the start'}")
-    decided.delete = list(result.observed)
-    decided.missing, decided.pin, decided.probe = None, [], []
-    decided.phase, decided.message = "Recovering", why
-    decided.status = {"incidents": books["incidents"], "goodput": books["goodput"]}
-    decided.conditions.append(ConditionUpdate("Preempted", True, "Requeued", why))
-    decided.conditions.append(ConditionUpdate("Running", False, "Preempted", why))
-    result.events.append(Event("Warning", "Preempted", why))
-    return Yielded({"preemption": None, "restarts": restart + 1}, stopped=True, marked=True)
+    stopped = replace(decided, delete=list(pods), missing=None, pin=[], probe=[],
+                      phase="Recovering", message=why,
+                      status={"incidents": books["incidents"], "goodput": books["goodput"]})
+    return stopped.said(ConditionUpdate("Preempted", True, "Requeued", why),
+                        ConditionUpdate("Running", False, "Preempted", why)), \
+        Yielded({"preemption": None, "restarts": restart + 1}, stopped=True, marked=True,
+                events=(Event("Warning", "Preempted", why),))

@@ -19,14 +19,12 @@ Level-based like the rest: every pass reads the Workload as it is; nothing is re
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
-
-from pydantic import ValidationError
 
 from goodput_operator.api.base import MESSAGE_LENGTH
 from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
-from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.decide.gang import JobDecision
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.types import ConditionUpdate, Quota
@@ -144,21 +142,23 @@ def _node_labels(admission: Obj, flavors: Mapping[str, Mapping[str, str]]
 
 
 def finish(quota: Quota, workloads: Mapping[tuple[str, str], Obj], namespace: str,
-           phase: str, message: str, at: str) -> None:
-    """The job ended (PHASE): finish its Workload, once (never one that is not its own)."""
+           phase: str, message: str, at: str) -> Quota:
+    """The job ended (PHASE): QUOTA finishing its Workload, once (never one that is not
+    its own)."""
     wl = workloads.get((namespace, quota.workload))
     if wl is not None and not quota.foreign and kueue.condition(wl, "Finished") is None:
-        quota.target = wl
-        quota.patch = kueue.finished(wl, phase == "Succeeded", message, at)
+        return replace(quota, target=wl,
+                       patch=kueue.finished(wl, phase == "Succeeded", message, at))
+    return quota
 
 
-def handoff(snapshot: Snapshot, obj: Obj, make: Callable[[Fabric], Obj]
+def handoff(snapshot: Snapshot, obj: Obj, make: Callable[[Fabric], Obj | None]
             ) -> tuple[ConditionUpdate | None, Quota | None]:
     """An object MultiKueue runs on a worker cluster (spec.managedBy, on the manager): its
-    Workload is made here (MAKE builds it, counting the accelerators of its group) and
-    nothing else; its status is MultiKueue's, copied from the worker. Until a worker has it,
-    and when nothing would ever run it (no queue label), what to say on its Admitted
-    condition."""
+    Workload is made here (MAKE builds it, counting the accelerators of its group; None:
+    the spec is invalid) and nothing else; its status is MultiKueue's, copied from the
+    worker. Until a worker has it, and when nothing would ever run it (no queue label),
+    what to say on its Admitted condition."""
     meta, status = obj["metadata"], obj.get("status") or {}
     if not kueue.queue_of(obj):
         return ConditionUpdate("Admitted", False, "NoQueue", f"spec.managedBy is "
@@ -182,9 +182,8 @@ def handoff(snapshot: Snapshot, obj: Obj, make: Callable[[Fabric], Obj]
         return ConditionUpdate("Admitted", False, "UltraServerGroupNotFound", f"the Workload "
                                f"counts the accelerators of UltraServerGroup {group!r}: "
                                "create it here too (its spec; no nodes need match)"), None
-    try:
-        body = make(Fabric.of(snapshot.groups[group]))
-    except ValidationError:  # admission refuses these; nothing to count quota by
+    body = make(Fabric.of(snapshot.groups[group]))
+    if body is None:  # an invalid spec: admission refuses these; nothing to count quota by
         return None, None
     quota = creating(snapshot, obj, name, lambda: body, "")
     return (quota.condition if quota.condition.reason == "WorkloadRefused" else None), quota
@@ -194,9 +193,9 @@ def decide_delegated(snapshot: Snapshot, job: Obj, at: str) -> JobDecision:
     """A TrainingJob MultiKueue runs elsewhere (handoff), as the job controller applies it."""
     status = job.get("status") or {}
     priority = snapshot.priority(job)
-    said, quota = handoff(snapshot, job, lambda fabric: kueue.workload(
-        job, TrainingJobSpec.model_validate(job["spec"]), fabric, priority.value,
-        priority.workload_ref()))
+    spec = snapshot.job(job).spec
+    said, quota = handoff(snapshot, job, lambda fabric: None if spec is None else kueue.workload(
+        job, spec, fabric, priority.value, priority.workload_ref()))
     wake_at = quota.wake_at if quota is not None else None
     if said is None:
         return JobDecision(job, status, {}, quota=quota, wake_at=wake_at)

@@ -29,12 +29,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
 from goodput_operator import names, times
-from goodput_operator.api.base import MESSAGE_LENGTH, describe_errors
+from goodput_operator.api.base import MESSAGE_LENGTH
 from goodput_operator.api.conditions import set_condition
-from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec, MultiRegion
+from goodput_operator.api.inferenceendpoint import MultiRegion
 from goodput_operator.decide.endpoint import EndpointDecision, desired_replicas, record_scaling
 from goodput_operator.decide.quota import handoff
 from goodput_operator.decide.snapshot import Snapshot
@@ -237,11 +235,11 @@ def decide_regions(snapshot: Snapshot, ie: Obj) -> EndpointDecision:
     status = dict(ie.get("status") or {})
     generation, at, now = meta.get("generation"), times.seconds(snapshot.clock), snapshot.clock
     conditions = list(status.get("conditions") or [])
-    try:
-        spec = InferenceEndpointSpec.model_validate(ie["spec"])
-    except ValidationError as err:
+    spec = snapshot.endpoint(ie).spec
+    if spec is None:
         return EndpointDecision(ie, status, {"conditions": set_condition(
-            conditions, "Ready", False, "InvalidSpec", describe_errors(err), generation, at)})
+            conditions, "Ready", False, "InvalidSpec", snapshot.endpoint(ie).invalid,
+            generation, at)})
     policy = spec.multi_region
     assert policy is not None
     [role] = spec.serving_roles()
@@ -337,8 +335,9 @@ def decide_handed_off(snapshot: Snapshot, ie: Obj, at: str) -> EndpointDecision:
             parent == (e["metadata"]["namespace"], e["metadata"]["name"],
                        e["metadata"].get("uid")) for e in snapshot.endpoints):
         return EndpointDecision(ie, status, {}, drop=[ie["metadata"]["name"]])  # orphaned
-    said, quota = handoff(snapshot, ie, lambda fabric: kueue.endpoint_workload(
-        ie, InferenceEndpointSpec.model_validate(ie["spec"]), fabric))
+    spec = snapshot.endpoint(ie).spec
+    said, quota = handoff(snapshot, ie, lambda fabric: None if spec is None else
+                          kueue.endpoint_workload(ie, spec, fabric))
     wake_at = quota.wake_at if quota is not None else None
     if said is None:
         return EndpointDecision(ie, status, {}, quota=quota, wake_at=wake_at)

@@ -3,15 +3,14 @@ and the Straggler condition (health.straggler's verdict, kept by the report chan
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
-
-from pydantic import ValidationError
 
 from goodput_operator import times
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.decide.attempt import Attempt, books_of, strict_checkpoints
 from goodput_operator.decide.gang import (
-    JobDecision,
     placement_record,
     recorded_companions,
     request_for,
@@ -19,7 +18,7 @@ from goodput_operator.decide.gang import (
     restart_of,
 )
 from goodput_operator.decide.snapshot import Snapshot
-from goodput_operator.decide.types import ConditionUpdate, Event
+from goodput_operator.decide.types import ConditionUpdate, Event, Reservation
 from goodput_operator.health import badput, straggler
 from goodput_operator.topology.model import Fleet, trainingjob_owner
 from goodput_operator.topology.placement import Placement, in_rank_order, place
@@ -29,16 +28,45 @@ from goodput_operator.topology.replacement import Elastic, grow
 Obj = dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Grown:
+    """An elastic job's grow back toward spec.workers: its new placement, the
+    reservations that hold it, and what is said; or only when to look again."""
+
+    placement: Obj | None = None
+    reservations: tuple[Reservation, ...] = ()
+    events: tuple[Event, ...] = ()
+    wake_at: float | None = None
+    strict: bool = False  # resume only from verified checkpoints (attempt.strict_checkpoints)
+
+
 def running_job(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
-             decided: Attempt, result: JobDecision) -> Obj | None:
-    """What a running job's pass adds: an elastic job's grow (its new placement), or
-    else the Straggler condition."""
-    grown = _grow(snapshot, fleet, spec, job, decided, result) if spec.elastic else None
-    if grown is None:
+                decided: Attempt, pods: Sequence[str]) -> tuple[Attempt, Grown]:
+    """What a running job's pass adds: an elastic job's grow (a restart onto its new
+    placement, stopping PODS), or else the Straggler condition."""
+    grown = _grow(snapshot, fleet, spec, job) if spec.elastic else Grown()
+    if grown.placement is None:
         meta = job["metadata"]
-        decided.conditions.append(_stragglers(snapshot, (meta["namespace"], meta["name"]),
-                                              spec, restart_of(job)))
-    return grown
+        return decided.said(_stragglers(snapshot, (meta["namespace"], meta["name"]), spec,
+                                        restart_of(job))), grown
+    return _resizing(decided, job, pods, grown, snapshot.clock), grown
+
+
+def _resizing(decided: Attempt, job: Obj, pods: Sequence[str], grown: Grown,
+              clock: float) -> Attempt:
+    """DECIDED turned into the grow's restart: a planned one (incident cause Resize, paid
+    from no budget) from the last checkpoint, the old gang's PODS deleted."""
+    assert grown.placement is not None
+    restart, reason = restart_of(job), grown.placement["reason"]
+    books = badput.open_incident(books_of(job.get("status") or {}), restart + 1, "Resize",
+                                 reason, [], clock, clock, strict=grown.strict)
+    books = badput.replaced(books, clock, "grow")
+    message = f"elastic: {reason} (restart {restart + 1})"
+    return replace(decided, phase="Recovering", restart=False, message=message,
+                   status={"incidents": books["incidents"], "goodput": books["goodput"]},
+                   missing=None, pin=[], delete=list(pods),
+                   conditions=tuple(c for c in decided.conditions if c.type != "Running")
+                   ).said(ConditionUpdate("Running", False, "Resizing", message))
 
 
 def _stragglers(snapshot: Snapshot, key: tuple[str, str], spec: TrainingJobSpec,
@@ -68,49 +96,36 @@ def _stragglers(snapshot: Snapshot, key: tuple[str, str], spec: TrainingJobSpec,
                            f"peers' median over {policy.min_steps}+ steps")
 
 
-def _grow(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
-          decided: Attempt, result: JobDecision) -> Obj | None:
+def _grow(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj) -> Grown:
     """An elastic job running below spec.workers grows back: once it has run
     elastic.growAfterSeconds at its size (the hysteresis), at its next checkpoint, unless a
     gang of its group waits that the capacity should go to first (_gangs_waiting), and when
-    a larger gang fits. The grow is a planned restart of the whole gang at the new size from
-    the last checkpoint (incident cause Resize, paid from no budget). Returns the new
-    placement and turns DECIDED into that restart; None leaves it as it was."""
+    a larger gang fits."""
     assert spec.elastic is not None
     status = job.get("status") or {}
     running = len(ranks_of(status.get("placement")))
     since = times.parse((status.get("goodput") or {}).get("since"))
     if not running or running >= spec.workers or since is None:
-        return None
+        return Grown()
     due = _grow_due(status, since, spec.elastic.grow_after_seconds, snapshot.clock)
     if snapshot.clock < due:
-        result.wake_at = min(w for w in (result.wake_at, due) if w is not None)
-        return None
+        return Grown(wake_at=due)
     if _gangs_waiting(snapshot, fleet, spec, job):
-        return None
+        return Grown()
     meta = job["metadata"]
     request = request_for(snapshot, fleet, spec, job, spec.workers)
     grown = grow(fleet, running, request, trainingjob_owner(meta["namespace"], meta["name"]),
                  Elastic(spec.elastic.min_workers, spec.elastic.step))
     if grown is None:
-        return None
+        return Grown()
     ranks = in_rank_order(grown.ranks, spec.topology.rank_order)
-    restart = restart_of(job)
     companions = recorded_companions(status.get("placement"))  # the grow adds domains only
-    reserve(fleet, result, spec, restart + 1, list(ranks), companions)
-    clock = snapshot.clock
-    books = badput.open_incident(books_of(status), restart + 1, "Resize", grown.reason, [],
-                                 clock, clock, strict=strict_checkpoints(spec))
-    books = badput.replaced(books, clock, "grow")
-    decided.phase, decided.restart = "Recovering", False
-    decided.message = f"elastic: {grown.reason} (restart {restart + 1})"
-    decided.status = {"incidents": books["incidents"], "goodput": books["goodput"]}
-    decided.missing, decided.pin = None, []
-    decided.delete = [p["metadata"]["name"] for p in result.observed.values()]
-    decided.conditions = [c for c in decided.conditions if c.type != "Running"]
-    decided.conditions.append(ConditionUpdate("Running", False, "Resizing", decided.message))
-    result.events.append(Event("Normal", "Resizing", decided.message))
-    return placement_record(Placement(True, grown.reason, ranks), clock, companions)
+    held = reserve(fleet, job, spec, restart_of(job) + 1, ranks, companions)
+    placement = placement_record(Placement(True, grown.reason, ranks), snapshot.clock,
+                                 companions)
+    message = f"elastic: {grown.reason} (restart {restart_of(job) + 1})"
+    return Grown(placement, held, (Event("Normal", "Resizing", message),),
+                 strict=strict_checkpoints(spec))
 
 
 def _grow_due(status: Obj, since: float, after: float, now: float) -> float:
@@ -135,9 +150,8 @@ def _gangs_waiting(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job:
                 or status.get("placement") or status.get("phase") not in (None, "Pending") \
                 or other["spec"].get("suspend"):
             continue
-        try:
-            waiting = TrainingJobSpec.model_validate(other["spec"])
-        except ValidationError:
+        waiting = snapshot.job(other).spec
+        if waiting is None:
             continue
         if snapshot.priority(other).at_least(snapshot.priority(job)) and place(
                 fleet, request_for(snapshot, fleet, waiting, other, waiting.workers)).ok:

@@ -14,7 +14,14 @@ from typing import Any
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.autoscaling.algorithm import Decision as ScalingDecision
 from goodput_operator.decide.priority import Classes, Priority, of_job
-from goodput_operator.decide.types import OwnerKey, Refusal
+from goodput_operator.decide.types import Memo, OwnerKey, Refusal
+from goodput_operator.decide.views import (
+    EndpointView,
+    JobView,
+    endpoint_views,
+    job_views,
+    key_of,
+)
 from goodput_operator.health.badput import REFRESH_SECONDS
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.probing import Inconclusive
@@ -85,7 +92,7 @@ class Snapshot:
     refresh_seconds: float = REFRESH_SECONDS  # how old a running job's goodput may grow
     # what one pass works out once and several decisions read (which nodes a pod spec
     # fits, by group and spec, decide.fit): filled as the pass goes (State.fits)
-    memo: dict[Any, Any] = field(default_factory=dict)
+    memo: Memo = field(default_factory=Memo)
     # the victims the jobs decided so far in this pass preempt (decide.preemption): a
     # victim has a lower priority, so it is decided later in the same pass and reads it
     preempting: dict[Key, Mark] = field(default_factory=dict)
@@ -108,6 +115,33 @@ class Snapshot:
     ignored_pods: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # namespaces where an object must name a Kueue queue ("*": all; --require-queue)
     require_queue: frozenset[str] = frozenset()
+    # every job's and endpoint's view (decide.views), by (namespace, name): the cache's,
+    # built once per spec version; those missing are built as the snapshot is made
+    job_views: Mapping[Key, JobView] = field(default_factory=dict)
+    endpoint_views: Mapping[Key, EndpointView] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        jobs = [*self.jobs, *self.delegated]
+        if any(key_of(j) not in self.job_views for j in jobs):
+            object.__setattr__(self, "job_views", {**self.job_views,
+                                                   **job_views(jobs, self.job_views)})
+        endpoints = [*self.endpoints, *self.delegated_endpoints]
+        if any(key_of(e) not in self.endpoint_views for e in endpoints):
+            object.__setattr__(self, "endpoint_views", {
+                **self.endpoint_views, **endpoint_views(endpoints, self.endpoint_views)})
+
+    def mark(self, key: Key, mark: Mark) -> None:
+        """Leave MARK on the job KEY for the decisions after this one in the pass: the one
+        word a decision leaves for a later one (a victim has a lower priority, so it is
+        decided later and reads it; decide.preemption)."""
+        self.preempting[key] = mark
+
+    def job(self, obj: Obj) -> JobView:
+        """OBJ's view (a job of this snapshot)."""
+        return self.job_views[key_of(obj)]
+
+    def endpoint(self, obj: Obj) -> EndpointView:
+        return self.endpoint_views[key_of(obj)]
 
     def priority(self, job: Obj) -> Priority:
         """JOB's priority (decide.priority), worked out here for a job the pass has not."""

@@ -37,8 +37,7 @@ class Held:
 
 def standby_map(snapshot: Snapshot, group: str) -> dict[str, Held]:
     """The GROUP's standby domains, as the endpoints wrote them last pass."""
-    key = ("standby", group)
-    if key not in snapshot.memo:
+    def work() -> dict[str, Held]:
         found: dict[str, Held] = {}
         for ie in snapshot.endpoints:
             if (ie.get("spec") or {}).get("ultraServerGroup") != group:
@@ -50,9 +49,9 @@ def standby_map(snapshot: Snapshot, group: str) -> dict[str, Held]:
             for domain in standby.get("domains") or []:
                 if isinstance(domain, str):
                     found.setdefault(domain, Held(name, domain == reclaimed))
-        snapshot.memo[key] = found
-    held: dict[str, Held] = snapshot.memo[key]
-    return held
+        return found
+
+    return snapshot.memo.recall(("standby", group), work)
 
 
 def reclaim_marks(snapshot: Snapshot) -> None:
@@ -164,15 +163,16 @@ def held_elsewhere(snapshot: Snapshot, namespace: str, me: str) -> int:
     """Standby domains NAMESPACE's other endpoints hold (their statuses, every group).
     Counted once a pass for every endpoint: one namespace's thousands of endpoints cost
     one walk, not one each."""
-    if "standby held" not in snapshot.memo:
+    def work() -> dict[str, dict[str, int]]:
         counts: dict[str, dict[str, int]] = {}
         for ie in snapshot.endpoints:
             meta = ie["metadata"]
             domains = ((ie.get("status") or {}).get("standby") or {}).get("domains")
             counts.setdefault(meta["namespace"], {})[f"{meta['namespace']}/{meta['name']}"] = (
                 len(domains) if isinstance(domains, list) else 0)
-        snapshot.memo["standby held"] = counts
-    mine: dict[str, int] = snapshot.memo["standby held"].get(namespace, {})
+        return counts
+
+    mine = snapshot.memo.recall("standby held", work).get(namespace, {})
     return sum(mine.values()) - mine.get(me, 0)
 
 
@@ -185,10 +185,8 @@ def reclaimable(snapshot: Snapshot, ie: dict[str, Any], lent: Mapping[str, list[
     mine = resolve(meta["namespace"], name if isinstance(name, str) else None, 0,
                    snapshot.classes)
 
-    if "jobs by key" not in snapshot.memo:
-        snapshot.memo["jobs by key"] = {
-            f"{j['metadata']['namespace']}/{j['metadata']['name']}": j for j in snapshot.jobs}
-    jobs: dict[str, dict[str, Any]] = snapshot.memo["jobs by key"]
+    jobs: dict[str, dict[str, Any]] = snapshot.memo.recall("jobs by key", lambda: {
+        f"{j['metadata']['namespace']}/{j['metadata']['name']}": j for j in snapshot.jobs})
 
     def may(owner: str) -> bool:
         job = jobs.get(job_key(owner))

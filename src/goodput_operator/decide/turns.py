@@ -45,9 +45,8 @@ def turn(snapshot: Snapshot, kind: str, obj: Obj, objects: Sequence[Obj],
     OBJECTS: the kind's objects in queue order; WAITING: whether one waits for placement.
     Worked out once a pass for the whole kind (the memo)."""
     meta = obj["metadata"]
-    granted = snapshot.memo.get(("turns", kind))
-    if granted is None:
-        granted = snapshot.memo[("turns", kind)] = _grant(snapshot, kind, objects, waiting)
+    granted = snapshot.memo.recall(("turns", kind),
+                                   lambda: _grant(snapshot, kind, objects, waiting))
     among = granted.get(meta["namespace"])
     if among is None or not waiting(obj):
         return None

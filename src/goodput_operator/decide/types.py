@@ -3,12 +3,26 @@ reservations and probe starts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar, cast
 
 from goodput_operator.api.conditions import set_condition
 
 Obj = dict[str, Any]
+T = TypeVar("T")
+
+
+class Memo(dict[Any, Any]):
+    """What one pass works out once and several decisions read (which nodes a pod spec
+    fits, the turns at placement, who holds standby domains): each answer worked out by
+    the first decision that asks (`recall`), the memo emptied as the next pass starts
+    (State.fits). A cache, not a channel: an answer is the same whoever asks first."""
+
+    def recall(self, key: Any, work: Callable[[], T]) -> T:
+        if key not in self:
+            self[key] = work()
+        return cast(T, self[key])
 
 
 class Event(NamedTuple):

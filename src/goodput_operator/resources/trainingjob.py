@@ -61,8 +61,9 @@ def selector(job_name: str) -> dict[str, str]:
     return {names.JOB_LABEL: job_name}
 
 
-def service(job: Obj) -> Obj:
-    """Headless Service giving each worker a stable DNS name (w{i}.<job>.<ns>.svc)."""
+def service(job: Obj, spec: TrainingJobSpec | None = None) -> Obj:
+    """Headless Service giving each worker a stable DNS name (w{i}.<job>.<ns>.svc). SPEC:
+    the job's parsed spec (its view's), when the caller has it."""
     name = job["metadata"]["name"]
     return {
         "apiVersion": "v1", "kind": "Service",
@@ -71,7 +72,7 @@ def service(job: Obj) -> Obj:
                      "ownerReferences": [owner_reference(job)]},
         "spec": {"clusterIP": "None", "selector": selector(name),
                  "publishNotReadyAddresses": True,
-                 "ports": [{"name": "rendezvous", "port": _spec(job).launcher.port}]},
+                 "ports": [{"name": "rendezvous", "port": (spec or _spec(job)).launcher.port}]},
     }
 
 
@@ -82,14 +83,16 @@ def claim_sources(job: Obj, pods: list[Obj], device_class: str | None) -> list[O
                                 owner_reference(job), job["metadata"]["name"])
 
 
-def hostfile(job: Obj, workers: int, report_ca: str = "") -> Obj:
+def hostfile(job: Obj, workers: int, report_ca: str = "",
+             spec: TrainingJobSpec | None = None) -> Obj:
     """The hostfile of WORKERS ranks in rank order, MPI style: `w<rank>.<service>
     slots=<procs>` per line. The names are relative to the job's namespace (every pod
     resolves them through its namespace's search domain), so that an 8192-worker gang's
     hostfile stays well inside a ConfigMap's 1 MiB whatever its name and namespace; the
     placed nodes are in status.placement. REPORT_CA, the CA bundle the workers check the
-    report channel's TLS against (REPORT_CA_FILE), when served over https."""
-    spec = _spec(job)
+    report channel's TLS against (REPORT_CA_FILE), when served over https. SPEC: as
+    `service`."""
+    spec = spec or _spec(job)
     slots = spec.launcher.procs_per_worker or spec.accelerators_per_worker
     service = service_name(job["metadata"]["name"])
     lines = [f"{hostname(i)}.{service} slots={slots}" for i in range(workers)]
@@ -245,4 +248,5 @@ def _gang_pod(job: Obj, template: Obj, name: str, host: str,
 
 
 def _spec(job: Obj) -> TrainingJobSpec:
+    """For callers without a view (tests, tools): the operator passes its views' spec."""
     return TrainingJobSpec.model_validate(job["spec"])
