@@ -11,7 +11,7 @@ import pytest
 from goodput_operator import names
 from goodput_operator.api.ultraservergroup import UltraServerGroupStatus
 from goodput_operator.decide import GroupDecision, decide, decide_groups
-from goodput_operator.decide.group import group_status
+from goodput_operator.decide.group import Notes, group_status
 from goodput_operator.health.probing import Inconclusive
 from goodput_operator.health.quarantine import HOLD_SECONDS, SDC, Finding
 from goodput_operator.times import millis
@@ -293,8 +293,8 @@ def test_usage_only_changes_are_written_at_most_every_two_seconds() -> None:
 
 def test_the_group_status_counts_domains_nodes_and_spares() -> None:
     snapshot = world(FRESH, spec=group_spec(spares={"perDomain": 1}))
-    status = group_status(snapshot.groups["trn2"], snapshot.fleets["trn2"], [], None, 1,
-                          millis(NOW))
+    status = group_status(snapshot.groups["trn2"], snapshot.fleets["trn2"], [],
+                          Notes(None, 1, millis(NOW)))
     assert status["totals"] == {"domains": 2, "healthyDomains": 2, "nodes": 8,
                                 "readyNodes": 8, "accelerators": 128,
                                 "freeAccelerators": 96, "quarantined": 0, "spares": 2,

@@ -8,7 +8,7 @@ import pytest
 
 from goodput_operator import names
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec, Rollout
-from goodput_operator.decide.replicas import plan_groups as plan
+from goodput_operator.decide.replicas import EndpointPlan, Trouble, Wanted, plan_groups
 from goodput_operator.resources import inference as build
 from goodput_operator.resources.fabric import Fabric
 
@@ -16,6 +16,12 @@ SPEC = {"ultraServerGroup": "g", "model": {"name": "m"},
         "replicaShape": {"workers": 2, "acceleratorsPerWorker": 4},
         "template": {"spec": {"containers": [{"name": "s", "image": "i"}]}}}
 IE = {"metadata": {"name": "ie", "namespace": "ns", "uid": "u"}, "spec": SPEC}
+
+
+def plan(pods: list[dict[str, Any]], size: int, desired: int, revision: str,
+         rollout: Rollout, lost: set[str]) -> EndpointPlan:
+    """DESIRED groups of SIZE pods at REVISION planned from PODS, LOST nodes gone."""
+    return plan_groups(pods, Wanted(size, desired, revision, rollout), Trouble(lost))
 
 
 def group(index: int, rev: str, ready: bool = True, domain: str = "d0",

@@ -41,16 +41,9 @@ from goodput_operator.controllers.kube import (
 from goodput_operator.controllers.state import State
 from goodput_operator.decide import Event, Failure, Scaled, decide_endpoints, trial, turns
 from goodput_operator.decide.creates import WriteBudget
-from goodput_operator.decide.endpoint import (
-    EndpointDecision,
-    desired_replicas,
-    placed_groups,
-    role_pods,
-    role_requests,
-    room_for_role,
-)
+from goodput_operator.decide.endpoint import EndpointDecision
 from goodput_operator.decide.regions import REGIONS
-from goodput_operator.decide.standby import borrowers
+from goodput_operator.decide.roles import desired_replicas, role_requests, scaling_ceiling
 from goodput_operator.resources import inference as build
 from goodput_operator.resources.fabric import Fabric
 from goodput_operator.resources.pods import owned, pin
@@ -205,19 +198,11 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, role: Ser
         samples.append(Sample(metric.type, metric.target, value, metric.type))
     fleet = state.fleets.get(spec.ultra_server_group)
     capacity = None  # multiRegion: the regions' room is decide.regions' to weigh
-    if fleet is not None and spec.multi_region is None:  # groups holding nodes now, plus
-        # what the free space can host
-        pods = owned(state.endpoint_pods.get(key[:2], {}).values(), ie)
-        placed = placed_groups(role_pods(pods, role.name), role.shape.workers)
-        requests = role_requests(state.nodes, state.fits, fleet, ie, spec,
-                                 Fabric.of(state.groups[spec.ultra_server_group]))
-        # its standby domains count as room even while training jobs borrow them: a
-        # replica group that needs one takes it back (decide.standby)
-        standby = ((ie.get("status") or {}).get("standby") or {}).get("domains") or []
-        lent = [o for owners in borrowers(fleet, standby).values() for o in owners]
-        with fleet.without(lent):
-            capacity = placed + room_for_role(fleet, spec, role, pods, requests,
-                                              max(0, scaling.max_replicas - placed))
+    if fleet is not None and spec.multi_region is None:  # decide.roles.scaling_ceiling
+        capacity = scaling_ceiling(
+            fleet, ie, spec, role, owned(state.endpoint_pods.get(key[:2], {}).values(), ie),
+            role_requests(state.nodes, state.fits, fleet, ie, spec,
+                          Fabric.of(state.groups[spec.ultra_server_group])))
     history = state.scaling_history.setdefault(key, History())
     decision = recommend(samples, current, scaling, history, now, capacity)
     _record(state, key, decision, current, now)

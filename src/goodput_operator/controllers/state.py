@@ -20,6 +20,15 @@ from goodput_operator import metrics, names
 from goodput_operator.api.inferenceendpoint import ROLE_NAMES
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.api.ultraservergroup import OWN_LABELS, UltraServerGroupSpec
+from goodput_operator.api.views import (
+    EndpointView,
+    JobView,
+    endpoint_view,
+    endpoint_views,
+    job_view,
+    job_views,
+    key_of,
+)
 from goodput_operator.controllers.kube import BULK_WRITES, wrote
 from goodput_operator.controllers.pacing import WriteLimit
 from goodput_operator.controllers.shapes import NODE_METADATA_KEPT, POD_SPEC_KEPT
@@ -35,15 +44,6 @@ from goodput_operator.decide.priority import (
 from goodput_operator.decide.snapshot import Key, Scaled, Snapshot
 from goodput_operator.decide.turns import TurnKey
 from goodput_operator.decide.types import Memo, OwnerKey, Refusal, Reservation
-from goodput_operator.decide.views import (
-    EndpointView,
-    JobView,
-    endpoint_view,
-    endpoint_views,
-    job_view,
-    job_views,
-    key_of,
-)
 from goodput_operator.health import badput
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.probing import Inconclusive
@@ -249,7 +249,7 @@ class State:
         self.probe_namespace = "goodput-system"  # where probe Jobs run
         self.probe_image = ""  # the image probe Jobs run (the operator's own)
         self.ledgers: dict[tuple[str, str], Ledger] = {}  # SDC votes per job
-        # each job's and endpoint's view (decide.views: its spec parsed once per version),
+        # each job's and endpoint's view (api.views: its spec parsed once per version),
         # refreshed as each snapshot is taken; the report channel reads the jobs' on every
         # report (thousands a second), the autoscaler the endpoints' every second
         self.job_views: dict[tuple[str, str], JobView] = {}

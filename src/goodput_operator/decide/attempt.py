@@ -219,9 +219,10 @@ def _running(result: Attempt, job: Obj, spec: TrainingJobSpec, books: Obj, gang:
                        "AllWorkersSucceeded", [])
     incident = badput.current_incident(books)
     resume = badput.resume_point(books["checkpoint"], strict_checkpoints(spec))
-    result = replace(result, missing=missing(
-        job, spec, list(gang.current), list(gang.companions), gang.restart, seen.fabric,
-        resume, seen.report_url, result.workers))
+    recipe = Missing(job, spec, gang.restart, seen.fabric, resume, seen.report_url,
+                     result.workers)
+    result = replace(result, missing=missing(recipe, list(gang.current),
+                                             list(gang.companions)))
     recovering = incident is not None and incident["restart"] == gang.restart
     if not gang.spots.ranks:
         # Place as soon as no worker runs ungated: a gang that is not placed has no pods

@@ -71,7 +71,7 @@ class Missing:
     resume: Obj | None  # the checkpoint the attempt resumes from
     report_url: str
     size: int  # the gang's workers (its WORLD_SIZE)
-    workers: tuple[int, ...]
+    workers: tuple[int, ...] = ()
     companions: tuple[tuple[PodSet, int], ...] = ()
     priority_class: str | None = None  # a PriorityClass the pods carry (decide.priority)
 
@@ -89,17 +89,17 @@ class Missing:
         return made
 
 
-def missing(job: Obj, spec: TrainingJobSpec, current: Sequence[int],
-            companions: Sequence[tuple[str, int]], restart: int, fabric: Fabric,
-            resume: Obj | None, report_url: str, size: int) -> Missing | None:
-    """What attempt RESTART lacks, given the worker indices and companion keys it has."""
+def missing(gang: Missing, current: Sequence[int], companions: Sequence[tuple[str, int]]
+            ) -> Missing | None:
+    """What the attempt of GANG (its pods' recipe, none listed yet) lacks, given the
+    worker indices and companion keys it has."""
     have, had = set(current), set(companions)
-    workers = tuple(i for i in range(size) if i not in have)
-    extra = tuple((pod_set, index) for pod_set in spec.pod_sets
+    workers = tuple(i for i in range(gang.size) if i not in have)
+    extra = tuple((pod_set, index) for pod_set in gang.spec.pod_sets
                   for index in range(pod_set.replicas) if (pod_set.name, index) not in had)
     if not workers and not extra:
         return None
-    return Missing(job, spec, restart, fabric, resume, report_url, size, workers, extra)
+    return replace(gang, workers=workers, companions=extra)
 
 
 def with_class(found: Missing | None, priority_class: str | None) -> Missing | None:

@@ -27,7 +27,7 @@ from goodput_operator.api.ultraservergroup import (
 from goodput_operator.api.ultraservergroup import Quarantine as QuarantinePolicy
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.standby import standby_map
-from goodput_operator.decide.types import Event, ProbeStart
+from goodput_operator.decide.types import ConditionUpdate, Event, ProbeStart, apply_conditions
 from goodput_operator.health import cron
 from goodput_operator.health import quarantine as q
 from goodput_operator.topology.model import Domain, Fleet
@@ -98,11 +98,11 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
     status = dict(body.get("status") or {})
     generation = body["metadata"].get("generation")
     overlap = overlap_message(snapshot.overlaps.get(name, {}))
-    desired = group_status(spec, fleet, status.get("conditions") or [], verdict.storm,
-                           generation, times.seconds(now), schedule_error, overlap,
-                           inconclusive_message(snapshot, (
-                               n for n, body in members.items() if q.record_of(body))),
-                           {d: held.endpoint for d, held in standby_map(snapshot, name).items()})
+    desired = group_status(spec, fleet, status.get("conditions") or [], Notes(
+        verdict.storm, generation, times.seconds(now), schedule_error, overlap,
+        inconclusive_message(snapshot, (n for n, body in members.items()
+                                        if q.record_of(body))),
+        {d: held.endpoint for d, held in standby_map(snapshot, name).items()}))
     desired.update(ignored_pods(snapshot.ignored_pods, fleet))
     desired.update(held_evidence(verdict.held_blame))
     events = []
@@ -265,42 +265,88 @@ def domain_health(domain: Domain, nodes_per_domain: int) -> str:
     return "Degraded"
 
 
+@dataclass(frozen=True)
+class Notes:
+    """What the group's pass says beside its fleet model: when (GENERATION, AT), the storm
+    guard's reason, a probe schedule that does not parse, the groups its selector overlaps,
+    why a quarantined node's probe proved nothing (INCONCLUSIVE), and which endpoint holds
+    each standby domain."""
+
+    storm: str | None
+    generation: int | None
+    at: str
+    schedule_error: str | None = None
+    overlap: str = ""
+    inconclusive: str = ""
+    standby: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The group's domains as its status lists them, their totals, what is misshaped,
+    and the group's health."""
+
+    domains: list[Obj]
+    totals: Counter[str]
+    misshaped: list[str]
+
+    @property
+    def health(self) -> str:
+        healths = {d["health"] for d in self.domains}
+        return "Empty" if not self.domains else "Healthy" if healths == {"Healthy"} else \
+            "Failed" if healths == {"Failed"} else "Degraded"
+
+
 def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj],
-                 storm: str | None, generation: int | None, at: str,
-                 schedule_error: str | None = None, overlap: str = "",
-                 inconclusive: str = "", standby: Mapping[str, str] | None = None) -> Obj:
-    """The group's status from its fleet model: per domain, totals, health, conditions.
-    INCONCLUSIVE: why a quarantined node's probe proved nothing (decide.group); STANDBY:
-    domain -> the endpoint holding it on standby."""
-    standby = standby or {}
-    domains: list[Obj] = []
-    totals: Counter[str] = Counter()
-    misshaped: list[str] = []
+                 notes: Notes) -> Obj:
+    """The group's status from its fleet model: per domain, totals, health, conditions."""
+    summary = summarized(spec, fleet, notes.standby)
+    listed = listed_domains(summary.domains)
+    return {"observedGeneration": notes.generation, "health": summary.health,
+            "totals": {k: summary.totals[k] for k in (
+                "domains", "healthyDomains", "nodes", "readyNodes", "accelerators",
+                "freeAccelerators", "quarantined", "spares", "standbyDomains")},
+            "domains": listed, "domainsOmitted": len(summary.domains) - len(listed),
+            "conditions": group_conditions(spec, conditions, summary, notes)}
+
+
+def summarized(spec: UltraServerGroupSpec, fleet: Fleet, standby: Mapping[str, str]
+               ) -> Summary:
+    """Each domain's health, readiness, free accelerators, quarantined nodes, spares and
+    standby endpoint; their totals; and what does not have the declared shape."""
+    summary = Summary([], Counter(), [])
     for domain in fleet.ordered_domains():
         health = domain_health(domain, spec.nodes_per_domain)
         ready = [n for n in domain.nodes if n.healthy]
         quarantined = [n.name for n in domain.nodes if n.state == "quarantined"]
         spares = [n.name for n in domain.nodes if n.spare]
         free = sum(n.free for n in ready if not n.spare)
-        domains.append({"id": domain.id, "health": health, "nodesReady": len(ready),
-                        "nodesTotal": len(domain.nodes), "freeAccelerators": free,
-                        "quarantinedNodes": quarantined, "spares": spares,
-                        **({"standbyFor": standby[domain.id]} if domain.id in standby
-                           else {})})
+        summary.domains.append({
+            "id": domain.id, "health": health, "nodesReady": len(ready),
+            "nodesTotal": len(domain.nodes), "freeAccelerators": free,
+            "quarantinedNodes": quarantined, "spares": spares,
+            **({"standbyFor": standby[domain.id]} if domain.id in standby else {})})
         if len(domain.nodes) != spec.nodes_per_domain:
-            misshaped.append(f"{domain.id} has {len(domain.nodes)} of "
-                             f"{spec.nodes_per_domain} nodes")
-        misshaped += [f"{n.name} has {n.capacity} of {spec.accelerator.per_node} "
-                      f"{spec.accelerator.resource}" for n in domain.nodes
-                      if n.state == "misshaped"]
-        totals.update(domains=1, healthyDomains=int(health == "Healthy"), nodes=len(domain.nodes),
-                      readyNodes=len(ready), accelerators=sum(n.capacity for n in ready),
-                      freeAccelerators=free, quarantined=len(quarantined), spares=len(spares),
-                      standbyDomains=int(domain.id in standby))
-    healths = {d["health"] for d in domains}
-    group_health = "Empty" if not domains else "Healthy" if healths == {"Healthy"} else \
-        "Failed" if healths == {"Failed"} else "Degraded"
-    usable = group_health in ("Healthy", "Degraded")
+            summary.misshaped.append(f"{domain.id} has {len(domain.nodes)} of "
+                                     f"{spec.nodes_per_domain} nodes")
+        summary.misshaped.extend(f"{n.name} has {n.capacity} of {spec.accelerator.per_node} "
+                                 f"{spec.accelerator.resource}" for n in domain.nodes
+                                 if n.state == "misshaped")
+        summary.totals.update(
+            domains=1, healthyDomains=int(health == "Healthy"), nodes=len(domain.nodes),
+            readyNodes=len(ready), accelerators=sum(n.capacity for n in ready),
+            freeAccelerators=free, quarantined=len(quarantined), spares=len(spares),
+            standbyDomains=int(domain.id in standby))
+    return summary
+
+
+def group_conditions(spec: UltraServerGroupSpec, conditions: list[Obj], summary: Summary,
+                     notes: Notes) -> list[Obj]:
+    """Ready, Degraded, StormGuard, MisShaped, Overlapping, ProbesScheduled and
+    ProbesInconclusive."""
+    generation, at, totals, domains = notes.generation, notes.at, summary.totals, \
+        summary.domains
+    usable = summary.health in ("Healthy", "Degraded")
     conditions = set_condition(
         conditions, "Ready", usable, "DomainsAvailable" if usable else
         ("NoNodes" if not domains else "NoHealthyNodes"),
@@ -308,36 +354,31 @@ def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj]
         f"{totals['readyNodes']}/{totals['nodes']} nodes ready" if domains else
         f"no node matches spec.nodeSelector {spec.node_selector}", generation, at)
     degraded = [f"{d['id']} {d['health']}" for d in domains if d["health"] != "Healthy"]
-    conditions = set_condition(
-        conditions, "Degraded", bool(degraded), "DomainsDegraded" if degraded else "AllHealthy",
-        ", ".join(degraded[:20]), generation, at)
-    conditions = set_condition(conditions, "StormGuard", storm is not None,
-                               "TooManyFailing" if storm else "WithinBudget", storm or "",
-                               generation, at)
-    conditions = set_condition(conditions, "MisShaped", bool(misshaped),
-                               "ShapeMismatch" if misshaped else "AsDeclared",
-                               "; ".join(misshaped[:20]), generation, at)
-    conditions = set_condition(conditions, "Overlapping", bool(overlap),
-                               "SelectorsOverlap" if overlap else "Disjoint", overlap,
-                               generation, at)
-    conditions = set_condition(
-        conditions, "ProbesScheduled", bool(spec.probes.schedule) and not schedule_error,
-        "InvalidSchedule" if schedule_error else "Scheduled" if spec.probes.schedule
-        else "Disabled", schedule_error or (f"probing idle nodes on '{spec.probes.schedule}'"
-                                            if spec.probes.schedule else
-                                            "spec.probes.schedule is empty"), generation, at)
-    conditions = set_condition(
-        conditions, "ProbesInconclusive", bool(inconclusive),
-        "AcceleratorNotExercised" if inconclusive else "NoneInconclusive", inconclusive,
-        generation, at)
-    listed = listed_domains(domains)
-    return {"observedGeneration": generation, "health": group_health,
-            "totals": {k: totals[k] for k in ("domains", "healthyDomains", "nodes",
-                                              "readyNodes", "accelerators",
-                                              "freeAccelerators", "quarantined", "spares",
-                                              "standbyDomains")},
-            "domains": listed, "domainsOmitted": len(domains) - len(listed),
-            "conditions": conditions}
+    updates = [
+        ConditionUpdate("Degraded", bool(degraded),
+                        "DomainsDegraded" if degraded else "AllHealthy",
+                        ", ".join(degraded[:20])),
+        ConditionUpdate("StormGuard", notes.storm is not None,
+                        "TooManyFailing" if notes.storm else "WithinBudget", notes.storm or ""),
+        ConditionUpdate("MisShaped", bool(summary.misshaped),
+                        "ShapeMismatch" if summary.misshaped else "AsDeclared",
+                        "; ".join(summary.misshaped[:20])),
+        ConditionUpdate("Overlapping", bool(notes.overlap),
+                        "SelectorsOverlap" if notes.overlap else "Disjoint", notes.overlap),
+        _probes_scheduled(spec, notes.schedule_error),
+        ConditionUpdate("ProbesInconclusive", bool(notes.inconclusive),
+                        "AcceleratorNotExercised" if notes.inconclusive
+                        else "NoneInconclusive", notes.inconclusive)]
+    return apply_conditions(conditions, updates, generation, at)
+
+
+def _probes_scheduled(spec: UltraServerGroupSpec, error: str | None) -> ConditionUpdate:
+    schedule = spec.probes.schedule
+    return ConditionUpdate(
+        "ProbesScheduled", bool(schedule) and not error,
+        "InvalidSchedule" if error else "Scheduled" if schedule else "Disabled",
+        error or (f"probing idle nodes on '{schedule}'" if schedule
+                  else "spec.probes.schedule is empty"))
 
 
 def ignored_pods(ignored: Mapping[str, tuple[str, str]], fleet: Fleet) -> Obj:

@@ -28,6 +28,7 @@ from goodput_operator import times
 from goodput_operator.api.base import MESSAGE_LENGTH, SHORT_MESSAGE_LENGTH
 from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.trainingjob import TrainingJobSpec
+from goodput_operator.api.views import JobView
 from goodput_operator.decide import jobstatus
 from goodput_operator.decide.attempt import (
     TERMINAL,
@@ -58,7 +59,6 @@ from goodput_operator.decide.types import (
     Reservation,
     apply_conditions,
 )
-from goodput_operator.decide.views import JobView
 from goodput_operator.health import badput
 from goodput_operator.health.hang import from_progress
 from goodput_operator.health.quarantine import record_of

@@ -26,13 +26,14 @@ import copy
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from goodput_operator import names, times
 from goodput_operator.api.base import MESSAGE_LENGTH
 from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.inferenceendpoint import MultiRegion
+from goodput_operator.api.views import EndpointView
 from goodput_operator.decide.endpoint import EndpointDecision, desired_replicas, record_scaling
 from goodput_operator.decide.quota import handoff
 from goodput_operator.decide.snapshot import Snapshot
@@ -231,42 +232,72 @@ def replicas_of(snapshot: Snapshot, ie: Obj) -> list[tuple[Obj, Replica]]:
 def decide_regions(snapshot: Snapshot, ie: Obj) -> EndpointDecision:
     """The manager's pass over a multi-region endpoint: the replicas to send and delete,
     and the status summing the regions."""
-    meta = ie["metadata"]
-    status = dict(ie.get("status") or {})
-    generation, at, now = meta.get("generation"), times.seconds(snapshot.clock), snapshot.clock
+    view = snapshot.endpoint(ie)
+    status, at = dict(view.status), times.seconds(snapshot.clock)
     conditions = list(status.get("conditions") or [])
-    spec = snapshot.endpoint(ie).spec
-    if spec is None:
+    if view.spec is None:
         return EndpointDecision(ie, status, {"conditions": set_condition(
-            conditions, "Ready", False, "InvalidSpec", snapshot.endpoint(ie).invalid,
-            generation, at)})
-    policy = spec.multi_region
+            conditions, "Ready", False, "InvalidSpec", view.invalid, view.generation, at)})
+    policy = view.spec.multi_region
     assert policy is not None
-    [role] = spec.serving_roles()
-    scaled = snapshot.scaled.get((meta["namespace"], meta["name"], ""))
+    [role] = view.spec.serving_roles()
+    scaled = snapshot.scaled.get((*view.key, ""))
     desired = desired_replicas(scaled, ie, role)
     held = {r["name"]: (until, r.get("message") or "")
             for r in status.get("regions") or []
             if (until := times.parse(r.get("unavailableUntil"))) is not None}
     children = replicas_of(snapshot, ie)
-    plan = plan_regions(policy, desired, [r for _, r in children], held, now)
-    plan.create, plan.delete = plan.create[:SENT_PER_PASS], plan.delete[:DROPPED_PER_PASS]
-    result = EndpointDecision(ie, status, {}, drop=plan.delete)
-    waits = _held_back(snapshot, ie, plan, result, conditions)
+    plan = plan_regions(policy, desired, [r for _, r in children], held, snapshot.clock)
+    plan = replace(plan, create=plan.create[:SENT_PER_PASS],
+                   delete=plan.delete[:DROPPED_PER_PASS])
+    plan, waits, backoff = _held_back(snapshot, view, plan)
+    left = [r for _, r in children if r.name not in plan.delete]
+    found = regions_status(snapshot, view, Regions(policy, plan, left, desired, waits))
+    recorded = record_scaling(scaled if role.scaling else None, found, status, "")
+    if recorded is not None:
+        found = {**found, **recorded[0]}
+    return EndpointDecision(
+        ie, status, found, [*(Event("Warning", "ReplicaMoved", m) for m in plan.moved),
+                            *([recorded[1]] if recorded else [])],
+        limited=bool(plan.short or waits), scaling_recorded=[""] if recorded else [],
+        wake_at=backoff, children=_sent(ie, policy, plan, children), drop=plan.delete)
+
+
+def _sent(ie: Obj, policy: MultiRegion, plan: RegionPlan,
+          children: list[tuple[Obj, Replica]]) -> list[Obj]:
+    """The replicas to send, each to its region's queue, under names not taken."""
     used = {r.name for _, r in children}
     queues = {r.name: r.queue for r in policy.regions}
-    index = 0
+    sent, index = [], 0
     for target in plan.create:
-        while child_name(meta["name"], f"-{index}") in used:
+        while child_name(ie["metadata"]["name"], f"-{index}") in used:
             index += 1
-        used.add(child_name(meta["name"], f"-{index}"))
-        result.children.append(replica_body(ie, index, target, queues[target]))
-    result.events += [Event("Warning", "ReplicaMoved", m) for m in plan.moved]
-    left = [r for _, r in children if r.name not in plan.delete]
+        used.add(child_name(ie["metadata"]["name"], f"-{index}"))
+        sent.append(replica_body(ie, index, target, queues[target]))
+    return sent
+
+
+@dataclass(frozen=True)
+class Regions:
+    """A multi-region endpoint's pass: its policy and plan, the replicas it keeps, its
+    desired count, and ScalingLimited when sending waits (None: it does not)."""
+
+    policy: MultiRegion
+    plan: RegionPlan
+    left: list[Replica]
+    desired: int
+    waits: ConditionUpdate | None
+
+
+def regions_status(snapshot: Snapshot, view: EndpointView, found: Regions) -> Obj:
+    """The status summing the regions: each region's replicas, readiness, room, cluster
+    and unavailability; Ready and ScalingLimited."""
+    plan, left, desired = found.plan, found.left, found.desired
+    generation, at = view.generation, times.seconds(snapshot.clock)
     ready = sum(1 for r in left if r.ready)
     rooms = _rooms(left)
     regions = []
-    for region in policy.regions:
+    for region in found.policy.regions:
         mine = [r for r in left if r.region == region.name]
         until, why = plan.unavailable.get(region.name, (0.0, ""))
         regions.append({
@@ -277,48 +308,42 @@ def decide_regions(snapshot: Snapshot, ie: Obj) -> EndpointDecision:
             "cluster": next((r.cluster for r in mine if r.cluster), None),
             "unavailableUntil": times.millis(until) if until else None,
             "message": why or None})
-    count = len(left) + len(plan.create)
-    conditions = set_condition(conditions, "Ready", ready >= desired,
+    conditions = set_condition(list(view.status.get("conditions") or []), "Ready",
+                               ready >= desired,
                                "ReplicasReady" if ready >= desired else "ReplicasNotReady",
                                f"{ready}/{desired} replicas ready in "
                                f"{sum(1 for r in regions if r['readyReplicas'])} region(s)",
                                generation, at)
-    conditions = apply_conditions(conditions, [waits or ConditionUpdate(
+    conditions = apply_conditions(conditions, [found.waits or ConditionUpdate(
         "ScalingLimited", bool(plan.short), "InsufficientCapacity" if plan.short
         else "WithinLimits", plan.short)], generation, at)
-    result.limited = bool(plan.short or waits)
-    result.desired = {
-        "observedGeneration": generation, "replicas": count, "desiredReplicas": desired,
-        "readyReplicas": ready, "updatedReplicas": sum(1 for r in left if r.fresh)
-        + len(plan.create),
+    status: Obj = {
+        "observedGeneration": generation, "replicas": len(left) + len(plan.create),
+        "desiredReplicas": desired, "readyReplicas": ready,
+        "updatedReplicas": sum(1 for r in left if r.fresh) + len(plan.create),
         "regions": [{k: v for k, v in r.items() if v is not None} for r in regions],
-        "conditions": conditions,
-    }
-    if snapshot.cluster_name:
-        result.desired["cluster"] = snapshot.cluster_name
-    record_scaling(scaled if role.scaling else None, result, "")
-    return result
+        "conditions": conditions}
+    return {**status, "cluster": snapshot.cluster_name} if snapshot.cluster_name else status
 
 
-def _held_back(snapshot: Snapshot, ie: Obj, plan: RegionPlan, result: EndpointDecision,
-               conditions: list[Obj]) -> ConditionUpdate | None:
-    """Take out of PLAN the replicas not sent this pass, and say why on ScalingLimited:
-    none while the API server's refusal of the last ones backs off, and none without a
-    turn (decide.turns: one namespace's multi-region endpoints send replicas for at most
-    `searches_per_namespace` of them a pass)."""
-    refusal = snapshot.refused.get(result.key)
+def _held_back(snapshot: Snapshot, view: EndpointView, plan: RegionPlan
+               ) -> tuple[RegionPlan, ConditionUpdate | None, float | None]:
+    """PLAN without the replicas not sent this pass, why on ScalingLimited, and when a
+    refusal's backoff runs out: none sent while the API server's refusal of the last ones
+    backs off, and none without a turn (decide.turns: one namespace's multi-region
+    endpoints send replicas for at most `searches_per_namespace` of them a pass)."""
+    refusal = snapshot.refused.get(view.key)
     if refusal is not None and snapshot.clock < refusal.retry_at():
-        plan.create = []
-        result.wake_at = refusal.retry_at()
-        return ConditionUpdate("ScalingLimited", True, "ReplicaCreateRefused", (
-            f"the API server refused a replica: {refusal.message}; sending again at "
-            f"{times.millis(refusal.retry_at())}")[:MESSAGE_LENGTH])
-    if plan.create and turn(snapshot, REGIONS, ie, snapshot.endpoints,
+        return replace(plan, create=[]), ConditionUpdate(
+            "ScalingLimited", True, "ReplicaCreateRefused", (
+                f"the API server refused a replica: {refusal.message}; sending again at "
+                f"{times.millis(refusal.retry_at())}")[:MESSAGE_LENGTH]), refusal.retry_at()
+    if plan.create and turn(snapshot, REGIONS, view.obj, snapshot.endpoints,
                             _sends_replicas) is False:
-        plan.create = []
-        return kept(conditions, "ScalingLimited", True, ie["metadata"]["namespace"],
-                    snapshot.searches_per_namespace)
-    return None
+        return replace(plan, create=[]), kept(
+            list(view.status.get("conditions") or []), "ScalingLimited", True, view.key[0],
+            snapshot.searches_per_namespace), None
+    return plan, None, None
 
 
 def _sends_replicas(ie: Obj) -> bool:

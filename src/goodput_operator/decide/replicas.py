@@ -98,85 +98,122 @@ def refused_members(pods: Iterable[Obj], now: float) -> tuple[dict[str, str], fl
             for r in found}, due
 
 
-def plan_groups(pods: list[Obj], size: int, desired: int, revision: str, rollout: Rollout,
-                lost: Collection[str], scale_down: ScaleDown | None = None,
-                moved: Mapping[int, str] | None = None,
-                stuck: Mapping[str, str] | None = None) -> EndpointPlan:
-    """SIZE: pods per group; LOST: nodes no longer usable (quarantined, gone); SCALE_DOWN:
-    which of the given groups to remove, this many (default: free whole domains first);
-    MOVED: groups to replace elsewhere, and why; STUCK: pods the scheduler refuses where
-    they were pinned (refused_members): their groups are placed again."""
-    result = EndpointPlan(groups=groups_of(pods))
+@dataclass(frozen=True)
+class Wanted:
+    """A role's groups as wanted: DESIRED groups of SIZE pods at REVISION, replaced as
+    ROLLOUT allows."""
+
+    size: int
+    desired: int
+    revision: str
+    rollout: Rollout
+
+
+@dataclass(frozen=True)
+class Trouble:
+    """What makes groups go: LOST nodes (quarantined, gone), groups MOVED elsewhere (why),
+    pods STUCK where the scheduler refuses them (refused_members: placed again)."""
+
+    lost: Collection[str] = frozenset()
+    moved: Mapping[int, str] = field(default_factory=dict)
+    stuck: Mapping[str, str] = field(default_factory=dict)
+
+
+Removals = dict[int, tuple[Removal, str]]  # group index -> why it goes, kind and words
+
+
+def plan_groups(pods: list[Obj], wanted: Wanted, trouble: Trouble = Trouble(),
+                scale_down: ScaleDown | None = None) -> EndpointPlan:
+    """The groups of PODS planned toward WANTED: restarted or moved for TROUBLE, rolled
+    out, created, scaled down (SCALE_DOWN: which of the given groups to remove, this many;
+    default: free whole domains first)."""
+    groups = groups_of(pods)
+    removed, live, complete = _triaged(groups, wanted.size, trouble)
+    ready = {i for i, g in live.items() if g.ready(wanted.size)}
+    rolled, create, new, old = _rolled_out(groups, live, ready, wanted)
+    removed |= rolled
+    excess = len(new) - wanted.desired
+    if excess > 0 and not old:
+        removed |= _scaled_down({i: g for i, g in sorted(new.items()) if i not in removed},
+                                excess, scale_down)
+    return EndpointPlan(
+        create=create, complete=complete,
+        delete={i: why for i, (_, why) in removed.items()},
+        removal={i: kind for i, (kind, _) in removed.items()},
+        place=sorted(i for i, g in live.items()
+                     if i not in removed and g.gated() and len(g.pods) == wanted.size),
+        groups=groups, live=len([i for i in live if i not in removed]),
+        ready=len([i for i in ready if i not in removed]),
+        updated=len([i for i in new if i not in removed]))
+
+
+def _triaged(groups: dict[int, Group], size: int, trouble: Trouble
+             ) -> tuple[Removals, dict[int, Group], list[int]]:
+    """Groups restarted (a member stopped, a node lost) or moved (TROUBLE), the ones that
+    live on, and those of them missing members (gated: recreated)."""
+    removed: Removals = {}
     live: dict[int, Group] = {}
-    for index, group in result.groups.items():
+    complete: list[int] = []
+    for index, group in groups.items():
         failed = [p["metadata"]["name"] for p in group.pods.values()
                   if p.get("status", {}).get("phase") in FINISHED]
-        on_lost = sorted({n for n in group.nodes() if n in lost})
-        refused = [stuck[p["metadata"]["name"]] for _, p in sorted(group.pods.items())
-                   if stuck and p["metadata"]["name"] in stuck]
+        on_lost = sorted({n for n in group.nodes() if n in trouble.lost})
+        refused = [trouble.stuck[p["metadata"]["name"]] for _, p in sorted(group.pods.items())
+                   if p["metadata"]["name"] in trouble.stuck]
         if failed:
-            _remove(result, index, Removal.RESTART,
-                    f"member(s) {', '.join(failed)} stopped: restarting the group")
+            removed[index] = (Removal.RESTART, f"member(s) {', '.join(failed)} stopped: "
+                                               "restarting the group")
         elif on_lost:
-            _remove(result, index, Removal.RESTART,
-                    f"node(s) {', '.join(on_lost)} lost: restarting the group")
-        elif moved and index in moved:
-            _remove(result, index, Removal.MOVE, moved[index])
+            removed[index] = (Removal.RESTART, f"node(s) {', '.join(on_lost)} lost: "
+                                               "restarting the group")
+        elif index in trouble.moved:
+            removed[index] = (Removal.MOVE, trouble.moved[index])
         elif refused:
-            _remove(result, index, Removal.MOVE, f"{refused[0]}; placing the group again")
+            removed[index] = (Removal.MOVE, f"{refused[0]}; placing the group again")
         else:
             live[index] = group
             if len(group.pods) < size and group.gated():
-                result.complete.append(index)
-    new = {i: g for i, g in live.items() if g.revision == revision}
-    old = {i: g for i, g in live.items() if g.revision != revision}
-    surge = resolve(rollout.max_surge, desired, round_up=True)
-    unavailable = resolve(rollout.max_unavailable, desired, round_up=False)
+                complete.append(index)
+    return removed, live, complete
+
+
+def _rolled_out(groups: dict[int, Group], live: dict[int, Group], ready: set[int],
+                wanted: Wanted) -> tuple[Removals, list[tuple[int, str]], dict[int, Group],
+                                         dict[int, Group]]:
+    """The rollout: old groups removed (those not ready first, then as maxUnavailable
+    allows), new ones created (up to maxSurge extra); and the groups on the new revision
+    and the old ones left."""
+    new = {i: g for i, g in live.items() if g.revision == wanted.revision}
+    old = {i: g for i, g in live.items() if g.revision != wanted.revision}
+    surge = resolve(wanted.rollout.max_surge, wanted.desired, round_up=True)
+    unavailable = resolve(wanted.rollout.max_unavailable, wanted.desired, round_up=False)
     if surge == 0 and unavailable == 0:
         unavailable = 1  # as Deployments do: progress must stay possible
-
-    ready = {i for i, g in live.items() if g.ready(size)}
+    replaced = (Removal.ROLLOUT, "replaced by the new revision")
     # old groups that are not ready cost nothing to remove
-    for index in sorted(old):
-        if index not in ready:
-            _remove(result, index, Removal.ROLLOUT, "replaced by the new revision")
-    old = {i: g for i, g in old.items() if i not in result.delete}
-    room = desired + surge - len(new) - len(old)
-    missing = desired - len(new)
-    taken = set(result.groups)
-    for _ in range(max(0, min(room, missing))):
+    removed: Removals = {i: replaced for i in sorted(old) if i not in ready}
+    old = {i: g for i, g in old.items() if i not in removed}
+    room = wanted.desired + surge - len(new) - len(old)
+    taken = set(groups)
+    create = []
+    for _ in range(max(0, min(room, wanted.desired - len(new)))):
         index = next(i for i in range(len(taken) + 1) if i not in taken)
         taken.add(index)
-        result.create.append((index, revision))
-    removable = len(ready) - (desired - unavailable)
+        create.append((index, wanted.revision))
+    removable = len(ready) - (wanted.desired - unavailable)
     for index in sorted(old, key=lambda i: -i):
         if removable <= 0:
             break
-        _remove(result, index, Removal.ROLLOUT, "replaced by the new revision")
+        removed[index] = replaced
         removable -= 1 if index in ready else 0
-    excess = len(new) - desired
-    if excess > 0 and not old:
-        _scale_down(result, {i: g for i, g in sorted(new.items()) if i not in result.delete},
-                    excess, scale_down)
-    result.place = sorted(i for i, g in live.items()
-                          if i not in result.delete and g.gated() and len(g.pods) == size)
-    result.live = len([i for i in live if i not in result.delete])
-    result.ready = len([i for i in ready if i not in result.delete])
-    result.updated = len([i for i in new if i not in result.delete])
-    return result
+    return removed, create, new, old
 
 
-def _scale_down(result: EndpointPlan, kept: dict[int, Group], excess: int,
-                scale_down: ScaleDown | None) -> None:
+def _scaled_down(kept: dict[int, Group], excess: int, scale_down: ScaleDown | None
+                 ) -> Removals:
     if scale_down is not None:
-        for chosen in scale_down(kept, excess):
-            _remove(result, chosen, Removal.SCALE_DOWN, "scaling down")
-        return
+        return {chosen: (Removal.SCALE_DOWN, "scaling down")
+                for chosen in scale_down(kept, excess)}
     choices = [ReplicaGroup(str(i), g.domain()) for i, g in kept.items()]
-    for index in choose_scale_down(choices, excess):
-        _remove(result, int(index), Removal.SCALE_DOWN, "scaling down (frees whole domains first)")
-
-
-def _remove(result: EndpointPlan, index: int, removal: Removal, why: str) -> None:
-    result.delete[index] = why
-    result.removal[index] = removal
+    return {int(index): (Removal.SCALE_DOWN, "scaling down (frees whole domains first)")
+            for index in choose_scale_down(choices, excess)}

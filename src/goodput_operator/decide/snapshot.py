@@ -12,16 +12,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
-from goodput_operator.autoscaling.algorithm import Decision as ScalingDecision
-from goodput_operator.decide.priority import Classes, Priority, of_job
-from goodput_operator.decide.types import Memo, OwnerKey, Refusal
-from goodput_operator.decide.views import (
+from goodput_operator.api.views import (
     EndpointView,
     JobView,
     endpoint_views,
     job_views,
     key_of,
 )
+from goodput_operator.autoscaling.algorithm import Decision as ScalingDecision
+from goodput_operator.decide.priority import Classes, Priority, of_job
+from goodput_operator.decide.types import Memo, OwnerKey, Refusal
 from goodput_operator.health.badput import REFRESH_SECONDS
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.probing import Inconclusive
@@ -115,7 +115,7 @@ class Snapshot:
     ignored_pods: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # namespaces where an object must name a Kueue queue ("*": all; --require-queue)
     require_queue: frozenset[str] = frozenset()
-    # every job's and endpoint's view (decide.views), by (namespace, name): the cache's,
+    # every job's and endpoint's view (api.views), by (namespace, name): the cache's,
     # built once per spec version; those missing are built as the snapshot is made
     job_views: Mapping[Key, JobView] = field(default_factory=dict)
     endpoint_views: Mapping[Key, EndpointView] = field(default_factory=dict)

@@ -194,13 +194,14 @@ def reclaimable(snapshot: Snapshot, ie: dict[str, Any], lent: Mapping[str, list[
     return {d: owners for d, owners in lent.items() if all(map(may, owners))}
 
 
-def decide_standby(snapshot: Snapshot, fleet: Fleet, ie: dict[str, Any], wanted: int,
-                   request: Request, mine: set[str], waiting: bool) -> Standby:
+def decide_standby(snapshot: Snapshot, ie: dict[str, Any], wanted: int, request: Request,
+                   mine: set[str], waiting: bool) -> Standby:
     """IE's standby domains after its pass (MINE: the domains its groups hold now), within
     its namespace's cap, and the one it reclaims when a group of REQUEST is WAITING."""
     meta = ie["metadata"]
     me = f"{meta['namespace']}/{meta['name']}"
     group = ie["spec"]["ultraServerGroup"]
+    fleet = snapshot.fleets[group]
     before = (ie.get("status") or {}).get("standby") or {}
     room = max(0, snapshot.standby_per_namespace - held_elsewhere(snapshot,
                                                                  meta["namespace"], me))
