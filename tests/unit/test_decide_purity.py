@@ -31,3 +31,28 @@ def test_decide_never_reads_the_wall_clock(module: str) -> None:
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
              and isinstance(node.func.value, ast.Name)}
     assert not calls & {"time.time", "datetime.now", "datetime.utcnow", "time.monotonic"}
+
+
+SRC = DECIDE.parent
+# package -> the packages of ours it must not import: the layers, bottom up
+LAYERS = {
+    "api": ("decide", "controllers", "operator", "simulate"),
+    "decide": ("controllers", "operator", "sandbox"),
+    "simulate": ("controllers", "operator"),  # its fleet files are the sandbox's
+    "controllers": ("operator", "sandbox"),
+}
+
+
+@pytest.mark.parametrize(("package", "forbidden"), sorted(LAYERS.items()))
+def test_each_layer_imports_only_those_below_it(package: str, forbidden: tuple[str, ...]
+                                                ) -> None:
+    """No cycle between layers: the cache and the controllers never import the process
+    that runs them (operator/ registers the kopf handlers and imports them)."""
+    found = []
+    for path in sorted((SRC / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            found += [f"{path.relative_to(SRC)}: {name}" for name in names
+                      if name.split(".")[:2] in (["goodput_operator", f] for f in forbidden)]
+    assert found == []

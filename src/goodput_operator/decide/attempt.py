@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from goodput_operator import times
 from goodput_operator.api.trainingjob import TrainingJobSpec
@@ -397,18 +397,49 @@ def _detect(result: Attempt, spec: TrainingJobSpec, books: Obj, gang: Gang, seen
     if hang is not None and not (hits.down or hits.infra or hits.application):
         cause, message = "Hang", hang[0]
         failed_at.append(hang[1])  # failed at its last step; detected now
-    paid = charged(books, cause, spec)
-    if paid is None:
+    opened = interrupted(books, spec, gang.restart, Hit(
+        cause, message, sorted({*hits.down, *hits.blamed}), min(failed_at or [seen.now])),
+        seen.now, strict_checkpoints(spec))
+    if opened is None:
         budget, limit = budget_of(cause, spec)
         return _finish(result, "Failed", f"{message}; the {budget} restart budget of {limit} "
                        f"is used up ({cause})", "RestartBudgetExhausted", []), None
-    now = seen.now
-    restart_at = backoff_until(paid, spec, now) if cause == "ApplicationError" else None
+    return result.told(Event("Warning", "Interrupted", message)), opened.books
+
+
+@dataclass(frozen=True)
+class Hit:
+    """An interruption of a gang: its cause and what happened, the nodes blamed (to be
+    replaced or probed), and when it began."""
+
+    cause: str
+    message: str
+    nodes: list[str]
+    at: float
+
+
+class Opened(NamedTuple):
+    books: Obj  # with the incident open
+    restart_at: float | None  # when its restart may happen (backoff), None: at once
+
+
+def interrupted(books: Obj, spec: TrainingJobSpec | None, restart: int, hit: Hit,
+                now: float, strict: bool) -> Opened | None:
+    """BOOKS with HIT's incident open for attempt RESTART + 1, the recovery rules the
+    operator and the goodput simulator (simulate.engine) both apply: paid from SPEC's
+    restart budget (None: that budget is used up, the job fails), its restart backed off
+    after application errors, and a recovery it hit closed first (hit again while
+    recovering). SPEC None: no budgets and no backoff (the simulator's other policies).
+    STRICT: resume only from verified checkpoints."""
+    paid = books if spec is None else charged(books, hit.cause, spec)
+    if paid is None:
+        return None
+    restart_at = backoff_until(books_of(paid), spec, now) \
+        if spec is not None and hit.cause == "ApplicationError" else None
     if badput.current_incident(paid) is not None:  # hit again while recovering
-        paid = badput.running_again(paid, min(failed_at or [now]))
-    return result.told(Event("Warning", "Interrupted", message)), badput.open_incident(
-        paid, gang.restart + 1, cause, message, sorted({*hits.down, *hits.blamed}),
-        min(failed_at or [now]), now, restart_at, strict_checkpoints(spec))
+        paid = badput.running_again(paid, hit.at)
+    return Opened(badput.open_incident(paid, restart + 1, hit.cause, hit.message, hit.nodes,
+                                       hit.at, now, restart_at, strict), restart_at)
 
 
 def charged(books: Obj, cause: str, spec: TrainingJobSpec) -> Obj | None:

@@ -77,8 +77,7 @@ def preempt_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Ob
     # jobs decided after this one have lower priorities and must not take what is freed
     # for it, a requeued victim least of all (it would be placed back and preempted again)
     owner = trainingjob_owner(meta["namespace"], meta["name"])
-    for rank in found.placement.ranks:
-        fleet.bind(f"{owner}#preempting#{rank.rank}", rank.node, request.accelerators, owner)
+    fleet.hold(found.placement.ranks, request.accelerators, owner, f"{owner}#preempting")
     return message
 
 

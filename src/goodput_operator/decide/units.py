@@ -199,9 +199,8 @@ def room_in_units(scopes: Scopes, units: Units, requests: Mapping[str, Request],
                     break
                 taken = [(DECODE, pair[0]), (PREFILL, pair[1])]
             for name, where in taken:
-                for rank in where.ranks:
-                    fleet.bind(f"{owner}#{count}#{name}#{rank.rank}", rank.node,
-                               requests[name].accelerators, owner)
+                fleet.hold(where.ranks, requests[name].accelerators, owner,
+                           f"{owner}#{count}#{name}")
                 units.join(scopes.of[where.ranks[0].domain], name, -1 - count)
             count += 1
     finally:
@@ -243,8 +242,7 @@ def _new_unit(scopes: Scopes, units: Units, requests: Mapping[str, Request], par
             return None
         scope = scopes.of[first.ranks[0].domain]
         try:
-            for rank in first.ranks:
-                fleet.bind(f"{HELD}#{rank.rank}", rank.node, decode.accelerators, HELD)
+            fleet.hold(first.ranks, decode.accelerators, HELD)
             second = place(fleet, scopes.within(prefill, scope)) \
                 if scopes.has_room(scope, prefill) else None
         finally:

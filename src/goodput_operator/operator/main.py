@@ -61,8 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     from kubernetes.config import ConfigException
 
-    from goodput_operator.controllers import handlers  # registers the handlers
     from goodput_operator.controllers.kube import Kube
+    from goodput_operator.operator import handlers  # registers the handlers
 
     options = handlers.OPTIONS
     try:

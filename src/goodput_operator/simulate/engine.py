@@ -30,7 +30,7 @@ from typing import Any
 from goodput_operator import times
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
-from goodput_operator.decide.attempt import backoff_until, books_of, charged
+from goodput_operator.decide.attempt import Hit, interrupted
 from goodput_operator.decide.gang import gang_request, replacement_for
 from goodput_operator.health import badput
 from goodput_operator.health.quarantine import (
@@ -486,24 +486,22 @@ class Simulation:
         books = job.books
         if job.state == "starting":  # the launch was hit: its stage closes
             books = {**books, "goodput": badput.staged(books, None, self.now)}
-        if badput.current_incident(books) is not None:  # hit again while recovering
-            books = badput.running_again(books, failed_at)
         books = {**books, "checkpoint": {"latest": resume, "latestVerified": resume}}
-        restart_at = None
-        if self.policy.name == "ours":
-            paid = charged(books, cause, job.spec)
-            if paid is None:  # the restart budget is used up: the job fails
-                job.books = badput.stopped(books, self.now)
-                self._stop(job, "failed")
-                self.result.failed_jobs += 1
-                return
-            books = paid
-            if cause == "ApplicationError":
-                restart_at = backoff_until(books_of(books), job.spec, self.now)
         since = times.parse((books.get("goodput") or {}).get("since"))
-        job.books = badput.open_incident(books, job.restarts + 1, cause, cause, nodes,
-                                         max(failed_at, since or failed_at), self.now,
-                                         restart_at, strict=True)
+        # the operator's own rules (decide.attempt.interrupted); the other policies have
+        # no restart budgets and no backoff
+        opened = interrupted(books, job.spec if self.policy.name == "ours" else None,
+                             job.restarts, Hit(cause, cause, nodes,
+                                               max(failed_at, since or failed_at)),
+                             self.now, True)
+        if opened is None:  # the restart budget is used up: the job fails
+            if badput.current_incident(books) is not None:  # its recovery ends with it
+                books = badput.running_again(books, failed_at)
+            job.books = badput.stopped(books, self.now)
+            self._stop(job, "failed")
+            self.result.failed_jobs += 1
+            return
+        job.books, restart_at = opened
         self.result.incidents += 1
         job.state, job.stretch = "recovering", None
         job.epoch += 1

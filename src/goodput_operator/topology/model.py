@@ -23,6 +23,7 @@ from goodput_operator.health.quarantine import decayed, lemon_of
 
 if TYPE_CHECKING:
     from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
+    from goodput_operator.topology.placement import RankSlot
 
 NodeState = Literal["ready", "notready", "cordoned", "quarantined", "misshaped"]
 _DIGITS = re.compile(r"(\d+)")
@@ -533,6 +534,13 @@ class Fleet:
         else:
             self.bind(key, node, accelerators, pod_owner(pod))
         return True
+
+    def hold(self, ranks: Iterable[RankSlot], accelerators: int, owner: str,
+             prefix: str | None = None) -> None:
+        """What one placement takes, in one call: each of RANKS' nodes bound for
+        ACCELERATORS, held by OWNER as `PREFIX#rank` (PREFIX: OWNER unless given)."""
+        for rank in ranks:
+            self.bind(f"{prefix or owner}#{rank.rank}", rank.node, accelerators, owner)
 
     def bind(self, key: str, node_name: str, accelerators: int, owner: str) -> None:
         self._remember(key)

@@ -576,8 +576,7 @@ def _owners(owners: set[str]) -> str:
 
 def commit(fleet: Fleet, placement: Placement, request: Request, owner: str) -> None:
     """Record a placement's usage in the fleet (what bound pods will do for real)."""
-    for rank in placement.ranks:
-        fleet.bind(f"{owner}#{rank.rank}", rank.node, request.accelerators, owner)
+    fleet.hold(placement.ranks, request.accelerators, owner)
 
 
 def room_for(fleet: Fleet, request: Request, limit: int) -> int:
@@ -590,9 +589,7 @@ def room_for(fleet: Fleet, request: Request, limit: int) -> int:
             placed = place(fleet, request)
             if not placed.ok:
                 break
-            for rank in placed.ranks:
-                fleet.bind(f"{owner}#{count}#{rank.rank}", rank.node, request.accelerators,
-                           owner)
+            fleet.hold(placed.ranks, request.accelerators, owner, f"{owner}#{count}")
             count += 1
     finally:
         fleet.release_owner(owner)

@@ -127,8 +127,7 @@ def companions_near(fleet: Fleet, placed: Placement, request: Request,
     """The companions' nodes near the placed workers (trial bindings, released before
     returning), or why they do not fit there."""
     try:
-        for rank in placed.ranks:
-            fleet.bind(f"{SCRATCH}#{rank.rank}", rank.node, request.accelerators, SCRATCH)
+        fleet.hold(placed.ranks, request.accelerators, SCRATCH)
         gang_nodes = {rank.node for rank in placed.ranks}
         slots: list[CompanionSlot] = []
         for companion in companions:
