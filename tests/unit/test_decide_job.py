@@ -419,7 +419,7 @@ def test_a_job_whose_decision_raises_is_handed_back_and_the_others_go_on() -> No
 
 
 def test_the_reported_progress_goes_into_the_status() -> None:
-    progress = {"step": 1200, "at": millis(NOW - 1)}
+    progress = {"step": 1200, "time": millis(NOW - 1)}  # as the report channel keeps it
     snapshot: Snapshot = world(None, [RUNNING], running_pods(RUNNING, "Running", "Running"),
                                progress={("ns", "j"): progress})
     [decision] = decide(snapshot).jobs

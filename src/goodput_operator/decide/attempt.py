@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from goodput_operator import times
-from goodput_operator.api.trainingjob import TrainingJobSpec
+from goodput_operator.api.trainingjob import Phase, TrainingJobSpec
 from goodput_operator.decide.creates import Missing, missing
 from goodput_operator.decide.types import ConditionUpdate, Event, Refusal
 from goodput_operator.health import badput
@@ -60,7 +60,7 @@ class Attempt:
     """What the current attempt needs this pass, and where it stands. Frozen: each step
     of the job's pass returns a changed copy (`dataclasses.replace`)."""
 
-    phase: str
+    phase: Phase
     message: str
     create: list[Obj] = field(default_factory=list)  # built by decide.creates.allot
     missing: Missing | None = None  # the pods still to create, not yet built
@@ -579,7 +579,7 @@ def _goodput_only(books: Obj) -> Obj:
     return {"goodput": books["goodput"]}
 
 
-def _finish(result: Attempt, phase: str, message: str, reason: str, pods: list[Obj]
+def _finish(result: Attempt, phase: Phase, message: str, reason: str, pods: list[Obj]
             ) -> Attempt:
     return replace(result, phase=phase, message=message, missing=None, pin=[],
                    needs_placement=False, delete=_active(pods)).said(
