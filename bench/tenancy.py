@@ -105,7 +105,7 @@ def one_pass(variant: str, jobs: int, domains: int, endpoints: int = 0, waiting:
     """One pass of VARIANT, in this process (see the module's docstring)."""
     state = State()
     if variant.endswith("-unbounded"):
-        state.searches_per_namespace = endpoints + waiting + 1
+        state.settings.searches_per_namespace = endpoints + waiting + 1
     state.upsert_group(group())
     for d in range(domains):
         for s in range(4):

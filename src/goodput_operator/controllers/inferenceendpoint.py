@@ -170,9 +170,9 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, role: Ser
     assert scaling is not None
     meta = ie["metadata"]
     key = (meta["namespace"], meta["name"], role.name)
-    url = scaling.prometheus_url or state.prometheus_url
+    url = scaling.prometheus_url or state.settings.prometheus_url
     current = desired_replicas(state.scaled.get(key), ie, role)
-    allow = [state.prometheus_url, *state.prometheus_allow]
+    allow = [state.settings.prometheus_url, *state.settings.prometheus_allow]
     if not prometheus.allowed(url, allow):
         why = (f"scaling.prometheusUrl {url} is not one the operator may query "
                "(its --prometheus-url or --prometheus-allow)")

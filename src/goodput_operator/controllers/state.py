@@ -14,6 +14,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from goodput_operator import metrics, names
@@ -185,8 +186,33 @@ def booked(pod: Obj, where: Booking) -> Obj:
     return {**pod, "spec": {**spec, "nodeName": where.node}}
 
 
+@dataclass
+class Settings:
+    """What the operator is told at its start (its flags: operator.flags), and nothing
+    else: the one part of the state no event changes."""
+
+    report_url: str = ""  # where workers send reports (given to their pods)
+    report_ca: str = ""  # the PEM bundle workers check an https report_url against
+    probe_namespace: str = "goodput-system"  # where probe Jobs run
+    probe_image: str = ""  # the image probe Jobs run (the operator's own)
+    standby_per_namespace: int = STANDBY_PER_NAMESPACE  # --standby-domains-per-namespace
+    searches_per_namespace: int = SEARCHES_PER_NAMESPACE  # --searches-per-namespace
+    cluster_name: str = ""  # --cluster-name: written into job statuses
+    require_queue: frozenset[str] = frozenset()  # --require-queue: namespaces
+    prometheus_url: str = "http://127.0.0.1:9090"
+    prometheus_allow: list[str] = field(default_factory=list)  # what else endpoints may
+    # name (URL prefixes)
+
+
 class State:
+    """What the operator knows between passes: the cache of what the watches heard
+    (nodes, pods, groups, jobs, endpoints, Kueue's objects, the fleets built from them),
+    what the report channel and the pass remember (health seen, blame, progress, paces,
+    refusals, turns, the autoscaler's decisions), what controls the pass (wake-ups, the
+    write budget and bulk writes), and the operator's `settings`."""
+
     def __init__(self) -> None:
+        self.settings = Settings()
         self.nodes: dict[str, Obj] = {}
         self.pods: dict[str, Obj] = {}  # pods that request accelerators or are ours
         self.job_pods: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
@@ -214,8 +240,6 @@ class State:
         self.nodes_version = ""  # and for nodes
         self.last_pass = 0.0  # when the reconcile loop last finished a pass (liveness)
         self.write_budget = PASS_WRITE_BUDGET  # endpoints' pod writes left this pass
-        self.standby_per_namespace = STANDBY_PER_NAMESPACE  # --standby-domains-per-namespace
-        self.searches_per_namespace = SEARCHES_PER_NAMESPACE  # --searches-per-namespace
         self.searched: dict[TurnKey, float] = {}  # when each object last had a turn
         # the members' goodput.dev labels (ultraservergroup.label_nodes): asked for, being
         # written, and the tasks writing them
@@ -244,10 +268,6 @@ class State:
         self.claims: dict[str, ClaimUse] = {}
         self._claims_of_pod: dict[str, set[str]] = {}
         self.refused: dict[tuple[str, str], Refusal] = {}  # workloads whose creates fail
-        self.report_url = ""  # where workers send reports (given to their pods)
-        self.report_ca = ""  # the PEM bundle workers check an https report_url against
-        self.probe_namespace = "goodput-system"  # where probe Jobs run
-        self.probe_image = ""  # the image probe Jobs run (the operator's own)
         self.ledgers: dict[tuple[str, str], Ledger] = {}  # SDC votes per job
         # each job's and endpoint's view (api.views: its spec parsed once per version),
         # refreshed as each snapshot is taken; the report channel reads the jobs' on every
@@ -273,20 +293,16 @@ class State:
         self.workload_refusals: dict[OwnerKey, tuple[str, Refusal]] = {}
         self.delegated: dict[tuple[str, str], Obj] = {}  # jobs MultiKueue runs elsewhere
         self.delegated_endpoints: dict[tuple[str, str], Obj] = {}  # and endpoints
-        self.cluster_name = ""  # --cluster-name: written into job statuses
         # foreign pods that book nothing (topology.bookings): key -> (node, why), and the
         # pinned foreign pods that book until a time
         self.ignored_pods: dict[str, tuple[str, str]] = {}
         self.booking_until: dict[str, float] = {}
-        self.require_queue: frozenset[str] = frozenset()  # --require-queue: namespaces
         self.serving_version = 0  # bumped when an endpoint or its pods change (/sd/serving)
         self.endpoint_pods: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
         # the autoscaler's latest decision and its history (autoscaling.History), per
         # endpoint and role: (namespace, name, role or "")
         self.scaled: dict[tuple[str, str, str], Scaled] = {}
         self.scaling_history: dict[tuple[str, str, str], Any] = {}
-        self.prometheus_url = "http://127.0.0.1:9090"
-        self.prometheus_allow: list[str] = []  # what else endpoints may name (URL prefixes)
         # which nodes each pod spec fits, by group and spec (decide.fit): one pass's answers,
         # shared with the autoscaler; emptied as each pass starts (the nodes may change)
         self.fits = Memo()
@@ -322,7 +338,7 @@ class State:
             probe_runs=dict(self.probe_runs), probed_at=dict(self.probed_at),
             inconclusive=dict(self.inconclusive), progress=dict(self.progress),
             steps=dict(self.steps), paces=dict(self.paces), stragglers=dict(self.stragglers),
-            probe_image=self.probe_image, last_sweep=self.last_sweep,
+            probe_image=self.settings.probe_image, last_sweep=self.last_sweep,
             group_written=self.group_written,
             renewing=self.renewing, device_taints=self.device_taints,
             scaled=self.scaled,
@@ -331,11 +347,11 @@ class State:
             workload_refusals=self.workload_refusals,
             delegated=list(self.delegated.values()),
             delegated_endpoints=list(self.delegated_endpoints.values()),
-            cluster_name=self.cluster_name, classes=classes, priorities=priorities,
-            require_queue=self.require_queue, ignored_pods=self.ignored_pods,
-            report_url=self.report_url, write_budget=self.write_budget,
-            standby_per_namespace=self.standby_per_namespace,
-            searches_per_namespace=self.searches_per_namespace, searched=self.searched,
+            cluster_name=self.settings.cluster_name, classes=classes, priorities=priorities,
+            require_queue=self.settings.require_queue, ignored_pods=self.ignored_pods,
+            report_url=self.settings.report_url, write_budget=self.write_budget,
+            standby_per_namespace=self.settings.standby_per_namespace,
+            searches_per_namespace=self.settings.searches_per_namespace, searched=self.searched,
             refresh_seconds=badput.refresh_seconds(sum(
                 1 for job in self.jobs.values()
                 if (job.get("status") or {}).get("phase") == "Running")))

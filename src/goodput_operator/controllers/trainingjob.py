@@ -204,7 +204,7 @@ async def _children(state: State, kube: Kube, job: Obj, spec: TrainingJobSpec,
             await create(kube.create, source)  # before the pods that claim from them
         if ranks and not decided.hold:  # placed: create pinned, one write per pod, not two
             await create(kube.replace_config_map,
-                         build.hostfile(job, len(ranks), state.report_ca, spec))
+                         build.hostfile(job, len(ranks), state.settings.report_ca, spec))
         bodies = [pinned(p, spot["node"], spot.get("domain"))
                   if (spot := spots.of(p)) is not None and not decided.hold else p
                   for p in decided.create]
@@ -214,7 +214,8 @@ async def _children(state: State, kube: Kube, job: Obj, spec: TrainingJobSpec,
         state.note_creates((namespace, job["metadata"]["name"]),
                            refused[0] if refused else None, time.time())
     if decided.pin and placement:
-        await call(kube.replace_config_map, build.hostfile(job, len(ranks), state.report_ca, spec))
+        await call(kube.replace_config_map,
+                   build.hostfile(job, len(ranks), state.settings.report_ca, spec))
         patches = []
         for pod_name, node, domain in decided.pin:
             patch = pin(observed[pod_name], node, domain)

@@ -160,19 +160,19 @@ async def start_probe(state: State, kube: Kube, probe: ProbeStart) -> None:
     spec = state.groups.get(probe.group)
     if spec is None:
         return
-    job = probe_job(probe.node, probe.run, state.probe_namespace,
-                    spec.probes.image or state.probe_image, state.report_url,
+    job = probe_job(probe.node, probe.run, state.settings.probe_namespace,
+                    spec.probes.image or state.settings.probe_image, state.settings.report_url,
                     spec.accelerator.resource, spec.accelerator.per_node, probe.trigger)
     try:
         created = await asyncio.to_thread(kube.create, job)
     except ApiException as err:
-        log.warning("cannot start probe Job %s/%s: %s", state.probe_namespace,
+        log.warning("cannot start probe Job %s/%s: %s", state.settings.probe_namespace,
                     job["metadata"]["name"], err.reason)
         return
     if created is not None:
         metrics.PROBE_JOBS.labels(probe.trigger).inc()
         log.info("probing %s (run %d, %s): Job %s/%s", probe.node, probe.run, probe.trigger,
-                 state.probe_namespace, job["metadata"]["name"])
+                 state.settings.probe_namespace, job["metadata"]["name"])
 
 
 async def _patch_node(kube: Kube, name: str, patch: Obj) -> Obj | None:

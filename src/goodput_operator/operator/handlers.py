@@ -146,13 +146,13 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
     async def lead() -> None:
         await _label_own_pod(kube, True)
-        if STATE.report_ca:  # what the probe Jobs check the report channel's TLS against
+        if STATE.settings.report_ca:  # what the probe Jobs check the report channel's TLS against
             try:
                 await asyncio.to_thread(kube.replace_config_map, report_ca_config_map(
-                    STATE.probe_namespace, STATE.report_ca))
+                    STATE.settings.probe_namespace, STATE.settings.report_ca))
             except Exception as err:  # probes then report without a CA, and say so
                 log.warning("could not write the report CA for probes to %s: %s",
-                            STATE.probe_namespace, err)
+                            STATE.settings.probe_namespace, err)
         _tasks.append(asyncio.create_task(loop.run_loop(STATE, kube), name="reconcile"))
         _tasks.append(asyncio.create_task(inferenceendpoint.run_autoscaler(STATE),
                                           name="autoscaler"))

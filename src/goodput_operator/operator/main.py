@@ -83,21 +83,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     options.pod_name = env_get("POD_NAME", "")
     # unique per process, as client-go's: a restarted container must not inherit the lease
     options.identity = f"{options.pod_name or options.identity}_{uuid.uuid4().hex[:8]}"
-    handlers.STATE.probe_namespace = args.probe_namespace
-    handlers.STATE.probe_image = args.probe_image
-    handlers.STATE.prometheus_url = args.prometheus_url
-    handlers.STATE.cluster_name = args.cluster_name
-    handlers.STATE.require_queue = frozenset(args.require_queue)
-    handlers.STATE.standby_per_namespace = max(0, args.standby_domains_per_namespace)
-    handlers.STATE.searches_per_namespace = max(1, args.searches_per_namespace)
-    handlers.STATE.prometheus_allow = list(args.prometheus_allow)
-    handlers.STATE.report_url = args.report_url or (
+    handlers.STATE.settings.probe_namespace = args.probe_namespace
+    handlers.STATE.settings.probe_image = args.probe_image
+    handlers.STATE.settings.prometheus_url = args.prometheus_url
+    handlers.STATE.settings.cluster_name = args.cluster_name
+    handlers.STATE.settings.require_queue = frozenset(args.require_queue)
+    handlers.STATE.settings.standby_per_namespace = max(0, args.standby_domains_per_namespace)
+    handlers.STATE.settings.searches_per_namespace = max(1, args.searches_per_namespace)
+    handlers.STATE.settings.prometheus_allow = list(args.prometheus_allow)
+    handlers.STATE.settings.report_url = args.report_url or (
         f"http://127.0.0.1:{args.report_port}" if args.report_port else "")
     if args.report_tls_cert:
         options.report_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         options.report_tls.load_cert_chain(args.report_tls_cert, args.report_tls_key)
         ca = Path(args.report_ca) if args.report_ca else None
-        handlers.STATE.report_ca = (ca if ca is not None and ca.is_file()
+        handlers.STATE.settings.report_ca = (ca if ca is not None and ca.is_file()
                                     else Path(args.report_tls_cert)).read_text()
     if args.metrics_port:
         start_http_server(args.metrics_port, addr="0.0.0.0")

@@ -414,10 +414,10 @@ class ReportServer:
         runs count towards releasing a node quarantined for corruption."""
         meta = pod["metadata"]
         probed = (meta.get("annotations") or {}).get(names.PROBE_NODE_ANNOTATION)
-        if meta["namespace"] != self.state.probe_namespace or probed is None or \
+        if meta["namespace"] != self.state.settings.probe_namespace or probed is None or \
                 (meta.get("labels") or {}).get(names.PROBE_LABEL) != "true":
             raise Refused(403, f"pod {meta['namespace']}/{meta['name']} is not a probe pod "
-                               f"(namespace {self.state.probe_namespace}, label "
+                               f"(namespace {self.state.settings.probe_namespace}, label "
                                f"{names.PROBE_LABEL}=true)")
         if not (probed == report.node == pod.get("spec", {}).get("nodeName")):
             raise Refused(403, f"probe pod {meta['name']} runs on "
