@@ -135,5 +135,5 @@ def allot(decisions: Sequence[JobDecision], budget: WriteBudget
                 f"{decision.desired.get('message') or ''}; creating pods: {granted} of "
                 f"{wanted} missing this pass, the rest in the next").lstrip("; ")}
         built[id(decision)] = dataclasses.replace(
-            decision, attempt=replace(decided, create=bodies), desired=desired)
+            decision, attempt=decided.but(create=bodies), desired=desired)
     return [built.get(id(d), d) for d in decisions], failed

@@ -21,7 +21,7 @@ the launch from it instead of redoing it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from goodput_operator import times
@@ -183,8 +183,8 @@ def current_attempt(snapshot: Snapshot, view: JobView, spec: TrainingJobSpec,
         snapshot.report_url, snapshot.seen_unhealthy.keys(), snapshot.probed_at,
         snapshot.steps.get(view.key) or from_progress(view.status.get("progress"))))
     decided = _held(decided, quota)
-    decided = replace(decided, missing=with_class(
-        decided.missing, pod_class(snapshot.priority(job))))
+    classed = with_class(decided.missing, pod_class(snapshot.priority(job)))
+    decided = decided if classed is decided.missing else decided.but(missing=classed)
     decided = _creation(snapshot, view, decided, pods)
     return decided.woken_by(scheduler_refused(pods, view.restart, clock)[1]).woken_by(
         quota.wake_at if quota else None)
@@ -197,9 +197,9 @@ def _held(decided: Attempt, quota: Quota | None) -> Attempt:
     decided = decided.said(quota.condition)
     if not quota.hold:
         return decided
-    decided = replace(decided, missing=None, needs_placement=False)
+    decided = decided.but(missing=None, needs_placement=False)
     if decided.phase in ("Pending", "Recovering"):
-        return replace(decided, message=quota.message)
+        return decided.but(message=quota.message)
     return decided
 
 
@@ -223,9 +223,9 @@ def _pinned(spec: TrainingJobSpec, decided: Attempt, placement: Obj, pods: list[
     """A gang placed now: its pods pinned to their nodes, or, probed first, held gated."""
     spots = Spots(placement)
     if spec.sdc.probe_on_start:  # probes first: the workers stay gated
-        return replace(decided, hold=True, pin=[],
+        return decided.but(hold=True, pin=[],
                        probe=sorted({r["node"] for r in spots.ranks.values()}))
-    return replace(decided, pin=pins(spots, pods, restart))
+    return decided.but(pin=pins(spots, pods, restart))
 
 
 def decision(snapshot: Snapshot, view: JobView, spec: TrainingJobSpec, done: Pass,

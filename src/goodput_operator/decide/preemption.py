@@ -18,7 +18,7 @@ checkpoint it saved. A victim no longer marked before it stopped goes on running
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from goodput_operator import times
@@ -160,7 +160,7 @@ def _requeued(snapshot: Snapshot, spec: TrainingJobSpec, job: Obj, decided: Atte
     resume = (books["incidents"][-1].get("resumeFrom") or {})
     why = (f"{_said_by(snapshot, job, mark)}: workers stopped and requeued; resumes from "
            f"{'step ' + str(resume['step']) if 'step' in resume else 'the start'}")
-    stopped = replace(decided, delete=list(pods), missing=None, pin=[], probe=[],
+    stopped = decided.but(delete=list(pods), missing=None, pin=[], probe=[],
                       phase="Recovering", message=why,
                       status={"incidents": books["incidents"], "goodput": books["goodput"]})
     return stopped.said(ConditionUpdate("Preempted", True, "Requeued", why),

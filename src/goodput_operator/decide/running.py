@@ -4,7 +4,7 @@ and the Straggler condition (health.straggler's verdict, kept by the report chan
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from goodput_operator import times
@@ -62,7 +62,7 @@ def _resizing(decided: Attempt, job: Obj, pods: Sequence[str], grown: Grown,
                                  reason, [], clock, clock, strict=grown.strict)
     books = badput.replaced(books, clock, "grow")
     message = f"elastic: {reason} (restart {restart + 1})"
-    return replace(decided, phase="Recovering", restart=False, message=message,
+    return decided.but(phase="Recovering", restart=False, message=message,
                    status={"incidents": books["incidents"], "goodput": books["goodput"]},
                    missing=None, pin=[], delete=list(pods),
                    conditions=tuple(c for c in decided.conditions if c.type != "Running")
