@@ -1,10 +1,10 @@
 """TrainingJobs and InferenceEndpoints as the decisions read them: parsed at the edge.
 
 A view is built once per version of its object's spec, by the operator's cache
-(State.views, as each pass's snapshot is taken) or, for tests and tools that make a
+(State.job_views and endpoint_views, as each pass's snapshot is taken) or, for tests and tools that make a
 Snapshot by hand, as the snapshot is made; never by a decision. It holds the parsed spec
-(or why it is invalid, said once on the object's status), and reads the status, attempt
-and owner from the object it was built for, so a status the operator writes is seen by
+(or why it is invalid, said once on the object's status), and reads the status and the
+attempt from the object it was built for, so a status the operator writes is seen by
 the next pass without a new view.
 """
 
@@ -19,7 +19,6 @@ from pydantic import BaseModel, ValidationError
 from goodput_operator.api.base import describe_errors
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
 from goodput_operator.api.trainingjob import TrainingJobSpec
-from goodput_operator.topology.model import trainingjob_owner
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # namespace, name
@@ -42,31 +41,26 @@ class View(Generic[SpecT]):
         found = self.obj["metadata"].get("generation")
         return int(found) if found is not None else None
 
+    @property
+    def status(self) -> Obj:
+        """The status as the object carries it now (the operator's writes included)."""
+        found: Obj = self.obj.get("status") or {}
+        return found
+
 
 @dataclass(frozen=True)
 class JobView(View[TrainingJobSpec]):
-    @property
-    def status(self) -> Obj:
-        found: Obj = self.obj.get("status") or {}
-        return found
+    """A TrainingJob as the decisions, the builders and the report channel read it."""
 
     @property
     def restart(self) -> int:
         """The attempt running now (status.restarts; 0 before the first restart)."""
         return int(self.status.get("restarts") or 0)
 
-    @property
-    def owner(self) -> str:
-        """Whose reservations the fleet holds for this job (topology.model)."""
-        return trainingjob_owner(*self.key)
-
 
 @dataclass(frozen=True)
 class EndpointView(View[InferenceEndpointSpec]):
-    @property
-    def status(self) -> Obj:
-        found: Obj = self.obj.get("status") or {}
-        return found
+    """An InferenceEndpoint as the decisions and the autoscaler read it."""
 
 
 def _parsed(model: type[SpecT], obj: Obj, previous: View[SpecT] | None
