@@ -1,11 +1,11 @@
 """TrainingJobs and InferenceEndpoints as the decisions read them: parsed at the edge.
 
 A view is built once per version of its object's spec, by the operator's cache
-(State.job_views and endpoint_views, as each pass's snapshot is taken) or, for tests and tools that make a
-Snapshot by hand, as the snapshot is made; never by a decision. It holds the parsed spec
-(or why it is invalid, said once on the object's status), and reads the status and the
-attempt from the object it was built for, so a status the operator writes is seen by
-the next pass without a new view.
+(State.job_views and State.endpoint_views, as each pass's snapshot is taken) or, for tests
+and tools that make a Snapshot by hand, as the snapshot is made; never by a decision. It
+holds the parsed spec (or why it is invalid, said once on the object's status), and reads
+the status and the attempt from the object it was built for, so a status the operator
+writes is seen by the next pass without a new view.
 """
 
 from __future__ import annotations
