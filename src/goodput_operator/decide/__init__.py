@@ -2,10 +2,10 @@
 
     decide(snapshot) -> PassPlan
         groups     decide.group      quarantine, release, node labels, probes, status
-        jobs       decide.job        (decide.attempt, decide.running, decide.gang) pods,
-                                     placement, incidents, status; decide.quota: Kueue
-        endpoints  decide.endpoint   (decide.replicas) replica groups, placement, status;
-                                     decide.regions: multi-region endpoints (MultiKueue)
+        jobs       decide.job        its steps: decide.quota, .attempt, .preemption,
+                                     .running, .placing, .replacing, .jobstatus
+        endpoints  decide.endpoint   its steps: decide.roles (.replicas), .groupplacing,
+                                     .standby; decide.regions: multi-region endpoints
         (both)     decide.turns      the placement searches one namespace's waiting
                                      objects run in a pass
 

@@ -95,6 +95,7 @@ class EndpointDecision:
 
 
 def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> EndpointDecision:
+    """IE's pass: the module's steps, in their order; BUDGET: the pass's pod writes."""
     view = snapshot.endpoint(ie)
     gated = gate(snapshot, view)
     if gated is not None:

@@ -69,6 +69,7 @@ Obj = dict[str, Any]
 
 
 def decide_job(snapshot: Snapshot, job: Obj) -> JobDecision:
+    """JOB's pass: the module's steps, in their order."""
     view = snapshot.job(job)
     gated = gate(snapshot, view)
     if gated is not None:
