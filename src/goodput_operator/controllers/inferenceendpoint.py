@@ -215,8 +215,13 @@ async def evaluate(state: State, ie: Obj, spec: InferenceEndpointSpec, role: Ser
 
 def _record(state: State, key: tuple[str, str, str], decision: Decision, current: int,
             now: float) -> None:
-    """Hand the decision to the loop, which writes it."""
-    state.scaled[key] = Scaled(decision, current, now)
+    """Hand the decision to the loop, which writes it. A decision no pass has written
+    yet (two evaluations came before the next pass: a busy operator) is replaced, but the
+    size it changed FROM stays the one the status shows, so the change is still recorded
+    (status.lastScaling, an event) when the pass writes the new one."""
+    previous = state.scaled.get(key)
+    shown = previous.current if previous is not None and not previous.written else current
+    state.scaled[key] = Scaled(decision, shown, now)
     metrics.AUTOSCALER_EVALUATIONS.labels(*key[:2]).inc()
     state.wake.set()
 
