@@ -107,9 +107,10 @@ def decide_endpoint(snapshot: Snapshot, ie: Obj, budget: WriteBudget) -> Endpoin
     delete, events = _removals(plans)
     plans, no_turn, backoff = _held_back(snapshot, view, plans)
     built = _built(snapshot, view, spec, plans, budget)
-    placed = place_groups(snapshot, fleet, view, spec, built.plans, built.fabric) \
+    placed = place_groups(snapshot, view, spec, sight.scopes, built.plans, built.fabric) \
         if built.fabric is not None else GroupsPlaced()
-    outcome = Outcome(built.plans, placed, no_turn, _limited(built.plans, placed), quota)
+    outcome = Outcome(built.plans, placed, no_turn, _limited(built.plans, placed), quota,
+                      sight)
     desired = status_of(snapshot, view, spec, outcome)
     desired, reclaiming = with_standby(snapshot, fleet, view, spec, outcome, desired)
     desired, scaled, recorded = with_scaling(view, outcome.plans, desired)
@@ -241,6 +242,7 @@ class Outcome:
     no_turn: bool
     limited: list[str]
     quota: Quota | None
+    sight: Sight  # what the pass saw: its pods and serving units, read once
 
     @property
     def desired(self) -> int:
@@ -265,12 +267,11 @@ def status_of(snapshot: Snapshot, view: EndpointView, spec: InferenceEndpointSpe
                    for rp in plans for i, g in sorted(rp.plan.groups.items())
                    if i not in rp.plan.delete],
         "conditions": _conditions(snapshot, view, spec, outcome, totals)}
-    if spec.roles is not None:
+    if outcome.sight.scopes is not None:  # roles
         desired["roles"] = [
             {"name": rp.role.name, "replicas": rp.plan.live, "desiredReplicas": rp.desired,
              "readyReplicas": rp.plan.ready} for rp in plans]
-        desired["units"] = units_status(
-            Scopes(snapshot.fleets[spec.ultra_server_group], spec.roles.affinity), plans)
+        desired["units"] = units_status(outcome.sight.scopes, plans)
     return desired
 
 
@@ -402,7 +403,7 @@ def with_kueue(snapshot: Snapshot, fleet: Fleet, view: EndpointView,
                                    generation, at)
     requests = role_requests(snapshot.nodes, snapshot.memo, fleet, view.obj, spec,
                              Fabric.of(snapshot.groups[spec.ultra_server_group]))
-    pods = owned(snapshot.endpoint_pods.get(view.key, {}).values(), view.obj)
+    pods = outcome.sight.pods
     return {**found, "conditions": conditions, "room": sum(
         room_for_role(fleet, spec, rp.role, pods, requests, ROOM_LIMIT)
         for rp in outcome.plans)}

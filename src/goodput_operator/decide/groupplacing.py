@@ -44,15 +44,17 @@ class GroupsPlaced:
     waiting: list[str] = field(default_factory=list)
 
 
-def place_groups(snapshot: Snapshot, fleet: Fleet, view: EndpointView,
-                 spec: InferenceEndpointSpec, plans: list[RolePlan], fabric: Fabric
+def place_groups(snapshot: Snapshot, view: EndpointView, spec: InferenceEndpointSpec,
+                 scopes: Scopes | None, plans: list[RolePlan], fabric: Fabric
                  ) -> GroupsPlaced:
-    """Place the PLANS' groups waiting for a place (the longest waiting first)."""
+    """Place the PLANS' groups waiting for a place (the longest waiting first), in the
+    serving units of SCOPES (None: a single-role endpoint, anywhere)."""
     pending = [Pending(rp.role.name, index) for rp in plans
                for index in [*rp.plan.place, *rp.new]]
     if not pending:
         return GroupsPlaced()
     namespace, name = view.key
+    fleet = snapshot.fleets[spec.ultra_server_group]
     owner = endpoint_owner(namespace, name)
     by_role = {rp.role.name: rp for rp in plans}
     requests = role_requests(snapshot.nodes, snapshot.memo, fleet, view.obj, spec, fabric)
@@ -77,7 +79,7 @@ def place_groups(snapshot: Snapshot, fleet: Fleet, view: EndpointView,
             else:
                 placed.pin.append((pod, rank.node, rank.domain))
 
-    left = _placed(fleet, spec, plans, pending, requests, bind)
+    left = _placed(fleet, scopes, plans, pending, requests, bind)
     placed.waiting.extend(f"group {build.group_id(item.role, item.index)}: {why}"
                           for item, why in left.items())
     if done:  # one event a pass, not one a group: a rollout's 9,000 groups were 9,000 POSTs
@@ -89,12 +91,12 @@ def place_groups(snapshot: Snapshot, fleet: Fleet, view: EndpointView,
     return placed
 
 
-def _placed(fleet: Fleet, spec: InferenceEndpointSpec, plans: list[RolePlan],
+def _placed(fleet: Fleet, scopes: Scopes | None, plans: list[RolePlan],
             pending: list[Pending], requests: Mapping[str, Request],
             bind: Callable[[Pending, Placement], None]) -> dict[Pending, str]:
     """Each of PENDING placed (BIND called for it), anywhere or in its serving unit;
     why each left waiting did."""
-    if spec.roles is None:
+    if scopes is None:
         left = {}
         for item in pending:
             where = place(fleet, requests[item.role])
@@ -103,5 +105,4 @@ def _placed(fleet: Fleet, spec: InferenceEndpointSpec, plans: list[RolePlan],
             else:
                 left[item] = where.reason
         return left
-    scopes = Scopes(fleet, spec.roles.affinity)
     return place_units(scopes, units_of(scopes, plans), pending, requests, bind)
