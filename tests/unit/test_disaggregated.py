@@ -18,7 +18,7 @@ from goodput_operator.api.inferenceendpoint import (
 )
 from goodput_operator.autoscaling.algorithm import Decision
 from goodput_operator.decide import EndpointDecision, Scaled, decide_endpoints, trial
-from goodput_operator.decide.endpoint import request_of, room_for_role
+from goodput_operator.decide.roles import request_of, room_for_role
 from goodput_operator.decide.units import Units, prefill_wanted, removal_order
 from goodput_operator.resources import inference as build
 from tests.unit.test_decide_endpoint import SCALING, endpoint

@@ -33,14 +33,9 @@ from goodput_operator.decide.replicas import EndpointPlan, Removal, refused_memb
 from goodput_operator.decide.roles import (
     RolePlan,
     Sight,
-    desired_replicas,
-    placed_groups,
     plan_roles,
-    request_of,
-    role_pods,
     role_requests,
     room_for_role,
-    scaling_ceiling,
     units_status,
 )
 from goodput_operator.decide.snapshot import Scaled, Snapshot
@@ -58,10 +53,6 @@ from goodput_operator.resources import inference as build
 from goodput_operator.resources.fabric import Fabric
 from goodput_operator.resources.pods import owned
 from goodput_operator.topology.model import Fleet
-
-__all__ = ["EndpointDecision", "decide_endpoint", "desired_replicas", "placed_groups",
-           "record_scaling", "request_of", "role_pods", "role_requests", "room_for_role",
-           "scaling_ceiling"]
 
 Obj = dict[str, Any]
 ROOM_LIMIT = 16  # the most status.room says (under Kueue)

@@ -34,8 +34,9 @@ from goodput_operator.api.base import MESSAGE_LENGTH
 from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.inferenceendpoint import MultiRegion
 from goodput_operator.api.views import EndpointView
-from goodput_operator.decide.endpoint import EndpointDecision, desired_replicas, record_scaling
+from goodput_operator.decide.endpoint import EndpointDecision, record_scaling
 from goodput_operator.decide.quota import handoff
+from goodput_operator.decide.roles import desired_replicas
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.turns import kept, short_of_replicas, turn
 from goodput_operator.decide.types import ConditionUpdate, Event, apply_conditions
