@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import get_args, get_type_hints
+
 import pytest
 
+from goodput_operator.api import statuses
 from goodput_operator.health import badput
 from goodput_operator.times import millis
 
@@ -136,3 +139,20 @@ def test_every_second_of_a_job_s_life_is_attributed_and_the_total_is_its_wall_ti
 def test_the_refresh_period_keeps_refresh_writes_at_two_a_second(running: int,
                                                                    every: float) -> None:
     assert badput.refresh_seconds(running) == every
+
+
+def test_the_buckets_are_the_status_keys_mypy_checks() -> None:
+    """badput._add writes a bucket by name (the one cast the books take): its names are
+    exactly the schema's, so no bucket lands in a key the CRD would prune."""
+    assert set(get_args(badput.IdleBucket)) == set(statuses.IdleSecondsDict.__annotations__)
+    assert set(get_args(badput.LostBucket)) == set(statuses.LostSecondsDict.__annotations__)
+    assert set(get_args(badput.Stage)) == set(get_args(
+        get_type_hints(statuses.StageDict)["name"]))
+
+
+def test_an_incident_field_the_schema_lacks_is_refused() -> None:
+    books = badput.open_incident({}, 1, "NodeFailure", "n0 lost", ["n0"], 10.0, 12.0)
+    assert badput.update_incident(books, action="replace")["incidents"][-1]["action"] == \
+        "replace"
+    with pytest.raises(TypeError, match="replacedBy"):
+        badput.update_incident(books, replacedBy="n1")

@@ -108,12 +108,16 @@ def test_new_tokens_from_one_source_are_rate_limited_and_others_are_not() -> Non
     assert sum(buckets.take("10.0.0.9", NOW + 1) for _ in range(100)) == 5  # a second on
 
 
-def test_a_step_answer_asks_for_a_checkpoint_only_while_the_job_is_preempted() -> None:
+def test_a_step_answer_asks_for_a_checkpoint_only_while_preempted_or_noticed() -> None:
     preemption = {"by": "ns/high", "at": "2027-01-15T08:00:00Z",
                   "deadline": "2027-01-15T08:02:00Z"}
     assert save_request({"status": {"phase": "Running"}}) == {}
     assert save_request({"status": {"preemption": preemption}}) == {"save": {
         "reason": "Preemption", "by": "ns/high", "deadline": "2027-01-15T08:02:00Z"}}
+    notice = {"node": "n1", "kind": "SpotInterruption", "since": "2027-01-15T08:00:00Z",
+              "deadline": "2027-01-15T08:02:00Z"}  # a node of the gang about to go
+    assert save_request({"status": {"notice": notice}}) == {"save": {
+        "reason": "SpotInterruption", "by": "node/n1", "deadline": "2027-01-15T08:02:00Z"}}
 
 
 def test_a_step_answer_says_how_often_to_report_and_every_step_while_a_save_is_asked() -> None:

@@ -284,3 +284,26 @@ def test_a_job_file_gives_the_spec_and_its_size(tmp_path: Path,
     path.write_text(json.dumps(job(workers=2, acceleratorsPerWorker=8)))
     assert cli.main(["plan", "--fleet", "trn2", "--job", str(path)]) == 1
     assert "acceleratorsPerWorker 8 is not a whole node (16)" in capsys.readouterr().err
+
+
+def test_a_node_failing_again_stays_out_until_its_new_repair(tmp_path: Path) -> None:
+    """A node repaired, released and failing again is out for its whole new repair: the
+    first repair's healthy time is forgotten when it fails (as the operator's cache
+    forgets it), so another node's release check cannot free it minutes into its new
+    quarantine. Three failures of 2 h each: every one is down for its repair, the
+    release wait and a pass."""
+    fleet = load_fleet("trn2", spares_per_domain=1)
+    victim, other = (fleet.nodes[i]["metadata"]["name"] for i in (0, 5))
+    repair, again = 7200.0, 5000.0 + 7200.0 + 1500.0  # after the first release
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(line) + "\n" for line in [
+        {"time": 5000.0, "node": victim, "kind": "accelerator"},
+        {"time": again, "node": victim, "kind": "accelerator"},
+        # repaired 300 s into the victim's second quarantine: its release checks run then
+        {"time": again + 300.0 - repair, "node": other, "kind": "accelerator"}]))
+    scenario = Scenario(fleet, days=1, costs=SCRIPTED, trace=trace,
+                        model=FailureModel().with_overrides({"repair.accelerator": 2}))
+    result = run(scenario, ("ours",))["ours"].result
+    wait = scenario.fleet.group.quarantine.release_after_healthy_seconds \
+        + SCRIPTED.pass_seconds
+    assert result.down / 16 == pytest.approx(3 * (repair + wait), abs=1e-3)

@@ -96,7 +96,8 @@ KINDS: tuple[Kind, ...] = (
         spec=TrainingJobSpec, status=TrainingJobStatus,
         description="A gang of training workers placed topology-aware, launched with "
                     "torchrun/Neuron settings, recovered from failures on spares from its "
-                    "last verified checkpoint.",
+                    "last committed checkpoint (its last verified one with "
+                    "checkpoint.verify).",
         columns=(
             Column("Phase", ".status.phase"),
             Column("Ready", ".status.workers.ready", "integer", "Workers running and ready"),

@@ -31,7 +31,15 @@ MAX_REPLICAS = 4096  # replica groups of one endpoint
 MAX_RECENT_SCALING = 16  # status.recentScaling: the newest decisions kept
 MAX_REGIONS = 16  # spec.regions and status.regions
 MAX_PODS = 8192  # pods of one endpoint at its largest: replica groups x pods per group
-ROLE_NAMES = ("decode", "prefill")  # a disaggregated endpoint's roles; decode anchors units
+RoleName = Literal["decode", "prefill"]
+# a disaggregated endpoint's roles; decode anchors units
+ROLE_NAMES: tuple[RoleName, ...] = ("decode", "prefill")
+
+
+def as_role(name: str) -> RoleName | None:
+    """NAME (a ServingRole's) as a disaggregated endpoint's role; None for "" (a single-role
+    endpoint's pool)."""
+    return "decode" if name == "decode" else "prefill" if name == "prefill" else None
 
 
 class Model(ApiModel):

@@ -104,9 +104,16 @@ class PreemptingDict(TypedDict, total=False):
     message: str | None
 
 
+class NodeNoticeDict(TypedDict, total=False):
+    node: str
+    kind: str
+    since: str
+    deadline: str
+
+
 class IncidentDict(TypedDict, total=False):
     restart: int
-    cause: Literal["NodeFailure", "InfrastructureError", "ApplicationError", "SilentDataCorruption", "Unschedulable", "Hang", "Resize", "Preemption"]
+    cause: Literal["NodeFailure", "InfrastructureError", "ApplicationError", "SilentDataCorruption", "Unschedulable", "Hang", "Resize", "Preemption", "Notice"]
     message: str
     nodes: list[str]
     failedAt: str | None
@@ -167,6 +174,7 @@ class TrainingJobStatusDict(TypedDict, total=False):
     progress: ProgressDict | None
     sdc: SdcStatusDict | None
     preemption: PreemptingDict | None
+    notice: NodeNoticeDict | None
     incidents: list[IncidentDict]
     goodput: GoodputDict
     startTime: str | None

@@ -506,7 +506,8 @@ class SdcStatus(ApiModel):
 
 IncidentCause = Literal["NodeFailure", "InfrastructureError", "ApplicationError",
                         "SilentDataCorruption", "Unschedulable", "Hang", "Resize",
-                        "Preemption"]
+                        "Preemption", "Notice"]
+IncidentAction = Literal["replace", "move", "shrink", "grow", "wait", "restart", "requeue"]
 
 
 class Incident(ApiModel):
@@ -520,7 +521,9 @@ class Incident(ApiModel):
     SilentDataCorruption, Unschedulable (kube-scheduler refused a pinned worker on its
     node for 30 s: the ranks there are placed again elsewhere), Hang (every worker
     running, but no new step for failurePolicy.hang's window), or Resize (an elastic job
-    grown back toward spec.workers: planned, paid from no budget)."""
+    grown back toward spec.workers: planned, paid from no budget), or Notice (a node of the
+    gang was about to go: a Spot interruption, maintenance, Karpenter's disruption or a
+    drain; the gang saved, and the ranks there moved before it went)."""
     message: str = ""
     """What happened, with the evidence."""
     nodes: list[str] = Field(default_factory=list)
@@ -535,8 +538,7 @@ class Incident(ApiModel):
     """When the new placement (spares, moved gang) was written."""
     running_at: datetime | None = None
     """When every worker of the restart ran again; unset while recovering."""
-    action: Literal["replace", "move", "shrink", "grow", "wait", "restart", "requeue"] | None \
-        = None
+    action: IncidentAction | None = None
     """replace: failed ranks moved to spares/free nodes keeping the topology; move: the
     whole gang moved; shrink: fewer workers (elastic); grow: more workers again (elastic);
     wait: no capacity yet; restart: same nodes; requeue: preempted, placed again when it
@@ -651,6 +653,22 @@ class Preempting(ApiModel):
     """Why this job: what its removal frees for the preempting gang."""
 
 
+class NodeNotice(ApiModel):
+    """A node of the gang is about to go (health.notices): the workers are asked to save a
+    checkpoint now, and the ranks there move to a spare once it is saved or by the
+    deadline, whichever comes first."""
+
+    node: str
+    """The node that goes."""
+    kind: str
+    """SpotInterruption, RebalanceRecommendation, ScheduledMaintenance,
+    AutoScalingTermination, KarpenterDisruption or Drain."""
+    since: datetime
+    """When the operator first saw the notice (the node's taint or cordon)."""
+    deadline: datetime
+    """When the ranks move, saved or not."""
+
+
 class TrainingJobStatus(ApiModel):
     """Observed state of the job, written by the operator."""
 
@@ -689,6 +707,9 @@ class TrainingJobStatus(ApiModel):
     preemption: Preempting | None = None
     """While a higher-priority gang preempts this job: by whom, since when, and until when
     its workers may save a checkpoint before they are stopped."""
+    notice: NodeNotice | None = None
+    """While a node of the gang is about to go: which, why, and until when the workers may
+    save before its ranks move."""
     incidents: list[Incident] = Field(default_factory=list, max_length=MAX_INCIDENTS)
     """The most recent interruptions (newest last, at most 32) with their costs."""
     goodput: Goodput = nested(Goodput)

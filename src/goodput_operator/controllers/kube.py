@@ -10,7 +10,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
@@ -276,7 +276,8 @@ class Kube:
                                        _content_type="application/merge-patch+json")
         return cast(Obj, self.api.sanitize_for_serialization(patched))  # type: ignore[no-untyped-call]
 
-    def patch_status(self, plural: str, namespace: str | None, name: str, status: Obj) -> str:
+    def patch_status(self, plural: str, namespace: str | None, name: str,
+                     status: Mapping[str, Any]) -> str:
         """Merge STATUS into the object's status; the resourceVersion the write made."""
         self._check_fence()
         body = {"status": status}
@@ -423,7 +424,7 @@ def wrote(obj: Obj, version: str) -> None:
 
 
 async def patch_status(kube: Kube, plural: str, namespace: str | None, name: str,
-                       body: Obj) -> str:
+                       body: Mapping[str, Any]) -> str:
     """Kube.patch_status in a thread; Gone when the object no longer exists: a deletion
     its watch never delivered (one between the initial list and the watch's start) must
     not leave it in the state, failing every pass and holding its nodes, for ever."""
@@ -498,7 +499,8 @@ async def apply_quota(kube: Kube, quota: Quota | None,
                         quota.workload, err.status, err.reason)
 
 
-async def write_status(kube: Kube, plural: str, obj: Obj, current: Obj, desired: Obj,
+async def write_status(kube: Kube, plural: str, obj: Obj, current: Obj,
+                       desired: Mapping[str, Any],
                        events: Iterable[Event] = ()) -> set[str]:
     """One status write when anything in DESIRED differs from CURRENT, then the events
     (never before), posted together; the keys that differed. The write lands on the live

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from goodput_operator import metrics, names
 from goodput_operator.api.inferenceendpoint import ROLE_NAMES
+from goodput_operator.api.statuses import ProgressDict
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.api.ultraservergroup import OWN_LABELS, UltraServerGroupSpec
 from goodput_operator.api.views import (
@@ -250,9 +251,10 @@ class State:
         self.deadline: float | None = None  # earliest timer (grace, backoff) of this pass
         # node health as the operator saw it change (health/quarantine.observe)
         self.seen_unhealthy: dict[str, float] = {}
+        self.noticed: dict[str, float] = {}  # node -> when its notice was first seen
         self.healthy_since: dict[str, float] = {}
         self.blamed: dict[str, Finding] = {}  # nodes reports blamed (SDC votes, bad probes)
-        self.progress: dict[tuple[str, str], Obj] = {}  # latest step report per job
+        self.progress: dict[tuple[str, str], ProgressDict] = {}  # latest step report per job
         self.steps: dict[tuple[str, str], StepClock] = {}  # newest step per job (hangs)
         self.paces: dict[tuple[str, str], Pace] = {}  # each rank's pace per job (stragglers)
         self.stragglers: dict[tuple[str, str], list[Straggler]] = {}  # the latest verdict
@@ -332,6 +334,7 @@ class State:
             jobs=self.ordered_jobs(priorities), job_pods=self.job_pods,
             endpoints=list(self.endpoints.values()), endpoint_pods=self.endpoint_pods,
             seen_unhealthy=self.seen_unhealthy, healthy_since=self.healthy_since,
+            noticed=self.noticed,
             # what the report thread writes (operator.reports): copies, so that no
             # decision iterates a dict while a report adds to it
             blamed=dict(self.blamed), clean_probes=dict(self.clean_probes),

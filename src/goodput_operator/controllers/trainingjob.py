@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any, cast
 
 from goodput_operator import metrics, times
+from goodput_operator.api.statuses import GoodputDict
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.controllers import ultraservergroup
 from goodput_operator.controllers.kube import (
@@ -144,7 +146,7 @@ def _measure(decision: JobDecision, clock: float) -> None:
         _observe(decision.job, decision.desired, decision.events, clock)
 
 
-def _count_rollback(job: Obj, incident: Obj) -> None:
+def _count_rollback(job: Obj, incident: Mapping[str, Any]) -> None:
     """Steps given up by resuming from an older checkpoint than the newest, after SDC."""
     latest = ((job.get("status") or {}).get("checkpoint") or {}).get("latest") or {}
     resume = incident.get("resumeFrom") or {}
@@ -154,10 +156,11 @@ def _count_rollback(job: Obj, incident: Obj) -> None:
             max(0, int(latest["step"]) - int(resume.get("step", 0))))
 
 
-def _observe(job: Obj, desired: Obj, events: list[Event], now: float) -> None:
+def _observe(job: Obj, desired: Mapping[str, Any], events: list[Event], now: float) -> None:
     """Metrics: each recovered incident's phases and cost, and the job's goodput ratio."""
     meta = job["metadata"]
-    goodput = desired.get("goodput") or (job.get("status") or {}).get("goodput") or {}
+    goodput: GoodputDict = desired.get("goodput") or (job.get("status") or {}).get(
+        "goodput") or GoodputDict()
     ratio = badput.ratio(goodput, now)
     if ratio is not None:
         metrics.GOODPUT_RATIO.labels(meta["namespace"], meta["name"]).set(ratio)
@@ -175,7 +178,8 @@ def _observe(job: Obj, desired: Obj, events: list[Event], now: float) -> None:
 
 
 async def _children(state: State, kube: Kube, job: Obj, spec: TrainingJobSpec,
-                    decided: Attempt, placement: Obj | None, observed: dict[str, Obj]) -> None:
+                    decided: Attempt, placement: Mapping[str, Any] | None,
+                    observed: dict[str, Obj]) -> None:
     """Create, pin and delete pods, API_CONCURRENCY calls at a time. What the API returns
     goes straight into the state (expectations): the next pass, which may come before the
     watch events do, must not create or pin the same pods again."""

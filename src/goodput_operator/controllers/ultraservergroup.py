@@ -19,6 +19,7 @@ from goodput_operator import metrics
 from goodput_operator.controllers.kube import Gone, Kube, log_failures, patch_status
 from goodput_operator.controllers.state import State
 from goodput_operator.decide import Event, Failure, GroupDecision, ProbeStart, decide_groups
+from goodput_operator.health import notices
 from goodput_operator.health import quarantine as q
 from goodput_operator.resources.probe import probe_job
 
@@ -30,13 +31,15 @@ LABEL_CONCURRENCY = 8  # members' label writes at once, in the background (label
 
 
 def observe_health(state: State, members: Mapping[str, Mapping[str, Obj]], now: float) -> None:
-    """Remember when each member node was first seen unhealthy, or healthy again: the
-    grace periods and release timers count from there."""
+    """Remember when each member node was first seen unhealthy, or healthy again, and
+    when its notice was first seen: the grace periods, release timers and save deadlines
+    count from there."""
     for name, spec in state.groups.items():
         for node_name, node in members.get(name, {}).items():
             unhealthy = q.finding(node, spec.quarantine, None, now, devices=state.device_taints
                                   .get(node_name, ())) is not None
             q.observe(node_name, unhealthy, now, state.seen_unhealthy, state.healthy_since)
+            notices.observe(node_name, node, now, state.noticed)
 
 
 async def reconcile_groups(state: State, kube: Kube, now: float) -> asyncio.Future[Any]:

@@ -21,12 +21,13 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from goodput_operator import times
-from goodput_operator.api.trainingjob import Phase, TrainingJobSpec
+from goodput_operator.api.statuses import IncidentDict, RestartsByBudgetDict
+from goodput_operator.api.trainingjob import IncidentCause, Phase, TrainingJobSpec
 from goodput_operator.decide.creates import Missing, missing
-from goodput_operator.decide.types import ConditionUpdate, Event, Refusal
+from goodput_operator.decide.types import ConditionUpdate, Event, JobStatus, Refusal
 from goodput_operator.health import badput
 from goodput_operator.health.failures import Classified, classify
 from goodput_operator.health.hang import StepClock, deadline, hung, judged
@@ -73,7 +74,7 @@ class Attempt:
     failed_nodes: list[str] = field(default_factory=list)  # to replace in that restart
     probe: list[str] = field(default_factory=list)  # nodes to probe before the start
     probe_first: list[str] = field(default_factory=list)  # suspects the restart probes first
-    status: Obj = field(default_factory=dict)  # incidents and goodput to write
+    status: JobStatus = field(default_factory=JobStatus)  # incidents and goodput to write
     events: tuple[Event, ...] = ()
     wake_at: float | None = None
     conditions: tuple[ConditionUpdate, ...] = ()
@@ -171,11 +172,13 @@ def gang_of(pods: list[Obj], restart: int, placement: Obj | None) -> Gang:
     return Gang(restart, Spots(placement), current, companions, stale)
 
 
-def books_of(status: Obj) -> Obj:
+def books_of(status: Obj) -> JobStatus:
     """The part of the status the badput accounting reads and writes."""
-    return {"incidents": status.get("incidents") or [], "goodput": status.get("goodput") or {},
-            "checkpoint": status.get("checkpoint") or {}, "sdc": status.get("sdc") or {},
-            "restartsByBudget": status.get("restartsByBudget") or {}}
+    books: JobStatus = {
+        "incidents": status.get("incidents") or [], "goodput": status.get("goodput") or {},
+        "checkpoint": status.get("checkpoint") or {}, "sdc": status.get("sdc") or {},
+        "restartsByBudget": status.get("restartsByBudget") or {}}
+    return books
 
 
 def _active(pods: list[Obj]) -> list[str]:
@@ -225,7 +228,7 @@ def _counted(spec: TrainingJobSpec, gang: Gang, phase: str | None) -> Attempt:
         and len(gang.companions) == sum(s.replicas for s in spec.pod_sets))
 
 
-def _running(result: Attempt, job: Obj, spec: TrainingJobSpec, books: Obj, gang: Gang,
+def _running(result: Attempt, job: Obj, spec: TrainingJobSpec, books: JobStatus, gang: Gang,
              seen: Seen) -> Attempt:
     """No restart due: the attempt succeeded, waits for its placement or its probes, or
     is placed (pinned, running)."""
@@ -277,7 +280,7 @@ class Spots:
     """Where a recorded placement puts each pod of the gang: a worker on its rank's node,
     a companion on its recorded node ({node, domain}; None: nowhere yet)."""
 
-    def __init__(self, placement: Obj | None) -> None:
+    def __init__(self, placement: Mapping[str, Any] | None) -> None:
         self.ranks = {r["rank"]: r for r in ranks_of(placement)}
         self.companions = companions_of(placement)
 
@@ -292,7 +295,7 @@ class Spots:
                 *(c["node"] for c in self.companions.values())]
 
 
-def _progress(result: Attempt, books: Obj, recovering: bool, restart: int, now: float
+def _progress(result: Attempt, books: JobStatus, recovering: bool, restart: int, now: float
               ) -> Attempt:
     """A placed attempt: Running once every worker is ready (closing the incident it
     recovers from), else Placing or Recovering with the count."""
@@ -367,7 +370,7 @@ class Hits:
     fatal: str | None = None  # a rule's FailJob verdict: why
 
 
-def hits_of(spec: TrainingJobSpec, books: Obj, gang: Gang, lost: Mapping[str, Lost]) -> Hits:
+def hits_of(spec: TrainingJobSpec, books: JobStatus, gang: Gang, lost: Mapping[str, Lost]) -> Hits:
     """Each failed pod's verdict (health.failures), after MAX_SUSPECTS node probes asked
     for a job's exit codes only restart it in place."""
     down = sorted({node for node in gang.spots.nodes() if node in lost})
@@ -398,8 +401,8 @@ def hits_of(spec: TrainingJobSpec, books: Obj, gang: Gang, lost: Mapping[str, Lo
     return hits
 
 
-def _detect(result: Attempt, spec: TrainingJobSpec, books: Obj, gang: Gang, seen: Seen,
-            hang: tuple[str, float] | None = None) -> tuple[Attempt, Obj | None]:
+def _detect(result: Attempt, spec: TrainingJobSpec, books: JobStatus, gang: Gang, seen: Seen,
+            hang: tuple[str, float] | None = None) -> tuple[Attempt, JobStatus | None]:
     """Open an incident when the current attempt was hit (a node, a worker, a hang): the
     attempt, and the books with the incident (None when it was not hit)."""
     hits = hits_of(spec, books, gang, seen.lost)
@@ -429,18 +432,18 @@ class Hit:
     """An interruption of a gang: its cause and what happened, the nodes blamed (to be
     replaced or probed), and when it began."""
 
-    cause: str
+    cause: IncidentCause
     message: str
     nodes: list[str]
     at: float
 
 
 class Opened(NamedTuple):
-    books: Obj  # with the incident open
+    books: JobStatus  # with the incident open
     restart_at: float | None  # when its restart may happen (backoff), None: at once
 
 
-def interrupted(books: Obj, spec: TrainingJobSpec | None, restart: int, hit: Hit,
+def interrupted(books: JobStatus, spec: TrainingJobSpec | None, restart: int, hit: Hit,
                 now: float, strict: bool) -> Opened | None:
     """BOOKS with HIT's incident open for attempt RESTART + 1, the recovery rules the
     operator and the goodput simulator (simulate.engine) both apply: paid from SPEC's
@@ -451,7 +454,7 @@ def interrupted(books: Obj, spec: TrainingJobSpec | None, restart: int, hit: Hit
     paid = books if spec is None else charged(books, hit.cause, spec)
     if paid is None:
         return None
-    restart_at = backoff_until(books_of(paid), spec, now) \
+    restart_at = backoff_until(paid, spec, now) \
         if spec is not None and hit.cause == "ApplicationError" else None
     if badput.current_incident(paid) is not None:  # hit again while recovering
         paid = badput.running_again(paid, hit.at)
@@ -459,18 +462,22 @@ def interrupted(books: Obj, spec: TrainingJobSpec | None, restart: int, hit: Hit
                                        hit.at, now, restart_at, strict), restart_at)
 
 
-def charged(books: Obj, cause: str, spec: TrainingJobSpec) -> Obj | None:
+def charged(books: JobStatus, cause: IncidentCause, spec: TrainingJobSpec
+            ) -> JobStatus | None:
     """BOOKS with an incident of CAUSE paid from its restart budget; None when that budget
     is used up (the job fails)."""
     budget, limit = budget_of(cause, spec)
-    used = dict(books.get("restartsByBudget") or {})
+    used: RestartsByBudgetDict = {**(books.get("restartsByBudget") or {})}
     if used.get(budget, 0) >= limit:
         return None
     used[budget] = used.get(budget, 0) + 1
     return {**books, "restartsByBudget": used}
 
 
-def budget_of(cause: str, spec: TrainingJobSpec) -> tuple[str, int]:
+Budget = Literal["application", "infrastructure"]  # RestartsByBudgetDict's keys
+
+
+def budget_of(cause: str, spec: TrainingJobSpec) -> tuple[Budget, int]:
     """Which restart budget an incident of CAUSE pays from, and its size: the
     application's own failures from maxRestarts; the platform's faults (nodes lost,
     quarantined or refusing the workers, corruption, infrastructure exit codes) from
@@ -480,13 +487,14 @@ def budget_of(cause: str, spec: TrainingJobSpec) -> tuple[str, int]:
     return "infrastructure", spec.failure_policy.max_infrastructure_restarts
 
 
-def _cause(books: Obj, spec: TrainingJobSpec, down: list[str], lost: Mapping[str, Lost],
-           infra: list[str], application: list[str]) -> tuple[str, str]:
+def _cause(books: JobStatus, spec: TrainingJobSpec, down: list[str], lost: Mapping[str, Lost],
+           infra: list[str], application: list[str]) -> tuple[IncidentCause, str]:
     """The incident's cause and message: lost nodes first, then infrastructure errors."""
     if down:
         sdc = any(lost[n].reason == "SilentDataCorruption" for n in down)
-        if all(lost[n].reason == "Unschedulable" for n in down):
-            return "Unschedulable", "; ".join(f"node {n}: {lost[n].evidence}" for n in down)
+        for planned in ("Unschedulable", "Notice"):  # every node refused, or noticed
+            if all(lost[n].reason == planned for n in down):
+                return planned, "; ".join(f"node {n}: {lost[n].evidence}" for n in down)
         message = "; ".join(f"node {n} lost: {lost[n].evidence}" for n in down)
         if sdc:
             return "SilentDataCorruption", message + _rollback(books, spec)
@@ -496,11 +504,11 @@ def _cause(books: Obj, spec: TrainingJobSpec, down: list[str], lost: Mapping[str
     return "ApplicationError", "; ".join(application)
 
 
-def backoff_until(books: Obj, spec: TrainingJobSpec, now: float) -> float | None:
+def backoff_until(books: JobStatus, spec: TrainingJobSpec, now: float) -> float | None:
     """When an application error's restart may happen: the backoff grows with the
     streak of application errors in a row."""
     streak = 1
-    for earlier in reversed(books["incidents"]):
+    for earlier in reversed(books.get("incidents") or []):
         if earlier.get("cause") != "ApplicationError":
             break
         streak += 1
@@ -514,7 +522,7 @@ def strict_checkpoints(spec: TrainingJobSpec) -> bool:
     return spec.checkpoint.verify and spec.sdc.cross_replica_check
 
 
-def _rollback(books: Obj, spec: TrainingJobSpec) -> str:
+def _rollback(books: JobStatus, spec: TrainingJobSpec) -> str:
     """Why the restart resumes from the checkpoint it does, after corruption."""
     resume = badput.resume_point(books["checkpoint"], strict_checkpoints(spec))
     latest = books["checkpoint"].get("latest") or {}
@@ -525,7 +533,8 @@ def _rollback(books: Obj, spec: TrainingJobSpec) -> str:
     return f"; rolling back to {where}, the newest verified checkpoint{first}{newer}"
 
 
-def _recover(result: Attempt, books: Obj, incident: Obj, gang: Gang, seen: Seen) -> Attempt:
+def _recover(result: Attempt, books: JobStatus, incident: IncidentDict, gang: Gang,
+             seen: Seen) -> Attempt:
     """The incident is open for the next attempt: wait out backoff and quarantine, then
     restart the gang (the controller finds the replacement placement)."""
     restart, now, lost = gang.restart, seen.now, seen.lost
@@ -556,7 +565,7 @@ def _recover(result: Attempt, books: Obj, incident: Obj, gang: Gang, seen: Seen)
         Event("Warning", "Restarting", message))
 
 
-def _recovered(incident: Obj) -> str:
+def _recovered(incident: IncidentDict) -> str:
     return (f"restart {incident['restart']} running again after {incident['cause']}: "
             f"detection {incident.get('detectionSeconds', 0):.1f}s, replacement "
             f"{incident.get('replacementSeconds', 0):.1f}s, restart "
@@ -564,7 +573,7 @@ def _recovered(incident: Obj) -> str:
             f"{incident.get('lostWorkSeconds', 0):.1f}s")
 
 
-def _incidents_only(books: Obj) -> Obj:
+def _incidents_only(books: JobStatus) -> JobStatus:
     return {"incidents": books["incidents"], "goodput": books["goodput"],
             "restartsByBudget": books.get("restartsByBudget") or None}
 
@@ -573,7 +582,7 @@ MAX_SUSPECTS = 3  # nodes a job's exit codes may have probed (then: application 
 MAX_REFUSALS = 5  # refused creates in a row before the job fails and frees its capacity
 
 
-def refuse(result: Attempt, refusal: Refusal, pods: list[Obj], books: Obj, now: float
+def refuse(result: Attempt, refusal: Refusal, pods: list[Obj], books: JobStatus, now: float
            ) -> Attempt:
     """The API server refused to create the workers REFUSAL.times passes in a row: say so
     on a condition and retry with backoff; after MAX_REFUSALS, fail the job and give its
@@ -592,7 +601,7 @@ def refuse(result: Attempt, refusal: Refusal, pods: list[Obj], books: Obj, now: 
     return result
 
 
-def _goodput_only(books: Obj) -> Obj:
+def _goodput_only(books: JobStatus) -> JobStatus:
     return {"goodput": books["goodput"]}
 
 

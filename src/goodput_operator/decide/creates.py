@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from goodput_operator.api.statuses import CheckpointRefDict
 from goodput_operator.api.trainingjob import PodSet, TrainingJobSpec
 from goodput_operator.decide.priority import with_pod_class
 from goodput_operator.resources import trainingjob as build
@@ -68,7 +69,7 @@ class Missing:
     spec: TrainingJobSpec
     restart: int
     fabric: Fabric
-    resume: Obj | None  # the checkpoint the attempt resumes from
+    resume: CheckpointRefDict | None  # the checkpoint the attempt resumes from
     report_url: str
     size: int  # the gang's workers (its WORLD_SIZE)
     workers: tuple[int, ...] = ()

@@ -24,12 +24,22 @@ from typing import Any
 
 from goodput_operator import names, times
 from goodput_operator.api.conditions import set_condition
-from goodput_operator.api.inferenceendpoint import MAX_RECENT_SCALING, InferenceEndpointSpec
+from goodput_operator.api.inferenceendpoint import (
+    MAX_RECENT_SCALING,
+    InferenceEndpointSpec,
+    as_role,
+)
+from goodput_operator.api.statuses import (
+    ConditionDict,
+    ReplicaGroupStatusDict,
+    RoleStatusDict,
+    ScalingDecisionDict,
+)
 from goodput_operator.api.views import EndpointView
 from goodput_operator.decide.creates import WriteBudget
 from goodput_operator.decide.groupplacing import GroupsPlaced, place_groups
 from goodput_operator.decide.quota import endpoint_quota
-from goodput_operator.decide.replicas import EndpointPlan, Removal, refused_members
+from goodput_operator.decide.replicas import EndpointPlan, Group, Removal, refused_members
 from goodput_operator.decide.roles import (
     RolePlan,
     Sight,
@@ -43,6 +53,7 @@ from goodput_operator.decide.standby import decide_standby
 from goodput_operator.decide.turns import kept, short_of_replicas, turn
 from goodput_operator.decide.types import (
     ConditionUpdate,
+    EndpointStatus,
     Event,
     Quota,
     Reservation,
@@ -62,7 +73,7 @@ ROOM_LIMIT = 16  # the most status.room says (under Kueue)
 class EndpointDecision:
     ie: Obj
     status: Obj  # the status as read
-    desired: Obj  # the keys to write
+    desired: EndpointStatus  # the keys to write
     events: list[Event] = field(default_factory=list)
     create: list[Obj] = field(default_factory=list)
     pin: list[tuple[Obj, str, str]] = field(default_factory=list)  # pod, node, domain
@@ -241,33 +252,50 @@ class Outcome:
 
 
 def status_of(snapshot: Snapshot, view: EndpointView, spec: InferenceEndpointSpec,
-              outcome: Outcome) -> Obj:
+              outcome: Outcome) -> EndpointStatus:
     """Replicas, groups, roles, units and conditions."""
     plans = outcome.plans
     totals = EndpointPlan(ready=sum(rp.plan.ready for rp in plans),
                           updated=sum(rp.plan.updated for rp in plans),
                           live=sum(rp.plan.live for rp in plans))
-    desired: Obj = {
+    desired: EndpointStatus = {
         "observedGeneration": view.generation, "replicas": totals.live,
         "desiredReplicas": outcome.desired, "readyReplicas": totals.ready,
         "updatedReplicas": totals.updated,
         "selector": build.leader_selector(view.key[1], spec),
-        "groups": [{"index": i, "domain": g.domain() or None,
-                    "nodes": [n for n in g.nodes() if n], "ready": g.ready(rp.size),
-                    "revision": g.revision, **({"role": rp.role.name} if rp.role.name else {})}
-                   for rp in plans for i, g in sorted(rp.plan.groups.items())
-                   if i not in rp.plan.delete],
+        "groups": [_group_status(i, g, rp) for rp in plans
+                   for i, g in sorted(rp.plan.groups.items()) if i not in rp.plan.delete],
         "conditions": _conditions(snapshot, view, spec, outcome, totals)}
     if outcome.sight.scopes is not None:  # roles
-        desired["roles"] = [
-            {"name": rp.role.name, "replicas": rp.plan.live, "desiredReplicas": rp.desired,
-             "readyReplicas": rp.plan.ready} for rp in plans]
+        desired["roles"] = [_role_status(rp) for rp in plans]
         desired["units"] = units_status(outcome.sight.scopes, plans)
     return desired
 
 
+def _group_status(index: int, group: Group, rp: RolePlan) -> ReplicaGroupStatusDict:
+    """One replica group as status.groups lists it."""
+    found: ReplicaGroupStatusDict = {
+        "index": index, "domain": group.domain() or None,
+        "nodes": [n for n in group.nodes() if n], "ready": group.ready(rp.size),
+        "revision": group.revision}
+    named = as_role(rp.role.name)
+    if named is not None:
+        found["role"] = named
+    return found
+
+
+def _role_status(rp: RolePlan) -> RoleStatusDict:
+    """One role of a disaggregated endpoint as status.roles lists it."""
+    found: RoleStatusDict = {"replicas": rp.plan.live, "desiredReplicas": rp.desired,
+                             "readyReplicas": rp.plan.ready}
+    named = as_role(rp.role.name)
+    if named is not None:
+        found["name"] = named
+    return found
+
+
 def _conditions(snapshot: Snapshot, view: EndpointView, spec: InferenceEndpointSpec,
-                outcome: Outcome, totals: EndpointPlan) -> list[Obj]:
+                outcome: Outcome, totals: EndpointPlan) -> list[ConditionDict]:
     """The endpoint's conditions after this pass: Ready, Progressing, ScalingLimited (as it
     was, for an endpoint that had no turn at placement, decide.turns) and the
     autoscaler's MetricsUnavailable and Panic."""
@@ -315,8 +343,8 @@ def _scaling_limited(snapshot: Snapshot, view: EndpointView, outcome: Outcome
 
 
 def with_standby(snapshot: Snapshot, fleet: Fleet, view: EndpointView,
-                 spec: InferenceEndpointSpec, outcome: Outcome, desired: Obj
-                 ) -> tuple[Obj, list[Event]]:
+                 spec: InferenceEndpointSpec, outcome: Outcome, desired: EndpointStatus
+                 ) -> tuple[EndpointStatus, list[Event]]:
     """DESIRED with the warm standby after this pass (decide.standby): status.standby, the
     Standby condition, and a Reclaiming event when it starts taking a domain back; or,
     standby turned off, nothing held any more."""
@@ -342,8 +370,8 @@ def with_standby(snapshot: Snapshot, fleet: Fleet, view: EndpointView,
         [Event("Warning", "Reclaiming", standby.reclaiming)] if standby.reclaiming else []
 
 
-def with_scaling(view: EndpointView, plans: list[RolePlan], desired: Obj
-                 ) -> tuple[Obj, list[Event], list[str]]:
+def with_scaling(view: EndpointView, plans: list[RolePlan], desired: EndpointStatus
+                 ) -> tuple[EndpointStatus, list[Event], list[str]]:
     """DESIRED with each role's new autoscaler decision recorded (record_scaling); the
     events, and the roles recorded."""
     events, recorded = [], []
@@ -357,15 +385,18 @@ def with_scaling(view: EndpointView, plans: list[RolePlan], desired: Obj
     return desired, events, recorded
 
 
-def record_scaling(scaled: Scaled | None, desired: Obj, status: Obj, role: str
-                   ) -> tuple[Obj, Event] | None:
+def record_scaling(scaled: Scaled | None, desired: EndpointStatus, status: Obj, role: str
+                   ) -> tuple[EndpointStatus, Event] | None:
     """A new autoscaler decision that changes the size goes into the status (and an
     event) once: the status fields, and the event; None when there is none to record."""
     if scaled is None or scaled.written or scaled.decision.desired == scaled.current:
         return None
-    entry = {"time": times.millis(scaled.at), "from": scaled.current,
-             "to": scaled.decision.desired, "reason": scaled.decision.reason,
-             "metrics": scaled.decision.metrics, **({"role": role} if role else {})}
+    entry: ScalingDecisionDict = {
+        "time": times.millis(scaled.at), "from": scaled.current, "to": scaled.decision.desired,
+        "reason": scaled.decision.reason, "metrics": scaled.decision.metrics}
+    named = as_role(role)
+    if named is not None:
+        entry["role"] = named
     recent = [*(desired.get("recentScaling") or status.get("recentScaling") or []),
               entry][-MAX_RECENT_SCALING:]
     return {"lastScaling": entry, "recentScaling": recent}, Event(
@@ -374,13 +405,14 @@ def record_scaling(scaled: Scaled | None, desired: Obj, status: Obj, role: str
 
 
 def with_kueue(snapshot: Snapshot, fleet: Fleet, view: EndpointView,
-               spec: InferenceEndpointSpec, outcome: Outcome, desired: Obj) -> Obj:
+               spec: InferenceEndpointSpec, outcome: Outcome, desired: EndpointStatus
+               ) -> EndpointStatus:
     """DESIRED with this cluster's name; under Kueue, the Workload, whether it is admitted
     (an endpoint not admitted is not Ready: it holds no replica), and the room for more
     replicas of its shape, which a multi-region endpoint on the manager reads from the
     copied status."""
-    found = {**desired, "cluster": snapshot.cluster_name} if snapshot.cluster_name \
-        else desired
+    found: EndpointStatus = {**desired, "cluster": snapshot.cluster_name} \
+        if snapshot.cluster_name else desired
     quota = outcome.quota
     if quota is None:
         return found

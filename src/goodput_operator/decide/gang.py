@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from goodput_operator import times
+from goodput_operator.api.statuses import PlacementDict
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.decide.attempt import Attempt
 from goodput_operator.decide.fit import pod_fit
 from goodput_operator.decide.snapshot import Snapshot
-from goodput_operator.decide.types import Event, ProbeStart, Quota, Reservation
+from goodput_operator.decide.types import Event, JobStatus, ProbeStart, Quota, Reservation
 from goodput_operator.resources import trainingjob as build
 from goodput_operator.resources.fabric import Fabric
 from goodput_operator.topology.model import Fleet, trainingjob_owner
@@ -39,10 +40,10 @@ class JobDecision:
 
     job: Obj
     status: Obj  # the status as read
-    desired: Obj  # the keys to write (None removes one)
+    desired: JobStatus  # the keys to write (None removes one)
     events: list[Event] = field(default_factory=list)
     attempt: Attempt | None = None  # None: only the status changes (invalid spec, no group)
-    placement: Obj | None = None
+    placement: PlacementDict | None = None
     fresh: bool = False  # a placement made in this pass: write it before pinning
     spec: TrainingJobSpec | None = None
     observed: dict[str, Obj] = field(default_factory=dict)  # the job's pods, by name
@@ -154,12 +155,12 @@ def domain_summary(domains: Sequence[str]) -> str:
 
 
 def placement_record(placed: Placement, clock: float,
-                     companions: Sequence[CompanionSlot] | None = None) -> Obj:
+                     companions: Sequence[CompanionSlot] | None = None) -> PlacementDict:
     """The placement as the status records it (and the next attempt reads it back).
     COMPANIONS: the pod sets' pods, when not the placement's own."""
     ranks = placed.ranks
     domains = placed.domains or tuple(dict.fromkeys(r.domain for r in ranks))
-    record: Obj = {"domains": list(domains), "reason": placed.reason,
+    record: PlacementDict = {"domains": list(domains), "reason": placed.reason,
                    "placedAt": times.millis(clock), "workers": len(ranks),
                    "slices": to_slices({"rank": r.rank, "node": r.node, "domain": r.domain}
                                        for r in ranks)}

@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from goodput_operator import names, times
 from goodput_operator.api.base import MESSAGE_LENGTH
-from goodput_operator.api.conditions import is_true, set_condition
+from goodput_operator.api.conditions import Conditions, is_true, set_condition
+from goodput_operator.api.statuses import ConditionDict, DomainStatusDict
 from goodput_operator.api.ultraservergroup import (
     MAX_HELD_EVIDENCE,
     MAX_IGNORED_PODS,
@@ -27,13 +28,23 @@ from goodput_operator.api.ultraservergroup import (
 from goodput_operator.api.ultraservergroup import Quarantine as QuarantinePolicy
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.standby import standby_map
-from goodput_operator.decide.types import ConditionUpdate, Event, ProbeStart, apply_conditions
+from goodput_operator.decide.types import (
+    ConditionUpdate,
+    Event,
+    GroupStatus,
+    ProbeStart,
+    apply_conditions,
+)
 from goodput_operator.health import cron
 from goodput_operator.health import quarantine as q
 from goodput_operator.topology.model import Domain, Fleet
 
 Obj = dict[str, Any]
 STATUS_INTERVAL = 2.0  # seconds between writes of usage-only changes
+
+
+DomainHealth = Literal["Healthy", "Degraded", "Failed"]  # DomainStatusDict's
+GroupHealth = Literal["Healthy", "Degraded", "Failed", "Empty"]  # the group status's
 
 
 @dataclass(frozen=True)
@@ -56,7 +67,7 @@ class Release:
 class GroupDecision:
     name: str
     body: Obj  # the group as read
-    desired: Obj  # the status
+    desired: GroupStatus  # the status
     write: bool  # whether the status is written this pass (usage-only changes wait)
     quarantine: list[Quarantine] = field(default_factory=list)
     release: list[Release] = field(default_factory=list)
@@ -103,8 +114,8 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
         inconclusive_message(snapshot, (n for n, body in members.items()
                                         if q.record_of(body))),
         {d: held.endpoint for d, held in standby_map(snapshot, name).items()}))
-    desired.update(ignored_pods(snapshot.ignored_pods, fleet))
-    desired.update(held_evidence(verdict.held_blame))
+    desired |= ignored_pods(snapshot.ignored_pods, fleet)
+    desired |= held_evidence(verdict.held_blame)
     events = []
     if verdict.storm and not is_true(status.get("conditions") or [], "StormGuard"):
         events.append(Event("Warning", "StormGuard", verdict.storm))
@@ -220,7 +231,7 @@ def _labels(snapshot: Snapshot, group: str, fleet: Fleet) -> list[tuple[str, dic
     return wanted
 
 
-def _due(status: Obj, desired: Obj, since_written: float) -> tuple[bool, float | None]:
+def _due(status: Obj, desired: GroupStatus, since_written: float) -> tuple[bool, float | None]:
     """Write the status when it changed: at once when health, conditions or membership
     did, at most every STATUS_INTERVAL seconds when only usage counters moved (a gang
     launch changes them with every pod; the last change is written when the interval
@@ -232,7 +243,7 @@ def _due(status: Obj, desired: Obj, since_written: float) -> tuple[bool, float |
     return False, STATUS_INTERVAL - since_written
 
 
-def _shape(status: Obj) -> tuple[object, ...]:
+def _shape(status: Mapping[str, Any]) -> tuple[object, ...]:
     """The status without its usage counters (free accelerators)."""
     totals = {k: v for k, v in (status.get("totals") or {}).items() if k != "freeAccelerators"}
     domains = [{k: v for k, v in d.items() if k != "freeAccelerators"}
@@ -256,7 +267,7 @@ def overlap_message(overlaps: Mapping[str, list[str]]) -> str:
             "longer overlap")
 
 
-def domain_health(domain: Domain, nodes_per_domain: int) -> str:
+def domain_health(domain: Domain, nodes_per_domain: int) -> DomainHealth:
     healthy = sum(1 for n in domain.nodes if n.healthy)
     if healthy == 0:
         return "Failed"
@@ -286,26 +297,30 @@ class Summary:
     """The group's domains as its status lists them, their totals, what is misshaped,
     and the group's health."""
 
-    domains: list[Obj]
+    domains: list[DomainStatusDict]
     totals: Counter[str]
     misshaped: list[str]
 
     @property
-    def health(self) -> str:
-        healths = {d["health"] for d in self.domains}
+    def health(self) -> GroupHealth:
+        healths = {d.get("health") for d in self.domains}
         return "Empty" if not self.domains else "Healthy" if healths == {"Healthy"} else \
             "Failed" if healths == {"Failed"} else "Degraded"
 
 
-def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: list[Obj],
-                 notes: Notes) -> Obj:
+def group_status(spec: UltraServerGroupSpec, fleet: Fleet, conditions: Conditions,
+                 notes: Notes) -> GroupStatus:
     """The group's status from its fleet model: per domain, totals, health, conditions."""
     summary = summarized(spec, fleet, notes.standby)
     listed = listed_domains(summary.domains)
+    totals = summary.totals
     return {"observedGeneration": notes.generation, "health": summary.health,
-            "totals": {k: summary.totals[k] for k in (
-                "domains", "healthyDomains", "nodes", "readyNodes", "accelerators",
-                "freeAccelerators", "quarantined", "spares", "standbyDomains")},
+            "totals": {"domains": totals["domains"], "healthyDomains": totals["healthyDomains"],
+                       "nodes": totals["nodes"], "readyNodes": totals["readyNodes"],
+                       "accelerators": totals["accelerators"],
+                       "freeAccelerators": totals["freeAccelerators"],
+                       "quarantined": totals["quarantined"], "spares": totals["spares"],
+                       "standbyDomains": totals["standbyDomains"]},
             "domains": listed, "domainsOmitted": len(summary.domains) - len(listed),
             "conditions": group_conditions(spec, conditions, summary, notes)}
 
@@ -321,11 +336,13 @@ def summarized(spec: UltraServerGroupSpec, fleet: Fleet, standby: Mapping[str, s
         quarantined = [n.name for n in domain.nodes if n.state == "quarantined"]
         spares = [n.name for n in domain.nodes if n.spare]
         free = sum(n.free for n in ready if not n.spare)
-        summary.domains.append({
+        listed: DomainStatusDict = {
             "id": domain.id, "health": health, "nodesReady": len(ready),
             "nodesTotal": len(domain.nodes), "freeAccelerators": free,
-            "quarantinedNodes": quarantined, "spares": spares,
-            **({"standbyFor": standby[domain.id]} if domain.id in standby else {})})
+            "quarantinedNodes": quarantined, "spares": spares}
+        if domain.id in standby:
+            listed["standbyFor"] = standby[domain.id]
+        summary.domains.append(listed)
         if len(domain.nodes) != spec.nodes_per_domain:
             summary.misshaped.append(f"{domain.id} has {len(domain.nodes)} of "
                                      f"{spec.nodes_per_domain} nodes")
@@ -340,8 +357,8 @@ def summarized(spec: UltraServerGroupSpec, fleet: Fleet, standby: Mapping[str, s
     return summary
 
 
-def group_conditions(spec: UltraServerGroupSpec, conditions: list[Obj], summary: Summary,
-                     notes: Notes) -> list[Obj]:
+def group_conditions(spec: UltraServerGroupSpec, conditions: Conditions, summary: Summary,
+                     notes: Notes) -> list[ConditionDict]:
     """Ready, Degraded, StormGuard, MisShaped, Overlapping, ProbesScheduled and
     ProbesInconclusive."""
     generation, at, totals, domains = notes.generation, notes.at, summary.totals, \
@@ -381,7 +398,7 @@ def _probes_scheduled(spec: UltraServerGroupSpec, error: str | None) -> Conditio
                   else "spec.probes.schedule is empty"))
 
 
-def ignored_pods(ignored: Mapping[str, tuple[str, str]], fleet: Fleet) -> Obj:
+def ignored_pods(ignored: Mapping[str, tuple[str, str]], fleet: Fleet) -> GroupStatus:
     """status.ignoredPods: the foreign pods pinned to this group's nodes that book nothing
     there (topology.bookings), at most MAX_IGNORED_PODS, by name."""
     here = sorted((key, node, why) for key, (node, why) in ignored.items()
@@ -391,7 +408,7 @@ def ignored_pods(ignored: Mapping[str, tuple[str, str]], fleet: Fleet) -> Obj:
             "ignoredPodsOmitted": max(0, len(here) - MAX_IGNORED_PODS)}
 
 
-def held_evidence(held: list[tuple[str, q.Finding]]) -> Obj:
+def held_evidence(held: list[tuple[str, q.Finding]]) -> GroupStatus:
     """status.heldEvidence: blame the budget holds back (health.quarantine.decide), the
     oldest first, at most MAX_HELD_EVIDENCE."""
     ordered = sorted(held, key=lambda h: (h[1].since, h[0]))
@@ -402,12 +419,13 @@ def held_evidence(held: list[tuple[str, q.Finding]]) -> Obj:
             "heldEvidenceOmitted": max(0, len(ordered) - MAX_HELD_EVIDENCE)}
 
 
-def listed_domains(domains: list[Obj]) -> list[Obj]:
+def listed_domains(domains: list[DomainStatusDict]) -> list[DomainStatusDict]:
     """What status.domains shows of DOMAINS (in fabric order): at most MAX_LISTED_DOMAINS,
     those a person looks for first (not Healthy, or a node in quarantine), then the rest;
     fabric order kept, so the list does not reorder as health changes."""
     if len(domains) <= MAX_LISTED_DOMAINS:
         return domains
-    plain = sorted(domains, key=lambda d: d["health"] == "Healthy" and not d["quarantinedNodes"])
-    chosen = {d["id"] for d in plain[:MAX_LISTED_DOMAINS]}  # a stable sort: notable first
-    return [d for d in domains if d["id"] in chosen]
+    plain = sorted(domains, key=lambda d: d.get("health") == "Healthy"
+                   and not d.get("quarantinedNodes"))
+    chosen = {d.get("id") for d in plain[:MAX_LISTED_DOMAINS]}  # a stable sort: notable first
+    return [d for d in domains if d.get("id") in chosen]

@@ -21,15 +21,17 @@ the launch from it instead of redoing it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from goodput_operator import times
 from goodput_operator.api.base import MESSAGE_LENGTH, SHORT_MESSAGE_LENGTH
 from goodput_operator.api.conditions import set_condition
+from goodput_operator.api.statuses import ConditionDict, PlacementDict
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.api.views import JobView
-from goodput_operator.decide import jobstatus
+from goodput_operator.decide import jobstatus, noticing
 from goodput_operator.decide.attempt import (
     TERMINAL,
     Attempt,
@@ -54,6 +56,7 @@ from goodput_operator.decide.snapshot import Mark, Snapshot
 from goodput_operator.decide.types import (
     ConditionUpdate,
     Event,
+    JobStatus,
     ProbeStart,
     Quota,
     Reservation,
@@ -219,7 +222,7 @@ def _creation(snapshot: Snapshot, view: JobView, decided: Attempt, pods: list[Ob
     return decided
 
 
-def _pinned(spec: TrainingJobSpec, decided: Attempt, placement: Obj, pods: list[Obj],
+def _pinned(spec: TrainingJobSpec, decided: Attempt, placement: Mapping[str, Any], pods: list[Obj],
             restart: int) -> Attempt:
     """A gang placed now: its pods pinned to their nodes, or, probed first, held gated."""
     spots = Spots(placement)
@@ -230,7 +233,7 @@ def _pinned(spec: TrainingJobSpec, decided: Attempt, placement: Obj, pods: list[
 
 
 def decision(snapshot: Snapshot, view: JobView, spec: TrainingJobSpec, done: Pass,
-             conditions: list[Obj]) -> JobDecision:
+             conditions: list[ConditionDict]) -> JobDecision:
     """The job's status, assembled once (decide.jobstatus), and its decision."""
     clock, at, status = snapshot.clock, times.seconds(snapshot.clock), dict(view.status)
     desired, placement = fields(view, done, clock)
@@ -248,13 +251,17 @@ def decision(snapshot: Snapshot, view: JobView, spec: TrainingJobSpec, done: Pas
                                   spec, placement, clock)
     desired = jobstatus.booked({**desired, "observedGeneration": view.generation}, status,
                                clock, snapshot.refresh_seconds)
+    notice, deadline = noticing.pending(snapshot, view) if desired.get("phase") == "Running" \
+        else (None, None)
+    if notice is not None or status.get("notice"):
+        desired["notice"] = notice
     quota = finished(snapshot, done.quota, view, desired)
     desired |= where(snapshot, quota)
-    phase_event = [Event("Warning" if desired["phase"] == "Failed" else "Normal",
-                         desired["phase"], desired["message"])] \
-        if desired["phase"] != status.get("phase") and desired["phase"] in (
+    phase, message = desired.get("phase"), desired.get("message") or ""
+    phase_event = [Event("Warning" if phase == "Failed" else "Normal", phase, message)] \
+        if phase != status.get("phase") and phase in (
             "Running", "Succeeded", "Failed", "Suspended") else []
-    wakes = [done.decided.wake_at, done.yielded.wake_at, done.grown.wake_at,
+    wakes = [done.decided.wake_at, done.yielded.wake_at, done.grown.wake_at, deadline,
              jobstatus.refresh_due(desired, status, clock, snapshot.refresh_seconds)]
     return JobDecision(
         view.obj, status, desired, [*done.events, *phase_event], done.decided, placement,
@@ -266,13 +273,13 @@ def decision(snapshot: Snapshot, view: JobView, spec: TrainingJobSpec, done: Pas
         pending_seconds=done.placed.pending_seconds if done.placed else None, quota=quota)
 
 
-def fields(view: JobView, done: Pass, clock: float) -> tuple[Obj, Obj | None]:
+def fields(view: JobView, done: Pass, clock: float) -> tuple[JobStatus, PlacementDict | None]:
     """The status fields the policies decided (phase, message, incidents, restarts,
     preemption), and the placement the job holds after this pass."""
     decided = done.decided
-    desired: Obj = {"phase": decided.phase, "message": decided.message, **decided.status,
-                    **done.yielded.fields}
-    placement = view.status.get("placement")
+    desired: JobStatus = {"phase": decided.phase, "message": decided.message,
+                          **decided.status, **done.yielded.fields}
+    placement: PlacementDict | None = view.status.get("placement")
     if done.grown.placement is not None:
         placement, desired["restarts"] = done.grown.placement, view.restart + 1
     if done.yielded.stopped:
@@ -288,14 +295,16 @@ def fields(view: JobView, done: Pass, clock: float) -> tuple[Obj, Obj | None]:
     return desired, placement
 
 
-def _placed_fields(view: JobView, desired: Obj, placed: Placed, clock: float) -> Obj:
+def _placed_fields(view: JobView, desired: JobStatus, placed: Placed, clock: float
+                   ) -> JobStatus:
     """A placement search's: Placing (or still Recovering) and its reason, the open
     incident's replacement done; or why it waits."""
     if placed.placement is None:
         return {"message": placed.condition.message}
-    found: Obj = {"phase": "Recovering" if desired["phase"] == "Recovering" else "Placing",
-                  "message": placed.placement["reason"]}
-    books = {**books_of(view.status), **desired, **found}
+    found: JobStatus = {
+        "phase": "Recovering" if desired.get("phase") == "Recovering" else "Placing",
+        "message": placed.placement.get("reason")}
+    books: JobStatus = {**books_of(view.status), **desired, **found}
     incident = badput.current_incident(books)
     if incident is not None and not incident.get("replacedAt"):
         found["incidents"] = badput.replaced(books, clock, incident.get("action")
@@ -303,30 +312,32 @@ def _placed_fields(view: JobView, desired: Obj, placed: Placed, clock: float) ->
     return found
 
 
-def _replaced_fields(view: JobView, desired: Obj, done: Pass, clock: float) -> Obj:
+def _replaced_fields(view: JobView, desired: JobStatus, done: Pass, clock: float
+                     ) -> JobStatus:
     """A restart's: the next attempt, and the incident's replacement (or its wait)."""
     assert done.replaced is not None
     replaced = done.replaced
-    books = {**books_of(view.status), **desired, "restarts": view.restart + 1}
+    books: JobStatus = {**books_of(view.status), **desired, "restarts": view.restart + 1}
     incidents = (badput.replaced(books, clock, replaced.action) if replaced.placement else
                  badput.update_incident(books, action=replaced.action))["incidents"]
     return {"restarts": view.restart + 1, "incidents": incidents,
             "message": f"{done.decided.message}: {replaced.why}"}
 
 
-def finished(snapshot: Snapshot, quota: Quota | None, view: JobView, desired: Obj
+def finished(snapshot: Snapshot, quota: Quota | None, view: JobView, desired: JobStatus
              ) -> Quota | None:
     """A job that ended finishes its Workload (decide.quota.finish)."""
-    if quota is None or not quota.workload or desired["phase"] not in TERMINAL:
+    phase = desired.get("phase")
+    if quota is None or not quota.workload or phase not in TERMINAL:
         return quota
-    return finish(quota, snapshot.workloads, view.key[0], desired["phase"],
-                  desired["message"], times.seconds(snapshot.clock))
+    return finish(quota, snapshot.workloads, view.key[0], phase, desired.get("message") or "",
+                  times.seconds(snapshot.clock))
 
 
-def where(snapshot: Snapshot, quota: Quota | None) -> Obj:
+def where(snapshot: Snapshot, quota: Quota | None) -> JobStatus:
     """The cluster the job runs in and its Workload, in its status (MultiKueue copies
     it to the manager)."""
-    found: Obj = {"cluster": snapshot.cluster_name} if snapshot.cluster_name else {}
+    found: JobStatus = {"cluster": snapshot.cluster_name} if snapshot.cluster_name else {}
     if quota is not None and quota.workload:
         found["workload"] = quota.workload
     return found
@@ -383,6 +394,10 @@ def lost_nodes(snapshot: Snapshot, view: JobView, pods: list[Obj]) -> dict[str, 
         elif node.state == "quarantined" and record is not None:
             lost[name] = Lost(f"quarantined ({record.reason}: {record.evidence})", record.since,
                               record.reason)
+    for notice in noticing.notices(snapshot, names):  # about to go: once saved (or late)
+        if notice.node not in lost and (gone := noticing.lost_to(view, notice,
+                                                                  snapshot.clock)):
+            lost[notice.node] = gone
     for name, refused in scheduler_refused(pods, view.restart, snapshot.clock)[0].items():
         lost.setdefault(name, refused)
     return lost

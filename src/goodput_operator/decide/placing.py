@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from goodput_operator import times
+from goodput_operator.api.conditions import Conditions
+from goodput_operator.api.statuses import PlacementDict
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.decide.attempt import TERMINAL, books_of
 from goodput_operator.decide.gang import (
@@ -40,7 +42,7 @@ class Placed:
     """A placement search's outcome: the placement (None: it waits), its Placed
     condition, the reservations that hold it, and what the search cost (metrics)."""
 
-    placement: Obj | None
+    placement: PlacementDict | None
     condition: ConditionUpdate
     reservations: tuple[Reservation, ...] = ()
     events: tuple[Event, ...] = ()
@@ -49,7 +51,7 @@ class Placed:
 
 
 def place_gang(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
-               conditions: list[Obj]) -> Placed:
+               conditions: Conditions) -> Placed:
     """Place the whole gang, or say why it waits (an event when the reason changes)."""
     has_turn = turn(snapshot, "TrainingJob", job, snapshot.jobs, waits_for_placement)
     previous = next((c for c in conditions if c["type"] == "Placed"), None)

@@ -27,7 +27,7 @@ from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.decide.attempt import TERMINAL, Attempt, books_of, strict_checkpoints
 from goodput_operator.decide.gang import restart_of
 from goodput_operator.decide.snapshot import Mark, Snapshot
-from goodput_operator.decide.types import ConditionUpdate, Event
+from goodput_operator.decide.types import ConditionUpdate, Event, JobStatus
 from goodput_operator.health import badput
 from goodput_operator.topology.model import Fleet, trainingjob_owner
 from goodput_operator.topology.placement import Request
@@ -85,7 +85,7 @@ def preempt_for(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Ob
 class Yielded:
     """What being (or no longer being) a victim changes in a job's pass."""
 
-    fields: Obj = field(default_factory=dict)  # status keys to write
+    fields: JobStatus = field(default_factory=JobStatus)  # status keys to write
     stopped: bool = False  # the workers stop now: requeued, placement cleared
     marked: bool = False  # chosen as a victim in this pass
     events: tuple[Event, ...] = ()
@@ -153,7 +153,7 @@ def _requeued(snapshot: Snapshot, spec: TrainingJobSpec, job: Obj, decided: Atte
     requeued (an incident of cause Preemption, resumed from its newest checkpoint)."""
     status, clock = job.get("status") or {}, snapshot.clock
     restart = restart_of(job)
-    books = {**books_of(status), **decided.status}
+    books: JobStatus = {**books_of(status), **decided.status}
     books = badput.open_incident(books, restart + 1, "Preemption", mark.message, [], clock,
                                  clock, strict=strict_checkpoints(spec))
     books = badput.update_incident(books, action="requeue")

@@ -33,13 +33,19 @@ from goodput_operator import names, times
 from goodput_operator.api.base import MESSAGE_LENGTH
 from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.inferenceendpoint import MultiRegion
+from goodput_operator.api.statuses import RegionStatusDict
 from goodput_operator.api.views import EndpointView
 from goodput_operator.decide.endpoint import EndpointDecision, record_scaling
 from goodput_operator.decide.quota import handoff
 from goodput_operator.decide.roles import desired_replicas
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.turns import kept, short_of_replicas, turn
-from goodput_operator.decide.types import ConditionUpdate, Event, apply_conditions
+from goodput_operator.decide.types import (
+    ConditionUpdate,
+    EndpointStatus,
+    Event,
+    apply_conditions,
+)
 from goodput_operator.resources import workload as kueue
 from goodput_operator.resources.pods import child_name
 
@@ -290,25 +296,32 @@ class Regions:
     waits: ConditionUpdate | None
 
 
-def regions_status(snapshot: Snapshot, view: EndpointView, found: Regions) -> Obj:
+def regions_status(snapshot: Snapshot, view: EndpointView, found: Regions
+                   ) -> EndpointStatus:
     """The status summing the regions: each region's replicas, readiness, room, cluster
     and unavailability; Ready and ScalingLimited."""
     plan, left, desired = found.plan, found.left, found.desired
     generation, at = view.generation, times.seconds(snapshot.clock)
     ready = sum(1 for r in left if r.ready)
     rooms = _rooms(left)
-    regions = []
+    regions: list[RegionStatusDict] = []
     for region in found.policy.regions:
         mine = [r for r in left if r.region == region.name]
         until, why = plan.unavailable.get(region.name, (0.0, ""))
-        regions.append({
-            "name": region.name,
-            "replicas": len(mine) + plan.create.count(region.name),
-            "readyReplicas": sum(1 for r in mine if r.ready),
-            "room": rooms.get(region.name),
-            "cluster": next((r.cluster for r in mine if r.cluster), None),
-            "unavailableUntil": times.millis(until) if until else None,
-            "message": why or None})
+        listed: RegionStatusDict = {
+            "name": region.name, "replicas": len(mine) + plan.create.count(region.name),
+            "readyReplicas": sum(1 for r in mine if r.ready)}
+        room, cluster = rooms.get(region.name), next((r.cluster for r in mine if r.cluster),
+                                                     None)
+        if room is not None:
+            listed["room"] = room
+        if cluster is not None:
+            listed["cluster"] = cluster
+        if until:
+            listed["unavailableUntil"] = times.millis(until)
+        if why:
+            listed["message"] = why
+        regions.append(listed)
     conditions = set_condition(list(view.status.get("conditions") or []), "Ready",
                                ready >= desired,
                                "ReplicasReady" if ready >= desired else "ReplicasNotReady",
@@ -318,11 +331,11 @@ def regions_status(snapshot: Snapshot, view: EndpointView, found: Regions) -> Ob
     conditions = apply_conditions(conditions, [found.waits or ConditionUpdate(
         "ScalingLimited", bool(plan.short), "InsufficientCapacity" if plan.short
         else "WithinLimits", plan.short)], generation, at)
-    status: Obj = {
+    status: EndpointStatus = {
         "observedGeneration": generation, "replicas": len(left) + len(plan.create),
         "desiredReplicas": desired, "readyReplicas": ready,
         "updatedReplicas": sum(1 for r in left if r.fresh) + len(plan.create),
-        "regions": [{k: v for k, v in r.items() if v is not None} for r in regions],
+        "regions": regions,
         "conditions": conditions}
     return {**status, "cluster": snapshot.cluster_name} if snapshot.cluster_name else status
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from goodput_operator import times
-from goodput_operator.api.trainingjob import TrainingJobSpec
+from goodput_operator.api.statuses import PlacementDict
+from goodput_operator.api.trainingjob import IncidentAction, TrainingJobSpec
 from goodput_operator.decide.gang import (
     companions_for,
     placement_record,
@@ -38,8 +39,8 @@ class Replaced:
     """The next attempt's placement (None: it waits), the replacement's action (restart,
     spare, move, shrink, wait) and why, and the reservations that hold it."""
 
-    placement: Obj | None
-    action: str
+    placement: PlacementDict | None
+    action: IncidentAction
     why: str
     reservations: tuple[Reservation, ...] = ()
 
@@ -61,12 +62,13 @@ def replacement(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Ob
 
 def _replaced(snapshot: Snapshot, fleet: Fleet, spec: TrainingJobSpec, job: Obj,
               failed: list[str]) -> Replaced:
-    placement = (job.get("status") or {}).get("placement")
+    placement: PlacementDict | None = (job.get("status") or {}).get("placement")
     ranks = ranks_of(placement)
     if placement is None or not ranks:
         return Replaced(None, "wait", "no placement yet: placing the gang when it fits")
     if not failed:
-        return Replaced({**placement, "placedAt": times.millis(snapshot.clock)}, "restart",
+        restarted: PlacementDict = {**placement, "placedAt": times.millis(snapshot.clock)}
+        return Replaced(restarted, "restart",
                         "restarting on the same nodes")
     current = Placement(True, "", tuple(
         RankSlot(r["rank"], r["node"], r.get("domain") or "",

@@ -18,6 +18,7 @@ from goodput_operator.api.inferenceendpoint import (
     ReplicaShape,
     ServingRole,
 )
+from goodput_operator.api.statuses import UnitStatusDict
 from goodput_operator.decide.fit import pod_fit
 from goodput_operator.decide.replicas import (
     EndpointPlan,
@@ -244,7 +245,7 @@ def units_of(scopes: Scopes, plans: list[RolePlan]) -> Units:
                                      if i not in rp.plan.delete} for rp in plans})
 
 
-def units_status(scopes: Scopes, plans: list[RolePlan]) -> list[Obj]:
+def units_status(scopes: Scopes, plans: list[RolePlan]) -> list[UnitStatusDict]:
     """Each serving unit's groups, as the pods say now (placed or pinned)."""
     units = units_of(scopes, plans)
     return [{"scope": scope, DECODE: units.members[scope][DECODE],

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from goodput_operator import times
+from goodput_operator.api.statuses import PlacementDict
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.decide.attempt import Attempt, books_of, strict_checkpoints
 from goodput_operator.decide.gang import (
@@ -33,7 +34,7 @@ class Grown:
     """An elastic job's grow back toward spec.workers: its new placement, the
     reservations that hold it, and what is said; or only when to look again."""
 
-    placement: Obj | None = None
+    placement: PlacementDict | None = None
     reservations: tuple[Reservation, ...] = ()
     events: tuple[Event, ...] = ()
     wake_at: float | None = None
@@ -57,7 +58,7 @@ def _resizing(decided: Attempt, job: Obj, pods: Sequence[str], grown: Grown,
     """DECIDED turned into the grow's restart: a planned one (incident cause Resize, paid
     from no budget) from the last checkpoint, the old gang's PODS deleted."""
     assert grown.placement is not None
-    restart, reason = restart_of(job), grown.placement["reason"]
+    restart, reason = restart_of(job), grown.placement.get("reason") or ""
     books = badput.open_incident(books_of(job.get("status") or {}), restart + 1, "Resize",
                                  reason, [], clock, clock, strict=grown.strict)
     books = badput.replaced(books, clock, "grow")

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from goodput_operator.api.statuses import ProgressDict
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.api.views import (
     EndpointView,
@@ -62,6 +63,7 @@ class Snapshot:
     endpoint_pods: Mapping[Key, Mapping[str, Obj]] = field(default_factory=dict)
     # node health as the operator saw it change, and what workers and probes reported
     seen_unhealthy: Mapping[str, float] = field(default_factory=dict)
+    noticed: Mapping[str, float] = field(default_factory=dict)  # node -> notice first seen
     healthy_since: Mapping[str, float] = field(default_factory=dict)
     blamed: Mapping[str, Finding] = field(default_factory=dict)
     clean_probes: Mapping[str, int] = field(default_factory=dict)  # clean runs in a row
@@ -72,7 +74,7 @@ class Snapshot:
     probe_image: str = ""  # what probe Jobs run unless a group names its own
     last_sweep: Mapping[str, float] = field(default_factory=dict)  # group -> scheduled sweep
     group_written: Mapping[str, float] = field(default_factory=dict)  # group -> status write
-    progress: Mapping[Key, Obj] = field(default_factory=dict)  # latest step report per job
+    progress: Mapping[Key, ProgressDict] = field(default_factory=dict)  # latest step report per job
     steps: Mapping[Key, StepClock] = field(default_factory=dict)  # newest step, for hangs
     paces: Mapping[Key, Pace] = field(default_factory=dict)  # the ranks' paces (stragglers)
     stragglers: Mapping[Key, list[Straggler]] = field(default_factory=dict)

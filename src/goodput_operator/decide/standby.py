@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from goodput_operator.api.statuses import ReclaimDict, StandbyStatusDict
 from goodput_operator.decide.priority import resolve
 from goodput_operator.decide.snapshot import Mark, Snapshot
 from goodput_operator.topology.model import Fleet
@@ -152,7 +153,7 @@ def job_key(owner: str) -> str:
 class Standby:
     """An endpoint's standby, decided: what status.standby says, and its condition."""
 
-    status: dict[str, Any]
+    status: StandbyStatusDict
     held: bool  # every wanted domain is held
     message: str
     reclaiming: str = ""  # a new reclaim: said in an event once
@@ -209,7 +210,7 @@ def decide_standby(snapshot: Snapshot, ie: dict[str, Any], wanted: int, request:
     domains = choose_standby(fleet, capped, before.get("domains") or [], mine,
                              standby_map(snapshot, group), me)
     lent = borrowers(fleet, domains)
-    reclaim = None
+    reclaim: ReclaimDict | None = None
     if waiting:
         found = reclaim_for(fleet, request, reclaimable(snapshot, ie, lent),
                             (before.get("reclaim") or {}).get("domain"))

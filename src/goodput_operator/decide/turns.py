@@ -30,6 +30,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from goodput_operator.api.conditions import Conditions
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.types import ConditionUpdate
 
@@ -92,7 +93,7 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def kept(conditions: Sequence[Obj], kind: str, status: bool, namespace: str,
+def kept(conditions: Conditions, kind: str, status: bool, namespace: str,
          turns: int) -> ConditionUpdate:
     """The condition of type KIND an object without a turn keeps: what its last search
     said, as it said it (no status write for a pass that learnt nothing), or, before its

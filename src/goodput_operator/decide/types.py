@@ -3,13 +3,23 @@ reservations and probe starts."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypeVar, cast
 
-from goodput_operator.api.conditions import set_condition
+from goodput_operator.api.conditions import Conditions, kept, set_condition
+from goodput_operator.api.statuses import (
+    ConditionDict,
+    InferenceEndpointStatusDict,
+    TrainingJobStatusDict,
+    UltraServerGroupStatusDict,
+)
 
 Obj = dict[str, Any]
+# what each decision writes (api/statuses.py, generated): mypy checks every key
+JobStatus = TrainingJobStatusDict
+EndpointStatus = InferenceEndpointStatusDict
+GroupStatus = UltraServerGroupStatusDict
 T = TypeVar("T")
 
 
@@ -40,12 +50,13 @@ class ConditionUpdate(NamedTuple):
     message: str
 
 
-def apply_conditions(conditions: list[Obj], updates: list[ConditionUpdate],
-                     generation: int | None, at: str) -> list[Obj]:
+def apply_conditions(conditions: Conditions, updates: list[ConditionUpdate],
+                     generation: int | None, at: str) -> list[ConditionDict]:
+    found = kept(conditions, "")  # every condition, as read back (api.conditions.kept)
     for update in updates:
-        conditions = set_condition(conditions, update.type, update.status, update.reason,
-                                   update.message, generation, at)
-    return conditions
+        found = set_condition(found, update.type, update.status, update.reason,
+                              update.message, generation, at)
+    return found
 
 
 class Reservation(NamedTuple):
@@ -85,7 +96,7 @@ class Refusal(NamedTuple):
         return self.at + 2.0 ** min(self.times, 8)
 
 
-def changed_keys(current: dict[str, Any], desired: dict[str, Any]) -> set[str]:
+def changed_keys(current: Mapping[str, Any], desired: Mapping[str, Any]) -> set[str]:
     """The keys of DESIRED a status write would change in CURRENT: what kube.write_status
     writes, and what a decision folding a refresh into that write must agree with."""
     return {key for key, value in desired.items() if current.get(key) != value}

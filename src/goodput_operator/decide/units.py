@@ -22,12 +22,14 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Final
 
 from goodput_operator.api.inferenceendpoint import RatioBound
 from goodput_operator.topology.model import Fleet
 from goodput_operator.topology.placement import Placement, Request, domain_capacity, place
 
-DECODE, PREFILL = "decode", "prefill"
+DECODE: Final = "decode"
+PREFILL: Final = "prefill"
 HELD = "scratch/unit-room"  # room held for a new unit's first prefill group while solving
 NEW_UNIT_TRIES = 32  # scopes tried for a new unit beyond the decode group's best placement
 

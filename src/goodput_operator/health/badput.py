@@ -21,21 +21,35 @@ suspended) is `goodput.stage`, closed when its phase moves on.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal, cast, get_args
 
 from goodput_operator import times
 from goodput_operator.api.base import MESSAGE_LENGTH
-from goodput_operator.api.trainingjob import MAX_INCIDENTS
+from goodput_operator.api.statuses import (
+    CheckpointRefDict,
+    CheckpointStatusDict,
+    GoodputDict,
+    IdleSecondsDict,
+    IncidentDict,
+    LostSecondsDict,
+    TrainingJobStatusDict,
+)
+from goodput_operator.api.trainingjob import MAX_INCIDENTS, IncidentAction, IncidentCause
 
-Obj = dict[str, Any]
+Books = TrainingJobStatusDict  # the part of a job's status the accounting reads and writes
+Stage = Literal["queueing", "launch", "suspended"]  # StageDict's names
+IdleBucket = Literal["queueing", "suspended"]  # IdleSecondsDict's keys
+LostBucket = Literal["detection", "replacement", "restart", "lostWork", "launch",
+                     "checkpoint"]  # LostSecondsDict's keys
 PHASES = ("detection", "replacement", "restart")
-IDLE = ("queueing", "suspended")  # no accelerators held: not in the ratio
+IDLE: tuple[IdleBucket, ...] = get_args(IdleBucket)  # no accelerators held: not in the ratio
 STAGE_LOST = {"launch"}  # stages that hold accelerators
 REFRESH_SECONDS = 30.0  # a running job's productiveSeconds and ratio are at most this old
 BOOK_WRITES_PER_SECOND = 2.0  # ... unless refreshing every running job that often needs more
 
 
-def settled(goodput: Obj) -> float:
+def settled(goodput: GoodputDict) -> float:
     """The productive seconds of the stretches already closed: productiveSeconds counts
     the open stretch too, up to asOf (the last refresh), which is taken back out. Below
     zero while the open stretch's checkpoint stalls outweigh the closed stretches."""
@@ -46,12 +60,13 @@ def settled(goodput: Obj) -> float:
     return productive
 
 
-def refreshed(goodput: Obj, now: float) -> Obj:
+def refreshed(goodput: GoodputDict, now: float) -> GoodputDict:
     """GOODPUT as of NOW: productiveSeconds with the open stretch counted, the ratio, and
     asOf = NOW, so that a user reading the status sees the job's goodput, not the value
     from when it last started."""
-    fresh = {**goodput, "productiveSeconds": round(settled(goodput) + _open(goodput, now), 3),
-             "asOf": times.millis(now)}
+    fresh: GoodputDict = {
+        **goodput, "productiveSeconds": round(settled(goodput) + _open(goodput, now), 3),
+        "asOf": times.millis(now)}
     fresh["ratio"] = ratio(fresh, now)
     return fresh
 
@@ -64,7 +79,7 @@ def refresh_seconds(running: int) -> float:
     return max(REFRESH_SECONDS, running / BOOK_WRITES_PER_SECOND)
 
 
-def refresh_due(goodput: Obj, now: float, every: float = REFRESH_SECONDS) -> float | None:
+def refresh_due(goodput: GoodputDict, now: float, every: float = REFRESH_SECONDS) -> float | None:
     """When a running job's goodput is next refreshed, EVERY seconds after the last (None:
     nothing runs); a time not after NOW means now."""
     if not goodput.get("since"):
@@ -73,31 +88,34 @@ def refresh_due(goodput: Obj, now: float, every: float = REFRESH_SECONDS) -> flo
     return now if as_of is None else as_of + every
 
 
-def _open(goodput: Obj, now: float) -> float:
+def _open(goodput: GoodputDict, now: float) -> float:
     since = times.parse(goodput.get("since"))
     return 0.0 if since is None else max(0.0, now - since)
 
 
-def stage_of(phase: str, recovering: bool) -> str | None:
+def stage_of(phase: str | None, recovering: bool) -> Stage | None:
     """The waiting stage a job in PHASE is in: none while running (productive), while an
     incident is open (its phases count) or once finished."""
     if recovering:
         return None
-    return {"Pending": "queueing", "Placing": "launch", "Suspended": "suspended"}.get(phase)
+    stages: dict[str | None, Stage] = {"Pending": "queueing", "Placing": "launch",
+                                       "Suspended": "suspended"}
+    return stages.get(phase)
 
 
-def staged(status: Obj, stage: str | None, now: float, created: float | None = None) -> Obj:
+def staged(status: Books, stage: Stage | None, now: float, created: float | None = None
+           ) -> GoodputDict:
     """STATUS's goodput with its stage moved to STAGE at NOW: the stage it was in closes
     (at the open incident's failure, when one opened while it ran) and its seconds go to
     their bucket. A job's first stage starts at its creation (CREATED)."""
-    goodput = dict(status.get("goodput") or {})
+    goodput: GoodputDict = {**(status.get("goodput") or {})}
     current = goodput.get("stage") or {}
     if not goodput and created is not None:  # the first pass: queued since creation
         current = {"name": "queueing", "since": times.millis(min(now, created))}
     if current.get("name") == stage:
         return {**goodput, "stage": current} if stage and not goodput else goodput
     began = times.parse(current.get("since"))
-    if began is not None:
+    if began is not None and "name" in current:
         end = now
         incident = current_incident(status)
         failed = times.parse((incident or {}).get("failedAt"))
@@ -111,27 +129,38 @@ def staged(status: Obj, stage: str | None, now: float, created: float | None = N
     return goodput
 
 
-def _add(goodput: Obj, bucket: str, seconds: float) -> None:
-    key = "idleSeconds" if bucket in IDLE else "lostSeconds"
-    spent = dict(goodput.get(key) or {})
+def _add(goodput: GoodputDict, bucket: IdleBucket | LostBucket, seconds: float) -> None:
+    """SECONDS more in BUCKET (idle or lost, by its name). The buckets are the schema's
+    keys (Literal types a unit test matches to the status types), so the one cast here
+    writes no key the CRD lacks."""
+    key: Literal["idleSeconds", "lostSeconds"] = "idleSeconds" if bucket in IDLE \
+        else "lostSeconds"
+    spent = dict(_seconds(goodput.get(key)))
     spent[bucket] = round(spent.get(bucket, 0) + seconds, 3)
-    goodput[key] = spent
+    goodput[key] = cast(Any, spent)
 
 
-def stalled(goodput: Obj, seconds: float, now: float) -> Obj:
+def _seconds(buckets: IdleSecondsDict | LostSecondsDict | None) -> Mapping[str, float]:
+    """BUCKETS as a map from bucket to seconds (every value of both types is a float)."""
+    return cast(Mapping[str, float], buckets or {})
+
+
+def stalled(goodput: GoodputDict, seconds: float, now: float) -> GoodputDict:
     """GOODPUT at NOW after a checkpoint save that stalled training SECONDS (the SDK's
     timing of the save): taken from the productive time, so only while a stretch runs."""
     if not goodput.get("since") or seconds <= 0:
         return goodput
     goodput = refreshed(goodput, now)
-    seconds = min(seconds, float(goodput["productiveSeconds"]))
-    goodput["productiveSeconds"] = round(goodput["productiveSeconds"] - seconds, 3)
+    productive = float(goodput.get("productiveSeconds", 0))
+    seconds = min(seconds, productive)
+    goodput["productiveSeconds"] = round(productive - seconds, 3)
     _add(goodput, "checkpoint", seconds)
     goodput["ratio"] = ratio(goodput, now)
     return goodput
 
 
-def with_stalls(goodput: Obj, checkpoint: Obj, now: float) -> Obj:
+def with_stalls(goodput: GoodputDict, checkpoint: CheckpointStatusDict, now: float
+                ) -> GoodputDict:
     """GOODPUT with the save stalls of the checkpoints committed in the running stretch
     and not yet counted (checkpoint.history's saveSeconds): the operator's pass counts
     them, so that one writer keeps the books (the report channel records only the
@@ -140,8 +169,9 @@ def with_stalls(goodput: Obj, checkpoint: Obj, now: float) -> Obj:
     if since is None:
         return goodput
     counted = max(since, times.parse(goodput.get("stallsCountedTo")) or since)
-    fresh = sorted((at, float(h["saveSeconds"])) for h in checkpoint.get("history") or []
-                   if h.get("saveSeconds") and (at := times.parse(h.get("time"))) is not None
+    fresh = sorted((at, float(saved)) for h in checkpoint.get("history") or []
+                   if (saved := h.get("saveSeconds"))
+                   and (at := times.parse(h.get("time"))) is not None
                    and counted < at <= now)
     if not fresh:
         return goodput
@@ -151,18 +181,18 @@ def with_stalls(goodput: Obj, checkpoint: Obj, now: float) -> Obj:
     return {**goodput, "stallsCountedTo": times.millis(counted)}
 
 
-def attributed(status: Obj, now: float) -> dict[str, float]:
+def attributed(status: Books, now: float) -> dict[str, float]:
     """Every second of the job's life up to NOW, by where it went: productive, the idle
     and lost buckets, the open stage and the open incident's phases counted up to NOW.
     Their sum is the job's wall time (tests/unit/test_health_badput.py proves it)."""
     goodput = status.get("goodput") or {}
     spent: dict[str, float] = {"productive": settled(goodput) + _open(goodput, now)}
-    for key in ("idleSeconds", "lostSeconds"):
-        for bucket, seconds in (goodput.get(key) or {}).items():
+    for buckets in (goodput.get("idleSeconds"), goodput.get("lostSeconds")):
+        for bucket, seconds in _seconds(buckets).items():
             spent[bucket] = spent.get(bucket, 0.0) + float(seconds)
     stage = goodput.get("stage") or {}
     began = times.parse(stage.get("since"))
-    if began is not None:
+    if began is not None and "name" in stage:
         spent[stage["name"]] = spent.get(stage["name"], 0.0) + max(0.0, now - began)
     incident = current_incident(status)
     if incident is not None:
@@ -177,16 +207,17 @@ def attributed(status: Obj, now: float) -> dict[str, float]:
     return spent
 
 
-def resume_point(checkpoint: Obj, strict: bool) -> Obj | None:
+def resume_point(checkpoint: CheckpointStatusDict | Mapping[str, Any], strict: bool
+                 ) -> CheckpointRefDict | None:
     """The checkpoint a restart resumes from: the newest verified one; when the job does
     not verify (STRICT false), the newest committed one if none is verified."""
     verified = checkpoint.get("latestVerified")
     return verified if strict else (verified or checkpoint.get("latest"))
 
 
-def open_incident(status: Obj, restart: int, cause: str, message: str, nodes: list[str],
-                  failed_at: float, detected_at: float, restart_at: float | None = None,
-                  strict: bool = False) -> Obj:
+def open_incident(status: Books, restart: int, cause: IncidentCause, message: str,
+                  nodes: list[str], failed_at: float, detected_at: float,
+                  restart_at: float | None = None, strict: bool = False) -> Books:
     """STATUS with a new incident appended (the oldest dropped beyond MAX_INCIDENTS) and
     the productive stretch closed at FAILED_AT, minus the work since the checkpoint it
     resumes from."""
@@ -210,11 +241,12 @@ def open_incident(status: Obj, restart: int, cause: str, message: str, nodes: li
         goodput["productiveSeconds"] = round(max(
             0.0, settled(goodput) + redone + max(0.0, failed_at - since - lost_work)), 3)
         goodput["since"] = goodput["asOf"] = None
-    incident: Obj = {"restart": restart, "cause": cause, "message": message[:MESSAGE_LENGTH],
-                     "nodes": nodes, "failedAt": times.millis(failed_at),
-                     "detectedAt": times.millis(detected_at),
-                     "detectionSeconds": round(max(0.0, detected_at - failed_at), 3),
-                     "lostWorkSeconds": round(lost_work, 3)}
+    incident: IncidentDict = {
+        "restart": restart, "cause": cause, "message": message[:MESSAGE_LENGTH],
+        "nodes": nodes, "failedAt": times.millis(failed_at),
+        "detectedAt": times.millis(detected_at),
+        "detectionSeconds": round(max(0.0, detected_at - failed_at), 3),
+        "lostWorkSeconds": round(lost_work, 3)}
     if resume:
         incident["resumeFrom"] = resume
     if restart_at is not None:
@@ -223,18 +255,22 @@ def open_incident(status: Obj, restart: int, cause: str, message: str, nodes: li
     return status
 
 
-def current_incident(status: Obj) -> Obj | None:
+def current_incident(status: Books) -> IncidentDict | None:
     """The incident the job is recovering from, if any (the newest, until it runs again)."""
     incidents = status.get("incidents") or []
     if incidents and not incidents[-1].get("runningAt"):
-        return dict(incidents[-1])
+        return {**incidents[-1]}
     return None
 
 
-def update_incident(status: Obj, **fields: Any) -> Obj:
-    """STATUS with the newest incident's fields updated (None values removed)."""
+def update_incident(status: Books, **fields: Any) -> Books:
+    """STATUS with the newest incident's fields updated (None values removed). FIELDS
+    are IncidentDict's keys (checked here: keyword arguments cannot be typed by name)."""
+    unknown = fields.keys() - IncidentDict.__annotations__.keys()
+    if unknown:
+        raise TypeError(f"an incident has no field(s) {sorted(unknown)}")
     status = copy.deepcopy(status)
-    newest = status["incidents"][-1]
+    newest: dict[str, Any] = cast(Any, status["incidents"][-1])
     for key, value in fields.items():
         if value is None:
             newest.pop(key, None)
@@ -243,14 +279,14 @@ def update_incident(status: Obj, **fields: Any) -> Obj:
     return status
 
 
-def replaced(status: Obj, at: float, action: str) -> Obj:
+def replaced(status: Books, at: float, action: IncidentAction) -> Books:
     incident = current_incident(status) or {}
     detected = times.parse(incident.get("detectedAt")) or at
     return update_incident(status, replacedAt=times.millis(at), action=action,
                            replacementSeconds=round(max(0.0, at - detected), 3))
 
 
-def running_again(status: Obj, at: float) -> Obj:
+def running_again(status: Books, at: float) -> Books:
     """Close the open incident at AT (every worker running): its costs go to the totals."""
     incident = current_incident(status)
     status = copy.deepcopy(status)
@@ -263,19 +299,19 @@ def running_again(status: Obj, at: float) -> Obj:
     restart = round(max(0.0, at - replaced_at), 3)
     status = update_incident(status, runningAt=times.millis(at), restartSeconds=restart)
     goodput = status["goodput"]
-    costs = {"detection": incident.get("detectionSeconds") or 0.0,
-             "replacement": incident.get("replacementSeconds") or 0.0,
-             "restart": restart, "lostWork": incident.get("lostWorkSeconds") or 0.0}
-    lost = goodput.setdefault("lostSeconds", {})
-    for key, value in costs.items():
-        lost[key] = round(lost.get(key, 0) + value, 3)
+    costs: dict[LostBucket, float] = {
+        "detection": incident.get("detectionSeconds") or 0.0,
+        "replacement": incident.get("replacementSeconds") or 0.0,
+        "restart": restart, "lostWork": incident.get("lostWorkSeconds") or 0.0}
+    for bucket, value in costs.items():
+        _add(goodput, bucket, value)
     by_cause = goodput.setdefault("lostByCause", {})
-    by_cause[incident["cause"]] = round(by_cause.get(incident["cause"], 0) + sum(costs.values()),
-                                        3)
+    cause = incident["cause"]
+    by_cause[cause] = round(by_cause.get(cause, 0) + sum(costs.values()), 3)
     return status
 
 
-def stopped(status: Obj, at: float) -> Obj:
+def stopped(status: Books, at: float) -> Books:
     """The productive stretch ends without loss (the job finished or was suspended)."""
     status = copy.deepcopy(status)
     goodput = status.setdefault("goodput", {})
@@ -285,11 +321,11 @@ def stopped(status: Obj, at: float) -> Obj:
     return status
 
 
-def ratio(goodput: Obj, now: float) -> float | None:
+def ratio(goodput: GoodputDict, now: float) -> float | None:
     """productive / (productive + lost), counting the running stretch and a launch under
     way up to NOW."""
     productive = settled(goodput) + _open(goodput, now)
-    lost = sum(float(v) for v in (goodput.get("lostSeconds") or {}).values())
+    lost = sum(float(v) for v in _seconds(goodput.get("lostSeconds")).values())
     stage = goodput.get("stage") or {}
     began = times.parse(stage.get("since"))
     if stage.get("name") in STAGE_LOST and began is not None:

@@ -30,7 +30,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 from pydantic import ValidationError
@@ -44,6 +44,7 @@ from goodput_operator.api.reports import (
     Report,
     StepReport,
 )
+from goodput_operator.api.statuses import ProgressDict
 from goodput_operator.api.trainingjob import MAX_CHECKPOINT_HISTORY, TrainingJobSpec
 from goodput_operator.controllers.kube import Kube
 from goodput_operator.controllers.state import State
@@ -66,17 +67,24 @@ MAX_BODY = 64 * 1024
 JUDGE_SECONDS = 5.0  # how often a job's ranks' paces are compared (a gang has thousands)
 
 
+NonFinite = Literal["NaN", "+Inf", "-Inf"]
+
+
 def progress_of(report: StepReport, rank: int, now: float, restart: int = 0,
-                every: int = 1) -> Obj:
+                every: int = 1) -> ProgressDict:
     """status.progress for a step report. NaN and infinities (what a diverging step sends)
     are kept by name under nonFinite: JSON has no such numbers, and a status patch that
     carried one would be refused whole, on every pass, phase and restarts with it."""
     finite = {k: v for k, v in report.metrics.items() if math.isfinite(v)}
-    odd = {k: "NaN" if math.isnan(v) else "+Inf" if v > 0 else "-Inf"
-           for k, v in report.metrics.items() if not math.isfinite(v)}
-    return {"step": report.step, "rank": rank, "restart": restart, "time": times.millis(now),
-            "metrics": finite, **({"every": every} if every > 1 else {}),
-            **({"nonFinite": odd} if odd else {})}
+    odd: dict[str, NonFinite] = {k: "NaN" if math.isnan(v) else "+Inf" if v > 0 else "-Inf"
+                                 for k, v in report.metrics.items() if not math.isfinite(v)}
+    progress: ProgressDict = {"step": report.step, "rank": rank, "restart": restart,
+                              "time": times.millis(now), "metrics": finite}
+    if every > 1:
+        progress["every"] = every
+    if odd:
+        progress["nonFinite"] = odd
+    return progress
 
 
 def step_answer(decided: Obj, job: Obj, every: int) -> Obj:
@@ -105,12 +113,17 @@ def inside(path: str, root: str) -> bool:
 
 def save_request(job: Obj) -> Obj:
     """What a step report's answer asks of the workers: save a checkpoint now, while the
-    job is being preempted (status.preemption; sdk.save_requested reads it)."""
-    preemption = (job.get("status") or {}).get("preemption")
-    if not preemption:
-        return {}
-    return {"save": {"reason": "Preemption", "by": preemption.get("by"),
-                     "deadline": preemption.get("deadline")}}
+    job is being preempted (status.preemption) or a node of its gang is about to go
+    (status.notice: decide.noticing); sdk.save_requested reads it."""
+    status = job.get("status") or {}
+    preemption, notice = status.get("preemption"), status.get("notice")
+    if preemption:
+        return {"save": {"reason": "Preemption", "by": preemption.get("by"),
+                         "deadline": preemption.get("deadline")}}
+    if notice:
+        return {"save": {"reason": notice.get("kind"), "by": f"node/{notice.get('node')}",
+                         "deadline": notice.get("deadline")}}
+    return {}
 
 
 class ReportServer:
@@ -300,7 +313,7 @@ class ReportServer:
         await self._write(job, {"checkpoint": checkpoint})
         self._wake()  # a new resume point; the pass counts the save's stall
         if report.corrupt:
-            resume = badput.resume_point(dict(checkpoint), strict_checkpoints(spec))
+            resume = badput.resume_point(checkpoint, strict_checkpoints(spec))
             message = (f"checkpoint step {report.step} at {report.path} is corrupt "
                        f"({report.corrupt}); restarts resume from "
                        f"{(resume or {}).get('path') or 'the start'}")

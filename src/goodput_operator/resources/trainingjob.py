@@ -15,6 +15,7 @@ from typing import Any
 
 from goodput_operator import names
 from goodput_operator.api.base import API_VERSION
+from goodput_operator.api.statuses import CheckpointRefDict
 from goodput_operator.api.trainingjob import PodSet, TrainingJobSpec
 from goodput_operator.resources import claims
 from goodput_operator.resources.claims import claim_accelerators
@@ -108,7 +109,7 @@ def hostfile(job: Obj, workers: int, report_ca: str = "",
 
 
 def launcher_env(job: Obj, spec: TrainingJobSpec, index: int, restart: int,
-                 resume: Obj | None, report_url: str = "", workers: int | None = None
+                 resume: CheckpointRefDict | None, report_url: str = "", workers: int | None = None
                  ) -> list[Obj]:
     """The worker's environment. WORKERS is the gang's size in this attempt (an elastic job
     may run with fewer than spec.workers after a shrink); RESUME the checkpoint it resumes
@@ -152,7 +153,7 @@ def launcher_env(job: Obj, spec: TrainingJobSpec, index: int, restart: int,
 
 
 def worker_pod(job: Obj, index: int, restart: int, fabric: Fabric,
-               resume: Obj | None = None, spec: TrainingJobSpec | None = None,
+               resume: CheckpointRefDict | None = None, spec: TrainingJobSpec | None = None,
                report_url: str = "", workers: int | None = None) -> Obj:
     """Worker `index` of attempt `restart` of a gang of WORKERS (default spec.workers):
     gated, with rank environment, the hostfile and a projected token for the report channel
@@ -169,7 +170,7 @@ def worker_pod(job: Obj, index: int, restart: int, fabric: Fabric,
 
 
 def companion_pod(job: Obj, pod_set: PodSet, index: int, restart: int, fabric: Fabric,
-                  resume: Obj | None = None, spec: TrainingJobSpec | None = None,
+                  resume: CheckpointRefDict | None = None, spec: TrainingJobSpec | None = None,
                   report_url: str = "", workers: int | None = None) -> Obj:
     """Pod INDEX of the companion POD_SET (spec.podSets) in attempt RESTART: the gang's
     environment without a rank (GOODPUT_POD_SET and GOODPUT_POD_INDEX instead), its own

@@ -331,11 +331,12 @@ def commit_checkpoint(step: int, path: str, digest: str | None = None,
 def save_requested() -> dict[str, Any] | None:
     """Whether the operator asks this job's workers to save a checkpoint now (the latest
     answer to a step report, sent in the background): {"reason": "Preemption", "by": the
-    preempting job, "deadline": when the workers are stopped, saved or not}; None
-    otherwise. Save and commit as usual: the job resumes from that checkpoint when it is
-    placed again. Every rank that writes a shard must save the same step: agree on it
-    first (an all-reduce of the flag, as examples/trainer/train.py does), as ranks see the
-    ask steps apart."""
+    preempting job, "deadline": when the workers are stopped, saved or not}, or, when a
+    node of the gang is about to go, {"reason": the notice's kind (SpotInterruption,
+    Drain, ...), "by": "node/NAME", "deadline": when its ranks move}; None otherwise.
+    Save and commit as usual: the job resumes from that checkpoint. Every rank that
+    writes a shard must save the same step: agree on it first (an all-reduce of the flag,
+    as examples/trainer/train.py does), as ranks see the ask steps apart."""
     return _reporter().save_request
 
 

@@ -28,10 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from goodput_operator import times
-from goodput_operator.api.trainingjob import TrainingJobSpec
+from goodput_operator.api.statuses import CheckpointRefDict
+from goodput_operator.api.trainingjob import IncidentAction, IncidentCause, TrainingJobSpec
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.decide.attempt import Hit, interrupted
 from goodput_operator.decide.gang import gang_request, replacement_for
+from goodput_operator.decide.types import JobStatus
 from goodput_operator.health import badput
 from goodput_operator.health.quarantine import (
     SDC,
@@ -48,8 +50,9 @@ from goodput_operator.topology.placement import Placement, RankSlot, place
 from goodput_operator.topology.replacement import Replacement
 
 Obj = dict[str, Any]
-CAUSES = {"node": "NodeFailure", "domain": "NodeFailure", "sdc": "SilentDataCorruption",
-          "crash": "ApplicationError", "hang": "Hang"}
+CAUSES: dict[str, IncidentCause] = {
+    "node": "NodeFailure", "domain": "NodeFailure", "sdc": "SilentDataCorruption",
+    "crash": "ApplicationError", "hang": "Hang"}
 
 
 @dataclass
@@ -78,7 +81,7 @@ class Job:
     work: float = 0.0  # kept at the newest checkpoint (while not running)
     stretch: Stretch | None = None
     history: list[Stretch] = field(default_factory=list)
-    books: Obj = field(default_factory=dict)  # the status part health.badput keeps
+    books: JobStatus = field(default_factory=JobStatus)  # the part health.badput keeps
     restarts: int = 0
     swapped: bool = False  # kueue: a node hot-swapped since the last admission
     corrupt_since: float | None = None  # a node of the gang computes wrongly since
@@ -196,7 +199,7 @@ class Simulation:
         for name in self._struck(failure.node, cause):
             if name in self.down:
                 continue
-            self.down[name] = failure.time
+            self._went_down(name, failure.time)
             self.judged.add(name)
             self.at(back, "repair", name)
             if self.policy.node_detection is None:
@@ -359,11 +362,20 @@ class Simulation:
         for name in self._struck(failure.node, cause):
             if name in self.down:
                 continue
-            self.down[name] = self.now
+            self._went_down(name, self.now)
             self.at(self.now + cause.repair_hours * 3600.0, "repair", name)
             self.at(self._verdict_time(name), "verdict", name)
             if self.policy.node_detection is not None:
                 self._set_ready(name, False)
+
+    def _went_down(self, name: str, at: float) -> None:
+        """NAME fails at AT: down until its repair, and no longer healthy. The healthy time
+        and clean probes of an earlier repair go with it, as the operator's cache forgets
+        them when a node turns unhealthy; kept, a node failing a second time was released
+        by the first repair's clock, minutes into its new quarantine."""
+        self.down[name] = at
+        self.healthy_since.pop(name, None)
+        self.clean.pop(name, None)
 
     def _struck(self, node: str, cause: Cause) -> list[str]:
         """The nodes a failure of CAUSE at NODE takes down: it, or its whole domain."""
@@ -404,7 +416,8 @@ class Simulation:
             self.reported[name] = Finding(SDC, "the replicas' votes disagree with it", since)
             self._quarantine({name})
             self.reported.pop(name, None)
-        self.down.setdefault(name, self.now)
+        if name not in self.down:
+            self._went_down(name, self.now)
         self.judged.add(name)
         self.at(self.now + self.model.cause("sdc").repair_hours * 3600.0, "repair", name)
         if job is not None:
@@ -468,13 +481,14 @@ class Simulation:
                                         "lastTransitionTime": times.millis(self.now)}]
         self.fleet.upsert_node(obj)
 
-    def on_detected(self, job: Job, epoch: int, cause: str, failed_at: float,
+    def on_detected(self, job: Job, epoch: int, cause: IncidentCause, failed_at: float,
                     nodes: tuple[str, ...]) -> None:
         if job.epoch == epoch:
             self._interrupt(job, cause, failed_at, list(nodes))
 
     # ---- interruption and recovery ---------------------------------------------
-    def _interrupt(self, job: Job, cause: str, failed_at: float, nodes: list[str]) -> None:
+    def _interrupt(self, job: Job, cause: IncidentCause, failed_at: float, nodes: list[str]
+                   ) -> None:
         """The policy acts on a failure of JOB: the stretch ends, the books open an
         incident, and recovery starts."""
         if job.state in ("queued", "done", "failed", "requeued", "waiting"):
@@ -510,7 +524,8 @@ class Simulation:
             return
         self._recover(job)
 
-    def _resume_point(self, job: Job, failed_at: float, convicted: bool) -> Obj | None:
+    def _resume_point(self, job: Job, failed_at: float, convicted: bool
+                      ) -> CheckpointRefDict | None:
         """Close the running stretch at FAILED_AT; the checkpoint the job resumes from
         (once a corruption is CONVICTED, the newest before it began), with the work it
         holds. Restarts before the conviction resume from the newest checkpoint, which
@@ -629,7 +644,7 @@ class Simulation:
                       for r in job.ranks)
         self._bind(job, ranks, {old: node.name for old, node in moves.items()})
 
-    def _restart(self, job: Job, placed_at: float, action: str) -> None:
+    def _restart(self, job: Job, placed_at: float, action: IncidentAction) -> None:
         job.books = badput.replaced(job.books, placed_at, action)
         job.restarts += 1
         job.state = "restarting"

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from goodput_operator import names
 from goodput_operator.api.base import NODE_NAME_FIELD
 from goodput_operator.api.ultraservergroup import LEMON_HALF_LIFE_DAYS
+from goodput_operator.health.notices import notice_key
 from goodput_operator.health.quarantine import decayed, lemon_of
 
 if TYPE_CHECKING:
@@ -158,7 +159,7 @@ def node_state(node: Mapping[str, Any]) -> NodeState:
     taints = spec.get("taints") or []
     if any(t.get("key") == names.QUARANTINE_TAINT for t in taints):
         return "quarantined"
-    if spec.get("unschedulable"):
+    if notice_key(node) is not None:  # cordoned, or about to go (health.notices)
         return "cordoned"
     conditions = node.get("status", {}).get("conditions") or []
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)

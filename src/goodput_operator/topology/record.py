@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from goodput_operator.api.statuses import PlacementSliceDict
 from goodput_operator.api.trainingjob import MAX_WORKERS
 
 MAX_RANKS = MAX_WORKERS  # spec.workers' cap: no placement is longer
@@ -119,9 +120,9 @@ def expand(text: str, budget: int = MAX_RANKS) -> list[str]:
     return names
 
 
-def to_slices(ranks: Iterable[Mapping[str, Any]]) -> list[Obj]:
+def to_slices(ranks: Iterable[Mapping[str, Any]]) -> list[PlacementSliceDict]:
     """Rank entries ({rank, node, domain}) as slices: consecutive ranks in one domain."""
-    found: list[Obj] = []
+    found: list[PlacementSliceDict] = []
     nodes: list[str] = []
     last: Mapping[str, Any] | None = None
     for rank in sorted(ranks, key=lambda r: int(r["rank"])):
