@@ -20,17 +20,20 @@ from goodput_operator.api.views import JobView
 from goodput_operator.decide.attempt import Lost, Spots
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.health.notices import Notice, notice_of
+from goodput_operator.topology.model import Fleet
 
 NOTICE = "Notice"  # the Lost reason, and the incident's cause
 
 
-def notices(snapshot: Snapshot, nodes: Iterable[str]) -> list[Notice]:
-    """The notices on NODES, in name order, each dated from when it was first seen."""
+def notices(snapshot: Snapshot, fleet: Fleet, nodes: Iterable[str]) -> list[Notice]:
+    """The notices on NODES of FLEET, in name order, each dated from when it was first
+    seen. Only a cordoned node can carry one (topology.model.node_state): a gang's other
+    nodes cost a lookup, not a look at their taints."""
     found = []
     for name in sorted(set(nodes)):
-        node = snapshot.nodes.get(name)
-        notice = None if node is None else notice_of(
-            name, node, snapshot.noticed.get(name, snapshot.clock))
+        member, node = fleet.nodes.get(name), snapshot.nodes.get(name)
+        notice = None if node is None or member is None or member.state != "cordoned" \
+            else notice_of(name, node, snapshot.noticed.get(name, snapshot.clock))
         if notice is not None:
             found.append(notice)
     return found
@@ -60,7 +63,9 @@ def lost_to(view: JobView, notice: Notice, clock: float) -> Lost | None:
 def pending(snapshot: Snapshot, view: JobView) -> tuple[NodeNoticeDict | None, float | None]:
     """The notice the running gang must save for (the earliest pending on its nodes; None:
     none), and when the pass must look again (its deadline)."""
-    waiting = [n for n in notices(snapshot, Spots(view.status.get("placement")).nodes())
+    assert view.spec is not None
+    fleet = snapshot.fleets[view.spec.ultra_server_group]
+    waiting = [n for n in notices(snapshot, fleet, Spots(view.status.get("placement")).nodes())
                if gone_at(view, n, snapshot.clock) is None]
     if not waiting:
         return None, None
