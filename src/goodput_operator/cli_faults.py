@@ -26,7 +26,13 @@ def add_parsers(verb: Verb) -> None:
     fail.add_argument("--signal", default="not-ready", choices=list(faults.SIGNALS),
                       help="how the node fails (default: %(default)s): " + "; ".join(
                           f"{name}: {s.what}" for name, s in faults.SIGNALS.items()))
-    heal = verb("heal-node", "make failed nodes Ready again")
+    notice = verb("notice-node", "give nodes notice that they are about to go, as the AWS "
+                                 "Node Termination Handler, Karpenter or a drain would: the "
+                                 "gangs there save, then move (heal-node lifts it)")
+    notice.add_argument("node", nargs="+")
+    notice.add_argument("--kind", default="spot", choices=list(faults.NOTICES),
+                        help="the notice (default: %(default)s)")
+    heal = verb("heal-node", "make failed nodes Ready again (and lift notices)")
     heal.add_argument("node", nargs="+")
     pod = verb("fail-pod", "terminate a Running pod's containers with an exit code")
     pod.add_argument("pod")
@@ -51,6 +57,14 @@ def _fail_node(box: cluster.Sandbox, args: argparse.Namespace) -> int:
     return 0
 
 
+def _notice_node(box: cluster.Sandbox, args: argparse.Namespace) -> int:
+    faults.notice_node(box, *args.node, kind=args.kind)
+    names = " ".join(args.node)
+    print(f"{'nodes' if len(args.node) > 1 else 'node'} {names} given notice ({args.kind}); "
+          f"lift it with `goodput {args.command} heal-node {names}`")
+    return 0
+
+
 def _heal_node(box: cluster.Sandbox, args: argparse.Namespace) -> int:
     faults.heal_node(box, *args.node)
     print(f"{'nodes' if len(args.node) > 1 else 'node'} {' '.join(args.node)} healing")
@@ -70,5 +84,5 @@ def _fail_pod(box: cluster.Sandbox, args: argparse.Namespace) -> int:
 
 
 VERBS: dict[str, Callable[[cluster.Sandbox, argparse.Namespace], int]] = {
-    "fail-node": _fail_node, "heal-node": _heal_node, "succeed-pod": _succeed_pod,
-    "fail-pod": _fail_pod}
+    "fail-node": _fail_node, "notice-node": _notice_node, "heal-node": _heal_node,
+    "succeed-pod": _succeed_pod, "fail-pod": _fail_pod}

@@ -199,6 +199,47 @@ def test_a_real_node_failure_resumes_from_the_last_committed_checkpoint_on_the_s
     assert done["status"]["incidents"][-1].get("detectionSeconds") is not None
 
 
+def test_a_spot_notice_saves_then_moves_the_rank_and_training_resumes_from_that_save(
+        real: Real, reference: dict[str, Any], ns: str) -> None:
+    """The AWS Node Termination Handler's Spot taint on rank 2's node (EC2's two-minute
+    warning): the workers are asked to save, and once that checkpoint commits, rank 2
+    moves to the spare before the node goes; the gang resumes from that save and ends
+    equal to the uninterrupted run. The node is not quarantined: nothing is wrong with
+    it."""
+    name = f"notice-{uuid.uuid4().hex[:6]}"
+    apply(real.cluster, trainer_job(real, name, "--step-seconds", "2"), ns)
+    first = wait_for(lambda: (get_job(real.cluster, ns, name).get("status") or {})
+                     .get("checkpoint", {}).get("latest"), timeout=180,
+                     what="a first committed checkpoint")
+    ranks = {r["rank"]: r["node"] for r in
+             ranks_of(get_job(real.cluster, ns, name)["status"]["placement"])}
+    victim = ranks[2]
+    sandbox(real, "notice-node", victim, "--kind", "spot")
+    try:
+        job = wait_for(lambda: _running_at(real, ns, name, 1), timeout=240,
+                       what="the gang running again after the notice")
+        moved = {r["rank"]: r["node"] for r in ranks_of(job["status"]["placement"])}
+        assert moved[2] == SPARE and {k: v for k, v in moved.items() if k != 2} == \
+            {k: v for k, v in ranks.items() if k != 2}
+        incident = job["status"]["incidents"][-1]
+        assert incident["cause"] == "Notice" and incident["nodes"] == [victim], incident
+        assert "SpotInterruption notice" in incident["message"], incident
+        saved = incident["resumeFrom"]["step"]
+        assert saved > first["step"] and f"saved at step {saved}" in incident["message"]
+        assert not job["status"].get("notice"), "the notice is done with once the rank moved"
+        node = json.loads(real.cluster.kubectl("get", "node", victim, "-o", "json").stdout)
+        assert not any(t["key"] == names.QUARANTINE_TAINT
+                       for t in node["spec"].get("taints", [])), "nothing is wrong with it"
+        done = succeeded(real, ns, name)
+    finally:
+        heal(real, victim)
+    assert done["status"]["goodput"]["lostByCause"].keys() == {"Notice"}
+    final = results(name)
+    assert {r["resumedFrom"] for r in final.values()} == {saved}
+    assert {r["fingerprint"] for r in final.values()} == \
+        {reference["results"][0]["fingerprint"]}, "equal to the uninterrupted run, bit for bit"
+
+
 def test_a_real_hang_restarts_the_gang_and_training_resumes_from_the_last_checkpoint(
         real: Real, reference: dict[str, Any], ns: str) -> None:
     """Rank 1 stops before step 25's collective (a stuck device): every process stays

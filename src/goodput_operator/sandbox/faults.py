@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from goodput_operator.health import notices
 from goodput_operator.sandbox import realnode
 from goodput_operator.sandbox.cluster import (
     Sandbox,
@@ -165,6 +166,39 @@ def _heal_signals(sandbox: Sandbox, node: dict[str, Any]) -> None:
     if any(t.get("key") == DEVICE_TAINT for s in _slices(sandbox, name)
            for d in s["spec"].get("devices") or [] for t in d.get("taints") or []):
         _taint_devices(sandbox, name, None)
+    _lift_notices(sandbox, node)
+
+
+# what `goodput sandbox notice-node --kind` puts on a node, as the tools that give notice
+# do (health.notices); None: a cordon, the first step of a drain
+NOTICES: dict[str, str | None] = {
+    "spot": notices.NTH_SPOT_TAINT, "rebalance": notices.NTH_REBALANCE_TAINT,
+    "maintenance": notices.NTH_MAINTENANCE_TAINT, "asg": notices.NTH_ASG_TAINT,
+    "karpenter": notices.KARPENTER_DISRUPTED_TAINT, "drain": None}
+
+
+def notice_node(sandbox: Sandbox, *nodes: str, kind: str = "spot") -> None:
+    """Give NODES notice that they are about to go, as the AWS Node Termination Handler
+    (a NoSchedule taint), Karpenter (its disruption taint) or a drain (a cordon) would;
+    heal-node lifts it. The node itself keeps running: a notice comes before the end."""
+    if kind not in NOTICES:
+        raise SandboxError(f"--kind must be one of {', '.join(NOTICES)}, got {kind!r}")
+    for node in nodes:
+        _require_node(sandbox, node)
+    key = NOTICES[kind]
+    if key is None:
+        sandbox.kubectl("cordon", *nodes)
+    else:
+        sandbox.kubectl("taint", "node", *nodes, "--overwrite", f"{key}=true:NoSchedule")
+
+
+def _lift_notices(sandbox: Sandbox, node: dict[str, Any]) -> None:
+    name, spec = node["metadata"]["name"], node.get("spec") or {}
+    keys = [t["key"] for t in spec.get("taints") or [] if t.get("key") in NOTICES.values()]
+    if keys:
+        sandbox.kubectl("taint", "node", name, *(f"{key}-" for key in keys))
+    if spec.get("unschedulable"):
+        sandbox.kubectl("uncordon", name)
 
 
 def fail_node(sandbox: Sandbox, *nodes: str, reason: str = "SimulatedFailure",
