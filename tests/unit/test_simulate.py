@@ -223,6 +223,13 @@ def test_the_plan_recommends_enough_spares_for_the_nodes_down_and_prints_it() ->
     assert fewest[0] == math.ceil(down / 2) and per_domain * 16 + per_group > fewest[0]
     assert best.goodput > fewest[1].goodput  # too few: node failures wait for repairs
     assert result.best_interval > 0 and result.young_daly > 0
+    # three intervals around Young/Daly's, then two halfway to the best one's neighbours
+    tried = [interval for interval, _ in result.intervals]
+    grid = [result.young_daly * f for f in (0.5, 1.0, 2.0)]
+    best_of_grid = max((c.goodput, i) for i, c in result.intervals if i in grid)[1]
+    assert tried == pytest.approx(sorted([*grid, best_of_grid / 2 ** 0.5,
+                                          best_of_grid * 2 ** 0.5]))
+    assert result.best_interval == max(result.intervals, key=lambda i: i[1].goodput)[0]
     text = "\n".join(describe(result))
     assert "Recommendation: hold" in text and "Young/Daly" in text
     assert all(name in text for name in ("ours", "kubernetes", "kueue", "hyperpod"))

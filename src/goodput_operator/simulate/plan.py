@@ -15,7 +15,8 @@ from goodput_operator.simulate.failures import DAY, Failure
 from goodput_operator.simulate.policies import Costs, young_daly
 from goodput_operator.simulate.scenario import POLICIES, Run, Scenario, run
 
-INTERVAL_FACTORS = (0.5, 1.0, 2.0)  # times the Young/Daly interval
+INTERVAL_FACTORS = (0.5, 1.0, 2.0)  # times the Young/Daly interval, first
+REFINE = (2 ** -0.5, 2 ** 0.5)  # then times the best of those
 SPARE_FACTORS = (0.0, 0.5, 1.0, 1.5, 2.0)  # times the nodes expected to be down
 NUDGE = 10.0  # seconds added to detection or restart to measure their price
 
@@ -109,6 +110,19 @@ def plan(scenario: Scenario, policies: tuple[str, ...] = POLICIES,
         runner.close()
 
 
+def _try_intervals(result: Plan, runner: _Runner, costs: Costs, intervals: list[float]
+                   ) -> None:
+    """Run INTERVALS (at least a second each) at the recommended spares: each goes into
+    RESULT's table (kept in order), and the best of all tried so far is its interval."""
+    intervals = [max(1.0, i) for i in intervals]
+    outcomes = runner([(result.best_spares, _plus(costs, interval=i), "ours")
+                       for i in intervals])
+    for interval, outcome in zip(intervals, outcomes, strict=True):
+        result.intervals.append((interval, _choice(f"{interval:.0f}s", outcome.result)))
+    result.intervals.sort(key=lambda i: i[0])
+    result.best_interval = max(result.intervals, key=lambda i: i[1].goodput)[0]
+
+
 def _plan(scenario: Scenario, failures: list[Failure], policies: tuple[str, ...],
           runner: _Runner) -> Plan:
     down = expected_down(scenario)
@@ -135,12 +149,10 @@ def _plan(scenario: Scenario, failures: list[Failure], policies: tuple[str, ...]
     result.mtbf = scenario.model.mtbf(accelerators, job.spec.workers)
     result.young_daly = young_daly(costs.save_seconds, result.mtbf)
     if math.isfinite(result.young_daly):
-        intervals = [max(1.0, result.young_daly * f) for f in INTERVAL_FACTORS]
-        outcomes = runner([(result.best_spares, _plus(costs, interval=i), "ours")
-                           for i in intervals])
-        for interval, outcome in zip(intervals, outcomes, strict=True):
-            result.intervals.append((interval, _choice(f"{interval:.0f}s", outcome.result)))
-        result.best_interval = max(result.intervals, key=lambda i: i[1].goodput)[0]
+        # a coarse grid, then the two points halfway (geometrically) to the best's
+        # neighbours: five runs, the optimum bracketed within a factor of sqrt(2)
+        _try_intervals(result, runner, costs, [result.young_daly * f for f in INTERVAL_FACTORS])
+        _try_intervals(result, runner, costs, [result.best_interval * f for f in REFINE])
     else:
         result.best_interval = scenario.horizon
     tuned = _plus(costs, interval=costs.interval or result.best_interval)
