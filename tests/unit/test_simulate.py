@@ -314,3 +314,15 @@ def test_a_node_failing_again_stays_out_until_its_new_repair(tmp_path: Path) -> 
     wait = scenario.fleet.group.quarantine.release_after_healthy_seconds \
         + SCRIPTED.pass_seconds
     assert result.down / 16 == pytest.approx(3 * (repair + wait), abs=1e-3)
+
+
+def test_a_bad_device_on_a_node_computing_nothing_strikes_the_gang_that_computes_on_it(
+        tmp_path: Path) -> None:
+    """Corruption striking during the launch (no step computed yet) is not dropped: the
+    bad device stays bad, and corrupts the gang from the moment it runs."""
+    _, result = _scripted(tmp_path, "ours", kind="sdc", at=1.0)
+    assert result.incidents == 1 and set(result.by_cause) == {"SilentDataCorruption"}
+    start = SCRIPTED.restart_seconds  # training starts after the launch, corrupt at once
+    by_phase = {k: v / 192 for k, v in result.lost.items()}
+    assert by_phase["detection"] == pytest.approx(SCRIPTED.sdc_vote_seconds, abs=1e-3)
+    assert by_phase["launch"] == pytest.approx(start, abs=1e-3)

@@ -179,6 +179,7 @@ class Simulation:
         self.reported: dict[str, Finding] = {}
         self.clean: dict[str, int] = {}
         self.healthy_since: dict[str, float] = {}
+        self.latent: dict[str, float] = {}  # node -> since when a dormant bad device is on it
         self.events: list[tuple[float, int, str, Any]] = []
         self.seq = 0
         self.now = 0.0
@@ -302,6 +303,14 @@ class Simulation:
         self._bind(job, ())
         job.workers = workers
 
+    def _corrupts(self, job: Job, node: str) -> None:
+        """NODE's bad device corrupts JOB's training from now, until the policy convicts
+        it (the replicas' votes, or a person)."""
+        job.corrupt_since = min(job.corrupt_since or self.now, self.now)
+        delay = self.costs.sdc_vote_seconds if self.policy.detects_sdc else \
+            self.costs.human_seconds
+        self.at(self.now + delay, "convicted", (node, self.now))
+
     def on_running(self, job: Job, epoch: int) -> None:
         if job.epoch != epoch:
             return
@@ -310,6 +319,9 @@ class Simulation:
         job.books = badput.running_again(job.books, self.now)
         job.state = "running"
         job.stretch = Stretch(self.now, job.work, job.rate)
+        for node in sorted({r.node for r in job.ranks} & self.latent.keys()):
+            del self.latent[node]  # a dormant bad device computes for this gang now
+            self._corrupts(job, node)
         if math.isfinite(job.target):
             left = max(0.0, (job.target - job.work) / job.rate)
             saves = math.floor(left / self.interval(job)) if left > 0 else 0
@@ -353,11 +365,11 @@ class Simulation:
         if cause.effect == "sdc":
             job = self.holder.get(failure.node)
             if job is None or job.state != "running":
-                return  # dormant on an idle node: nothing is computed wrong
-            job.corrupt_since = min(job.corrupt_since or self.now, self.now)
-            delay = self.costs.sdc_vote_seconds if self.policy.detects_sdc else \
-                self.costs.human_seconds
-            self.at(self.now + delay, "convicted", (failure.node, self.now))
+                # a bad device on a node computing nothing: dormant until a gang computes
+                # on it (on_running), not gone
+                self.latent.setdefault(failure.node, self.now)
+                return
+            self._corrupts(job, failure.node)
             return
         for name in self._struck(failure.node, cause):
             if name in self.down:
@@ -468,6 +480,7 @@ class Simulation:
 
     def _heal(self, name: str) -> None:
         self.down.pop(name, None)
+        self.latent.pop(name, None)  # repaired: a dormant bad device went with the rest
         self.judged.discard(name)
         self._set_ready(name, True)
         self._place_waiting()
