@@ -63,6 +63,7 @@ import torch.distributed as dist  # noqa: E402
 from goodput_operator.sdk import (  # noqa: E402
     ReportError,
     checkpoint,
+    checkpoint_interval,
     fingerprint,
     flush_reports,
     report_step,
@@ -101,7 +102,9 @@ class Reports:
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--checkpoint-every", type=int, default=10)
+    parser.add_argument("--checkpoint-every", type=int, default=10,
+                        help="steps between checkpoints; 0: as often as the operator advises "
+                             "(sdk.checkpoint_interval(); every 10 steps until it does)")
     parser.add_argument("--step-seconds", type=float, default=0.0,
                         help="pace each step to at least this long (a stand-in for real work)")
     parser.add_argument("--seed", type=int, default=1234)
@@ -210,6 +213,17 @@ def save_now(step: int) -> bool:
     return True
 
 
+def advised(step: int, last_save: float) -> bool:
+    """--checkpoint-every 0: whether a checkpoint is due at STEP by the operator's advice,
+    agreed by every rank (the advice reaches ranks steps apart); every 10 steps until
+    there is one. LAST_SAVE: when this rank last saved (time.monotonic())."""
+    interval = checkpoint_interval()
+    due = step % 10 == 0 if interval is None else time.monotonic() - last_save >= interval
+    flag = torch.tensor([1 if due else 0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
 def main() -> int:
     args = parse()
     torch.set_num_threads(1)  # deterministic reductions, and kind to a 2-core sandbox
@@ -236,7 +250,7 @@ def main() -> int:
     model = torch.nn.Sequential(torch.nn.Linear(args.hidden, args.hidden), torch.nn.Tanh(),
                                 torch.nn.Linear(args.hidden, 1)).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    start = 0
+    start, last_save = 0, time.monotonic()
     point = checkpoint.resume_point()
     if point is not None:
         folder = checkpoint.verified(point)
@@ -269,15 +283,18 @@ def main() -> int:
             with torch.no_grad():  # a bad device: one replica's math silently goes wrong
                 next(model.parameters()).add_(1e-3)
             log(f"corrupted my parameters at step {step} (--corrupt-at-step)")
-        scheduled = step % args.checkpoint_every == 0
+        scheduled = step % args.checkpoint_every == 0 if args.checkpoint_every else \
+            advised(step, last_save)
         try:  # every rank says so at a checkpoint's step: its vote verifies the checkpoint
             reports.step(step, {"loss": float(loss), "computeSeconds": compute},
                          fingerprint(list(model.parameters())), scheduled)
         except ReportError as err:  # reports are advisory: training goes on without them
             log(f"report of step {step} failed: {err}")
-        if (scheduled or save_now(step)) and (args.sharded or rank == 0):
-            save(args, step, rank, world, {"step": step, "model": model.state_dict(),
-                                           "optimizer": optimizer.state_dict()})
+        if scheduled or save_now(step):  # agreed by every rank
+            last_save = time.monotonic()
+            if args.sharded or rank == 0:
+                save(args, step, rank, world, {"step": step, "model": model.state_dict(),
+                                               "optimizer": optimizer.state_dict()})
         if step % 10 == 0:
             log(f"step {step} loss {float(loss):.6f}")
         time.sleep(max(0.0, args.step_seconds - (time.monotonic() - began)))

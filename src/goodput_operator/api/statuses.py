@@ -104,6 +104,14 @@ class PreemptingDict(TypedDict, total=False):
     message: str | None
 
 
+class CheckpointAdviceDict(TypedDict, total=False):
+    intervalSeconds: float
+    saveSeconds: float
+    mtbfSeconds: float
+    nodeFailuresPerDay: float
+    measuredSeconds: float | None
+
+
 class NodeNoticeDict(TypedDict, total=False):
     node: str
     kind: str
@@ -174,6 +182,7 @@ class TrainingJobStatusDict(TypedDict, total=False):
     progress: ProgressDict | None
     sdc: SdcStatusDict | None
     preemption: PreemptingDict | None
+    checkpointAdvice: CheckpointAdviceDict | None
     notice: NodeNoticeDict | None
     incidents: list[IncidentDict]
     goodput: GoodputDict

@@ -669,6 +669,23 @@ class NodeNotice(ApiModel):
     """When the ranks move, saved or not."""
 
 
+class CheckpointAdvice(ApiModel):
+    """The checkpoint interval that maximises this job's goodput (health.advice): Daly's
+    optimum for its measured save cost and the failure rate its group's nodes have shown
+    (their incident scores), and the job's own interval beside it."""
+
+    interval_seconds: float = Field(ge=0)
+    """Seconds of training between saves, advised (sdk.checkpoint_interval() returns it)."""
+    save_seconds: float = Field(ge=0)
+    """What a save stalls training: the median of the job's recent saves."""
+    mtbf_seconds: float = Field(ge=0)
+    """Mean time between failures of the job's nodes together."""
+    node_failures_per_day: float = Field(ge=0)
+    """Failures per node and day in the job's group."""
+    measured_seconds: float | None = Field(default=None, ge=0)
+    """The job's own interval: the median gap between its recent commits."""
+
+
 class TrainingJobStatus(ApiModel):
     """Observed state of the job, written by the operator."""
 
@@ -707,6 +724,10 @@ class TrainingJobStatus(ApiModel):
     preemption: Preempting | None = None
     """While a higher-priority gang preempts this job: by whom, since when, and until when
     its workers may save a checkpoint before they are stopped."""
+    checkpoint_advice: CheckpointAdvice | None = None
+    """The checkpoint interval advised for this job, once a save has been timed and its
+    group has seen a failure; the CheckpointInterval condition says whether the job's own
+    interval is near it."""
     notice: NodeNotice | None = None
     """While a node of the gang is about to go: which, why, and until when the workers may
     save before its ranks move."""

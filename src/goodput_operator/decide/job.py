@@ -31,7 +31,7 @@ from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.statuses import ConditionDict, PlacementDict
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.api.views import JobView
-from goodput_operator.decide import jobstatus, noticing
+from goodput_operator.decide import advising, jobstatus, noticing
 from goodput_operator.decide.attempt import (
     TERMINAL,
     Attempt,
@@ -239,9 +239,13 @@ def decision(snapshot: Snapshot, view: JobView, spec: TrainingJobSpec, done: Pas
     desired, placement = fields(view, done, clock)
     if view.key in snapshot.progress:
         desired["progress"] = snapshot.progress[view.key]
-    if done.placed is not None:
-        conditions = apply_conditions(conditions, [done.placed.condition], view.generation,
-                                      at)
+    advice, interval = advising.advice_for(snapshot, view, spec)
+    if advice is not None or status.get("checkpointAdvice"):
+        desired["checkpointAdvice"] = advice
+    updates = [u for u in (done.placed.condition if done.placed else None, interval)
+               if u is not None]
+    if updates:
+        conditions = apply_conditions(conditions, updates, view.generation, at)
     desired = jobstatus.staged(status, desired, times.parse(
         view.obj["metadata"].get("creationTimestamp")), clock)
     probes, held = start_probes(snapshot, spec.ultra_server_group, done.decided.probe)

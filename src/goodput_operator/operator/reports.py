@@ -89,10 +89,13 @@ def progress_of(report: StepReport, rank: int, now: float, restart: int = 0,
 
 def step_answer(decided: Obj, job: Obj, every: int) -> Obj:
     """The answer to a step report: what was decided of it, the save the job asks for
-    while it is preempted, and how often to report (health.cadence): every step while a
-    save is asked for, so the step it is saved at is voted on."""
+    while it is preempted, how often to report (health.cadence): every step while a save
+    is asked for, so the step it is saved at is voted on; and the checkpoint interval
+    advised for the job (decide.advising), once there is one."""
     save = save_request(job)
-    return {**decided, "every": 1 if save else every, **save}
+    advice = ((job.get("status") or {}).get("checkpointAdvice") or {}).get("intervalSeconds")
+    advised = {"checkpointIntervalSeconds": advice} if advice else {}
+    return {**decided, "every": 1 if save else every, **save, **advised}
 
 
 def inside(path: str, root: str) -> bool:

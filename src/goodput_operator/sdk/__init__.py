@@ -35,8 +35,18 @@ from typing import Any
 from goodput_operator import names
 from goodput_operator.sdk.fingerprint import fingerprint
 
-__all__ = ["ReportError", "Reporter", "commit_checkpoint", "fingerprint", "flush_reports",
-           "report_step", "reporting_every", "save_requested", "spread_phase"]
+__all__ = [
+    "ReportError",
+    "Reporter",
+    "checkpoint_interval",
+    "commit_checkpoint",
+    "fingerprint",
+    "flush_reports",
+    "report_step",
+    "reporting_every",
+    "save_requested",
+    "spread_phase",
+]
 
 QUEUED = 64  # step sends a background reporter holds while the operator is slow or away;
 # past it the oldest go (the newest steps are what hang detection and the votes need)
@@ -79,6 +89,8 @@ class Reporter:
         # the operator's latest ask, from the last step report's answer: {"reason":
         # "Preemption", "by", "deadline"} while the job is being preempted; else None
         self.save_request: dict[str, Any] | None = None
+        # the checkpoint interval the operator advises (status.checkpointAdvice), seconds
+        self.checkpoint_interval: float | None = None
         # report every this many steps, as the operator's last answer asked (it keeps a
         # large gang's reports at about 500 a second); 1 until it says otherwise
         self.every = 1
@@ -296,6 +308,9 @@ class Reporter:
         for body in bodies:
             answer = self.send("step", body)
             self.save_request = answer.get("save")
+            advised = answer.get("checkpointIntervalSeconds")
+            if isinstance(advised, (int, float)) and advised > 0:
+                self.checkpoint_interval = float(advised)
             every = answer.get("every")
             self.every = every if isinstance(every, int) and every >= 1 else 1
         return answer
@@ -338,6 +353,15 @@ def save_requested() -> dict[str, Any] | None:
     writes a shard must save the same step: agree on it first (an all-reduce of the flag,
     as examples/trainer/train.py does), as ranks see the ask steps apart."""
     return _reporter().save_request
+
+
+def checkpoint_interval() -> float | None:
+    """The seconds of training between checkpoints the operator advises for this job: Daly's
+    optimum for the job's measured save cost and its group's failure rate
+    (status.checkpointAdvice, docs/recovery.md); None until it has one. It comes with the
+    answers to step reports, so ranks may see a new value steps apart: agree on when to
+    save (examples/trainer/train.py's --checkpoint-every 0 does)."""
+    return _reporter().checkpoint_interval
 
 
 def report_step(step: int, metrics: Mapping[str, float] | None = None,
