@@ -155,15 +155,29 @@ def test_silent_corruption_on_a_real_replica_rolls_back_to_the_verified_checkpoi
         {reference["results"][0]["fingerprint"]}, "the replay from step 20 is clean"
 
 
-def test_a_real_node_failure_resumes_from_the_last_committed_checkpoint_on_the_spare(
-        real: Real, reference: dict[str, Any], ns: str) -> None:
-    name = f"fail-{uuid.uuid4().hex[:6]}"
+def training(real: Real, ns: str, name: str) -> tuple[dict[str, Any], dict[int, str]]:
+    """The example trainer started as NAME (a step every 2 s): its first committed
+    checkpoint, and its ranks' nodes."""
     apply(real.cluster, trainer_job(real, name, "--step-seconds", "2"), ns)
     committed = wait_for(lambda: (get_job(real.cluster, ns, name).get("status") or {})
                          .get("checkpoint", {}).get("latest"), timeout=180,
                          what="a first committed checkpoint")
     ranks = {r["rank"]: r["node"] for r in
              ranks_of(get_job(real.cluster, ns, name)["status"]["placement"])}
+    return committed, ranks
+
+
+def assert_rank_2_on_the_spare(job: dict[str, Any], ranks: dict[int, str]) -> None:
+    """Rank 2 moved to the spare; every other rank kept its node."""
+    moved = {r["rank"]: r["node"] for r in ranks_of(job["status"]["placement"])}
+    assert moved[2] == SPARE and {k: v for k, v in moved.items() if k != 2} == \
+        {k: v for k, v in ranks.items() if k != 2}
+
+
+def test_a_real_node_failure_resumes_from_the_last_committed_checkpoint_on_the_spare(
+        real: Real, reference: dict[str, Any], ns: str) -> None:
+    name = f"fail-{uuid.uuid4().hex[:6]}"
+    committed, ranks = training(real, ns, name)
     assert sorted(ranks.values()) == US0, "the gang fills the first UltraServer"
     victim = ranks[2]
     pod = next(p for p in job_pods(real.cluster, ns, name)
@@ -176,9 +190,7 @@ def test_a_real_node_failure_resumes_from_the_last_committed_checkpoint_on_the_s
     try:
         job = wait_for(lambda: _running_at(real, ns, name, 1), timeout=240,
                        what="the gang running again after the node failure")
-        moved = {r["rank"]: r["node"] for r in ranks_of(job["status"]["placement"])}
-        assert moved[2] == SPARE and {k: v for k, v in moved.items() if k != 2} == \
-            {k: v for k, v in ranks.items() if k != 2}
+        assert_rank_2_on_the_spare(job, ranks)
         incident = job["status"]["incidents"][-1]
         assert incident["cause"] == "NodeFailure" and victim in incident["nodes"]
         node = json.loads(real.cluster.kubectl("get", "node", victim, "-o", "json").stdout)
@@ -207,20 +219,13 @@ def test_a_spot_notice_saves_then_moves_the_rank_and_training_resumes_from_that_
     equal to the uninterrupted run. The node is not quarantined: nothing is wrong with
     it."""
     name = f"notice-{uuid.uuid4().hex[:6]}"
-    apply(real.cluster, trainer_job(real, name, "--step-seconds", "2"), ns)
-    first = wait_for(lambda: (get_job(real.cluster, ns, name).get("status") or {})
-                     .get("checkpoint", {}).get("latest"), timeout=180,
-                     what="a first committed checkpoint")
-    ranks = {r["rank"]: r["node"] for r in
-             ranks_of(get_job(real.cluster, ns, name)["status"]["placement"])}
+    first, ranks = training(real, ns, name)
     victim = ranks[2]
     sandbox(real, "notice-node", victim, "--kind", "spot")
     try:
         job = wait_for(lambda: _running_at(real, ns, name, 1), timeout=240,
                        what="the gang running again after the notice")
-        moved = {r["rank"]: r["node"] for r in ranks_of(job["status"]["placement"])}
-        assert moved[2] == SPARE and {k: v for k, v in moved.items() if k != 2} == \
-            {k: v for k, v in ranks.items() if k != 2}
+        assert_rank_2_on_the_spare(job, ranks)
         incident = job["status"]["incidents"][-1]
         assert incident["cause"] == "Notice" and incident["nodes"] == [victim], incident
         assert "SpotInterruption notice" in incident["message"], incident
