@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import socket
 import subprocess
 import sys
@@ -72,34 +73,38 @@ def test_with_the_cadence_the_driver_reports_the_steps_the_leader_asks_for() -> 
     assert result["settling"]["sent"] == 2 and result["sent"] == 4  # steps 1, 2 settling
 
 
-@pytest.mark.parametrize(("cadence", "lag"), [
-    ("burst", 0.25),   # every rank at the voted step: rank 1 only its 0.25 s behind rank 0
-    ("spread", 0.75),  # rank 1 a step later (its phase, as the SDK does)
+class AtStep(EveryOther):
+    """EveryOther that also records the gang's step each report was sent at (the driver's
+    loss is 1 / that step): which step a rank sends at, not when a loaded machine's
+    scheduler let it run."""
+
+    at: ClassVar[dict[tuple[int, int], int]] = {}
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.sent.append((body["rank"], body["step"]))
+        self.at[body["rank"], body["step"]] = round(1 / body["metrics"]["loss"])
+        self.answer(200, {"accepted": True, "every": self.every})
+
+
+@pytest.mark.parametrize(("cadence", "phase"), [
+    ("burst", 0),   # every rank at the voted step itself
+    ("spread", 1),  # rank 1 a step later (its phase, as the SDK does)
 ])
 def test_the_driver_sends_each_rank_s_report_at_the_step_the_sdk_would(
-        cadence: str, lag: float) -> None:
+        cadence: str, phase: int) -> None:
     """Two workers at 4 reports a second (each steps every 0.5 s, rank 1 0.25 s after rank
     0), k = 2 after the first answer, 1.9 s measured after 0.5 s settling: steps 1 to 5,
-    the voted steps 2 and 4 sent by both ranks, rank 1 LAG seconds after rank 0."""
-    EveryOther.sent.clear()
-    arrived: dict[tuple[int, int], float] = {}
-    original = EveryOther.do_POST
-
-    def timed(self: EveryOther) -> None:
-        original(self)
-        arrived[EveryOther.sent[-1]] = time.perf_counter()
-
-    EveryOther.do_POST = timed  # type: ignore[method-assign]
-    try:
-        with serving(EveryOther) as url:
-            asyncio.run(_drive(f"{url}/v1/reports/step", [{"token": "t0"}, {"token": "t1"}],
-                               rate=4.0, seconds=1.9, keepalive=True, cadence=cadence,
-                               settle=0.5))
-    finally:
-        EveryOther.do_POST = original  # type: ignore[method-assign]
-    assert EveryOther.sent == [(0, 1), (1, 1), (0, 2), (1, 2), (0, 4), (1, 4)]
+    the voted steps 2 and 4 sent by both ranks, rank 1 PHASE steps after the voted one."""
+    AtStep.sent.clear()
+    AtStep.at.clear()
+    with serving(AtStep) as url:
+        asyncio.run(_drive(f"{url}/v1/reports/step", [{"token": "t0"}, {"token": "t1"}],
+                           rate=4.0, seconds=1.9, keepalive=True, cadence=cadence,
+                           settle=0.5))
+    assert AtStep.sent == [(0, 1), (1, 1), (0, 2), (1, 2), (0, 4), (1, 4)]
     for step in (2, 4):
-        assert abs(arrived[1, step] - arrived[0, step] - lag) < 0.2, (step, arrived)
+        assert (AtStep.at[0, step], AtStep.at[1, step]) == (step, step + phase), AtStep.at
 
 
 def test_k_is_given_time_to_reach_every_worker_before_the_cadence_level_is_measured() -> None:
