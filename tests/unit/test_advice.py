@@ -69,12 +69,12 @@ def test_no_advice_without_something_to_rest_it_on(scores: float, age: float,
     assert advice.advise(scores, 8, 2, 14, age, history) is None
 
 
-def advised_job() -> tuple[Any, Obj]:
-    """A job on us0-n0, us0-n1 with three timed saves 20 s apart, in a group 30 days old
-    whose us1-n3 failed a day ago."""
+def advised_job(owner: Obj | None = None) -> tuple[Any, Obj]:
+    """A job on us0-n0, us0-n1 with three timed saves 20 s apart (OWNER: that job as a
+    pass before left it), in a group 30 days old whose us1-n3 failed a day ago."""
     history = [{"step": 10 * i, "path": f"/ckpt/{i}", "time": millis(NOW - 60 + 20 * i),
                 "saveSeconds": 2.0, "verified": True} for i in range(3)]
-    owner = job(status={**RUNNING_2, "checkpoint": {"history": history}})
+    owner = owner or job(status={**RUNNING_2, "checkpoint": {"history": history}})
     bodies = nodes()
     bodies["us1-n3"] = quarantined(bodies["us1-n3"], "NodeNotReady", NOW - DAY)
     spec = group_spec()
@@ -99,6 +99,12 @@ def test_a_job_is_advised_in_its_status_and_told_when_its_interval_is_far_off() 
                    if c["type"] == "CheckpointInterval"]
     assert (condition["status"], condition["reason"]) == ("False", "FarFromAdvice")
     assert "the job's own: 20s" in condition["message"]
+    [event] = [e for e in decision.events if e.reason == "CheckpointIntervalFarOff"]
+    assert event.type == "Warning" and event.message == condition["message"]
+    _, owner = advised_job()
+    owner["status"]["conditions"] = decision.desired["conditions"]  # the pass after
+    assert not [e for e in advised_job(owner)[0].events
+                if e.reason == "CheckpointIntervalFarOff"]
 
 
 def test_the_advice_reaches_the_trainer_with_the_answers_to_its_reports() -> None:

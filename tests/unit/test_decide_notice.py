@@ -46,6 +46,11 @@ def test_a_notice_asks_the_gang_to_save_and_keeps_it_running_meanwhile() -> None
     assert decision.wake_at is not None and decision.wake_at <= NOTICED + 120
     assert save_request({"status": decision.desired}) == {"save": {
         "reason": "SpotInterruption", "by": "node/us0-n1", "deadline": deadline}}
+    [event] = [e for e in decision.events if e.reason == "NodeNotice"]
+    assert event.type == "Warning" and "SpotInterruption notice on node us0-n1" in event.message
+    again = running()
+    again["status"]["notice"] = decision.desired["notice"]  # the pass after: said once
+    assert not [e for e in decided(again).events if e.reason == "NodeNotice"]
 
 
 def test_once_saved_its_ranks_move_to_a_spare_and_resume_from_that_save() -> None:

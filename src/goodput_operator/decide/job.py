@@ -27,7 +27,7 @@ from typing import Any
 
 from goodput_operator import times
 from goodput_operator.api.base import MESSAGE_LENGTH, SHORT_MESSAGE_LENGTH
-from goodput_operator.api.conditions import set_condition
+from goodput_operator.api.conditions import get_condition, set_condition
 from goodput_operator.api.statuses import ConditionDict, PlacementDict
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.api.views import JobView
@@ -261,20 +261,37 @@ def decision(snapshot: Snapshot, view: JobView, spec: TrainingJobSpec, done: Pas
         desired["notice"] = notice
     quota = finished(snapshot, done.quota, view, desired)
     desired |= where(snapshot, quota)
-    phase, message = desired.get("phase"), desired.get("message") or ""
-    phase_event = [Event("Warning" if phase == "Failed" else "Normal", phase, message)] \
-        if phase != status.get("phase") and phase in (
-            "Running", "Succeeded", "Failed", "Suspended") else []
     wakes = [done.decided.wake_at, done.yielded.wake_at, done.grown.wake_at, deadline,
              jobstatus.refresh_due(desired, status, clock, snapshot.refresh_seconds)]
     return JobDecision(
-        view.obj, status, desired, [*done.events, *phase_event], done.decided, placement,
+        view.obj, status, desired, [*done.events, *news(status, desired)], done.decided,
+        placement,
         fresh=done.placed is not None and done.placed.placement is not None, spec=spec,
         observed={p["metadata"]["name"]: p for p in done.pods},
         reservations=done.reservations, probes=probes,
         wake_at=min((w for w in wakes if w is not None), default=None),
         placement_seconds=done.placed.placement_seconds if done.placed else None,
         pending_seconds=done.placed.pending_seconds if done.placed else None, quota=quota)
+
+
+def news(status: Obj, desired: JobStatus) -> list[Event]:
+    """The events this pass's status changes are worth: a phase a person waits for, a
+    node's notice first seen, the checkpoint interval turning far from its advice."""
+    found = []
+    phase, message = desired.get("phase"), desired.get("message") or ""
+    if phase != status.get("phase") and phase in ("Running", "Succeeded", "Failed",
+                                                  "Suspended"):
+        found.append(Event("Warning" if phase == "Failed" else "Normal", phase, message))
+    notice = desired.get("notice")
+    if notice and (status.get("notice") or {}).get("node") != notice.get("node"):
+        found.append(Event("Warning", "NodeNotice", (
+            f"{notice.get('kind')} notice on node {notice.get('node')}: saving a checkpoint "
+            f"now; its ranks move once saved, by {notice.get('deadline')}")))
+    was = get_condition(status.get("conditions") or [], "CheckpointInterval") or {}
+    now = get_condition(desired.get("conditions") or [], "CheckpointInterval") or {}
+    if now.get("status") == "False" and was.get("status") != "False":
+        found.append(Event("Warning", "CheckpointIntervalFarOff", now.get("message") or ""))
+    return found
 
 
 def fields(view: JobView, done: Pass, clock: float) -> tuple[JobStatus, PlacementDict | None]:
