@@ -69,14 +69,16 @@ def test_no_advice_without_something_to_rest_it_on(scores: float, age: float,
     assert advice.advise(scores, 8, 2, 14, age, history) is None
 
 
-def advised_job(owner: Obj | None = None) -> tuple[Any, Obj]:
+def advised_job(owner: Obj | None = None, hold_for: str = "") -> tuple[Any, Obj]:
     """A job on us0-n0, us0-n1 with three timed saves 20 s apart (OWNER: that job as a
-    pass before left it), in a group 30 days old whose us1-n3 failed a day ago."""
+    pass before left it), in a group 30 days old whose us1-n3 failed a day ago (HOLD_FOR:
+    or was held for a probe a tenant's reports asked for)."""
     history = [{"step": 10 * i, "path": f"/ckpt/{i}", "time": millis(NOW - 60 + 20 * i),
                 "saveSeconds": 2.0, "verified": True} for i in range(3)]
     owner = owner or job(status={**RUNNING_2, "checkpoint": {"history": history}})
     bodies = nodes()
-    bodies["us1-n3"] = quarantined(bodies["us1-n3"], "NodeNotReady", NOW - DAY)
+    bodies["us1-n3"] = quarantined(bodies["us1-n3"], "NodeNotReady", NOW - DAY,
+                                   owner=hold_for)
     spec = group_spec()
     group = group_object(spec)
     group["metadata"]["creationTimestamp"] = millis(NOW - 30 * DAY)
@@ -124,3 +126,18 @@ def test_the_advice_reaches_the_trainer_with_the_answers_to_its_reports() -> Non
         assert reporter.checkpoint_interval is None
         reporter.report_step(1)
         assert reporter.checkpoint_interval == interval
+
+
+def test_a_tenant_s_reports_cannot_move_another_team_s_advice() -> None:
+    """A node held for a probe a tenant's votes asked for is no failure of the node's
+    (TENANCY.md: evidence asks, never decides): it adds nothing to the group's rate."""
+    decision, _ = advised_job(hold_for="team-a/noisy")
+    assert "checkpointAdvice" not in decision.desired
+    assert not [c for c in decision.desired["conditions"] if c["type"] == "CheckpointInterval"]
+
+
+def test_a_finished_job_keeps_its_last_advice_and_costs_no_status_write_for_it() -> None:
+    decision, owner = advised_job()
+    done = {**owner, "status": {**owner["status"], "phase": "Succeeded",
+                                "checkpointAdvice": decision.desired["checkpointAdvice"]}}
+    assert "checkpointAdvice" not in advised_job(done)[0].desired

@@ -9,17 +9,16 @@ from goodput_operator import times
 from goodput_operator.api.statuses import CheckpointAdviceDict
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.api.views import JobView
-from goodput_operator.decide.attempt import Spots
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.types import ConditionUpdate
 from goodput_operator.health.advice import Advice, advise
 from goodput_operator.health.quarantine import decayed
 
 
-def advice_for(snapshot: Snapshot, view: JobView, spec: TrainingJobSpec
+def advice_for(snapshot: Snapshot, view: JobView, spec: TrainingJobSpec, gang: list[str]
                ) -> tuple[CheckpointAdviceDict | None, ConditionUpdate | None]:
-    """The advice for the job VIEW shows (None: nothing to rest it on yet) and its
-    condition."""
+    """The advice for the job VIEW shows, placed on the nodes GANG (None: nothing to rest
+    it on yet), and its condition."""
     name = spec.ultra_server_group
     fleet, group = snapshot.fleets[name], snapshot.groups[name]
     half_life = group.quarantine.lemon_half_life_days
@@ -28,7 +27,7 @@ def advice_for(snapshot: Snapshot, view: JobView, spec: TrainingJobSpec
         if n.lemon_raised[0] > 0))
     created = times.parse(((snapshot.group_objects.get(name) or {}).get("metadata") or {})
                           .get("creationTimestamp"))
-    nodes = len(Spots(view.status.get("placement")).nodes()) or spec.workers
+    nodes = len(gang) or spec.workers
     history = (view.status.get("checkpoint") or {}).get("history") or []
     advice = advise(scores, len(fleet.nodes), nodes, half_life,
                     snapshot.clock - (created or snapshot.clock), history)

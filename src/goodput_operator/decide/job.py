@@ -239,8 +239,11 @@ def decision(snapshot: Snapshot, view: JobView, spec: TrainingJobSpec, done: Pas
     desired, placement = fields(view, done, clock)
     if view.key in snapshot.progress:
         desired["progress"] = snapshot.progress[view.key]
-    advice, interval = advising.advice_for(snapshot, view, spec)
-    if advice is not None or status.get("checkpointAdvice"):
+    live = desired.get("phase") not in TERMINAL  # a finished job's advice stays as it was
+    gang = Spots(view.status.get("placement")).nodes() if live else []
+    advice, interval = advising.advice_for(snapshot, view, spec, gang) if live \
+        else (None, None)
+    if advice is not None or (live and status.get("checkpointAdvice")):
         desired["checkpointAdvice"] = advice
     updates = [u for u in (done.placed.condition if done.placed else None, interval)
                if u is not None]
@@ -255,8 +258,8 @@ def decision(snapshot: Snapshot, view: JobView, spec: TrainingJobSpec, done: Pas
                                   spec, placement, clock)
     desired = jobstatus.booked({**desired, "observedGeneration": view.generation}, status,
                                clock, snapshot.refresh_seconds)
-    notice, deadline = noticing.pending(snapshot, view) if desired.get("phase") == "Running" \
-        else (None, None)
+    notice, deadline = noticing.pending(snapshot, view, gang) \
+        if desired.get("phase") == "Running" else (None, None)
     if notice is not None or status.get("notice"):
         desired["notice"] = notice
     quota = finished(snapshot, done.quota, view, desired)

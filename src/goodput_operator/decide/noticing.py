@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from goodput_operator import times
 from goodput_operator.api.statuses import NodeNoticeDict
 from goodput_operator.api.views import JobView
-from goodput_operator.decide.attempt import Lost, Spots
+from goodput_operator.decide.attempt import Lost
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.health.notices import Notice, notice_of
 from goodput_operator.topology.model import Fleet
@@ -30,43 +30,37 @@ def notices(snapshot: Snapshot, fleet: Fleet, nodes: Iterable[str]) -> list[Noti
     seen. Only a cordoned node can carry one (topology.model.node_state): a gang's other
     nodes cost a lookup, not a look at their taints."""
     found = []
-    for name in sorted(set(nodes)):
+    for name in set(nodes):
         member, node = fleet.nodes.get(name), snapshot.nodes.get(name)
         notice = None if node is None or member is None or member.state != "cordoned" \
             else notice_of(name, node, snapshot.noticed.get(name, snapshot.clock))
         if notice is not None:
             found.append(notice)
-    return found
-
-
-def gone_at(view: JobView, notice: Notice, clock: float) -> float | None:
-    """When NOTICE's node stops counting for the job: the commit of the first checkpoint
-    after the notice, or its deadline; None while neither has come."""
-    latest = ((view.status.get("checkpoint") or {}).get("latest") or {})
-    saved = times.parse(latest.get("time"))
-    if saved is not None and saved >= notice.since:
-        return saved
-    return notice.deadline if clock >= notice.deadline else None
+    return sorted(found, key=lambda n: n.node)
 
 
 def lost_to(view: JobView, notice: Notice, clock: float) -> Lost | None:
-    """NOTICE's node as lost to the job, once saved or out of time (gone_at)."""
-    gone = gone_at(view, notice, clock)
-    if gone is None:
-        return None
+    """NOTICE's node as lost to the job, from the commit of the first checkpoint after the
+    notice, or from its deadline; None while neither has come."""
     latest = ((view.status.get("checkpoint") or {}).get("latest") or {})
-    how = (f"saved at step {latest.get('step')}" if gone != notice.deadline
-           else "the deadline passed unsaved")
+    saved = times.parse(latest.get("time"))
+    if saved is not None and saved >= notice.since:
+        gone, how = saved, f"saved at step {latest.get('step')}"
+    elif clock >= notice.deadline:
+        gone, how = notice.deadline, "the deadline passed unsaved"
+    else:
+        return None
     return Lost(f"{notice.kind} notice on the node ({notice.key}); {how}", gone, NOTICE)
 
 
-def pending(snapshot: Snapshot, view: JobView) -> tuple[NodeNoticeDict | None, float | None]:
-    """The notice the running gang must save for (the earliest pending on its nodes; None:
-    none), and when the pass must look again (its deadline)."""
+def pending(snapshot: Snapshot, view: JobView, gang: Iterable[str]
+            ) -> tuple[NodeNoticeDict | None, float | None]:
+    """The notice the running gang on the nodes GANG must save for (the earliest pending;
+    None: none), and when the pass must look again (its deadline)."""
     assert view.spec is not None
     fleet = snapshot.fleets[view.spec.ultra_server_group]
-    waiting = [n for n in notices(snapshot, fleet, Spots(view.status.get("placement")).nodes())
-               if gone_at(view, n, snapshot.clock) is None]
+    waiting = [n for n in notices(snapshot, fleet, gang)
+               if lost_to(view, n, snapshot.clock) is None]
     if not waiting:
         return None, None
     first = min(waiting, key=lambda n: (n.deadline, n.node))
