@@ -60,6 +60,8 @@ echo
 kubectl get usg trn2-pool
 echo
 $BIN/goodput topology --output "$STATE/fleet.svg"
+echo
+$BIN/goodput report --svg "$STATE/accounting.svg"
 cat <<EOT
 
 The sandbox and the operator keep running:

@@ -236,3 +236,15 @@ def _has_default_sa(core: Any, namespace: str) -> bool:
             return False
         raise
     return True
+
+
+@pytest.fixture(scope="session")
+def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real S3-compatible server on the host: versitygw, built from its Go module on
+    first use (sandbox/objectstore.py), for checkpoints on an object store."""
+    from goodput_operator.sandbox.objectstore import ObjectStoreServer
+
+    server = ObjectStoreServer(tmp_path_factory.mktemp("objectstore"))
+    server.start()
+    yield server
+    server.stop()

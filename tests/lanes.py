@@ -398,8 +398,8 @@ def main(argv: Sequence[str]) -> int:
     for spec in LANES:
         spec.audit_file().unlink(missing_ok=True)  # a file from the last run is not this one's
     run.declare("host packages", "kubernetes", "etcd", "kwok", "helm", "coredns",
-                "kueue", *(c.name for c in KIND_COMPONENTS), "images", "kind image", "ruff",
-                "mypy", "generated files", "unit",
+                "versitygw", "kueue", *(c.name for c in KIND_COMPONENTS), "images",
+                "kind image", "ruff", "mypy", "generated files", "unit",
                 *(f"lane {spec.name}" for spec in LANES))
     stop = threading.Event()
     threading.Thread(target=ticker, args=(run, stop), daemon=True).start()

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import yaml
 
-from goodput_operator import __version__, cli_faults, cli_kind
+from goodput_operator import __version__, cli_faults, cli_kind, cli_report
 from goodput_operator.sandbox import (
     build,
     cluster,
@@ -54,6 +54,9 @@ def _sandbox_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     help="also build (first time) and run these peers beside the control "
                          f"plane, for head-to-head runs: {', '.join(PEERS)} "
                          "(bench/README.md)")
+    up.add_argument("--object-store", action="store_true",
+                    help="also build (first time) and run an S3-compatible server (versitygw) "
+                         "for checkpoint.dir s3://... (docs/recovery.md)")
     up.add_argument("--prometheus-url", default="http://127.0.0.1:9090", metavar="URL",
                     help="the Prometheus the hpa peer's prometheus-adapter reads "
                          "(default %(default)s)")
@@ -134,6 +137,7 @@ def parser() -> argparse.ArgumentParser:
     from goodput_operator.simulate import command as simulate
 
     simulate.add_parser(sub)
+    cli_report.add_parser(sub)
     return root
 
 
@@ -278,6 +282,14 @@ def _up(box: cluster.Sandbox, args: argparse.Namespace) -> int:
         scalers.start_adapter(box, args.prometheus_url)
     if "keda" in args.peers:
         scalers.start_keda(box)
+    if args.object_store:
+        from goodput_operator.sandbox import objectstore
+
+        store = objectstore.start_for(box)
+        literals = " ".join(f"--from-literal={k}={v}" for k, v in store.items())
+        print(f"S3-compatible server (versitygw) at {store['AWS_ENDPOINT_URL']}; a job's "
+              f"checkpoint.credentialsSecret:\n  kubectl create secret generic store "
+              f"{literals}")
     print(fleet.summary(chosen))
     print(f"\nkubeconfig: {box.kubeconfig}\n"
           f"  eval $(goodput sandbox env --name {box.name})   # KUBECONFIG + kubectl v1.36\n"
@@ -391,6 +403,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_node(args)
         if args.command == "placement":
             return _run_placement(args)
+        if args.command == "report":
+            return cli_report.run(args)
         if args.command == "plan":
             from goodput_operator.simulate import command as simulate
 

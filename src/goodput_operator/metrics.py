@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 JOBS = Gauge("goodput_trainingjobs", "TrainingJobs by phase", ["phase"])
@@ -102,6 +105,34 @@ API_REQUEST_SECONDS = Histogram(
     "pods, trainingjobs/status): where a busy pass's seconds go",
     ["method", "resource"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+GROUP_ACCELERATOR_SECONDS = Gauge(
+    "goodput_group_accelerator_seconds",
+    "An UltraServerGroup's accelerator-seconds since its accounting began, by state "
+    "(productive, serving, badput, idle, standby, spare, quarantined, unavailable, other, "
+    "unobserved) and badput cause: status.accounting, which adds up to the whole",
+    ["group", "state", "cause"])
+NAMESPACE_ACCELERATOR_SECONDS = Gauge(
+    "goodput_namespace_accelerator_seconds",
+    "A namespace's accelerator-seconds in an UltraServerGroup, by state (productive, "
+    "serving, standby, badput) and badput cause (status.accounting.namespaces)",
+    ["group", "namespace", "state", "cause"])
+
+
+def account(group: str, accounting: Mapping[str, Any]) -> None:
+    """GROUP's status.accounting as the two accelerator-seconds gauges."""
+    for state, value in accounting.items():
+        if isinstance(value, int | float) and state not in ("acceleratorSeconds",
+                                                             "namespacesOmitted"):
+            GROUP_ACCELERATOR_SECONDS.labels(group, state, "").set(value)
+    for cause, value in (accounting.get("badput") or {}).items():
+        GROUP_ACCELERATOR_SECONDS.labels(group, "badput", cause).set(value)
+    for entry in accounting.get("namespaces") or []:
+        namespace = entry.get("namespace", "")
+        for state in ("productive", "serving", "standby"):
+            NAMESPACE_ACCELERATOR_SECONDS.labels(group, namespace, state, "").set(
+                entry.get(state, 0))
+        for cause, value in (entry.get("badput") or {}).items():
+            NAMESPACE_ACCELERATOR_SECONDS.labels(group, namespace, "badput", cause).set(value)
 
 
 SERIES_SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),

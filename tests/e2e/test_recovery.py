@@ -4,13 +4,18 @@ UltraServers (2 x 4 nodes), with the operator as a real process."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from goodput_operator import names
-from goodput_operator.sdk import Reporter, ReportError
+from goodput_operator import cli, names
+from goodput_operator.sdk import Reporter, ReportError, checkpoint
+from goodput_operator.sdk.objectstore import ObjectStore
 from goodput_operator.times import parse
 from goodput_operator.topology.record import ranks_of
 from tests.conftest import Cluster, wait_for
@@ -155,6 +160,46 @@ def test_a_failed_node_is_quarantined_and_the_spare_of_its_ultraserver_takes_its
     assert entry["quarantinedNodes"] == [victim] and entry["health"] == "Degraded"
     assert status["totals"]["quarantined"] == 1
     assert "goodput_recovery_seconds_count" in e2e.metrics()
+    accounted_in_full(crds, group, namespace)
+
+
+def report(cluster: Cluster, group: str) -> dict[str, Any]:
+    """`goodput report --json` for GROUP, as a user runs it."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["report", "--json", "--group", group, "--kubeconfig",
+                         str(cluster.kubeconfig)]) == 0
+    found: dict[str, Any] = json.loads(out.getvalue())["groups"][0]
+    return found
+
+
+def accounted_in_full(cluster: Cluster, group: str, namespace: str) -> None:
+    """Every accelerator-second of GROUP in one state, the states adding up to the whole at
+    each read; once written (at most a minute apart): the failed node's quarantine, the
+    two healthy ranks' wait for the lost one as detection (what the job's books say times
+    their 32 accelerators, give or take a second of the passes that saw it begin and end),
+    and the work redone after the restart moved from productive: the job's books times
+    the 48 accelerators that did it, or less where the group had counted less of it
+    productive (the passes see a stretch begin a little after the books do, and this
+    job ran for about a second before its node failed)."""
+    last: list[dict[str, Any]] = []
+
+    def told() -> dict[str, Any] | None:
+        found = report(cluster, group)
+        books = get_job(cluster, namespace, "llama")["status"]["goodput"]["lostSeconds"]
+        last[:] = [found, books]
+        assert found["accounted"] == pytest.approx(found["acceleratorSeconds"], abs=0.05)
+        mine = next((n for n in found["namespaces"] if n["namespace"] == namespace), {})
+        badput = mine.get("badput") or {}
+        return found if found["rows"]["quarantined"] > 0 and mine["productive"] > 0 and \
+            badput.get("detection") == pytest.approx(books["detection"] * 32, abs=32) and \
+            0 < badput.get("lostWork", 0) <= books["lostWork"] * 48 + 0.01 else None
+    try:
+        found = wait_for(told, timeout=90, what="the quarantine and the badput in the accounting")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; the report and the job's books: {json.dumps(last)}"
+                             ) from None
+    assert found["rows"]["idle"] > 0 and found["jobs"][0]["acceleratorSeconds"] > 0
 
 
 def test_two_failures_move_the_gang_and_a_job_with_no_placement_left_waits_for_a_heal(
@@ -356,3 +401,46 @@ def test_a_checkpoint_a_worker_finds_corrupt_is_never_resumed_from(
     assert job["status"]["incidents"][-1]["resumeFrom"]["step"] == 100
     for pod in job_pods(crds, namespace, "ckpt"):
         assert env_of(pod)["GOODPUT_RESUME_FROM"] == "/fsx/ckpt/step-100"
+
+
+def test_a_job_saves_to_the_sandbox_s3_server_and_resumes_from_it_after_a_failure(
+        e2e: Operator, crds: Cluster, namespace: str, make_group: Any, faults: Faults,
+        object_store: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """checkpoint.dir s3://...: the workers get the Secret's keys; rank 0 saves through the
+    SDK to the real S3 server and commits; a node fails; the replacement's resume point is
+    that object store step, and it loads it on another node, bit for bit."""
+    group = make_group(spares={"perDomain": 1})
+    crds.kubectl("create", "secret", "generic", "store", "-n", namespace,
+                 *(f"--from-literal={k}={v}" for k, v in object_store.env().items()))
+    apply(crds, training_job("gpt", group, 2, checkpoint={
+        "dir": "s3://ckpt/gpt", "credentialsSecret": "store"}), namespace)
+    job = wait_phase(crds, namespace, "gpt", "Running")
+    rank0 = job_pods(crds, namespace, "gpt")[0]
+    keys = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in rank0["spec"]["containers"][0]
+            ["env"] if "valueFrom" in e and e["name"].startswith("AWS_")}
+    assert keys["AWS_SECRET_ACCESS_KEY"] == {"name": "store", "key": "AWS_SECRET_ACCESS_KEY",
+                                             "optional": False}
+
+    for key, value in object_store.env().items():  # what the kubelet gives the worker
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("GOODPUT_CHECKPOINT_LOCAL", str(tmp_path / "rank0-node"))
+    ObjectStore.from_env().create_bucket("ckpt")
+    state = os.urandom(1 << 20)
+    reporter = Reporter(e2e.report_url, worker_token(crds, namespace,
+                                                     rank0["metadata"]["name"]))
+    _, digest = checkpoint.save(40, lambda folder: (folder / "model.bin").write_bytes(state),
+                                root=env_of(rank0)["GOODPUT_CHECKPOINT_DIR"], reporter=reporter)
+    latest = get_job(crds, namespace, "gpt")["status"]["checkpoint"]["latest"]
+    assert (latest["path"], latest["digest"]) == ("s3://ckpt/gpt/step-00000040", digest)
+
+    faults.fail(ranks(job)[1])
+    job = running_again(crds, namespace, "gpt", 1)
+    assert job["status"]["incidents"][-1]["resumeFrom"]["path"] == latest["path"]
+    moved = next(p for p in job_pods(crds, namespace, "gpt")
+                 if p["metadata"]["labels"][names.RANK_LABEL] == "1")
+    monkeypatch.setenv("GOODPUT_CHECKPOINT_LOCAL", str(tmp_path / "spare-node"))
+    point = checkpoint.resume_point(env_of(moved))
+    assert point is not None and (point.step, point.path) == (40, latest["path"])
+    loaded = checkpoint.verified(point, reporter)
+    assert loaded.is_relative_to(tmp_path / "spare-node")  # fetched from the store
+    assert (loaded / "model.bin").read_bytes() == state

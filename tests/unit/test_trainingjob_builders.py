@@ -43,7 +43,21 @@ def job(**spec: Any) -> dict[str, Any]:
 
 
 def env_of(pod: dict[str, Any], container: int = 0) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in pod["spec"]["containers"][container]["env"]}
+    return {e["name"]: e["value"] for e in pod["spec"]["containers"][container]["env"]
+            if "value" in e}
+
+
+def test_an_object_store_s_keys_come_from_the_job_s_secret_by_the_kubelet() -> None:
+    pod = build.worker_pod(job(checkpoint={"dir": "s3://ckpt/llama",
+                                           "credentialsSecret": "store"}), 0, 0, TRN2)
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in pod["spec"]["containers"][0]
+            ["env"] if "valueFrom" in e}
+    assert refs["AWS_ACCESS_KEY_ID"] == {"name": "store", "key": "AWS_ACCESS_KEY_ID",
+                                         "optional": False}
+    assert refs["AWS_ENDPOINT_URL"]["optional"] is True
+    assert env_of(pod)["GOODPUT_CHECKPOINT_DIR"] == "s3://ckpt/llama"
+    assert not any("valueFrom" in e for e in build.worker_pod(job(), 0, 0, TRN2)["spec"]
+                   ["containers"][0]["env"])
 
 
 def test_pods_are_born_gated_owned_and_labelled() -> None:

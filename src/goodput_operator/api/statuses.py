@@ -302,6 +302,42 @@ class HeldEvidenceDict(TypedDict, total=False):
     evidence: str
 
 
+class BadputSecondsDict(TypedDict, total=False):
+    launch: float
+    detection: float
+    replacement: float
+    restart: float
+    lostWork: float
+    checkpoint: float
+
+
+class NamespaceAccountDict(TypedDict, total=False):
+    namespace: str
+    productive: float
+    serving: float
+    standby: float
+    badput: BadputSecondsDict
+    total: float
+
+
+class AccountingDict(TypedDict, total=False):
+    since: str | None
+    asOf: str | None
+    acceleratorSeconds: float
+    productive: float
+    serving: float
+    badput: BadputSecondsDict
+    idle: float
+    standby: float
+    spare: float
+    quarantined: float
+    unavailable: float
+    other: float
+    unobserved: float
+    namespaces: list[NamespaceAccountDict]
+    namespacesOmitted: int
+
+
 class UltraServerGroupStatusDict(TypedDict, total=False):
     observedGeneration: int | None
     health: Literal["Healthy", "Degraded", "Failed", "Empty"] | None
@@ -312,4 +348,5 @@ class UltraServerGroupStatusDict(TypedDict, total=False):
     ignoredPodsOmitted: int
     heldEvidence: list[HeldEvidenceDict]
     heldEvidenceOmitted: int
+    accounting: AccountingDict | None
     conditions: list[ConditionDict]

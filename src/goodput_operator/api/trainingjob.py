@@ -131,9 +131,22 @@ class Elastic(ApiModel):
 class Checkpoint(ApiModel):
     """Where checkpoints live and whether only verified ones are resumed from."""
 
+    model_config = rules(
+        cel("!has(self.credentialsSecret) || (has(self.dir) && self.dir.startsWith('s3://'))",
+            "credentialsSecret is for an object store: set dir to s3://bucket/prefix",
+            ".credentialsSecret"),
+    )
+
     dir: str | None = Field(default=None, min_length=1, max_length=4096)
-    """Directory or URI (s3://, /fsx/...) the job writes checkpoints to; passed to workers
-    as GOODPUT_CHECKPOINT_DIR."""
+    """Directory or URI (s3://bucket/prefix, /fsx/...) the job writes checkpoints to; passed
+    to workers as GOODPUT_CHECKPOINT_DIR. The SDK saves to s3:// through a node-local copy
+    and a commit object per step (docs/recovery.md#checkpoints-on-an-object-store)."""
+    credentials_secret: str | None = Field(default=None, max_length=253,
+                                           pattern=DNS_SUBDOMAIN)
+    """A Secret in the job's namespace holding the object store's AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY (and, if set, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL):
+    every worker gets them as environment variables (the kubelet reads the Secret; the
+    operator never does). Only with an s3:// dir."""
     verify: bool = False
     """Resume only from checkpoints whose step the replicas' fingerprints agreed on
     (needs sdc.crossReplicaCheck); false: from the newest committed one."""

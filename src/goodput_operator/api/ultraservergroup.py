@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from goodput_operator import names
+from goodput_operator.api.accounting import Accounting
 from goodput_operator.api.base import (
     LABEL_KEY,
     MESSAGE_LENGTH,
@@ -259,6 +260,11 @@ class UltraServerGroupSpec(ApiModel):
     nodes over NVLink. false: for clusters without the driver (a gang then uses NVLink only
     inside each node)."""
 
+    price_per_accelerator_hour: float | None = Field(default=None, ge=0, le=1_000_000)
+    """What one accelerator-hour of this group costs (any currency): `goodput report`
+    turns status.accounting's accelerator-seconds into cost per namespace, per state and
+    per job with it. Unset: no costs are shown."""
+
     @field_validator("node_selector")
     @classmethod
     def _not_on_own_labels(cls, selector: dict[str, str]) -> dict[str, str]:
@@ -385,6 +391,9 @@ class UltraServerGroupStatus(ApiModel):
     """Blame not acted on yet (the oldest 32): which node, why, and whose reports."""
     held_evidence_omitted: int = Field(default=0, ge=0)
     """Held evidence left out of `heldEvidence`."""
+    accounting: Accounting | None = None
+    """Where the group's accelerator-seconds went, by state and by namespace
+    (api/accounting.py); the states add up to the whole."""
     conditions: list[Condition] = conditions_field()
     """Ready, Degraded, StormGuard, MisShaped, Overlapping (another, older group keeps some
     of the nodes the selector matches), ProbesScheduled, ProbesInconclusive (a quarantined

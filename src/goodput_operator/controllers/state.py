@@ -46,7 +46,7 @@ from goodput_operator.decide.priority import (
 from goodput_operator.decide.snapshot import Key, Scaled, Snapshot
 from goodput_operator.decide.turns import TurnKey
 from goodput_operator.decide.types import Memo, OwnerKey, Refusal, Reservation
-from goodput_operator.health import badput
+from goodput_operator.health import accounting, badput
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.probing import Inconclusive
 from goodput_operator.health.quarantine import Finding, Renewal
@@ -283,6 +283,8 @@ class State:
         self.inconclusive: dict[str, Inconclusive] = {}  # node -> its last run proved nothing
         self.last_sweep: dict[str, float] = {}  # group -> last scheduled probe sweep
         self.group_written: dict[str, float] = {}  # group -> last status write
+        self.accounts: dict[str, accounting.Ledger] = {}  # group -> its accounting
+        self.accounted: dict[str, accounting.Seen] = {}  # job uid -> as its accounting saw it
         self.endpoints: dict[tuple[str, str], Obj] = {}
         # Kueue (decide.quota): Workloads, ResourceFlavors' node labels, whether served
         self.workloads: dict[tuple[str, str], Obj] = {}
@@ -342,7 +344,7 @@ class State:
             inconclusive=dict(self.inconclusive), progress=dict(self.progress),
             steps=dict(self.steps), paces=dict(self.paces), stragglers=dict(self.stragglers),
             probe_image=self.settings.probe_image, last_sweep=self.last_sweep,
-            group_written=self.group_written,
+            group_written=self.group_written, accounts=self.accounts, accounted=self.accounted,
             renewing=self.renewing, device_taints=self.device_taints,
             scaled=self.scaled,
             refused=self.refused, memo=self.fits,
@@ -470,6 +472,7 @@ class State:
         self.groups.pop(name, None)
         self.group_objects.pop(name, None)
         self.fleets.pop(name, None)
+        self.accounts.pop(name, None)
         self._rebuild_fleets()
         self.wake.set()
 

@@ -53,6 +53,7 @@ async def reconcile_groups(state: State, kube: Kube, now: float) -> asyncio.Futu
     failures: list[Failure] = []
     decisions = decide_groups(snapshot, failures)
     log_failures(failures)
+    keep_accounts(state, decisions)
     writes = []
     for decision in decisions:
         events = await _guarded(state, decision.name, apply_group(state, kube, decision, now))
@@ -61,6 +62,18 @@ async def reconcile_groups(state: State, kube: Kube, now: float) -> asyncio.Futu
                                    write_group(state, kube, decision, events, now)))
     label_nodes(state, kube, [label for d in decisions for label in d.labels])
     return asyncio.ensure_future(asyncio.gather(*writes))
+
+
+def keep_accounts(state: State, decisions: list[GroupDecision]) -> None:
+    """Each group's accounting as this pass counted it (the next pass goes on from it,
+    written or not) and its jobs as seen; its figures as metrics."""
+    state.accounted = {}
+    for decision in decisions:
+        if decision.ledger is None:
+            continue
+        state.accounts[decision.name] = decision.ledger
+        state.accounted.update(decision.seen)
+        metrics.account(decision.name, decision.desired.get("accounting") or {})
 
 
 async def _guarded(state: State, name: str, work: Awaitable[T]) -> T | None:

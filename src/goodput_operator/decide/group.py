@@ -26,6 +26,7 @@ from goodput_operator.api.ultraservergroup import (
     UltraServerGroupSpec,
 )
 from goodput_operator.api.ultraservergroup import Quarantine as QuarantinePolicy
+from goodput_operator.decide.attempt import books_of
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.decide.standby import standby_map
 from goodput_operator.decide.types import (
@@ -35,9 +36,9 @@ from goodput_operator.decide.types import (
     ProbeStart,
     apply_conditions,
 )
-from goodput_operator.health import cron
+from goodput_operator.health import accounting, cron
 from goodput_operator.health import quarantine as q
-from goodput_operator.topology.model import Domain, Fleet
+from goodput_operator.topology.model import Domain, Fleet, trainingjob_owner
 
 Obj = dict[str, Any]
 STATUS_INTERVAL = 2.0  # seconds between writes of usage-only changes
@@ -78,6 +79,8 @@ class GroupDecision:
     storm: str | None = None
     sweep_mark: float | None = None  # the group's last scheduled sweep, from now on
     wake_at: float | None = None
+    ledger: accounting.Ledger | None = None  # the accounting as counted in this pass
+    seen: dict[str, accounting.Seen] = field(default_factory=dict)  # job uid -> as seen
 
 
 def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
@@ -116,6 +119,8 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
         {d: held.endpoint for d, held in standby_map(snapshot, name).items()}))
     desired |= ignored_pods(snapshot.ignored_pods, fleet)
     desired |= held_evidence(verdict.held_blame)
+    ledger, seen = accounted(snapshot, name, fleet, status.get("accounting"))
+    desired["accounting"] = accounting.to_status(ledger)
     events = []
     if verdict.storm and not is_true(status.get("conditions") or [], "StormGuard"):
         events.append(Event("Warning", "StormGuard", verdict.storm))
@@ -126,7 +131,34 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
     return GroupDecision(
         name, body, desired, write, quarantine, release, _labels(snapshot, name, fleet),
         probes + sweep, forget, events, verdict.storm, sweep_mark,
-        min((w for w in wakes if w is not None), default=None))
+        min((w for w in wakes if w is not None), default=None), ledger, seen)
+
+
+def accounted(snapshot: Snapshot, name: str, fleet: Fleet, written: Any
+              ) -> tuple[accounting.Ledger, dict[str, accounting.Seen]]:
+    """The group's accounting counted to this pass (health.accounting), from the ledger
+    this replica keeps, else the one the status holds; and how this pass saw the group's
+    jobs (the next pass moves what their books learn in between)."""
+    now = snapshot.clock
+    buckets: dict[str, accounting.Bucket] = {}
+    jobs: dict[str, tuple[str, accounting.Seen]] = {}
+    for job in snapshot.jobs:
+        view = snapshot.job(job)
+        if view.spec is None or view.spec.ultra_server_group != name:
+            continue
+        meta = job["metadata"]
+        owner = trainingjob_owner(meta["namespace"], meta["name"])
+        books = books_of(view.status)
+        buckets[owner] = accounting.job_bucket(books)
+        chips = sum(fleet.pods[key][1] for key in fleet.by_owner.get(owner, ()))
+        jobs[meta.get("uid") or owner] = (meta["namespace"], accounting.Seen(
+            chips, accounting.later_seconds(books, now)))
+    standby = {d: held.endpoint for d, held in standby_map(snapshot, name).items()}
+    ledger = accounting.advanced(
+        snapshot.accounts.get(name) or accounting.from_status(written),
+        accounting.moment(fleet, buckets, standby), now,
+        accounting.moves(jobs, snapshot.accounted))
+    return ledger, {uid: seen for uid, (_, seen) in jobs.items()}
 
 
 def _settled(record: q.Record | None, blame: q.Finding) -> bool:
@@ -235,12 +267,25 @@ def _due(status: Obj, desired: GroupStatus, since_written: float) -> tuple[bool,
     """Write the status when it changed: at once when health, conditions or membership
     did, at most every STATUS_INTERVAL seconds when only usage counters moved (a gang
     launch changes them with every pod; the last change is written when the interval
-    is over, in how many seconds is the second value)."""
-    if all(status.get(k) == v for k, v in desired.items()):
-        return False, None
+    is over, in how many seconds is the second value). The accounting, which moves with
+    every pass, alone makes a write once the written one is WRITE_SECONDS old."""
+    if all(status.get(k) == v for k, v in desired.items() if k != "accounting"):
+        age = _account_age(status, desired)
+        if age is None or age >= accounting.WRITE_SECONDS:
+            return age is not None, None
+        return False, accounting.WRITE_SECONDS - age
     if _shape(status) != _shape(desired) or since_written >= STATUS_INTERVAL:
         return True, None
     return False, STATUS_INTERVAL - since_written
+
+
+def _account_age(status: Obj, desired: GroupStatus) -> float | None:
+    """How much older the written accounting is than DESIRED's; None: no accounting."""
+    counted = times.parse((desired.get("accounting") or {}).get("asOf"))
+    if counted is None:
+        return None
+    written = times.parse((status.get("accounting") or {}).get("asOf"))
+    return accounting.WRITE_SECONDS if written is None else counted - written
 
 
 def _shape(status: Mapping[str, Any]) -> tuple[object, ...]:

@@ -23,6 +23,7 @@ from goodput_operator.api.views import (
 from goodput_operator.autoscaling.algorithm import Decision as ScalingDecision
 from goodput_operator.decide.priority import Classes, Priority, of_job
 from goodput_operator.decide.types import Memo, OwnerKey, Refusal
+from goodput_operator.health.accounting import Ledger, Seen
 from goodput_operator.health.badput import REFRESH_SECONDS
 from goodput_operator.health.hang import StepClock
 from goodput_operator.health.probing import Inconclusive
@@ -74,6 +75,10 @@ class Snapshot:
     probe_image: str = ""  # what probe Jobs run unless a group names its own
     last_sweep: Mapping[str, float] = field(default_factory=dict)  # group -> scheduled sweep
     group_written: Mapping[str, float] = field(default_factory=dict)  # group -> status write
+    # each group's accounting as this replica counted it, and each job as it last saw it
+    # (health.accounting), by group and by job uid
+    accounts: Mapping[str, Ledger] = field(default_factory=dict)
+    accounted: Mapping[str, Seen] = field(default_factory=dict)
     progress: Mapping[Key, ProgressDict] = field(default_factory=dict)  # latest step report per job
     steps: Mapping[Key, StepClock] = field(default_factory=dict)  # newest step, for hangs
     paces: Mapping[Key, Pace] = field(default_factory=dict)  # the ranks' paces (stragglers)

@@ -149,7 +149,22 @@ def launcher_env(job: Obj, spec: TrainingJobSpec, index: int, restart: int,
                 "OMPI_MCA_orte_keep_fqdn_hostnames": "true"}
     if spec.launcher.type == "neuron":
         env["NEURON_RT_ROOT_COMM_ID"] = f"{master}:{spec.launcher.port + 1}"
-    return [{"name": key, "value": value} for key, value in env.items()]
+    return [{"name": key, "value": value} for key, value in env.items()] + \
+        credentials_env(spec.checkpoint.credentials_secret)
+
+
+STORE_KEYS = (("AWS_ACCESS_KEY_ID", False), ("AWS_SECRET_ACCESS_KEY", False),
+              ("AWS_SESSION_TOKEN", True), ("AWS_REGION", True), ("AWS_ENDPOINT_URL", True))
+
+
+def credentials_env(secret: str | None) -> list[Obj]:
+    """The object store's credentials from SECRET (checkpoint.credentialsSecret), as the
+    AWS SDKs and goodput_operator.sdk read them: the keys required, the rest optional."""
+    if not secret:
+        return []
+    return [{"name": key, "valueFrom": {"secretKeyRef": {"name": secret, "key": key,
+                                                         "optional": optional}}}
+            for key, optional in STORE_KEYS]
 
 
 def worker_pod(job: Obj, index: int, restart: int, fabric: Fabric,

@@ -542,6 +542,7 @@ def down(sandbox: Sandbox) -> bool:
         procs.kill_pidfile(sandbox.home / peer / f"{peer}.pid")
     for scaler in ("prometheus-adapter", "keda-operator", "keda-adapter"):  # sandbox.scalers
         procs.kill_pidfile(sandbox.home / "scalers" / f"{scaler}.pid")
+    procs.kill_pidfile(sandbox.home / "objectstore" / "versitygw.pid")  # sandbox.objectstore
     existed = sandbox.exists()
     if existed:
         sandbox.kwokctl("delete", "cluster", "--name", sandbox.name, timeout=120)

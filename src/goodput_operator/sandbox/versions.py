@@ -18,6 +18,7 @@ JOBSET = "v0.11.1"  # a peer, for the head-to-head benchmarks only (sandbox/jobs
 LWS = "v0.8.0"  # a peer: multi-node serving groups (sandbox/lws.py)
 PROMETHEUS_ADAPTER = "v0.12.0"  # a peer: the HPA's custom metrics (sandbox/scalers.py)
 KEDA = "v2.21.0"  # a peer: KEDA's operator and metrics server (sandbox/scalers.py)
+VERSITYGW = "v1.8.0"  # the S3-compatible server checkpoints go to (sandbox/objectstore.py)
 KIND = "v0.33.0"  # `goodput kind up` (sandbox/kind.py; shared/design/KIND.md)
 CRI_TOOLS = "v1.36.0"  # crictl, in the kind node image as kind's own image has it
 LOCAL_PATH = "v0.0.30"  # the kind node image's default StorageClass (the only one served)
@@ -152,6 +153,15 @@ KUEUE_COMPONENT = Component(
     version_vars={"sigs.k8s.io/kueue/pkg/version.GitVersion": KUEUE},
 )
 
+# An S3 gateway over a POSIX directory (shared/design/PARTS.md): a real S3 API server for
+# checkpoints on an object store, without a container engine
+VERSITYGW_COMPONENT = Component(
+    name="versitygw",
+    module="github.com/versity/versitygw",
+    version=VERSITYGW,
+    binaries={"github.com/versity/versitygw/cmd/versitygw": "versitygw"},
+)
+
 JOBSET_COMPONENT = Component(
     name="jobset",
     module="sigs.k8s.io/jobset",
@@ -251,4 +261,5 @@ def graph_of(component: Component) -> tuple[Component, ...]:
 SANDBOX_COMPONENTS = (KUBERNETES_COMPONENT, ETCD_COMPONENT, KWOK_COMPONENT)
 # what real nodes need besides the control plane (kubelet is part of KUBERNETES_COMPONENT)
 REAL_NODE_COMPONENTS = (COREDNS_COMPONENT,)
-ALL_COMPONENTS = (*SANDBOX_COMPONENTS, HELM_COMPONENT, COREDNS_COMPONENT, KUEUE_COMPONENT)
+ALL_COMPONENTS = (*SANDBOX_COMPONENTS, HELM_COMPONENT, COREDNS_COMPONENT, VERSITYGW_COMPONENT,
+                  KUEUE_COMPONENT)

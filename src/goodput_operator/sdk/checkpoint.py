@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from goodput_operator import names
+from goodput_operator.sdk import tiers
+from goodput_operator.sdk.objectstore import is_remote
 
 if TYPE_CHECKING:
     from goodput_operator.sdk import Reporter
@@ -45,7 +47,7 @@ class CheckpointError(RuntimeError):
 @dataclass(frozen=True)
 class ResumePoint:
     step: int
-    path: Path
+    path: Path | str  # a folder, or an object store URL (s3://bucket/prefix/step-N)
     digest: str | None
 
 
@@ -56,7 +58,7 @@ def resume_point(env: dict[str, str] | None = None) -> ResumePoint | None:
     if not path:
         return None
     step = env.get(names.ENV_RESUME_STEP, "")
-    return ResumePoint(int(step) if step else -1, Path(path),
+    return ResumePoint(int(step) if step else -1, path if is_remote(path) else Path(path),
                        env.get(names.ENV_RESUME_DIGEST) or None)
 
 
@@ -84,7 +86,16 @@ def verified(point: ResumePoint, reporter: Reporter | None = None,
     that changed since it was committed is reported to the operator as corrupt (REPORTER,
     else the worker's own channel when it runs under the operator; REPORT false: not at
     all) before CheckpointError is raised: the job never resumes from it again, so the
-    restart that follows this worker's exit resumes from the checkpoint before it."""
+    restart that follows this worker's exit resumes from the checkpoint before it.
+    On an object store (sdk.tiers): the node-local copy when it holds the committed
+    digest, else the files fetched from the store and checked file by file."""
+    if isinstance(point.path, str):
+        try:
+            return tiers.fetch(point.path, point.step, point.digest)
+        except tiers.TierError as err:
+            if report and isinstance(err, tiers.Mismatch):
+                _report_corrupt(point, str(err), reporter)
+            raise CheckpointError(str(err)) from None
     if not point.path.exists():
         raise CheckpointError(f"checkpoint {point.path} (step {point.step}) does not exist: is "
                               "the checkpoint directory shared by every node?")
@@ -110,17 +121,29 @@ def _report_corrupt(point: ResumePoint, why: str, reporter: Reporter | None) -> 
         sender.report_corrupt(point.step, str(point.path), why)
 
 
-def step_dir(step: int, root: str | Path | None = None) -> Path:
-    """The folder of STEP under the job's checkpoint directory (GOODPUT_CHECKPOINT_DIR)."""
-    base = root if root is not None else os.environ.get(names.ENV_CHECKPOINT_DIR, "")
+def _base(root: str | Path | None) -> str:
+    """The checkpoint directory: ROOT, else the job's (GOODPUT_CHECKPOINT_DIR)."""
+    base = str(root) if root is not None else os.environ.get(names.ENV_CHECKPOINT_DIR, "")
     if not base:
         raise CheckpointError("no checkpoint directory: set spec.checkpoint.dir on the "
                               "TrainingJob (GOODPUT_CHECKPOINT_DIR)")
-    return Path(base) / f"step-{step:08d}"
+    return base
+
+
+def step_dir(step: int, root: str | Path | None = None) -> Path:
+    """The folder of STEP under the job's checkpoint directory (GOODPUT_CHECKPOINT_DIR)."""
+    return Path(_base(root)) / tiers.step_name(step)
+
+
+def wait_uploads(timeout: float | None = None) -> None:
+    """Wait for the background uploads of `save(..., background=True)` to be committed;
+    raises the first one that failed. Call it before the worker exits."""
+    tiers.UPLOADS.wait(timeout)
 
 
 def save(step: int, write: Callable[[Path], Any], root: str | Path | None = None,
-         commit: bool = True, reporter: Reporter | None = None) -> tuple[Path, str]:
+         commit: bool = True, reporter: Reporter | None = None, background: bool = False
+         ) -> tuple[Path, str]:
     """Write checkpoint STEP with WRITE(folder), atomically, then commit it to the operator.
 
     WRITE fills a scratch folder; the files are flushed to disk and the folder is renamed to
@@ -128,8 +151,15 @@ def save(step: int, write: Callable[[Path], Any], root: str | Path | None = None
     Call it on the rank that holds the state (rank 0 for data parallel training). The
     commit carries how long the save took (the job's goodput counts it as a stall; an
     asynchronous save that does not stall training should commit with
-    `sdk.commit_checkpoint` itself, saying so)."""
+    `sdk.commit_checkpoint` itself, saying so).
+
+    On an object store (`s3://bucket/prefix`, sdk.tiers): written to the node-local tier,
+    then uploaded with a commit object, then committed; the folder returned is the
+    node-local copy. BACKGROUND: the upload and the commit run on a thread while training
+    goes on (the stall counted is the node-local write); `wait_uploads()` before exit."""
     began = time.monotonic()
+    if is_remote(_base(root)):
+        return tiers.save(step, write, _base(root), commit, reporter, began, background)
     final = step_dir(step, root)
     scratch = final.with_name(f".{final.name}.partial-{os.getpid()}")
     shutil.rmtree(scratch, ignore_errors=True)
@@ -181,6 +211,12 @@ def save_sharded(step: int, write: Callable[[Path], Any], rank: int, shards: int
     began = time.monotonic()
     if not 0 <= rank < shards:
         raise CheckpointError(f"rank {rank} is not one of {shards} shards")
+    if is_remote(_base(root)):  # each rank uploads its part; rank 0 commits (sdk.tiers)
+        try:
+            return tiers.save_sharded(step, write, rank, shards, _base(root), commit,
+                                      reporter, timeout, poll, began)
+        except tiers.TierError as err:
+            raise CheckpointError(str(err)) from None
     final = step_dir(step, root)
     attempt = os.environ.get(names.ENV_RESTART, "0")
     staging = final.with_name(f".{final.name}.staging-a{attempt}")
