@@ -240,6 +240,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --real-nodes: also N trials of the same trainer as an "
                              "Indexed Job under Kueue TAS hot swap "
                              "(examples/peers/kueue-tas-trainer.yaml), the operator stopped")
+    parser.add_argument("--object-store", type=int, default=0, metavar="N",
+                        help="with --real-nodes: also N trials of the trainer checkpointing "
+                             "to the sandbox's S3-compatible server instead of the shared "
+                             "folder")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     trials = 3 if args.quick else args.trials
@@ -263,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         from bench import recovery_peers, recovery_real
 
         real, hangs, peer_rows = recovery_real.run(trials, log, args.hang, args.jobset,
-                                                   args.kueue)
+                                                   args.kueue, args.object_store)
+        stored = peer_rows.pop(recovery_real.STORE, [])
         real_summary = summarize(real)
         real_ratio = print_table(f"{len(real)} trials, real nodes: the example PyTorch "
                                  "trainer, 4 workers; a kubelet stopped", real_summary)
@@ -280,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {phase:<16} {values['median']:>8.2f} ({values['p90']:.2f})")
             output["real_nodes"]["hangs"] = {"trials": hangs, "summary": hang_summary,
                                              "baseline": "never (the job stays Running, hung)"}
+        if stored:
+            stored_summary = summarize(stored)
+            print_table(f"{len(stored)} trials, real nodes, checkpoints on the S3-compatible "
+                        "server (versitygw): the same failure", stored_summary)
+            output["real_nodes"]["object_store"] = {"trials": stored,
+                                                    "summary": stored_summary}
         from goodput_operator.sandbox import versions
 
         named = {recovery_real.JOBSET: f"JobSet {versions.JOBSET} tuned",

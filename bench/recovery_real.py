@@ -80,7 +80,9 @@ def group() -> dict[str, Any]:
     return doc
 
 
-def trainer_job() -> dict[str, Any]:
+def trainer_job(store: bool = False) -> dict[str, Any]:
+    """The example trainer's job, checkpointing to the shared folder, or with STORE to the
+    sandbox's S3-compatible server (its Secret: STORE_SECRET)."""
     job: dict[str, Any] = yaml.safe_load(
         (ROOT / "examples" / "trn2" / "trainingjob-trainer.yaml").read_text())
     job = copy.deepcopy(job)
@@ -88,15 +90,34 @@ def trainer_job() -> dict[str, Any]:
     # a restart per trial, at once (the admission refuses a zero backoff above 10 restarts)
     job["spec"]["failurePolicy"]["maxRestarts"] = MAX_RESTARTS
     job["spec"]["checkpoint"]["dir"] = "/shared/checkpoints/bench-recovery"
+    if store:
+        job["metadata"]["name"] += "-s3"
+        job["spec"]["checkpoint"] = {"dir": f"s3://{BUCKET}/bench-recovery",
+                                     "credentialsSecret": STORE_SECRET}
     job["spec"]["template"]["spec"]["containers"][0]["args"] = list(TRAINER_ARGS)
     return job
+
+
+BUCKET, STORE_SECRET = "checkpoints", "object-store"
+
+
+def object_store(box: Any) -> None:
+    """The sandbox's S3-compatible server (versitygw), its bucket, and the Secret the
+    trainer's checkpoint.credentialsSecret names."""
+    from goodput_operator.sandbox import objectstore
+    from goodput_operator.sdk.objectstore import ObjectStore
+
+    env = objectstore.start_for(box)
+    ObjectStore.from_env(env).create_bucket(BUCKET)
+    box.kubectl("create", "secret", "generic", STORE_SECRET, "-n", NAMESPACE,
+                *(f"--from-literal={k}={v}" for k, v in env.items()))
 
 
 class RealBench(Bench):
     """The example trainer's job: 4 workers on real nodes."""
 
-    def __init__(self, box: Any) -> None:
-        super().__init__(box, trainer_job()["metadata"]["name"], workers=WORKERS)
+    def __init__(self, box: Any, store: bool = False) -> None:
+        super().__init__(box, trainer_job(store)["metadata"]["name"], workers=WORKERS)
 
     def trial(self, restart: int) -> dict[str, float]:
         status = self.job()["status"]
@@ -319,8 +340,9 @@ def against_peer(mine: list[dict[str, float]], theirs_rows: list[dict[str, Any]]
 
 
 def run(trials: int, log: Any, hang_trials: int = 0, jobset_trials: int = 0,
-        kueue_trials: int = 0) -> tuple[list[dict[str, float]], list[dict[str, float]],
-                                        dict[str, list[dict[str, Any]]]]:
+        kueue_trials: int = 0, store_trials: int = 0
+        ) -> tuple[list[dict[str, float]], list[dict[str, float]],
+                   dict[str, list[dict[str, Any]]]]:
     """TRIALS real-node failures and HANG_TRIALS hangs under ours; JOBSET_TRIALS under a
     tuned JobSet and KUEUE_TRIALS under Kueue TAS hot swap (the operator stopped); one row
     per trial (seconds per phase) for each, the peers' by system."""
@@ -334,6 +356,9 @@ def run(trials: int, log: Any, hang_trials: int = 0, jobset_trials: int = 0,
         try:
             wait_until(operator.ready, 120, "operator ready")
             results, hangs = ours(box, trials, hang_trials, log)
+            if store_trials:
+                object_store(box)
+                peers_rows[STORE] = ours_on_store(box, store_trials, log)
         finally:
             operator.stop()
         peer = Peer(box)
@@ -354,6 +379,27 @@ def run(trials: int, log: Any, hang_trials: int = 0, jobset_trials: int = 0,
                 rows.append(peer_trial(peer, KUEUE, f"trainer-tas-{trial}"))
                 log(f"# Kueue TAS trial {trial}: {rows[-1]}")
     return results, hangs, peers_rows
+
+
+STORE = "object-store"  # the rows of the trials checkpointing to the S3-compatible server
+
+
+def ours_on_store(box: Any, trials: int, log: Any) -> list[dict[str, Any]]:
+    """TRIALS failures of the trainer checkpointing to the object store: the replacement
+    fetches the step from it (sdk.tiers) where the others read the shared folder."""
+    bench = RealBench(box, store=True)
+    box.kubectl("apply", "--server-side", "-f", "-",
+                input_text=yaml.safe_dump(trainer_job(store=True)))
+    bench.wait("the trainer running and checkpointing to the object store",
+               lambda: bench.running(0) and ((bench.job().get("status") or {}).get(
+                   "checkpoint") or {}).get("latest"), 300)
+    rows: list[dict[str, Any]] = []
+    for trial in range(1, trials + 1):
+        rows.append(bench.trial(trial))
+        log(f"# object store trial {trial}: " + ", ".join(f"{k} {v:.2f}s"
+                                                          for k, v in rows[-1].items()))
+    box.kubectl("delete", "tj", "--all", "-n", NAMESPACE, "--wait=true")
+    return rows
 
 
 def ours(box: Any, trials: int, hang_trials: int, log: Any

@@ -79,7 +79,11 @@ def job_held(job: Obj, now: float) -> dict[str, Any]:
 
 
 def hours(seconds: float) -> str:
-    return f"{seconds / 3600:,.2f}"
+    """Accelerator-SECONDS as hours, with the digits that say something at any size (a
+    demo's minutes and a fleet's months in one table)."""
+    value = seconds / 3600
+    return f"{value:,.0f}" if value >= 100 else f"{value:.2f}" if value >= 1 else \
+        f"{value:.4f}"
 
 
 def table(report: Mapping[str, Any]) -> str:

@@ -71,6 +71,12 @@ def _stalls(start: float, end: float) -> float:
     ("ours", 20.0 + 0.35, 0.06),  # Lease silent leaseSilenceSeconds, then a pass
     ("kubernetes", 350.0, 0.0),  # 50 s grace + 300 s toleration; the scheduler at once
     ("hyperpod", 60.0, 60.0),  # health agent, then the node swap
+    # Kueue's hot swap once the pods terminated (the toleration's 300 s), or 30 s after the
+    # lifecycle controller's NotReady with that gate off; the failed node's UltraServer has
+    # no free node (Kueue knows no spares: the gang took them), so the workload is evicted
+    # and requeued after backoffBaseSeconds
+    ("kueue", 350.0, 60.0),
+    ("kueue-30s", 80.0, 60.0),
 ])
 def test_one_scripted_node_failure_costs_exactly_its_scripted_durations(
         tmp_path: Path, policy: str, detection: float, replacement: float) -> None:
@@ -326,3 +332,47 @@ def test_a_bad_device_on_a_node_computing_nothing_strikes_the_gang_that_computes
     by_phase = {k: v / 192 for k, v in result.lost.items()}
     assert by_phase["detection"] == pytest.approx(SCRIPTED.sdc_vote_seconds, abs=1e-3)
     assert by_phase["launch"] == pytest.approx(start, abs=1e-3)
+
+
+def _with(tmp_path: Path, policy: str, costs: Costs, at: float = 5000.0) -> Any:
+    """One accelerator failure of a rank's node at AT, under COSTS."""
+    fleet = load_fleet("trn2", spares_per_domain=1)
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(json.dumps({"time": at, "node": fleet.nodes[0]["metadata"]["name"],
+                                 "kind": "accelerator"}) + "\n")
+    return run(Scenario(fleet, days=1, costs=costs, trace=trace), (policy,))[policy].result
+
+
+def test_a_noticed_node_failure_is_saved_and_moved_before_it_goes(tmp_path: Path) -> None:
+    noticed = _with(tmp_path, "ours", dataclasses.replace(SCRIPTED, notice_fraction=1.0))
+    plain = _with(tmp_path, "ours", SCRIPTED)
+    lost = {k: v / 192 for k, v in noticed.lost.items()}
+    assert set(noticed.by_cause) == {"Notice"} and noticed.incidents == 1
+    # the save a pass after the notice is the resume point: no work redone, no detection
+    assert lost.get("lostWork", 0) == 0 and lost.get("detection", 0) == 0
+    assert lost["replacement"] == pytest.approx(SCRIPTED.replacement_seconds, abs=1e-6)
+    assert noticed.useful > plain.useful
+    # the baselines do not act on notices: the same failure, the same result
+    for policy in ("kubernetes", "hyperpod"):
+        assert _with(tmp_path, policy, dataclasses.replace(
+            SCRIPTED, notice_fraction=1.0)).useful == _with(tmp_path, policy, SCRIPTED).useful
+
+
+def test_in_memory_checkpoints_restore_from_a_peer_and_stall_less(tmp_path: Path) -> None:
+    memory = dataclasses.replace(SCRIPTED, in_memory=True, memory_save_seconds=1.0,
+                                 memory_load_seconds=0.25)
+    result = _with(tmp_path, "ours", memory)
+    lost = {k: v / 192 for k, v in result.lost.items()}
+    assert lost["restart"] == pytest.approx(memory.pod_start_seconds + 0.25, abs=1e-6)
+    assert lost["launch"] == pytest.approx(memory.restart_seconds, abs=1e-6)  # nothing to
+    # restore at the start: the launch is as before; each snapshot stalls 1 s, not 10
+    assert lost["checkpoint"] < _with(tmp_path, "ours", SCRIPTED).lost["checkpoint"] / 192 / 5
+    assert result.useful > _with(tmp_path, "ours", SCRIPTED).useful
+
+
+def test_the_plan_says_what_it_assumed(tmp_path: Path) -> None:
+    scenario = Scenario(load_fleet("trn2"), days=0.2, model=QUIET,
+                        costs=Costs(in_memory=True, notice_fraction=0.5))
+    text = "\n".join(describe(plan(scenario, ("ours",))))
+    assert "Assumed: in-memory checkpoints (a 0.1s snapshot" in text
+    assert "Assumed: 50% of node failures announced 120s ahead" in text

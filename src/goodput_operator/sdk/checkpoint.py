@@ -161,15 +161,7 @@ def save(step: int, write: Callable[[Path], Any], root: str | Path | None = None
     if is_remote(_base(root)):
         return tiers.save(step, write, _base(root), commit, reporter, began, background)
     final = step_dir(step, root)
-    scratch = final.with_name(f".{final.name}.partial-{os.getpid()}")
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.mkdir(parents=True)
-    write(scratch)
-    for file in scratch.rglob("*"):
-        if file.is_file():
-            with file.open("rb") as handle:
-                os.fsync(handle.fileno())
-    return _publish(step, scratch, final, commit, reporter, began)
+    return _publish(step, tiers.scratch_written(final, write), final, commit, reporter, began)
 
 
 def _publish(step: int, written: Path, final: Path, commit: bool, reporter: Reporter | None,

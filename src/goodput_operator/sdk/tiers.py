@@ -83,10 +83,9 @@ def manifest_digest(manifest: dict[str, str]) -> str:
     return MANIFEST + sha.hexdigest()
 
 
-def write_local(step: int, write: Callable[[Path], Any], url: str) -> Path:
-    """STEP written by WRITE into the node-local tier: a scratch folder, flushed, renamed
-    into place (a step written again after a rollback replaces the old copy)."""
-    final = local_root(url) / step_name(step)
+def scratch_written(final: Path, write: Callable[[Path], Any]) -> Path:
+    """A scratch folder beside FINAL filled by WRITE, its files flushed to disk: what is
+    renamed into place once complete, so that no reader sees half a checkpoint."""
     scratch = final.with_name(f".{final.name}.partial-{os.getpid()}")
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
@@ -95,6 +94,14 @@ def write_local(step: int, write: Callable[[Path], Any], url: str) -> Path:
         if file.is_file():
             with file.open("rb") as handle:
                 os.fsync(handle.fileno())
+    return scratch
+
+
+def write_local(step: int, write: Callable[[Path], Any], url: str) -> Path:
+    """STEP written by WRITE into the node-local tier, renamed into place (a step written
+    again after a rollback replaces the old copy)."""
+    final = local_root(url) / step_name(step)
+    scratch = scratch_written(final, write)
     if final.exists():
         shutil.rmtree(final)
     scratch.rename(final)

@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from html import escape
 
-COLORS = {"ours": "#1b7f3b", "kubernetes": "#c0392b", "kueue": "#8e44ad",
+COLORS = {"ours": "#1b7f3b", "kubernetes": "#c0392b", "kueue": "#8e44ad", "kueue-30s": "#bb8fce",
           "hyperpod": "#d68910"}
 WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 640, 360, 60, 130, 40, 50
 

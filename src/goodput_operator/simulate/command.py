@@ -14,10 +14,11 @@ from goodput_operator.sandbox.fleet import FleetError
 from goodput_operator.simulate.chart import line_chart
 from goodput_operator.simulate.failures import FailureModel
 from goodput_operator.simulate.plan import describe, plan
-from goodput_operator.simulate.policies import Costs
+from goodput_operator.simulate.policies import Costs, policies
 from goodput_operator.simulate.scenario import POLICIES, Scenario, load_fleet, read_job
 
-COSTS = {f.replace("_", "-"): f for f in Costs.__dataclass_fields__}
+COSTS = {f.replace("_", "-"): f for f in Costs.__dataclass_fields__
+         if f.endswith("_seconds") or f == "interval"}
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,8 +52,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser.add_argument("--cost", action="append", default=[], metavar="NAME=SECONDS",
                         help=f"a duration the simulator supplies: {', '.join(COSTS)} "
                              "(repeatable)")
+    parser.add_argument("--in-memory", action="store_true",
+                        help="model in-memory checkpoints restored from a peer (costs "
+                             "memory-save-seconds, memory-load-seconds: assumptions)")
+    parser.add_argument("--notices", type=float, default=0.0, metavar="SHARE",
+                        help="the share of node failures that come with notice "
+                             "(notice-lead-seconds ahead, default 120); default 0")
     parser.add_argument("--policies", default=",".join(POLICIES),
-                        help="policies to compare (default: %(default)s)")
+                        help="policies to compare (default: %(default)s; also kueue-30s: "
+                             "Kueue's hot swap with TASReplaceNodeOnPodTermination off)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="processes to run the simulations on (default: all CPUs)")
@@ -87,10 +95,14 @@ def scenario_of(args: argparse.Namespace) -> Scenario:
         raise ValueError("--jobs: every job needs at least one worker")
     if args.days <= 0:
         raise ValueError("--days must be positive")
+    if not 0.0 <= args.notices <= 1.0:
+        raise ValueError("--notices is a share of node failures, between 0 and 1")
     return Scenario(load_fleet(args.fleet), days=args.days, jobs=jobs,
                     job_hours=args.job_hours,
                     job_document=read_job(args.job) if args.job else None, model=model,
-                    costs=Costs(**costs), seed=args.seed, trace=args.trace)
+                    costs=Costs(**costs, in_memory=args.in_memory,
+                                notice_fraction=args.notices),
+                    seed=args.seed, trace=args.trace)
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -98,9 +110,10 @@ def run_plan(args: argparse.Namespace) -> int:
     try:
         scenario = scenario_of(args)
         names = tuple(n.strip() for n in args.policies.split(",") if n.strip())
-        unknown = sorted(set(names) - set(POLICIES))
+        known = tuple(policies(Costs()))
+        unknown = sorted(set(names) - set(known))
         if unknown:
-            raise ValueError(f"unknown policies {unknown}: choose from {', '.join(POLICIES)}")
+            raise ValueError(f"unknown policies {unknown}: choose from {', '.join(known)}")
         result = plan(scenario, names, workers=max(1, args.workers))
     except (ValueError, OSError, FleetError) as err:
         print(f"error: {err}", file=sys.stderr)

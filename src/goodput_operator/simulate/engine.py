@@ -85,6 +85,7 @@ class Job:
     restarts: int = 0
     swapped: bool = False  # kueue: a node hot-swapped since the last admission
     corrupt_since: float | None = None  # a node of the gang computes wrongly since
+    durable: bool = False  # the restart under way loads the durable copy (a rollback)
 
     @property
     def owner(self) -> str:
@@ -184,11 +185,24 @@ class Simulation:
         self.seq = 0
         self.now = 0.0
         self.result = Result(policy.name, horizon, len(self.objs) * self.per_node)
+        self.noticed: set[Failure] = set()  # failures the operator had notice of
         for failure in failures:
             if 0 <= failure.time < horizon:
                 self.at(failure.time, "fail", failure)
+                if self._has_notice(failure):
+                    self.at(max(0.0, failure.time - costs.notice_lead_seconds), "notice",
+                            failure)
             elif failure.time < 0:
                 self._out_at_start(failure)
+
+    def _has_notice(self, failure: Failure) -> bool:
+        """Whether FAILURE (a node's) came with notice: drawn at the scenario's share, for
+        the operator only (the baselines let the node fail; a notice is not acted on by
+        Kubernetes, Kueue or a HyperPod-like agent)."""
+        cause = self.model.cause(failure.cause)
+        return self.policy.name == "ours" and cause.effect == "node" and \
+            self.costs.notice_fraction > 0 and \
+            self.rng.random() < self.costs.notice_fraction
 
     def _out_at_start(self, failure: Failure) -> None:
         """A node lost before the run and not yet repaired at its start: out of service
@@ -325,7 +339,7 @@ class Simulation:
         if math.isfinite(job.target):
             left = max(0.0, (job.target - job.work) / job.rate)
             saves = math.floor(left / self.interval(job)) if left > 0 else 0
-            self.at(self.now + left + saves * self.costs.save_seconds, "complete",
+            self.at(self.now + left + saves * self.costs.snapshot_seconds, "complete",
                     (job, job.epoch))
 
     def on_complete(self, job: Job, epoch: int) -> None:
@@ -349,10 +363,34 @@ class Simulation:
             return self.costs.interval
         workers = job.workers or job.spec.workers
         mtbf = self.model.mtbf(workers * job.spec.accelerators_per_worker, workers)
-        return min(young_daly(self.costs.save_seconds, mtbf), self.horizon)
+        return min(young_daly(self.costs.snapshot_seconds, mtbf), self.horizon)
 
     # ---- failures ------------------------------------------------------------
+    def on_notice(self, failure: Failure) -> None:
+        """A notice for FAILURE's node: out of placements from now (cordoned), its gang
+        asked to save; once saved (a pass, then the save) the rank moves and the gang
+        resumes from that save (decide.noticing). The node fails on time, vacated."""
+        name = failure.node
+        if name in self.down:
+            return
+        self.noticed.add(failure)
+        cause = self.model.cause(failure.cause)
+        self._went_down(name, self.now)
+        self.judged.add(name)
+        self._set_ready(name, False)
+        self.at(failure.time + cause.repair_hours * 3600.0, "repair", name)
+        job = self.holder.get(name)
+        if job is not None and job.state == "running":
+            self.at(self.now + self.costs.pass_seconds + self.costs.snapshot_seconds,
+                    "saved", (job, job.epoch, name))
+
+    def on_saved(self, job: Job, epoch: int, name: str) -> None:
+        if job.epoch == epoch:
+            self._interrupt(job, "Notice", self.now, [name])
+
     def on_fail(self, failure: Failure) -> None:
+        if failure in self.noticed:
+            return  # vacated at its notice; out until its repair
         cause = self.model.cause(failure.cause)
         if cause.effect in ("crash", "hang"):
             job = self.holder.get(failure.node)
@@ -509,7 +547,8 @@ class Simulation:
         if job.state == "recovering":  # not restarted yet: recovered from together
             self._recover(job)
             return
-        resume = self._resume_point(job, failed_at, cause == "SilentDataCorruption")
+        job.durable = cause == "SilentDataCorruption"  # a rollback loads the durable copy
+        resume = self._resume_point(job, failed_at, job.durable, cause == "Notice")
         books = job.books
         if job.state == "starting":  # the launch was hit: its stage closes
             books = {**books, "goodput": badput.staged(books, None, self.now)}
@@ -537,18 +576,26 @@ class Simulation:
             return
         self._recover(job)
 
-    def _resume_point(self, job: Job, failed_at: float, convicted: bool
-                      ) -> CheckpointRefDict | None:
+    def _resume_point(self, job: Job, failed_at: float, convicted: bool,
+                      saved_now: bool = False) -> CheckpointRefDict | None:
         """Close the running stretch at FAILED_AT; the checkpoint the job resumes from
-        (once a corruption is CONVICTED, the newest before it began), with the work it
-        holds. Restarts before the conviction resume from the newest checkpoint, which
-        may already hold wrong results."""
-        interval, save = self.interval(job), self.costs.save_seconds
+        (once a corruption is CONVICTED, the newest before it began; SAVED_NOW: the one
+        a notice's save just wrote), with the work it holds. Restarts before the
+        conviction resume from the newest checkpoint, which may already hold wrong
+        results."""
+        interval, save = self.interval(job), self.costs.snapshot_seconds
         stretch = job.stretch
         if stretch is not None:
             stretch.end = max(stretch.start, failed_at)
             stretch.saves = int((stretch.end - stretch.start) // (interval + save))
             job.history.append(stretch)
+            if saved_now and not convicted:  # a save just ended (a notice's): all is kept
+                span = stretch.end - stretch.start
+                job.work = stretch.work + max(0.0, span - (stretch.saves + 1) * save) * \
+                    stretch.rate
+                job.books = {**job.books, "goodput": badput.stalled(
+                    job.books.get("goodput") or {}, (stretch.saves + 1) * save, failed_at)}
+                return {"step": int(job.work), "time": times.millis(failed_at)}
         bad = job.corrupt_since if convicted else None
         if convicted:
             job.corrupt_since = None
@@ -662,7 +709,8 @@ class Simulation:
         job.restarts += 1
         job.state = "restarting"
         job.epoch += 1
-        self.at(placed_at + self.costs.restart_seconds, "running", (job, job.epoch))
+        self.at(placed_at + self.costs.resume_seconds(job.durable), "running",
+                (job, job.epoch))
 
     def _stop(self, job: Job, state: str) -> None:
         self._unbind(job)
@@ -678,10 +726,11 @@ class Simulation:
             work = job.work
             if stretch is not None:  # the end is no failure: all of it is kept
                 span = self.horizon - stretch.start
-                saves = int(span // (self.interval(job) + self.costs.save_seconds))
-                work = stretch.work + (span - saves * self.costs.save_seconds) * stretch.rate
+                save = self.costs.snapshot_seconds
+                saves = int(span // (self.interval(job) + save))
+                work = stretch.work + (span - saves * save) * stretch.rate
                 job.books = {**job.books, "goodput": badput.stalled(
-                    job.books.get("goodput") or {}, saves * self.costs.save_seconds,
+                    job.books.get("goodput") or {}, saves * save,
                     self.horizon)}
             result.useful += work
             accelerators = job.spec.accelerators_per_worker * (job.workers or

@@ -9,6 +9,7 @@ import math
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
+from typing import Any
 
 from goodput_operator.simulate.engine import Result
 from goodput_operator.simulate.failures import DAY, Failure
@@ -95,7 +96,7 @@ class _Runner:
         _BASE.pop()
 
 
-def _plus(costs: Costs, **fields: float) -> Costs:
+def _plus(costs: Costs, **fields: Any) -> Costs:
     return dataclasses.replace(costs, **fields)
 
 
@@ -147,7 +148,7 @@ def _plan(scenario: Scenario, failures: list[Failure], policies: tuple[str, ...]
     job = chosen.make_jobs()[0]
     accelerators = job.spec.workers * job.spec.accelerators_per_worker
     result.mtbf = scenario.model.mtbf(accelerators, job.spec.workers)
-    result.young_daly = young_daly(costs.save_seconds, result.mtbf)
+    result.young_daly = young_daly(costs.snapshot_seconds, result.mtbf)
     if math.isfinite(result.young_daly):
         # a coarse grid, then the two points halfway (geometrically) to the best's
         # neighbours: five runs, the optimum bracketed within a factor of sqrt(2)
@@ -195,6 +196,21 @@ def table(runs: dict[str, Run]) -> list[str]:
             for row in rows]
 
 
+def assumptions(costs: Costs) -> list[str]:
+    """The modelled features that are assumptions, said beside the result they change."""
+    found = []
+    if costs.in_memory:
+        found.append(f"Assumed: in-memory checkpoints (a {costs.memory_save_seconds:g}s "
+                     f"snapshot to host memory, a {costs.memory_load_seconds:g}s restore from "
+                     "a peer's; the durable copy written in the background) - not measured "
+                     "here: the operator does not keep them yet.")
+    if costs.notice_fraction:
+        found.append(f"Assumed: {costs.notice_fraction:.0%} of node failures announced "
+                     f"{costs.notice_lead_seconds:g}s ahead; the operator saves the gang and "
+                     "moves the rank first (the baselines let the node fail).")
+    return found
+
+
 def describe(result: Plan) -> list[str]:
     """The plan as a platform team reads it."""
     scenario, fleet = result.scenario, result.scenario.fleet
@@ -209,8 +225,9 @@ def describe(result: Plan) -> list[str]:
         "",
         f"Recommendation: hold {per_domain} spare(s) per domain and {per_group} for the "
         f"group; checkpoint every {result.best_interval:.0f}s of training "
-        f"(Young/Daly: sqrt(2 x {scenario.costs.save_seconds:g}s save x "
+        f"(Young/Daly: sqrt(2 x {scenario.costs.snapshot_seconds:g}s save x "
         f"{result.mtbf:.0f}s MTBF) = {result.young_daly:.0f}s).",
+        *assumptions(scenario.costs),
     ]
     if ours is not None:
         lines.append(f"Expected goodput: {_pct(ours.result.goodput)} of the fleet "

@@ -11,9 +11,14 @@ its books (health.badput). The baselines are what their documentation says they 
   PyTorch's NCCL watchdog (600 s by default) kills the processes; corruption is not seen
   until a person reads the loss curve.
 - `kueue`: topology-aware scheduling's failed-node replacement ("hot swap"): once the
-  node's pods have terminated (the same 350 s), one failed node is replaced inside the same
-  topology domain; a second failure, or no room there, evicts the workload, which is
-  requeued after the requeue backoff (backoffBaseSeconds, 60 s) and placed again whole.
+  node's pods have terminated (the same 350 s: Kueue v0.17's TASReplaceNodeOnPodTermination
+  gate, beta and on since 0.14), one failed node is replaced inside the same topology
+  domain; a second failure, or no room there, evicts the workload, which is requeued after
+  the requeue backoff (backoffBaseSeconds, 60 s) and placed again whole.
+- `kueue-30s`: the same with that gate off, as older releases behave: the node is
+  failed once NotReady for NodeFailureDelay (30 s, pkg/controller/tas/constants.go), after
+  the lifecycle controller's 50 s grace marks it NotReady. Not in the default comparison
+  (`--policies ours,kueue-30s`).
 - `hyperpod`: SageMaker HyperPod-like resiliency: health agents find a failed node and
   replace it from a pool of spares anywhere in the cluster, with job auto-resume; about
   2 minutes from failure to the new node (60 s to detect, 60 s to swap). No topology is
@@ -33,6 +38,7 @@ from typing import Literal
 NODE_MONITOR_GRACE = 50.0  # kube-controller-manager: a silent kubelet -> unreachable
 TOLERATION = 300.0  # the default not-ready/unreachable NoExecute toleration
 NCCL_WATCHDOG = 600.0  # PyTorch ProcessGroupNCCL's default collective timeout
+KUEUE_NODE_FAILURE_DELAY = 30.0  # Kueue TAS: NotReady this long = failed (gate off)
 
 Replacement = Literal["operator", "scheduler", "hot-swap", "pool"]
 
@@ -55,11 +61,35 @@ class Costs:
     requeue_seconds: float = 60.0  # Kueue's requeue backoff base
     hyperpod_detect_seconds: float = 60.0
     hyperpod_swap_seconds: float = 60.0
+    # in-memory checkpoints (assumptions: the operator does not keep them yet): each rank's
+    # state copied to host memory and to a peer in another domain, the durable copy written
+    # from memory in the background; a restart loads from the peer, a rollback after
+    # corruption from the durable copy
+    in_memory: bool = False
+    memory_save_seconds: float = 0.1  # training stalled by one snapshot to host memory
+    memory_load_seconds: float = 0.5  # a replacement's state fetched from its peer
+    # notices (spot interruption, maintenance, rebalance): this share of node failures
+    # comes notice_lead_seconds ahead; the operator saves the gang and moves the rank
+    # before the node goes (decide.noticing); the other policies let the node fail
+    notice_fraction: float = 0.0
+    notice_lead_seconds: float = 120.0
 
     @property
     def restart_seconds(self) -> float:
         """A gang restart, placement written -> training again."""
         return self.pod_start_seconds + self.load_seconds
+
+    @property
+    def snapshot_seconds(self) -> float:
+        """The stall of one checkpoint: to host memory when in_memory, else durable."""
+        return self.memory_save_seconds if self.in_memory else self.save_seconds
+
+    def resume_seconds(self, durable: bool) -> float:
+        """Placement written -> training again, loading from a peer's memory unless the
+        restart needs the DURABLE copy (a rollback past corruption) or there is none."""
+        load = self.memory_load_seconds if self.in_memory and not durable else \
+            self.load_seconds
+        return self.pod_start_seconds + load
 
 
 @dataclass(frozen=True)
@@ -83,6 +113,9 @@ def policies(costs: Costs) -> dict[str, Policy]:
                              k8s_detect, 1.0, NCCL_WATCHDOG, False, "scheduler"),
         "kueue": Policy("kueue", "Kueue TAS node hot swap", k8s_detect, 1.0, NCCL_WATCHDOG,
                         False, "hot-swap"),
+        "kueue-30s": Policy("kueue-30s", "Kueue TAS hot swap, 30 s NotReady",
+                            NODE_MONITOR_GRACE + KUEUE_NODE_FAILURE_DELAY, 1.0, NCCL_WATCHDOG,
+                            False, "hot-swap"),
         "hyperpod": Policy("hyperpod", "HyperPod-like node replacement",
                            costs.hyperpod_detect_seconds, 1.0, NCCL_WATCHDOG, False, "pool",
                            costs.hyperpod_swap_seconds),
