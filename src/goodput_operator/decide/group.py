@@ -112,14 +112,15 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
     status = dict(body.get("status") or {})
     generation = body["metadata"].get("generation")
     overlap = overlap_message(snapshot.overlaps.get(name, {}))
+    standby = {d: held.endpoint for d, held in standby_map(snapshot, name).items()}
     desired = group_status(spec, fleet, status.get("conditions") or [], Notes(
         verdict.storm, generation, times.seconds(now), schedule_error, overlap,
         inconclusive_message(snapshot, (n for n, body in members.items()
                                         if q.record_of(body))),
-        {d: held.endpoint for d, held in standby_map(snapshot, name).items()}))
+        standby))
     desired |= ignored_pods(snapshot.ignored_pods, fleet)
     desired |= held_evidence(verdict.held_blame)
-    ledger, seen = accounted(snapshot, name, fleet, status.get("accounting"))
+    ledger, seen = accounted(snapshot, name, fleet, standby, status.get("accounting"))
     desired["accounting"] = accounting.to_status(ledger)
     events = []
     if verdict.storm and not is_true(status.get("conditions") or [], "StormGuard"):
@@ -134,11 +135,12 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
         min((w for w in wakes if w is not None), default=None), ledger, seen)
 
 
-def accounted(snapshot: Snapshot, name: str, fleet: Fleet, written: Any
-              ) -> tuple[accounting.Ledger, dict[str, accounting.Seen]]:
+def accounted(snapshot: Snapshot, name: str, fleet: Fleet, standby: Mapping[str, str],
+              written: Any) -> tuple[accounting.Ledger, dict[str, accounting.Seen]]:
     """The group's accounting counted to this pass (health.accounting), from the ledger
-    this replica keeps, else the one the status holds; and how this pass saw the group's
-    jobs (the next pass moves what their books learn in between)."""
+    this replica keeps, else the one the status holds (WRITTEN); and how this pass saw
+    the group's jobs (the next pass moves what their books learn in between). STANDBY:
+    the endpoint holding each standby domain."""
     now = snapshot.clock
     buckets: dict[str, accounting.Bucket] = {}
     jobs: dict[str, tuple[str, accounting.Seen]] = {}
@@ -153,7 +155,6 @@ def accounted(snapshot: Snapshot, name: str, fleet: Fleet, written: Any
         chips = sum(fleet.pods[key][1] for key in fleet.by_owner.get(owner, ()))
         jobs[meta.get("uid") or owner] = (meta["namespace"], accounting.Seen(
             chips, accounting.later_seconds(books, now)))
-    standby = {d: held.endpoint for d, held in standby_map(snapshot, name).items()}
     ledger = accounting.advanced(
         snapshot.accounts.get(name) or accounting.from_status(written),
         accounting.moment(fleet, buckets, standby), now,

@@ -84,31 +84,38 @@ def moment(fleet: Fleet, jobs: Mapping[str, Bucket], standby: Mapping[str, str])
     """Every accelerator of FLEET's nodes in one bucket now. JOBS: a TrainingJob's bucket
     by its fleet owner (topology.model.trainingjob_owner); STANDBY: the endpoint
     (namespace/name) holding each standby domain free."""
-    held: Held = Counter()
+    held: dict[tuple[str, Bucket], int] = {}
     stalled = {owner for node in fleet.nodes.values() if not node.healthy
                for _, _, owner in node.pods.values()}  # a rank on a lost node
+    owners: dict[str, tuple[str, Bucket]] = {}  # owner -> its (namespace, bucket), once
+
+    def add(key: tuple[str, Bucket], devices: int) -> None:
+        held[key] = held.get(key, 0) + devices
+
     for node in fleet.nodes.values():
-        if node.state == "quarantined":
-            held["", "quarantined"] += node.capacity
-            continue
         if not node.healthy:
-            held["", "unavailable"] += node.capacity
+            add(("", "quarantined" if node.state == "quarantined" else "unavailable"),
+                node.capacity)
             continue
         used = 0
         for _, devices, owner in node.pods.values():
-            kind, _, rest = owner.partition("/")
-            bucket = _pod_bucket(kind, jobs.get(owner), owner in stalled)
+            key = owners.get(owner)
+            if key is None:
+                kind, _, rest = owner.partition("/")
+                bucket = _pod_bucket(kind, jobs.get(owner), owner in stalled)
+                key = owners[owner] = ("" if bucket == "other" else rest.partition("/")[0],
+                                       bucket)
             take = min(devices, node.capacity - used)
             used += take
-            held["" if bucket == "other" else rest.partition("/")[0], bucket] += take
+            add(key, take)
         free = node.capacity - used
         if node.spare:
-            held["", "spare"] += free
+            add(("", "spare"), free)
         elif node.domain in standby:
-            held[standby[node.domain].partition("/")[0], "standby"] += free
+            add((standby[node.domain].partition("/")[0], "standby"), free)
         else:
-            held["", "idle"] += free
-    return +held
+            add(("", "idle"), free)
+    return +Counter(held)
 
 
 def _pod_bucket(kind: str, job: Bucket | None, stalled: bool) -> Bucket:
