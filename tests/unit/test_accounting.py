@@ -37,6 +37,7 @@ def owner_of(namespace: str, name: str) -> str:
     ("a job recovering, before its new placement",
      {("", "idle"): 32, ("ns", "replacement"): 32}),
     ("someone else's pod", {("", "idle"): 48, ("", "other"): 16}),
+    ("an endpoint's replica", {("", "idle"): 48, ("team", "serving"): 16}),
     ("a standby domain", {("", "idle"): 0, ("team", "standby"): 64}),
 ])
 def test_each_accelerator_is_in_one_bucket(case: str, expected: dict[tuple[str, str], int]
@@ -50,6 +51,8 @@ def test_each_accelerator_is_in_one_bucket(case: str, expected: dict[tuple[str, 
         fleet.bind("ns/j-1", "us0-n1", 16, owner_of("ns", "j"))
     if "someone" in case:
         fleet.bind("x/pod", "us0-n0", 16, "pod/x/pod")
+    if "endpoint" in case:
+        fleet.bind("team/serve-0", "us0-n0", 16, "ie/team/serve")
     standby = {"us-0": "team/serve"} if "standby" in case else {}
     assert accounting.moment(fleet, buckets, standby) == {k: v for k, v in expected.items()
                                                           if v}

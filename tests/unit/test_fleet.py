@@ -112,6 +112,16 @@ def test_synthetic_fleet_scales_domains() -> None:
     assert generated[0]["metadata"]["name"] == "trn2-000-0"
 
 
+def test_a_fleet_file_scales_too_the_planner_s_trn3_gen2_shape() -> None:
+    path = Path(__file__).resolve().parents[2] / "bench" / "fleets" / "trn3-gen2.yaml"
+    big = fleet.load(f"synthetic:{path}:3")
+    generated = fleet.nodes(big)
+    assert big.name == "synthetic-trn3-gen2-3" and len(generated) == 3 * 36
+    assert {n["status"]["allocatable"]["aws.amazon.com/neuron"] for n in generated} == {"4"}
+    with pytest.raises(fleet.FleetError, match="or a fleet file"):
+        fleet.load("synthetic:no-such-file.yaml:3")
+
+
 @pytest.mark.parametrize(
     ("ref", "message"),
     [

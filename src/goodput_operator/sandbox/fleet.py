@@ -182,19 +182,22 @@ def load(ref: str = DEFAULT_FLEET) -> Fleet:
 
 def synthetic(ref: str) -> Fleet:
     """`synthetic:trn2:256` -> the trn2 pool scaled to 256 domains (here UltraServers),
-    in network blocks of SYNTHETIC_DOMAINS_PER_BLOCK domains."""
+    in network blocks of SYNTHETIC_DOMAINS_PER_BLOCK domains. KIND may also be a fleet
+    file (its first pool is scaled)."""
     parts = ref.split(":")
     kinds = ("trn2", "p5", "nvl72")
-    if len(parts) != 3 or parts[1] not in kinds or not parts[2].isdigit() or int(parts[2]) < 1:
+    known = len(parts) == 3 and (parts[1] in kinds or (
+        parts[1].endswith((".yaml", ".yml")) and Path(parts[1]).is_file()))
+    if not known or not parts[2].isdigit() or int(parts[2]) < 1:
         raise FleetError(
             f"bad synthetic fleet {ref!r}: write synthetic:KIND:N with KIND in "
-            f"{'|'.join(kinds)} and N >= 1 domains"
+            f"{'|'.join(kinds)} or a fleet file, and N >= 1 domains"
         )
     base = load(parts[1])
     pool = base.spec.pools[0].model_copy(
         update={"domains": int(parts[2]), "domains_per_block": SYNTHETIC_DOMAINS_PER_BLOCK}
     )
-    name = f"synthetic-{parts[1]}-{parts[2]}"
+    name = f"synthetic-{base.name}-{parts[2]}"
     spec = base.spec.model_copy(update={"pools": [pool]})
     return base.model_copy(update={"metadata": FleetMeta(name=name), "spec": spec})
 
