@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -59,14 +60,18 @@ def _record() -> Iterator[dict[str, object]]:
 
 
 def sysctls() -> dict[str, str]:
-    """Every readable sysctl of the host's namespaces but the VOLATILE ones, by path."""
+    """Every readable sysctl of the host's namespaces but the VOLATILE ones, by path. An
+    interface's folder may vanish mid-walk (a real node's pod ending in another lane):
+    os.walk skips what is gone, where Path.rglob raised FileNotFoundError."""
     found: dict[str, str] = {}
-    for path in PROC_SYS.rglob("*"):
-        key = str(path.relative_to(PROC_SYS))
-        if VOLATILE.match(key) or not path.is_file():
-            continue
-        with contextlib.suppress(OSError):
-            found[key] = path.read_text().strip()
+    for folder, _, files in os.walk(PROC_SYS):
+        for name in files:
+            path = Path(folder) / name
+            key = str(path.relative_to(PROC_SYS))
+            if VOLATILE.match(key):
+                continue
+            with contextlib.suppress(OSError):
+                found[key] = path.read_text().strip()
     return found
 
 
