@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from goodput_operator.api.base import (
     DNS_SUBDOMAIN,
@@ -23,6 +23,7 @@ from goodput_operator.api.base import (
     rules,
     schema_default,
 )
+from goodput_operator.autoscaling import promql
 
 MetricType = Literal["QueueDepth", "Concurrency", "TTFTp95", "TokensPerSecond", "RequestRate",
                      "KVCacheUtilization", "PromQL"]
@@ -85,7 +86,19 @@ class MetricTarget(ApiModel):
     replica serves within your latency objective; for KVCacheUtilization, the fraction of
     the cache to keep in use (e.g. 0.8)."""
     query: str | None = Field(default=None, min_length=1, max_length=4096)
-    """PromQL returning one number for the whole endpoint (PromQL type only)."""
+    """PromQL returning one number for the whole endpoint (PromQL type only). It may read
+    at most an hour back (its ranges and offsets added up) and evaluate at most 3,600
+    subquery steps; a query past that leaves the endpoint not Ready (`InvalidSpec`, naming
+    the bound), and Prometheus is told to stop evaluating any query after 5 s."""
+
+    @field_validator("query")
+    @classmethod
+    def _bounded_cost(cls, query: str | None) -> str | None:
+        """What the query makes a shared Prometheus read is bounded before it is sent
+        (TENANCY.md rule 5); the schema can bound only its length."""
+        if query is not None:
+            promql.check(query)
+        return query
 
 
 class ScalingPolicy(ApiModel):

@@ -128,9 +128,13 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
 def instant(url: str, promql: str, timeout: float = 5.0, stale_after: float = 60.0,
             now: float | None = None, allow: Sequence[str] | None = None) -> float | None:
     """The query's single value now; None when it returns nothing, NaN, or a stale
-    sample. Raises PrometheusError when Prometheus cannot be reached or refuses. ALLOW:
+    sample. Raises PrometheusError when Prometheus cannot be reached or refuses. TIMEOUT
+    bounds both the operator's wait and Prometheus's evaluation. ALLOW:
     the prefixes every redirect hop must be under (None: any, for the tests' own use)."""
-    address = f"{url.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+    # Prometheus's own `timeout`: it stops evaluating when the operator stops waiting,
+    # instead of finishing a costly query nobody reads (promql.py bounds the rest)
+    params = urllib.parse.urlencode({"query": promql, "timeout": f"{timeout:g}"})
+    address = f"{url.rstrip('/')}/api/v1/query?{params}"
     opener = urllib.request.build_opener(_Redirects(allow))
     try:
         with opener.open(address, timeout=timeout) as response:
