@@ -13,7 +13,7 @@ from goodput_operator.api.ultraservergroup import UltraServerGroupStatus
 from goodput_operator.decide import GroupDecision, decide, decide_groups
 from goodput_operator.decide.group import Notes, group_status
 from goodput_operator.health.probing import Inconclusive
-from goodput_operator.health.quarantine import HOLD_SECONDS, SDC, Finding
+from goodput_operator.health.quarantine import ANSWER_SECONDS, HOLD_SECONDS, SDC, Finding
 from goodput_operator.times import millis
 from tests.unit.world import (
     NOW,
@@ -83,6 +83,8 @@ def outcome(decision: GroupDecision) -> dict[str, Any]:
         "sweep_mark": decision.sweep_mark, "health": decision.desired["health"],
         "conditions": conditions(decision.desired),
         "held": [(h["node"], h["owner"]) for h in decision.desired["heldEvidence"]],
+        "answered": [(h["node"], h["answeredUntil"]) for h in decision.desired["heldEvidence"]
+                     if "answeredUntil" in h],
     }
 
 
@@ -182,6 +184,13 @@ CASES = [
     Case("one clean probe run since a tenant's hold began releases it, and says so",
          HELD, {"probes": [], "release": ["us0-n0"], "quarantine": []},
          snapshot={"jobs": [job_in("a", "forger")], "probed_at": {"us0-n0": NOW - 10}}),
+    Case("a tenant's vote on a node a clean probe answered lately is held and listed, and "
+         "asks for no probe until the answer's half hour ends",
+         FRESH, {"quarantine": [], "probes": [], "held": [("us0-n0", "a/forger")],
+                 "answered": [("us0-n0", millis(NOW - 60 + ANSWER_SECONDS))],
+                 "wake_at": NOW - 60 + ANSWER_SECONDS},
+         snapshot={"blamed": {"us0-n0": vote(NOW - 1, "a/forger")},
+                   "jobs": [job_in("a", "forger")], "probed_at": {"us0-n0": NOW - 60}}),
     Case("a hold no probe answers (probes off) ends after HOLD_SECONDS",
          HELD, {"probes": [], "release": ["us0-n0"]},
          spec={"probes": {"schedule": "", "onSuspicion": False}},

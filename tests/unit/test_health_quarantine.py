@@ -273,3 +273,33 @@ def test_a_quarantine_raises_the_decayed_incident_score_and_stamps_it(
     written = patch["metadata"]["annotations"]
     assert written[names.LEMON_ANNOTATION] == score
     assert written[names.LEMON_AT_ANNOTATION] == millis(NOW)
+
+
+SDC_VOTE = q.Finding(q.SDC, "replicas disagree at step 40", NOW - 10, owner="team-a/llm")
+PROBE_FOUND = q.Finding(q.SDC, "probe: matmul mismatch on device 3", NOW - 10)
+
+
+@pytest.mark.parametrize(("found", "clean_probe_at", "held_until"), [
+    (SDC_VOTE, None, None),                          # never probed: the vote holds the node
+    (SDC_VOTE, NOW - q.ANSWER_SECONDS - 1, None),    # answered long ago: it may ask again
+    (SDC_VOTE, NOW - 60, NOW - 60 + q.ANSWER_SECONDS),  # a clean answer a minute ago
+    (SDC_VOTE, NOW - 5, NOW - 5 + q.ANSWER_SECONDS),    # even for evidence from before it
+    (PROBE_FOUND, NOW - 60, None),                   # the admin's probe is never held back
+])
+def test_a_clean_probe_answers_a_tenants_evidence_for_half_an_hour(
+        found: q.Finding, clean_probe_at: float | None, held_until: float | None) -> None:
+    """A namespace that blames a node again right after each clean probe would have the
+    operator probe it, and hold it out of placements, without end: within ANSWER_SECONDS
+    of a clean run its reports are held (listed, kept, woken for), not acted on."""
+    nodes = {"a": node("a"), **{f"x{i}": node(f"x{i}") for i in range(8)}}
+    probed = {} if clean_probe_at is None else {"a": clean_probe_at}
+    decision = q.decide(nodes, POLICY, NOW, {}, {}, {"a": found}, probed_at=probed)
+    if held_until is None:
+        assert decision.quarantine == [("a", found)] and not decision.held_blame
+        assert decision.answered_until == {}
+    else:
+        assert decision.quarantine == [] and decision.held_blame == [("a", found)]
+        assert decision.answered_until == {"a": held_until}
+        assert decision.wake_at == held_until
+        later = q.decide(nodes, POLICY, held_until, {}, {}, {"a": found}, probed_at=probed)
+        assert later.quarantine == [("a", found)]  # then it asks again

@@ -119,7 +119,7 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
                                         if q.record_of(body))),
         standby))
     desired |= ignored_pods(snapshot.ignored_pods, fleet)
-    desired |= held_evidence(verdict.held_blame)
+    desired |= held_evidence(verdict.held_blame, verdict.answered_until)
     ledger, seen = accounted(snapshot, name, fleet, standby, status.get("accounting"))
     desired["accounting"] = accounting.to_status(ledger)
     events = []
@@ -454,13 +454,18 @@ def ignored_pods(ignored: Mapping[str, tuple[str, str]], fleet: Fleet) -> GroupS
             "ignoredPodsOmitted": max(0, len(here) - MAX_IGNORED_PODS)}
 
 
-def held_evidence(held: list[tuple[str, q.Finding]]) -> GroupStatus:
-    """status.heldEvidence: blame the budget holds back (health.quarantine.decide), the
-    oldest first, at most MAX_HELD_EVIDENCE."""
+def held_evidence(held: list[tuple[str, q.Finding]],
+                  answered: Mapping[str, float] | None = None) -> GroupStatus:
+    """status.heldEvidence: blame the budget holds back, or that a clean probe answered
+    lately (ANSWERED: until when; health.quarantine.decide), the oldest first, at most
+    MAX_HELD_EVIDENCE."""
     ordered = sorted(held, key=lambda h: (h[1].since, h[0]))
+    until = answered or {}
     return {"heldEvidence": [{"node": node, "reason": f.reason, "owner": f.owner,
                               "since": times.millis(f.since),
-                              "evidence": f.evidence[:MESSAGE_LENGTH]}
+                              "evidence": f.evidence[:MESSAGE_LENGTH],
+                              **({"answeredUntil": times.millis(until[node])}
+                                 if node in until else {})}
                              for node, f in ordered[:MAX_HELD_EVIDENCE]],
             "heldEvidenceOmitted": max(0, len(ordered) - MAX_HELD_EVIDENCE)}
 

@@ -395,9 +395,10 @@ def _evidence_held(snapshot: Snapshot, view: JobView) -> list[ConditionUpdate]:
     if not held:
         return [ConditionUpdate("EvidenceHeld", False, "Settled", "")]
     return [ConditionUpdate("EvidenceHeld", True, "BlameBudgetInUse", (
-        f"blamed by this job's reports, not quarantined yet (the group's blame budget is in "
-        f"use): {', '.join(held[:8])}" + (f" and {len(held) - 8} more" if len(held) > 8
-                                          else ""))[:MESSAGE_LENGTH])]
+        f"blamed by this job's reports, not held out yet (the group's blame budget is in "
+        f"use, or a clean probe answered the node lately: the group's status.heldEvidence "
+        f"says which): {', '.join(held[:8])}" + (f" and {len(held) - 8} more"
+                                                 if len(held) > 8 else ""))[:MESSAGE_LENGTH])]
 
 
 def lost_nodes(snapshot: Snapshot, view: JobView, pods: list[Obj]) -> dict[str, Lost]:

@@ -38,6 +38,12 @@ HOLD_SECONDS = 1800.0
 answering (probes off, an image that cannot test the node, a probe that cannot run): a
 tenant's word asks for a probe, it never decides (TENANCY.md, rule 1)."""
 
+ANSWER_SECONDS = 1800.0
+"""How long a clean probe run answers tenants' evidence against a node: within it, reports
+that blame the node are held (listed in the group's status.heldEvidence) instead of holding
+the node out and asking for another probe, so a tenant's word costs at most one probe of a
+node per half hour (TENANCY.md, rule 4)."""
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -80,6 +86,8 @@ class Decision:
     release: list[tuple[str, Record]] = field(default_factory=list)
     held: list[tuple[str, Finding]] = field(default_factory=list)  # stopped by the storm guard
     held_blame: list[tuple[str, Finding]] = field(default_factory=list)  # over the budget
+    # held because a clean probe answered the node lately: until when (ANSWER_SECONDS)
+    answered_until: dict[str, float] = field(default_factory=dict)
     storm: str | None = None  # why the storm guard holds, when it does
     wake_at: float | None = None  # when a grace period or release timer runs out
 
@@ -238,24 +246,46 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
                           f"failing: {', '.join(sorted(failing)[:10])}")
     else:  # after the holds a probe's answer turned into quarantines (_judge_hold)
         decision.quarantine = [*due, *decision.quarantine]
-    # Blame (a vote of a job's replicas, a probe) has a budget of its own, the same size,
-    # and never trips the guard: a tenant's reports must not stop the quarantine of
-    # failing nodes for everybody. A probe's finding (the admin's image) goes first; the
-    # reports of one namespace's jobs hold at most half the budget out at once, so one
-    # tenant's votes, forged or not, never use up another team's. What does not fit is
-    # held (said in the group's status.heldEvidence) until it does.
-    room = max(0, limit - out_blamed)
-    share = max(1, limit // 2)  # what one namespace's reports may hold out at once
+    _spend_blame(decision, blamed, max(0, limit - out_blamed), max(1, limit // 2), out_by,
+                 probed_at or {}, now)
+    return decision
+
+
+def _spend_blame(decision: Decision, blamed: list[tuple[str, Finding]], room: int,
+                 share: int, out_by: dict[str, int], probed_at: Mapping[str, float],
+                 now: float) -> None:
+    """Blame (a vote of a job's replicas, a probe) has a budget of its own (ROOM) and never
+    trips the guard: a tenant's reports must not stop the quarantine of failing nodes for
+    everybody. A probe's finding (the admin's image) goes first; the reports of one
+    namespace's jobs hold at most SHARE nodes out at once (OUT_BY: how many they hold
+    now), so one tenant's votes, forged or not, never use up another team's; and a node a
+    clean probe answered lately is not held again on a tenant's word yet
+    (`_answered_until`). What does not fit is held (said in the group's
+    status.heldEvidence) until it does."""
     for name, found in sorted(blamed, key=lambda b: (bool(b[1].owner), b[1].since, b[0])):
         space = namespace_of(found.owner) if found.owner else ""
-        if room > 0 and (not space or out_by.get(space, 0) < share):
+        until = _answered_until(found, probed_at.get(name))
+        if until is not None and now < until:  # asked and answered: not again yet
+            decision.held_blame.append((name, found))
+            decision.answered_until[name] = until
+            _wake(decision, until)
+        elif room > 0 and (not space or out_by.get(space, 0) < share):
             decision.quarantine.append((name, found))
             room -= 1
             if space:
                 out_by[space] = out_by.get(space, 0) + 1
         else:
             decision.held_blame.append((name, found))
-    return decision
+
+
+def _answered_until(found: Finding, clean_probe_at: float | None) -> float | None:
+    """Until when a node's last clean probe run (CLEAN_PROBE_AT) answers a job's reports
+    against it (FOUND, a tenant's word): a namespace that asks again right after each clean
+    answer would make the operator probe a node, and hold it out, without end. A probe's
+    own finding (no owner) is never held back."""
+    if not found.owner or clean_probe_at is None:
+        return None
+    return clean_probe_at + ANSWER_SECONDS
 
 
 def _judge_hold(decision: Decision, name: str, record: Record, health: Finding | None,
