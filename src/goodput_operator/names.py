@@ -49,6 +49,7 @@ SLOT_LABEL = "goodput.dev/slot"  # its position in the domain, in fabric order
 QUARANTINE_LABEL = "goodput.dev/quarantined"  # who quarantined it: operator or manual
 QUARANTINE_TAINT = "goodput.dev/quarantine"  # NoSchedule while quarantined
 EVIDENCE_ANNOTATION = "goodput.dev/quarantine-evidence"  # JSON: reason, evidence, since
+HOLD_ENDED_ANNOTATION = "goodput.dev/hold-ended"  # a tenant's hold last ended: no new one soon
 LEMON_ANNOTATION = "goodput.dev/lemon-score"  # quarantines so far, decayed: repeat offenders
 LEMON_AT_ANNOTATION = "goodput.dev/lemon-at"  # when the lemon score was last raised
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from goodput_operator import __version__
+from goodput_operator import __version__, names
 from goodput_operator.sandbox import cluster as sandbox_cluster
 from goodput_operator.sandbox import faults, hostnet, images, operator_image, realnode
 from tests.conftest import Cluster, wait_for
@@ -187,11 +187,37 @@ def succeeded(real: Real, namespace: str, name: str, timeout: float = 300) -> di
             else None
     job = wait_for(finished, timeout=timeout, what=f"{name} finished")
     if job["status"]["phase"] != "Succeeded":
-        tails = {p["metadata"]["name"]: real.cluster.kubectl(
-            "logs", p["metadata"]["name"], "-n", namespace, "--tail=5", check=False).stdout
-            for p in job_pods(real.cluster, namespace, name)}
-        raise AssertionError(f"{name} failed: {job['status'].get('message')}; {tails}")
+        raise AssertionError(f"{name} failed: {job['status'].get('message')}; "
+                             f"{pod_tails(real, namespace, name)}")
     return job
+
+
+def pod_tails(real: Real, namespace: str, name: str, lines: int = 5) -> dict[str, str]:
+    """The last LINES of each of job NAME's workers' logs: what a failure's message shows
+    of the workers' side."""
+    tails = {}
+    for pod in job_pods(real.cluster, namespace, name):
+        pod_name = pod["metadata"]["name"]
+        tails[pod_name] = str(real.cluster.kubectl("logs", pod_name, "-n", namespace,
+                                                   f"--tail={lines}", check=False).stdout)
+    return tails
+
+
+def nodes_taken(real: Real) -> dict[str, Any]:
+    """What holds each real node now (a quarantine's evidence, the pods on it): what a
+    placement that avoided a node was avoiding."""
+    listed = json.loads(real.cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    pods = json.loads(real.cluster.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
+    taken: dict[str, Any] = {}
+    for node in listed:
+        name = node["metadata"]["name"]
+        here = [f"{p['metadata']['namespace']}/{p['metadata']['name']} "
+                f"{(p.get('status') or {}).get('phase')}" for p in pods
+                if (p.get("spec") or {}).get("nodeName") == name]
+        held = (node["metadata"].get("annotations") or {}).get(names.EVIDENCE_ANNOTATION)
+        if here or held:
+            taken[name] = {"pods": here, "quarantine": held}
+    return taken
 
 
 @pytest.fixture(scope="module")

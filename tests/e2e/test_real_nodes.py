@@ -40,6 +40,8 @@ from tests.e2e.realnodes import (
     _running_at,
     heal,
     logs,
+    nodes_taken,
+    pod_tails,
     results,
     sandbox,
     succeeded,
@@ -140,7 +142,8 @@ def test_silent_corruption_on_a_real_replica_rolls_back_to_the_verified_checkpoi
         job = wait_for(lambda: _running_at(real, ns, name, 1), timeout=240,
                        what="the gang running again after the corruption")
         incident = job["status"]["incidents"][-1]
-        assert incident["cause"] == "SilentDataCorruption" and bad in incident["nodes"]
+        assert incident["cause"] == "SilentDataCorruption" and bad in incident["nodes"], \
+            (job["status"]["incidents"], job["status"].get("sdc"), pod_tails(real, ns, name))
         assert "rolling back to step 20" in incident["message"], incident["message"]
         assert bad not in {r["node"] for r in ranks_of(job["status"]["placement"])}
         succeeded(real, ns, name)
@@ -178,7 +181,8 @@ def test_a_real_node_failure_resumes_from_the_last_committed_checkpoint_on_the_s
         real: Real, reference: dict[str, Any], ns: str) -> None:
     name = f"fail-{uuid.uuid4().hex[:6]}"
     committed, ranks = training(real, ns, name)
-    assert sorted(ranks.values()) == US0, "the gang fills the first UltraServer"
+    assert sorted(ranks.values()) == US0, ("the gang fills the first UltraServer",
+                                           nodes_taken(real))
     victim = ranks[2]
     pod = next(p for p in job_pods(real.cluster, ns, name)
                if p["metadata"]["labels"][names.RANK_LABEL] == "2")

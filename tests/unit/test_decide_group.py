@@ -13,7 +13,7 @@ from goodput_operator.api.ultraservergroup import UltraServerGroupStatus
 from goodput_operator.decide import GroupDecision, decide, decide_groups
 from goodput_operator.decide.group import Notes, group_status
 from goodput_operator.health.probing import Inconclusive
-from goodput_operator.health.quarantine import ANSWER_SECONDS, HOLD_SECONDS, SDC, Finding
+from goodput_operator.health.quarantine import HOLD_SECONDS, REHOLD_SECONDS, SDC, Finding
 from goodput_operator.times import millis
 from tests.unit.world import (
     NOW,
@@ -48,6 +48,15 @@ DOWN_OUT = labelled(nodes(us0_n0=quarantined(nodes()["us0-n0"], "NodeNotReady", 
 BUSY_US0_N0 = worker(job("busy", workers=1), 0, node_name="us0-n0", phase="Running",
                      ready=True)
 HELD = labelled(nodes(us0_n0=quarantined(nodes()["us0-n0"], SDC, NOW - 300, owner="a/forger")))
+HOLD_ENDED = names.HOLD_ENDED_ANNOTATION
+
+
+def hold_ended(body: Obj, at: float) -> Obj:
+    """BODY after a tenant's hold on it ended at AT (as release_patch writes it)."""
+    annotations = {**body["metadata"].get("annotations", {}), HOLD_ENDED: millis(at)}
+    return {**body, "metadata": {**body["metadata"], "annotations": annotations}}
+
+
 BY_HAND = labelled(nodes(us0_n0=quarantined(nodes()["us0-n0"], "Maintenance", NOW - 900,
                                             by="manual")))
 
@@ -83,8 +92,10 @@ def outcome(decision: GroupDecision) -> dict[str, Any]:
         "sweep_mark": decision.sweep_mark, "health": decision.desired["health"],
         "conditions": conditions(decision.desired),
         "held": [(h["node"], h["owner"]) for h in decision.desired["heldEvidence"]],
-        "answered": [(h["node"], h["answeredUntil"]) for h in decision.desired["heldEvidence"]
-                     if "answeredUntil" in h],
+        "not_before": [(h["node"], h["notBefore"]) for h in decision.desired["heldEvidence"]
+                       if "notBefore" in h],
+        "hold_ended": [(r.node, r.patch["metadata"]["annotations"].get(HOLD_ENDED))
+                       for r in decision.release],
     }
 
 
@@ -181,16 +192,25 @@ CASES = [
                 "wake_at": NOW - 300 + HOLD_SECONDS},
          snapshot={"jobs": [job_in("a", "forger")], "clean_probes": {"us0-n0": 7},
                    "probed_at": {"us0-n0": NOW - 400}}),  # clean runs before it don't answer
-    Case("one clean probe run since a tenant's hold began releases it, and says so",
-         HELD, {"probes": [], "release": ["us0-n0"], "quarantine": []},
+    Case("one clean probe run since a tenant's hold began releases it, and marks when",
+         HELD, {"probes": [], "release": ["us0-n0"], "quarantine": [],
+                "hold_ended": [("us0-n0", millis(NOW))]},
          snapshot={"jobs": [job_in("a", "forger")], "probed_at": {"us0-n0": NOW - 10}}),
-    Case("a tenant's vote on a node a clean probe answered lately is held and listed, and "
-         "asks for no probe until the answer's half hour ends",
-         FRESH, {"quarantine": [], "probes": [], "held": [("us0-n0", "a/forger")],
-                 "answered": [("us0-n0", millis(NOW - 60 + ANSWER_SECONDS))],
-                 "wake_at": NOW - 60 + ANSWER_SECONDS},
+    Case("a tenant's vote on a node whose hold ended lately is held and listed, and asks "
+         "for no probe until half an hour after the hold's end",
+         labelled(nodes(us0_n0=hold_ended(nodes()["us0-n0"], NOW - 60))),
+         {"quarantine": [], "probes": [], "held": [("us0-n0", "a/forger")],
+          "not_before": [("us0-n0", millis(NOW - 60 + REHOLD_SECONDS))],
+          "wake_at": NOW - 60 + REHOLD_SECONDS},
          snapshot={"blamed": {"us0-n0": vote(NOW - 1, "a/forger")},
                    "jobs": [job_in("a", "forger")], "probed_at": {"us0-n0": NOW - 60}}),
+    Case("a clean probe no tenant asked for (probe-on-start, the schedule) silences no vote",
+         FRESH, {"quarantine": [("us0-n0", SDC)], "not_before": []},
+         snapshot={"blamed": {"us0-n0": vote(NOW - 1, "a/forger")},
+                   "jobs": [job_in("a", "forger")], "probed_at": {"us0-n0": NOW - 60}}),
+    Case("a node quarantined for the node's own sake gets no hold's end on release",
+         DOWN_OUT, {"release": ["us0-n0"], "hold_ended": [("us0-n0", None)]},
+         snapshot={"healthy_since": {"us0-n0": NOW - 601}}),
     Case("a hold no probe answers (probes off) ends after HOLD_SECONDS",
          HELD, {"probes": [], "release": ["us0-n0"]},
          spec={"probes": {"schedule": "", "onSuspicion": False}},

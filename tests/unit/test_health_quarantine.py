@@ -279,27 +279,50 @@ SDC_VOTE = q.Finding(q.SDC, "replicas disagree at step 40", NOW - 10, owner="tea
 PROBE_FOUND = q.Finding(q.SDC, "probe: matmul mismatch on device 3", NOW - 10)
 
 
-@pytest.mark.parametrize(("found", "clean_probe_at", "held_until"), [
-    (SDC_VOTE, None, None),                          # never probed: the vote holds the node
-    (SDC_VOTE, NOW - q.ANSWER_SECONDS - 1, None),    # answered long ago: it may ask again
-    (SDC_VOTE, NOW - 60, NOW - 60 + q.ANSWER_SECONDS),  # a clean answer a minute ago
-    (SDC_VOTE, NOW - 5, NOW - 5 + q.ANSWER_SECONDS),    # even for evidence from before it
-    (PROBE_FOUND, NOW - 60, None),                   # the admin's probe is never held back
+@pytest.mark.parametrize(("found", "hold_ended_at", "clean_probe_at", "held_until"), [
+    (SDC_VOTE, None, None, None),           # never held: the vote holds the node
+    (SDC_VOTE, None, NOW - 60, None),       # a clean probe no tenant asked for silences none
+    (SDC_VOTE, NOW - q.REHOLD_SECONDS - 1, None, None),  # a hold long ended: it may ask again
+    (SDC_VOTE, NOW - 60, NOW - 60, NOW - 60 + q.REHOLD_SECONDS),  # answered a minute ago
+    (SDC_VOTE, NOW - 60, None, NOW - 60 + q.REHOLD_SECONDS),  # or timed out unanswered
+    (SDC_VOTE, NOW - 5, None, NOW - 5 + q.REHOLD_SECONDS),  # even for evidence from before
+    (PROBE_FOUND, NOW - 60, NOW - 60, None),  # the admin's probe is never held back
 ])
-def test_a_clean_probe_answers_a_tenants_evidence_for_half_an_hour(
-        found: q.Finding, clean_probe_at: float | None, held_until: float | None) -> None:
-    """A namespace that blames a node again right after each clean probe would have the
-    operator probe it, and hold it out of placements, without end: within ANSWER_SECONDS
-    of a clean run its reports are held (listed, kept, woken for), not acted on."""
-    nodes = {"a": node("a"), **{f"x{i}": node(f"x{i}") for i in range(8)}}
+def test_a_tenants_hold_on_a_node_is_not_renewed_for_half_an_hour_after_it_ends(
+        found: q.Finding, hold_ended_at: float | None, clean_probe_at: float | None,
+        held_until: float | None) -> None:
+    """A namespace that blames a node again right after each hold ends would have the
+    operator probe it, and hold it out of placements, without end: within REHOLD_SECONDS
+    of a hold's end (written on the node by release_patch) its reports are held (listed,
+    kept, woken for), not acted on. A clean probe on its own (the admin's schedule, a
+    probe-on-start) silences nobody's real evidence."""
+    blamed = node("a")
+    if hold_ended_at is not None:
+        released = q.release_patch(blamed, hold_ended_at)["metadata"]["annotations"]
+        blamed["metadata"]["annotations"].update(
+            {k: v for k, v in released.items() if v is not None})
+    nodes = {"a": blamed, **{f"x{i}": node(f"x{i}") for i in range(8)}}
     probed = {} if clean_probe_at is None else {"a": clean_probe_at}
     decision = q.decide(nodes, POLICY, NOW, {}, {}, {"a": found}, probed_at=probed)
     if held_until is None:
         assert decision.quarantine == [("a", found)] and not decision.held_blame
-        assert decision.answered_until == {}
+        assert decision.not_before == {}
     else:
         assert decision.quarantine == [] and decision.held_blame == [("a", found)]
-        assert decision.answered_until == {"a": held_until}
+        assert decision.not_before == {"a": held_until}
         assert decision.wake_at == held_until
         later = q.decide(nodes, POLICY, held_until, {}, {}, {"a": found}, probed_at=probed)
         assert later.quarantine == [("a", found)]  # then it asks again
+
+
+def test_the_end_of_a_tenants_hold_is_written_on_the_node_and_read_back() -> None:
+    body = node("a", record=SDC_VOTE)
+    assert q.hold_ended(body) is None
+    patch = q.release_patch(body, NOW)
+    assert patch["metadata"]["annotations"] == {names.EVIDENCE_ANNOTATION: None,
+                                                names.HOLD_ENDED_ANNOTATION: millis(NOW)}
+    body["metadata"]["annotations"] = {names.HOLD_ENDED_ANNOTATION: millis(NOW)}
+    assert q.hold_ended(body) == NOW
+    body["metadata"]["annotations"] = {names.HOLD_ENDED_ANNOTATION: "last tuesday"}
+    assert q.hold_ended(body) is None  # edited by hand: no hold ended that we know of
+    assert names.HOLD_ENDED_ANNOTATION not in q.release_patch(body)["metadata"]["annotations"]

@@ -300,7 +300,7 @@ class HeldEvidenceDict(TypedDict, total=False):
     owner: str
     since: str
     evidence: str
-    answeredUntil: str | None
+    notBefore: str | None
 
 
 class BadputSecondsDict(TypedDict, total=False):

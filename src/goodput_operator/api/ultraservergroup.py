@@ -346,8 +346,8 @@ MAX_HELD_EVIDENCE = 32  # status.heldEvidence's length
 class HeldEvidence(ApiModel):
     """A node a job's reports (SDC votes, a straggler's pace) or a probe blamed, not
     quarantined yet: the blame budget (quarantine.maxUnavailable, at most half of it per
-    namespace) is in use, or a clean probe run answered the node in the last 30 minutes
-    (`answeredUntil`). Kept until it fits, or until the job that blamed it is gone."""
+    namespace) is in use, or a tenant's hold on the node ended less than 30 minutes ago
+    (`notBefore`). Kept until it fits, or until the job that blamed it is gone."""
 
     node: str = Field(max_length=253)
     """The node blamed."""
@@ -359,10 +359,11 @@ class HeldEvidence(ApiModel):
     """When the blame was first made."""
     evidence: str = Field(max_length=MESSAGE_LENGTH)
     """What the reports or the probe found."""
-    answered_until: str | None = Field(default=None, max_length=64)
-    """Set when a clean probe run answered the node lately: the job's reports may hold the
-    node out again (and ask for another probe) only from then on, so a tenant's word costs
-    at most one probe of a node per half hour."""
+    not_before: str | None = Field(default=None, max_length=64)
+    """Set when a tenant's hold on the node ended lately (a clean probe answered it, or it
+    timed out): the job's reports may hold the node out again (and ask for another probe)
+    only from then on, so tenants' word costs at most one probe and one hold of a node per
+    hour."""
 
 
 class UltraServerGroupStatus(ApiModel):

@@ -101,7 +101,8 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
     quarantine = [Quarantine(node, found, q.quarantine_patch(
         members[node], found, now, half_life_days=spec.quarantine.lemon_half_life_days),
                              quarantine_message(node, found)) for node, found in verdict.quarantine]
-    release = [Release(node, record, q.release_patch(members[node]),
+    release = [Release(node, record,
+                       q.release_patch(members[node], now if record.is_hold else None),
                        release_message(snapshot, policy, node, record))
                for node, record in verdict.release]
     probes = _suspects(snapshot, name, spec, members) if spec.probes.on_suspicion else []
@@ -119,7 +120,7 @@ def decide_group(snapshot: Snapshot, name: str) -> GroupDecision:
                                         if q.record_of(body))),
         standby))
     desired |= ignored_pods(snapshot.ignored_pods, fleet)
-    desired |= held_evidence(verdict.held_blame, verdict.answered_until)
+    desired |= held_evidence(verdict.held_blame, verdict.not_before)
     ledger, seen = accounted(snapshot, name, fleet, standby, status.get("accounting"))
     desired["accounting"] = accounting.to_status(ledger)
     events = []
@@ -455,16 +456,16 @@ def ignored_pods(ignored: Mapping[str, tuple[str, str]], fleet: Fleet) -> GroupS
 
 
 def held_evidence(held: list[tuple[str, q.Finding]],
-                  answered: Mapping[str, float] | None = None) -> GroupStatus:
-    """status.heldEvidence: blame the budget holds back, or that a clean probe answered
-    lately (ANSWERED: until when; health.quarantine.decide), the oldest first, at most
-    MAX_HELD_EVIDENCE."""
+                  not_before: Mapping[str, float] | None = None) -> GroupStatus:
+    """status.heldEvidence: blame the budget holds back, or that comes too soon after a
+    tenant's hold on the node ended (NOT_BEFORE: until when; health.quarantine.decide),
+    the oldest first, at most MAX_HELD_EVIDENCE."""
     ordered = sorted(held, key=lambda h: (h[1].since, h[0]))
-    until = answered or {}
+    until = not_before or {}
     return {"heldEvidence": [{"node": node, "reason": f.reason, "owner": f.owner,
                               "since": times.millis(f.since),
                               "evidence": f.evidence[:MESSAGE_LENGTH],
-                              **({"answeredUntil": times.millis(until[node])}
+                              **({"notBefore": times.millis(until[node])}
                                  if node in until else {})}
                              for node, f in ordered[:MAX_HELD_EVIDENCE]],
             "heldEvidenceOmitted": max(0, len(ordered) - MAX_HELD_EVIDENCE)}

@@ -396,7 +396,7 @@ def _evidence_held(snapshot: Snapshot, view: JobView) -> list[ConditionUpdate]:
         return [ConditionUpdate("EvidenceHeld", False, "Settled", "")]
     return [ConditionUpdate("EvidenceHeld", True, "BlameBudgetInUse", (
         f"blamed by this job's reports, not held out yet (the group's blame budget is in "
-        f"use, or a clean probe answered the node lately: the group's status.heldEvidence "
+        f"use, or a hold on the node ended lately: the group's status.heldEvidence "
         f"says which): {', '.join(held[:8])}" + (f" and {len(held) - 8} more"
                                                  if len(held) > 8 else ""))[:MESSAGE_LENGTH])]
 

@@ -38,11 +38,13 @@ HOLD_SECONDS = 1800.0
 answering (probes off, an image that cannot test the node, a probe that cannot run): a
 tenant's word asks for a probe, it never decides (TENANCY.md, rule 1)."""
 
-ANSWER_SECONDS = 1800.0
-"""How long a clean probe run answers tenants' evidence against a node: within it, reports
-that blame the node are held (listed in the group's status.heldEvidence) instead of holding
-the node out and asking for another probe, so a tenant's word costs at most one probe of a
-node per half hour (TENANCY.md, rule 4)."""
+REHOLD_SECONDS = 1800.0
+"""How long after a tenant's hold on a node ended (a clean probe answered it, or
+HOLD_SECONDS passed) tenants' reports against that node are held back (listed in the
+group's status.heldEvidence with notBefore) instead of holding the node out again and
+asking for another probe: one namespace's word costs at most one probe of a node, and one
+hold, per hour (TENANCY.md, rule 4). Only the end of a tenant's own hold starts it: a
+probe the admin's schedule or a probe-on-start ran answers no tenant, so it silences none."""
 
 
 @dataclass(frozen=True)
@@ -86,8 +88,8 @@ class Decision:
     release: list[tuple[str, Record]] = field(default_factory=list)
     held: list[tuple[str, Finding]] = field(default_factory=list)  # stopped by the storm guard
     held_blame: list[tuple[str, Finding]] = field(default_factory=list)  # over the budget
-    # held because a clean probe answered the node lately: until when (ANSWER_SECONDS)
-    answered_until: dict[str, float] = field(default_factory=dict)
+    # held because a tenant's hold on the node ended lately: until when (REHOLD_SECONDS)
+    not_before: dict[str, float] = field(default_factory=dict)
     storm: str | None = None  # why the storm guard holds, when it does
     wake_at: float | None = None  # when a grace period or release timer runs out
 
@@ -198,6 +200,7 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
     due: list[tuple[str, Finding]] = []
     blamed: list[tuple[str, Finding]] = []
     failing: list[str] = []
+    hold_ends: dict[str, float] = {}  # when a tenant's hold last ended, on nodes blamed now
     for name, node in nodes.items():
         record = record_of(node)
         renewal = (renewing or {}).get(name)
@@ -229,6 +232,9 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
             continue
         if health is None:  # blamed by reports: judged apart from the node's health
             blamed.append((name, found))
+            ended = hold_ended(node)
+            if ended is not None:
+                hold_ends[name] = ended
             continue
         failing.append(name)
         if is_due(health, policy, now):
@@ -247,28 +253,30 @@ def decide(nodes: Mapping[str, Obj], policy: Quarantine, now: float,
     else:  # after the holds a probe's answer turned into quarantines (_judge_hold)
         decision.quarantine = [*due, *decision.quarantine]
     _spend_blame(decision, blamed, max(0, limit - out_blamed), max(1, limit // 2), out_by,
-                 probed_at or {}, now)
+                 hold_ends, now)
     return decision
 
 
 def _spend_blame(decision: Decision, blamed: list[tuple[str, Finding]], room: int,
-                 share: int, out_by: dict[str, int], probed_at: Mapping[str, float],
+                 share: int, out_by: dict[str, int], hold_ends: Mapping[str, float],
                  now: float) -> None:
     """Blame (a vote of a job's replicas, a probe) has a budget of its own (ROOM) and never
     trips the guard: a tenant's reports must not stop the quarantine of failing nodes for
     everybody. A probe's finding (the admin's image) goes first; the reports of one
     namespace's jobs hold at most SHARE nodes out at once (OUT_BY: how many they hold
-    now), so one tenant's votes, forged or not, never use up another team's; and a node a
-    clean probe answered lately is not held again on a tenant's word yet
-    (`_answered_until`). What does not fit is held (said in the group's
+    now), so one tenant's votes, forged or not, never use up another team's; and a node
+    whose last tenant's hold ended lately (HOLD_ENDS) is not held again on a tenant's
+    word before REHOLD_SECONDS: a namespace that asks again right after each answer
+    would have the node probed, and held out, without end. A probe's own finding (no
+    owner) is never held back. What does not fit is held (said in the group's
     status.heldEvidence) until it does."""
     for name, found in sorted(blamed, key=lambda b: (bool(b[1].owner), b[1].since, b[0])):
         space = namespace_of(found.owner) if found.owner else ""
-        until = _answered_until(found, probed_at.get(name))
-        if until is not None and now < until:  # asked and answered: not again yet
-            decision.held_blame.append((name, found))
-            decision.answered_until[name] = until
-            _wake(decision, until)
+        ended = hold_ends.get(name)
+        if found.owner and ended is not None and now < ended + REHOLD_SECONDS:
+            decision.held_blame.append((name, found))  # asked and answered: not again yet
+            decision.not_before[name] = ended + REHOLD_SECONDS
+            _wake(decision, ended + REHOLD_SECONDS)
         elif room > 0 and (not space or out_by.get(space, 0) < share):
             decision.quarantine.append((name, found))
             room -= 1
@@ -276,16 +284,6 @@ def _spend_blame(decision: Decision, blamed: list[tuple[str, Finding]], room: in
                 out_by[space] = out_by.get(space, 0) + 1
         else:
             decision.held_blame.append((name, found))
-
-
-def _answered_until(found: Finding, clean_probe_at: float | None) -> float | None:
-    """Until when a node's last clean probe run (CLEAN_PROBE_AT) answers a job's reports
-    against it (FOUND, a tenant's word): a namespace that asks again right after each clean
-    answer would make the operator probe a node, and hold it out, without end. A probe's
-    own finding (no owner) is never held back."""
-    if not found.owner or clean_probe_at is None:
-        return None
-    return clean_probe_at + ANSWER_SECONDS
 
 
 def _judge_hold(decision: Decision, name: str, record: Record, health: Finding | None,
@@ -368,14 +366,26 @@ def decayed(score: float, at: float | None, now: float, half_life_days: float) -
     return float(score * 0.5 ** ((now - at) / (half_life_days * 86_400)))
 
 
-def release_patch(node: Obj) -> Obj:
-    """Merge patch taking NODE out of quarantine (the evidence annotation goes too)."""
+def release_patch(node: Obj, hold_ended_at: float | None = None) -> Obj:
+    """Merge patch taking NODE out of quarantine (the evidence annotation goes too). A
+    tenant's hold ending (HOLD_ENDED_AT) is written on the node, where the next reports
+    against it find it (`hold_ended`, REHOLD_SECONDS)."""
     taints = [t for t in (node.get("spec") or {}).get("taints") or []
               if t.get("key") != names.QUARANTINE_TAINT]
+    annotations: dict[str, str | None] = {names.EVIDENCE_ANNOTATION: None}
+    if hold_ended_at is not None:
+        annotations[names.HOLD_ENDED_ANNOTATION] = times.millis(hold_ended_at)
     return {"metadata": {"resourceVersion": node["metadata"].get("resourceVersion"),
                          "labels": {names.QUARANTINE_LABEL: None},
-                         "annotations": {names.EVIDENCE_ANNOTATION: None}},
+                         "annotations": annotations},
             "spec": {"taints": taints or None}}
+
+
+def hold_ended(node: Obj) -> float | None:
+    """When a tenant's hold on NODE last ended (`release_patch`), if one did (a value
+    edited by hand that does not parse is none)."""
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    return times.parse_foreign(annotations.get(names.HOLD_ENDED_ANNOTATION))
 
 
 def observe(name: str, unhealthy: bool, now: float, seen_unhealthy: dict[str, float],
