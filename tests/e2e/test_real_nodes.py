@@ -289,6 +289,9 @@ def test_a_sharded_step_a_rank_died_writing_is_never_a_resume_point(
     done = succeeded(real, ns, name)
     incident = done["status"]["incidents"][0]
     assert incident["cause"] == "ApplicationError", incident
+    assert 'exited with code 1: an application error (last words: "' in incident["message"] \
+        and "rank 2: dying while writing my part of step 30" in incident["message"], \
+        "the incident quotes the worker's last log line (its termination message)"
     assert incident["resumeFrom"]["step"] == 20, incident
     staged = realnode.SHARED_DIR / "checkpoints" / name / ".step-00000030.staging-a0"
     assert (staged / "rank-2.pt").read_bytes() == b"half a checkpoint"

@@ -12,11 +12,13 @@ from goodput_operator.health.failures import classify
 
 
 def failed(code: int | None = 1, reason: str | None = None,
-           disruption: str | None = None) -> dict[str, Any]:
+           disruption: str | None = None, message: str | None = None) -> dict[str, Any]:
     status: dict[str, Any] = {"phase": "Failed", "conditions": []}
     if code is not None:
-        status["containerStatuses"] = [{"state": {"terminated": {
-            "exitCode": code, "finishedAt": "2027-01-15T08:00:00Z"}}}]
+        terminated = {"exitCode": code, "finishedAt": "2027-01-15T08:00:00Z"}
+        if message is not None:
+            terminated["message"] = message
+        status["containerStatuses"] = [{"state": {"terminated": terminated}}]
     if reason:
         status["reason"] = reason
     if disruption:
@@ -46,3 +48,37 @@ def test_classification(pod: dict[str, Any], node_failed: bool, kind: str, blame
     verdict = classify(pod, RULES, node_failed)
     assert (verdict.kind, verdict.blame_node) == (kind, blame)
     assert verdict.detail.startswith("worker w3 (p)")
+
+
+TRACEBACK = ("Traceback (most recent call last):\n  File \"/opt/goodput/trainer/train.py\", "
+             "line 144, in wait_for_name\nsocket.gaierror: [Errno -2] Name or service not "
+             "known\n\n")
+W3 = "worker w3 (p) exited with code"
+
+
+@pytest.mark.parametrize(
+    ("pod", "detail"),
+    [
+        (failed(1, message=TRACEBACK), f'{W3} 1: an application error (last words: '
+                                       '"socket.gaierror: [Errno -2] Name or service not '
+                                       'known")'),
+        (failed(2, message="bad config\n"),
+         f'{W3} 2; failurePolicy.exitCodes says fail (last words: "bad config")'),
+        (failed(1, message="x" * 500),
+         f'{W3} 1: an application error (last words: "{"x" * 157}...")'),
+        (failed(1, message="ok\x1b[31m red"),
+         f'{W3} 1: an application error (last words: "ok?[31m red")'),
+        (failed(1, message="  \n\n"), f"{W3} 1: an application error"),
+        (failed(1), f"{W3} 1: an application error"),
+        # a verdict that blames the node lands on the node, read cluster-wide: no tenant's
+        # words there
+        (failed(74, message="I blame the node"),
+         f"{W3} 74: its node is suspect by failurePolicy.exitCodes"),
+    ],
+)
+def test_a_workers_last_log_line_is_quoted_where_the_job_alone_reads_it(
+        pod: dict[str, Any], detail: str) -> None:
+    """A worker's termination message (its log's tail: the operator sets
+    FallbackToLogsOnError on workers) ends an application error's or a fatal exit's
+    detail, cut and made printable."""
+    assert classify(pod, RULES, False).detail == detail

@@ -127,6 +127,15 @@ def test_every_container_sees_the_hostfile() -> None:
         pod["spec"]["volumes"]
 
 
+def test_a_failed_containers_log_tail_is_its_termination_message_unless_the_template_says() -> None:
+    """What the incident of an application error quotes (health.failures.last_words)."""
+    spec = job()
+    spec["spec"]["template"]["spec"]["containers"][1]["terminationMessagePolicy"] = "File"
+    pod = build.worker_pod(spec, 0, 0, TRN2)
+    assert [c["terminationMessagePolicy"] for c in pod["spec"]["containers"]] == \
+        ["FallbackToLogsOnError", "File"]
+
+
 def test_every_container_gets_a_report_token_of_its_own_audience_and_the_url() -> None:
     pod = build.worker_pod(job(), 0, 0, TRN2, report_url="https://op.goodput:8081")
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "goodput-report-token")

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 Kind = Literal["application", "infrastructure", "fail", "ignore"]
+LAST_WORDS = 160  # characters of a failed worker's last log line an incident quotes
 INFRA_POD_REASONS = ("NodeLost", "UnexpectedAdmissionError", "Evicted", "Terminated",
                      "NodeShutdown")
 
@@ -34,11 +35,32 @@ class Classified:
 
 def exit_status(pod: Obj) -> tuple[int | None, str | None]:
     """The first non-zero exit code of the pod's containers, and when it exited."""
+    terminated = _first_failed(pod)
+    if terminated is None:
+        return None, None
+    return int(terminated["exitCode"]), terminated.get("finishedAt")
+
+
+def _first_failed(pod: Obj) -> Obj | None:
     for status in pod.get("status", {}).get("containerStatuses") or []:
         terminated = (status.get("state") or {}).get("terminated")
         if terminated and terminated.get("exitCode", 0) != 0:
-            return int(terminated["exitCode"]), terminated.get("finishedAt")
-    return None, None
+            return dict(terminated)
+    return None
+
+
+def last_words(pod: Obj) -> str:
+    """` (last words: "...")`: the last line of the failed container's termination
+    message (its log's tail, by the policy the operator sets on workers), cut to
+    LAST_WORDS characters, so that an incident says what the worker said (its exception,
+    say) and a reader need not find a deleted pod's log. Empty when there is none."""
+    message = str((_first_failed(pod) or {}).get("message") or "")
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = "".join(c if c.isprintable() else "?" for c in lines[-1])
+    line = line if len(line) <= LAST_WORDS else line[:LAST_WORDS - 3] + "..."
+    return f' (last words: "{line}")'
 
 
 def action_for(rules: Sequence[ExitCodeRule], code: int | None) -> str:
@@ -73,7 +95,11 @@ def classify(pod: Obj, rules: Sequence[ExitCodeRule], node_failed: bool) -> Clas
         return Classified("infrastructure", True, f"{where}: its node is suspect by "
                           "failurePolicy.exitCodes", finished)
     if action == "fail":
-        return Classified("fail", False, f"{where}; failurePolicy.exitCodes says fail", finished)
+        return Classified("fail", False, f"{where}; failurePolicy.exitCodes says fail"
+                          f"{last_words(pod)}", finished)
     if action == "ignore":
         return Classified("ignore", False, f"{where} (ignored)", finished)
-    return Classified("application", False, f"{where}: an application error", finished)
+    # the worker's own words stay on its job: a node's evidence (the probe verdict above,
+    # read cluster-wide) never quotes a tenant's log
+    return Classified("application", False, f"{where}: an application error"
+                      f"{last_words(pod)}", finished)

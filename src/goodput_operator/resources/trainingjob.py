@@ -227,7 +227,8 @@ def _gang_pod(job: Obj, template: Obj, name: str, host: str,
     IDENTITY, ENV in every container (and the fabric's settings where the template does
     not set them), the hostfile and report token mounted, ACCELERATORS and their share of
     EFA on the first container (and, MULTI_NODE on NVLink, the job's IMEX channel), a host
-    name in the job's service, gated until placed."""
+    name in the job's service, gated until placed; a failed container's last log lines kept
+    as its termination message where the template chose no policy."""
     meta = job["metadata"]
     pod_spec: Obj = template.setdefault("spec", {})
     labels = {**template_metadata(template, "labels"), **selector(meta["name"]), **identity,
@@ -235,6 +236,9 @@ def _gang_pod(job: Obj, template: Obj, name: str, host: str,
     annotations = template_metadata(template, "annotations")
     fabric.fit_out(pod_spec["containers"], env, launcher, accelerators)
     for container in pod_spec["containers"]:
+        # a failed worker's last log lines become its termination message, which the
+        # incident quotes (health.failures); a template's own policy is kept
+        container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
         mounts = container.setdefault("volumeMounts", [])
         mounts.append({"name": "goodput-hostfile", "mountPath": HOSTFILE_DIR, "readOnly": True})
         mounts.append({"name": "goodput-report-token", "readOnly": True,
