@@ -119,7 +119,8 @@ def test_a_worker_exiting_with_a_fail_code_fails_the_job(
     sandbox_cli(crds, "fail-pod", victim, "--exit-code", "3", "-n", namespace)
     failed = wait_phase(crds, namespace, "brittle", "Failed")
     assert failed["status"]["message"] == (
-        f"worker w1 ({victim}) exited with code 3; failurePolicy.exitCodes says fail")
+        f"worker w1 ({victim}) exited with code 3; failurePolicy.exitCodes says fail "
+        '(last words: "container failed")'), "the termination message KWOK's fault wrote"
     reasons = {c["type"]: c["reason"] for c in failed["status"]["conditions"]}
     assert reasons["Failed"] == "WorkerFailed"
 
