@@ -8,12 +8,14 @@ import contextlib
 import io
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from goodput_operator import cli, names
+from goodput_operator.sandbox.cluster import kubectl_binary
 from goodput_operator.sdk import Reporter, ReportError, checkpoint
 from goodput_operator.sdk.objectstore import ObjectStore
 from goodput_operator.times import parse
@@ -161,6 +163,63 @@ def test_a_failed_node_is_quarantined_and_the_spare_of_its_ultraserver_takes_its
     assert status["totals"]["quarantined"] == 1
     assert "goodput_recovery_seconds_count" in e2e.metrics()
     accounted_in_full(crds, group, namespace)
+
+
+def test_a_drain_waits_for_the_save_its_cordon_asks_for_then_ends_without_an_eviction(
+        e2e: Operator, crds: Cluster, namespace: str, make_group: Any, faults: Faults,
+        tmp_path: Path) -> None:
+    """A real `kubectl drain` of rank 1's node: it cordons the node (a Drain notice) and
+    asks to evict the worker, which the gang's disruption budget refuses while the gang
+    has not saved; once a checkpoint commits, the operator moves the rank to the spare
+    (deleting the pod, which no budget holds back), the drain finds nothing left and ends,
+    and the gang resumes from that save. Nothing was evicted: the incident is a Notice."""
+    group = make_group(spares={"perDomain": 1})
+    apply(crds, training_job("drained", group, 2, checkpoint={"dir": "/fsx/d"}), namespace)
+    job = wait_phase(crds, namespace, "drained", "Running")
+    before = ranks(job)
+    victim = before[1]
+
+    def budget() -> dict[str, Any]:
+        found: dict[str, Any] = json.loads(crds.kubectl(
+            "get", "pdb", "drained", "-n", namespace, "-o", "json").stdout)
+        return found
+    held = wait_for(lambda: (b := budget()).get("status", {}).get("currentHealthy") == 2 and b,
+                    timeout=30, what="the disruption controller counting the gang")
+    assert held["status"]["disruptionsAllowed"] == 0
+    assert held["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+
+    said = tmp_path / "drain.err"
+    with said.open("w") as err, subprocess.Popen(
+            [kubectl_binary(), "--kubeconfig", str(crds.kubeconfig), "drain", victim,
+             "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=120s"],
+            stdout=subprocess.PIPE, stderr=err, text=True) as drain:
+        try:
+            wait_for(lambda: "disruption budget" in said.read_text(), timeout=30,
+                     what=f"the drain's eviction refused by the budget: {said.read_text()}")
+            notice = wait_for(lambda: get_job(crds, namespace, "drained")["status"]
+                              .get("notice"), timeout=30, what="the Drain notice")
+            assert notice["node"] == victim and notice["kind"] == "Drain", notice
+            assert get_job(crds, namespace, "drained")["status"]["restarts"] == 0
+            assert drain.poll() is None, "the drain waits for the save"
+
+            rank0 = next(p for p in job_pods(crds, namespace, "drained")
+                         if p["metadata"]["labels"][names.RANK_LABEL] == "0")
+            Reporter(e2e.report_url, worker_token(crds, namespace, rank0["metadata"]["name"])
+                     ).commit_checkpoint(300, "/fsx/d/step-300", "sha256:0300")
+            job = running_again(crds, namespace, "drained", 1)
+            out, _ = drain.communicate(timeout=60)
+        finally:
+            if drain.poll() is None:
+                drain.kill()
+            crds.kubectl("uncordon", victim, check=False)
+    assert drain.returncode == 0, said.read_text()
+    assert f"node/{victim} drained" in out
+    after = ranks(job)
+    assert after[0] == before[0] and after[1] not in before.values()
+    incident = job["status"]["incidents"][-1]
+    assert incident["cause"] == "Notice" and incident["nodes"] == [victim], incident
+    assert incident["resumeFrom"]["step"] == 300 and "saved at step 300" in \
+        incident["message"], incident
 
 
 def report(cluster: Cluster, group: str) -> dict[str, Any]:

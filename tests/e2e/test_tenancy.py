@@ -180,11 +180,12 @@ def test_a_name_another_object_holds_is_a_refusal_not_a_share(
         e2e: Operator, crds: Cluster, namespace: str, trn2_group: str) -> None:
     """A TrainingJob named as an InferenceEndpoint of its namespace would share the
     endpoint's Service (no rendezvous, or clients reaching training pods): the job is told
-    the name is taken, by whom, and creates no worker."""
+    the name is taken, by whom, and creates no worker; so is a job whose disruption
+    budget's name a PodDisruptionBudget of the tenant's holds."""
     from tests.e2e.test_hostile import inference_endpoint
 
-    def refused() -> str | None:
-        for c in (get_job(crds, namespace, "shared").get("status") or {}).get(
+    def refused(name: str = "shared") -> str | None:
+        for c in (get_job(crds, namespace, name).get("status") or {}).get(
                 "conditions") or []:
             if c["type"] == "WorkersCreated" and c["reason"] == "CreateRefused":
                 return str(c["message"])
@@ -199,6 +200,15 @@ def test_a_name_another_object_holds_is_a_refusal_not_a_share(
         said = wait_for(refused, timeout=30, what="the taken name refused")
         assert "belongs to InferenceEndpoint shared, not to TrainingJob shared" in said
         assert not job_pods(crds, namespace, "shared")
+        # the job's disruption budget likewise: one the tenant made is not the gang's
+        crds.kubectl("create", "poddisruptionbudget", "budget", "-n", namespace,
+                     "--selector=app=other", "--min-available=1")
+        apply(crds, training_job("budget", trn2_group, 1), namespace)
+        said = wait_for(lambda: refused("budget"), timeout=30,
+                        what="the taken budget name refused")
+        assert "PodDisruptionBudget budget already exists and belongs to no controller" \
+            in said
+        assert not job_pods(crds, namespace, "budget")
         assert e2e.healthy()
     finally:
         crds.kubectl("delete", "ie", "shared", "-n", namespace, "--wait=true", check=False)

@@ -171,6 +171,23 @@ def test_headless_service() -> None:
     assert svc["spec"]["publishNotReadyAddresses"] is True
 
 
+@pytest.mark.parametrize("spec, pods", [
+    ({}, 4),
+    ({"elastic": {"minWorkers": 2}}, 4),                         # the most elastic allows
+    ({"podSets": [{"name": "launcher"}, {"name": "ps", "replicas": 3}]}, 8),
+])
+def test_the_disruption_budget_holds_every_pod_the_gang_can_have(spec: dict[str, Any],
+                                                                  pods: int) -> None:
+    """A drain's evictions wait for the notice's save (docs/recovery.md); a number, not a
+    percentage: the disruption controller finds no scale on a TrainingJob."""
+    budget = build.disruption_budget(job(**spec))
+    assert budget["apiVersion"] == "policy/v1" and budget["metadata"]["name"] == "llama"
+    assert budget["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert budget["spec"] == {"minAvailable": pods,
+                              "selector": {"matchLabels": {names.JOB_LABEL: "llama"}},
+                              "unhealthyPodEvictionPolicy": "AlwaysAllow"}
+
+
 def test_pin_narrows_affinity_and_removes_only_our_gate() -> None:
     pod = build.worker_pod(job(), 0, 0, TRN2)
     pod["spec"]["schedulingGates"].append({"name": "example.com/other"})

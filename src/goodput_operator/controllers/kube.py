@@ -108,6 +108,7 @@ class Kube:
         self.authentication = client.AuthenticationV1Api(api_client)
         self.authorization = client.AuthorizationV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
+        self.policy = client.PolicyV1Api(api_client)
         _count_requests(api_client)
 
     def get_json(self, path: str, query: list[tuple[str, Any]] | None = None,
@@ -145,8 +146,8 @@ class Kube:
             response.response.release_conn()
 
     def create(self, obj: Obj) -> Obj | None:
-        """Create OBJ (Pod, Service, ConfigMap, Job, ComputeDomain, ResourceClaimTemplate,
-        Kueue Workload, a multi-region endpoint's replica):
+        """Create OBJ (Pod, Service, PodDisruptionBudget, ConfigMap, Job, ComputeDomain,
+        ResourceClaimTemplate, Kueue Workload, a multi-region endpoint's replica):
         the stored object, or None if it existed."""
         self._check_fence()
         kind, namespace = obj["kind"], obj["metadata"]["namespace"]
@@ -155,6 +156,7 @@ class Kube:
             "Pod": self.core.create_namespaced_pod,
             "Service": self.core.create_namespaced_service,
             "ConfigMap": self.core.create_namespaced_config_map,
+            "PodDisruptionBudget": self.policy.create_namespaced_pod_disruption_budget,
             "Job": self.batch.create_namespaced_job,
             computedomain.KIND: lambda ns, body: self.custom.create_namespaced_custom_object(
                 group, version, ns, computedomain.PLURAL, body),
@@ -178,8 +180,9 @@ class Kube:
 
     def _read(self, obj: Obj) -> Obj | None:
         """The stored object of OBJ's kind, namespace and name (None when there is none):
-        by a get for Services and ConfigMaps, by a list of that one name for the kinds the
-        operator lists anyway; None for the kinds it may only create."""
+        by a get for Services, disruption budgets and ConfigMaps, by a list of that one
+        name for the kinds the operator lists anyway; None for the kinds it may only
+        create."""
         kind, meta = obj["kind"], obj["metadata"]
         name, namespace = meta["name"], meta["namespace"]
         group, _, version = obj["apiVersion"].rpartition("/")
@@ -194,6 +197,9 @@ class Kube:
             if kind == "ConfigMap":
                 return cast(Obj, self.api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
                     self.core.read_namespaced_config_map(name, namespace)))
+            if kind == "PodDisruptionBudget":
+                return cast(Obj, self.api.sanitize_for_serialization(  # type: ignore[no-untyped-call]
+                    self.policy.read_namespaced_pod_disruption_budget(name, namespace)))
         except ApiException as err:
             if err.status == 404:
                 return None

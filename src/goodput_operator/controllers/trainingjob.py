@@ -199,7 +199,9 @@ async def _children(state: State, kube: Kube, job: Obj, spec: TrainingJobSpec,
     ranks = spots.ranks
     if decided.create:
         await create(kube.create, build.service(job, spec))
-        if refused:  # no gang without its Service (its name held by another object, say)
+        if not refused:
+            await create(kube.create, build.disruption_budget(job, spec))
+        if refused:  # no gang without its Service and budget (a name held by another, say)
             state.note_creates((namespace, job["metadata"]["name"]), refused[0], time.time())
             return
         group = state.groups.get(job["spec"].get("ultraServerGroup", ""))

@@ -1,4 +1,5 @@
-"""Pure builders for a TrainingJob's children: headless Service, hostfile ConfigMap, pods.
+"""Pure builders for a TrainingJob's children: headless Service, disruption budget,
+hostfile ConfigMap, pods.
 
 Pods of a job without a placement are born gated (`schedulingGates`) so that no worker
 starts before the whole gang is placed; pinning adds a required node affinity on the
@@ -74,6 +75,31 @@ def service(job: Obj, spec: TrainingJobSpec | None = None) -> Obj:
         "spec": {"clusterIP": "None", "selector": selector(name),
                  "publishNotReadyAddresses": True,
                  "ports": [{"name": "rendezvous", "port": (spec or _spec(job)).launcher.port}]},
+    }
+
+
+def disruption_budget(job: Obj, spec: TrainingJobSpec | None = None) -> Obj:
+    """A PodDisruptionBudget that lets no eviction take a running worker: a drain
+    (`kubectl drain`, Karpenter, the cluster autoscaler) cordons the node first, which the
+    operator reads as a notice (decide.noticing): the gang saves, the operator moves the
+    node's ranks off it by deleting their pods (a delete, which no budget holds back) and
+    the drain's retried evictions then find nothing left. So a drain waits for the save,
+    for the notice's deadline at most, instead of restarting the gang as a lost node would.
+
+    `minAvailable` is every pod the gang can have (workers, the most elastic allows, and
+    its pod sets), a number: `maxUnavailable` or a percentage would make the disruption
+    controller look for a scale subresource on the TrainingJob, which it has none of. Pods
+    not Ready may always be evicted: a gang that is not running has nothing to save."""
+    name = job["metadata"]["name"]
+    spec = spec or _spec(job)
+    pods = spec.workers + sum(pod_set.replicas for pod_set in spec.pod_sets)
+    return {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": job["metadata"]["namespace"],
+                     "labels": {**selector(name), **MANAGED_BY},
+                     "ownerReferences": [owner_reference(job)]},
+        "spec": {"minAvailable": pods, "selector": {"matchLabels": selector(name)},
+                 "unhealthyPodEvictionPolicy": "AlwaysAllow"},
     }
 
 
