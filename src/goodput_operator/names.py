@@ -69,6 +69,8 @@ ENV_POD_INDEX = "GOODPUT_POD_INDEX"
 ENV_CHECKPOINT_DIR = "GOODPUT_CHECKPOINT_DIR"
 # the node-local checkpoint tier (the node's NVMe) for an object store dir (sdk.tiers)
 ENV_CHECKPOINT_LOCAL = "GOODPUT_CHECKPOINT_LOCAL"
+# the shared-filesystem tier between the node-local copy and the object store (sdk.tiers)
+ENV_CHECKPOINT_SHARED = "GOODPUT_CHECKPOINT_SHARED"
 ENV_RESUME_FROM = "GOODPUT_RESUME_FROM"  # the checkpoint to resume from ("" at the start)
 ENV_RESUME_STEP = "GOODPUT_RESUME_STEP"
 ENV_RESUME_DIGEST = "GOODPUT_RESUME_DIGEST"

@@ -109,6 +109,33 @@ def test_what_the_store_holds_no_longer_as_committed_is_refused(
         checkpoint.verified(ResumePoint(9, point.path, "sha256-manifest:00"), report=False)
 
 
+def test_with_a_shared_folder_a_step_is_committed_there_and_in_the_store_and_read_there_first(
+        store: ObjectStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """checkpoint.sharedDir, the tier between the node-local copy and the store: a
+    replacement reads the step from the shared folder (the store's copy is not needed);
+    a shared copy changed since its commit is passed over for the store's, bit for bit."""
+    monkeypatch.setenv("GOODPUT_CHECKPOINT_SHARED", str(tmp_path / "fsx"))
+    states = {step: os.urandom(1 << 20) for step in (30, 31)}
+    points = {}
+    for step, state in states.items():
+        _, digest = checkpoint.save(step, lambda f, s=state: (f / "model.bin").write_bytes(s),
+                                    root=URL, commit=False)
+        points[step] = ResumePoint(step, f"{URL}/step-{step:08d}", digest)
+        shared = tmp_path / "fsx" / "llama" / f"step-{step:08d}"
+        assert (shared / "model.bin").read_bytes() == state and (shared / COMMIT).is_file()
+        assert store.exists("ckpt", f"llama/step-{step:08d}/{COMMIT}")
+
+    store.delete("ckpt", "llama/step-00000030/model.bin")
+    on_node(monkeypatch, tmp_path, "node-e")
+    fetched = checkpoint.verified(points[30], report=False)
+    assert (fetched / "model.bin").read_bytes() == states[30]
+
+    (tmp_path / "fsx" / "llama" / "step-00000031" / "model.bin").write_bytes(b"bad")
+    on_node(monkeypatch, tmp_path, "node-f")
+    fetched = checkpoint.verified(points[31], report=False)
+    assert (fetched / "model.bin").read_bytes() == states[31]
+
+
 def test_wrong_credentials_are_refused_by_the_server(object_store: Any) -> None:
     wrong = ObjectStore(object_store.url, object_store.access_key, "not-the-secret")
     with pytest.raises(ObjectStoreError) as refused:

@@ -56,6 +56,10 @@ def test_an_object_store_s_keys_come_from_the_job_s_secret_by_the_kubelet() -> N
                                          "optional": False}
     assert refs["AWS_ENDPOINT_URL"]["optional"] is True
     assert env_of(pod)["GOODPUT_CHECKPOINT_DIR"] == "s3://ckpt/llama"
+    assert "GOODPUT_CHECKPOINT_SHARED" not in env_of(pod)
+    tiered = build.worker_pod(job(checkpoint={"dir": "s3://ckpt/llama",
+                                              "sharedDir": "/fsx/llama"}), 0, 0, TRN2)
+    assert env_of(tiered)["GOODPUT_CHECKPOINT_SHARED"] == "/fsx/llama"
     assert not any("valueFrom" in e for e in build.worker_pod(job(), 0, 0, TRN2)["spec"]
                    ["containers"][0]["env"])
 

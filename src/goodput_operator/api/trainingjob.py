@@ -135,6 +135,9 @@ class Checkpoint(ApiModel):
         cel("!has(self.credentialsSecret) || (has(self.dir) && self.dir.startsWith('s3://'))",
             "credentialsSecret is for an object store: set dir to s3://bucket/prefix",
             ".credentialsSecret"),
+        cel("!has(self.sharedDir) || (has(self.dir) && self.dir.startsWith('s3://'))",
+            "sharedDir is the tier between the node-local copy and an object store: set dir "
+            "to s3://bucket/prefix", ".sharedDir"),
     )
 
     dir: str | None = Field(default=None, min_length=1, max_length=4096)
@@ -147,6 +150,13 @@ class Checkpoint(ApiModel):
     AWS_SECRET_ACCESS_KEY (and, if set, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL):
     every worker gets them as environment variables (the kubelet reads the Secret; the
     operator never does). Only with an s3:// dir."""
+    shared_dir: str | None = Field(default=None, min_length=2, max_length=4096,
+                                   pattern=r"^/")
+    """A folder every node mounts (FSx for Lustre, EFS, NFS), the tier between the
+    node-local copy and the object store: each step is copied there and committed by a
+    commit object of its own before it is uploaded, and a resume reads it from there when
+    it holds the step as committed (docs/recovery.md#checkpoints-on-an-object-store);
+    passed to workers as GOODPUT_CHECKPOINT_SHARED. Only with an s3:// dir."""
     verify: bool = False
     """Resume only from checkpoints whose step the replicas' fingerprints agreed on
     (needs sdc.crossReplicaCheck); false: from the newest committed one."""

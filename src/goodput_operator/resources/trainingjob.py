@@ -151,6 +151,8 @@ def launcher_env(job: Obj, spec: TrainingJobSpec, index: int, restart: int,
         names.ENV_RANK: str(index),
         names.ENV_WORKERS: str(workers),
         names.ENV_CHECKPOINT_DIR: spec.checkpoint.dir or "",
+        **({names.ENV_CHECKPOINT_SHARED: spec.checkpoint.shared_dir}
+           if spec.checkpoint.shared_dir else {}),
         names.ENV_RESUME_FROM: resume.get("path") or "",
         names.ENV_RESUME_STEP: str(resume["step"]) if "step" in resume else "",
         names.ENV_RESUME_DIGEST: resume.get("digest") or "",

@@ -72,6 +72,10 @@ class ObjectStore:
         return cls(endpoint.rstrip("/"), access, secret, region,
                    env.get("AWS_SESSION_TOKEN", ""))
 
+    @property
+    def where(self) -> str:
+        return "the store"
+
     # ---- objects -------------------------------------------------------------
     def put_file(self, bucket: str, key: str, path: Path) -> None:
         sha = hashlib.sha256()
