@@ -280,7 +280,7 @@ def _run_with_heartbeat(command: list[str], label: str, progress: Progress) -> N
 # (numpy, and the pure vote it shares with the operator); nothing that needs kopf or pydantic.
 # A unit test checks that they import nothing of the package beyond this list.
 IMAGE_MODULES = ("__init__.py", "names.py", "sdk/__init__.py", "sdk/fingerprint.py",
-                 "sdk/checkpoint.py", "sdk/tiers.py", "sdk/objectstore.py",
+                 "sdk/checkpoint.py", "sdk/tiers.py", "sdk/shared.py", "sdk/objectstore.py",
                  "probe/__init__.py", "probe/__main__.py", "probe/workload.py",
                  "health/__init__.py", "health/sdc.py")
 # the probe Job runs `python -m goodput_operator.probe`; Debian names it python3
