@@ -162,6 +162,10 @@ def test_server_side_defaults_appear_as_documented(crds: Cluster, namespace: str
         assert usg["quarantine"]["healthLabels"][0]["key"] == \
             "sagemaker.amazonaws.com/node-health-status"
         assert usg["spares"] == {"perDomain": 0, "perGroup": 0}
+        assert usg["noticeDeadlineSeconds"] == {
+            "spotInterruption": 120, "rebalanceRecommendation": 600,
+            "scheduledMaintenance": 600, "autoScalingTermination": 600,
+            "karpenterDisruption": 600, "drain": 600}
     finally:
         crds.kubectl("delete", "usg", group["metadata"]["name"])
 
@@ -310,6 +314,10 @@ BAD: list[tuple[str, Callable[[str], Doc], list[Mutation], list[str]]] = [
      ['spec.interconnect: Unsupported value: "infiniband"']),
     ("storm guard over 100%", G, [put("spec.quarantine", {"maxUnavailable": "120%"})],
      ["spec.quarantine.maxUnavailable", "must be a count >= 0 or a percentage"]),
+    ("negative notice deadline", G, [put("spec.noticeDeadlineSeconds", {"drain": -1})],
+     ["spec.noticeDeadlineSeconds.drain", "greater than or equal to 0"]),
+    ("unknown kind of notice", G, [put("spec.noticeDeadlineSeconds", {"reboot": 60})],
+     ['unknown field "spec.noticeDeadlineSeconds.reboot"']),
     ("slot label missing", G, [put("spec.slotOrder", {"by": "label"})],
      ["spec.slotOrder.label", "slotOrder.label is required when slotOrder.by is 'label'"]),
     ("empty node selector", G, [put("spec.nodeSelector", {})],

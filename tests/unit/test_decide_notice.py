@@ -15,7 +15,7 @@ from goodput_operator.times import millis
 from goodput_operator.topology.model import node_state
 from goodput_operator.topology.record import nodes_of
 from tests.unit.test_decide_job import RUNNING_2, running_pods
-from tests.unit.world import NOW, job, nodes, world
+from tests.unit.world import NOW, group_spec, job, nodes, world
 
 pytestmark = pytest.mark.unit
 Obj = dict[str, Any]
@@ -31,9 +31,11 @@ def running(saved_at: float | None = None) -> Obj:
     return job(status={**RUNNING_2, "checkpoint": {"latest": latest}})
 
 
-def decided(owner: Obj, clock: float = NOW) -> Any:
-    snapshot = world(nodes(us0_n1=SPOT), [owner], running_pods(owner, "Running", "Running"),
-                     noticed={"us0-n1": NOTICED}, clock=clock)
+def decided(owner: Obj, clock: float = NOW, mark: Obj = SPOT, **group: Any) -> Any:
+    """The pass at CLOCK over OWNER's gang, us0-n1 marked by MARK; GROUP: the group's
+    spec fields."""
+    snapshot = world(nodes(us0_n1=mark), [owner], running_pods(owner, "Running", "Running"),
+                     spec=group_spec(**group), noticed={"us0-n1": NOTICED}, clock=clock)
     return decide_job(snapshot, owner)
 
 
@@ -72,6 +74,36 @@ def test_unsaved_at_the_deadline_its_ranks_move_anyway() -> None:
     assert incident["cause"] == "Notice" and "the deadline passed unsaved" in incident["message"]
     assert incident["resumeFrom"]["step"] == 90
     assert "us0-n1" not in nodes_of(decision.placement)
+
+
+@pytest.mark.parametrize(("kind", "taint", "seconds"), [
+    ("SpotInterruption", notices.NTH_SPOT_TAINT, 120),  # EC2 reclaims it at two minutes
+    ("RebalanceRecommendation", notices.NTH_REBALANCE_TAINT, 600),
+    ("ScheduledMaintenance", notices.NTH_MAINTENANCE_TAINT, 600),
+    ("AutoScalingTermination", notices.NTH_ASG_TAINT, 600),
+    ("KarpenterDisruption", notices.KARPENTER_DISRUPTED_TAINT, 600),
+    ("Drain", None, 600),  # a cordon: the drain waits on the budget
+])
+def test_each_kind_of_notice_has_its_own_deadline_by_default(
+        kind: str, taint: str | None, seconds: int) -> None:
+    mark = {"spec": {"taints": [{"key": taint, "effect": "NoSchedule"}]}} if taint \
+        else {"spec": {"unschedulable": True}}
+    notice = decided(running(), mark=mark).desired["notice"]
+    assert notice["kind"] == kind and notice["deadline"] == millis(NOTICED + seconds)
+
+
+def test_the_group_sets_each_kinds_deadline_and_zero_moves_the_ranks_at_once() -> None:
+    drain = {"spec": {"unschedulable": True}}
+    late = decided(running(), mark=drain, noticeDeadlineSeconds={"drain": 30})
+    assert late.desired["notice"]["deadline"] == millis(NOTICED + 30)  # 10 s in: waits
+    assert decided(running(), mark=SPOT, noticeDeadlineSeconds={"drain": 30}
+                   ).desired["notice"]["deadline"] == millis(NOTICED + 120)  # others kept
+    moved = decided(running(), clock=NOTICED + 31, mark=drain,
+                    noticeDeadlineSeconds={"drain": 30}).desired["incidents"][-1]
+    assert moved["cause"] == "Notice" and "the deadline passed unsaved" in moved["message"]
+    at_once = decided(running(), mark=drain, noticeDeadlineSeconds={"drain": 0})
+    assert at_once.desired["incidents"][-1]["nodes"] == ["us0-n1"]
+    assert at_once.desired.get("notice") is None and at_once.desired["restarts"] == 1
 
 
 @pytest.mark.parametrize(("spec", "kind"), [

@@ -689,7 +689,8 @@ class NodeNotice(ApiModel):
     since: datetime
     """When the operator first saw the notice (the node's taint or cordon)."""
     deadline: datetime
-    """When the ranks move, saved or not."""
+    """When the ranks move, saved or not: `since` plus the group's
+    noticeDeadlineSeconds for the kind."""
 
 
 class CheckpointAdvice(ApiModel):

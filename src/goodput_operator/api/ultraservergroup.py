@@ -202,6 +202,46 @@ class Probes(ApiModel):
     """Image that runs the probe; defaults to the operator's image."""
 
 
+class NoticeDeadlines(ApiModel):
+    """How long a running gang may take to save once one of its nodes announces that it
+    is going (docs/recovery.md, "Notices"), by who gave the notice. When it has passed the
+    node counts as lost to the job, saved or not, and its ranks move to a spare. Waiting
+    longer costs nothing where the node stays until the gang lets it go (a drain waits on
+    the job's PodDisruptionBudget): it gives a slow save time to finish; a trainer that
+    never saves holds the node that long. 0: move at once, unsaved."""
+
+    spot_interruption: int = Field(default=120, ge=0, le=86_400)
+    """The AWS Node Termination Handler's spot-itn taint: EC2 reclaims a Spot instance two
+    minutes after its interruption notice, whatever the gang does."""
+    rebalance_recommendation: int = Field(default=600, ge=0, le=86_400)
+    """The Node Termination Handler's rebalance-recommendation taint: EC2 says the instance
+    is at higher risk of interruption and names no time (a Spot notice may follow)."""
+    scheduled_maintenance: int = Field(default=600, ge=0, le=86_400)
+    """The Node Termination Handler's scheduled-maintenance taint: an EC2 scheduled event
+    (a reboot, a retirement), posted ahead of its start."""
+    auto_scaling_termination: int = Field(default=600, ge=0, le=86_400)
+    """The Node Termination Handler's asg-lifecycle-termination taint: the Auto Scaling
+    lifecycle hook holds the instance while it drains, up to the hook's heartbeat timeout
+    (3600 s unless set)."""
+    karpenter_disruption: int = Field(default=600, ge=0, le=86_400)
+    """Karpenter's disruption taint: Karpenter drains honouring PodDisruptionBudgets, for at
+    most its NodePool's terminationGracePeriod (none unless set)."""
+    drain: int = Field(default=600, ge=0, le=86_400)
+    """A cordon (`kubectl drain`'s first step, and that of every tool built on it):
+    `kubectl drain` retries the evictions the budget refuses until its `--timeout` (none
+    unless given)."""
+
+    def seconds(self, kind: str) -> int:
+        """The deadline for a notice of KIND (health.notices' kinds: SpotInterruption, ...,
+        Drain)."""
+        return {"SpotInterruption": self.spot_interruption,
+                "RebalanceRecommendation": self.rebalance_recommendation,
+                "ScheduledMaintenance": self.scheduled_maintenance,
+                "AutoScalingTermination": self.auto_scaling_termination,
+                "KarpenterDisruption": self.karpenter_disruption,
+                "Drain": self.drain}[kind]
+
+
 DOMAIN_LABELS: dict[str, str] = {
     "neuronlink": "topology.k8s.aws/ultraserver-id",
     "nvlink": "nvidia.com/gpu.clique",
@@ -253,6 +293,9 @@ class UltraServerGroupSpec(ApiModel):
     """Failure detection, storm guard and release policy."""
     probes: Probes = nested(Probes)
     """Silent-data-corruption probe settings."""
+    notice_deadline_seconds: NoticeDeadlines = nested(NoticeDeadlines)
+    """How long a gang may take to save when one of its nodes is about to go, by the kind
+    of notice (a Spot interruption, maintenance, Karpenter, a drain)."""
     compute_domains: bool = True
     """With interconnect nvlink (GB200/GB300 NVL72): a TrainingJob of more than one worker
     gets a ComputeDomain (resource.nvidia.com, NVIDIA's DRA driver for GPUs) and each pod

@@ -419,7 +419,7 @@ def lost_nodes(snapshot: Snapshot, view: JobView, pods: list[Obj]) -> dict[str, 
         elif node.state == "quarantined" and record is not None:
             lost[name] = Lost(f"quarantined ({record.reason}: {record.evidence})", record.since,
                               record.reason)
-    for notice in noticing.notices(snapshot, fleet, names):  # about to go: once saved (or late)
+    for notice in noticing.notices(snapshot, view.spec.ultra_server_group, names):  # about to go
         if notice.node not in lost and (gone := noticing.lost_to(view, notice,
                                                                   snapshot.clock)):
             lost[notice.node] = gone

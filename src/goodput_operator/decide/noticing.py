@@ -20,20 +20,22 @@ from goodput_operator.api.views import JobView
 from goodput_operator.decide.attempt import Lost
 from goodput_operator.decide.snapshot import Snapshot
 from goodput_operator.health.notices import Notice, notice_of
-from goodput_operator.topology.model import Fleet
 
 NOTICE = "Notice"  # the Lost reason, and the incident's cause
 
 
-def notices(snapshot: Snapshot, fleet: Fleet, nodes: Iterable[str]) -> list[Notice]:
-    """The notices on NODES of FLEET, in name order, each dated from when it was first
-    seen. Only a cordoned node can carry one (topology.model.node_state): a gang's other
-    nodes cost a lookup, not a look at their taints."""
+def notices(snapshot: Snapshot, group: str, nodes: Iterable[str]) -> list[Notice]:
+    """The notices on NODES of GROUP, in name order, each dated from when it was first
+    seen and due by the group's noticeDeadlineSeconds. Only a cordoned node can carry one
+    (topology.model.node_state): a gang's other nodes cost a lookup, not a look at their
+    taints."""
+    fleet, spec = snapshot.fleets[group], snapshot.groups.get(group)
+    deadlines = spec.notice_deadline_seconds if spec is not None else None
     found = []
     for name in set(nodes):
         member, node = fleet.nodes.get(name), snapshot.nodes.get(name)
         notice = None if node is None or member is None or member.state != "cordoned" \
-            else notice_of(name, node, snapshot.noticed.get(name, snapshot.clock))
+            else notice_of(name, node, snapshot.noticed.get(name, snapshot.clock), deadlines)
         if notice is not None:
             found.append(notice)
     return sorted(found, key=lambda n: n.node)
@@ -58,8 +60,7 @@ def pending(snapshot: Snapshot, view: JobView, gang: Iterable[str]
     """The notice the running gang on the nodes GANG must save for (the earliest pending;
     None: none), and when the pass must look again (its deadline)."""
     assert view.spec is not None
-    fleet = snapshot.fleets[view.spec.ultra_server_group]
-    waiting = [n for n in notices(snapshot, fleet, gang)
+    waiting = [n for n in notices(snapshot, view.spec.ultra_server_group, gang)
                if lost_to(view, n, snapshot.clock) is None]
     if not waiting:
         return None, None

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from goodput_operator import times
+from goodput_operator.api.ultraservergroup import NoticeDeadlines
 
 Obj = dict[str, Any]
 
@@ -31,15 +32,16 @@ KARPENTER_DISRUPTED_TAINT = "karpenter.sh/disrupted"  # Karpenter v1 (NoSchedule
 KARPENTER_DISRUPTION_TAINT = "karpenter.sh/disruption"  # before v1 (value "disrupting")
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"  # a cordon (kubectl drain's first step)
 
-# taint key -> (kind, seconds from the notice to the node going: what the save may take)
-LEAD_SECONDS: dict[str, tuple[str, float]] = {
-    NTH_SPOT_TAINT: ("SpotInterruption", 120.0),  # EC2's two-minute warning
-    NTH_REBALANCE_TAINT: ("RebalanceRecommendation", 120.0),  # no deadline: act soon
-    NTH_MAINTENANCE_TAINT: ("ScheduledMaintenance", 120.0),
-    NTH_ASG_TAINT: ("AutoScalingTermination", 120.0),
-    KARPENTER_DISRUPTED_TAINT: ("KarpenterDisruption", 120.0),
-    KARPENTER_DISRUPTION_TAINT: ("KarpenterDisruption", 120.0),
-    UNSCHEDULABLE_TAINT: ("Drain", 120.0),  # a cordon: the drain follows
+# taint key -> the kind of notice (how long the gang may take to save: the group's
+# noticeDeadlineSeconds, api.ultraservergroup.NoticeDeadlines)
+KINDS: dict[str, str] = {
+    NTH_SPOT_TAINT: "SpotInterruption",  # EC2's two-minute warning
+    NTH_REBALANCE_TAINT: "RebalanceRecommendation",  # no time named
+    NTH_MAINTENANCE_TAINT: "ScheduledMaintenance",
+    NTH_ASG_TAINT: "AutoScalingTermination",
+    KARPENTER_DISRUPTED_TAINT: "KarpenterDisruption",
+    KARPENTER_DISRUPTION_TAINT: "KarpenterDisruption",
+    UNSCHEDULABLE_TAINT: "Drain",  # a cordon: the drain follows
 }
 
 
@@ -65,18 +67,21 @@ def notice_key(node: Mapping[str, Any]) -> str | None:
     spec = node.get("spec") or {}
     for taint in spec.get("taints") or []:
         key = taint.get("key")
-        if key in LEAD_SECONDS and (key != KARPENTER_DISRUPTION_TAINT
+        if key in KINDS and (key != KARPENTER_DISRUPTION_TAINT
                                     or taint.get("value") == "disrupting"):
             return str(key)
     return UNSCHEDULABLE_TAINT if spec.get("unschedulable") else None
 
 
-def notice_of(name: str, node: Mapping[str, Any], first_seen: float) -> Notice | None:
-    """NODE's notice, first seen at FIRST_SEEN; None when it carries none."""
+def notice_of(name: str, node: Mapping[str, Any], first_seen: float,
+              deadlines: NoticeDeadlines | None = None) -> Notice | None:
+    """NODE's notice, first seen at FIRST_SEEN, due by its group's DEADLINES for its kind
+    (None: the defaults); None when it carries none."""
     key = notice_key(node)
     if key is None:
         return None
-    kind, lead = LEAD_SECONDS[key]
+    kind = KINDS[key]
+    lead = (deadlines or NoticeDeadlines()).seconds(kind)
     return Notice(name, kind, key, first_seen, first_seen + lead)
 
 
