@@ -118,6 +118,16 @@ def _binary_image(folder: Path, name: str, binary: Path, base: Sequence[Path] = 
     return images.Image(name, archive)
 
 
+def node_layer(progress: Progress = build.print_progress) -> Path:
+    """The node image's Debian root (debootstrap: NODE_PACKAGES), built once and cached."""
+    return images.debian_layer(NODE_PACKAGES, "the kind node image", progress=progress)
+
+
+def proxy_layer(progress: Progress = build.print_progress) -> Path:
+    """kube-proxy's Debian base (PROXY_PACKAGES), built once and cached."""
+    return images.debian_layer(PROXY_PACKAGES, "kube-proxy's image", progress=progress)
+
+
 def node_images(binaries: dict[str, Path], progress: Progress) -> list[images.Image]:
     """Every image a node preloads, under the names its pods ask for."""
     wanted = kubeadm_images(binaries["kubeadm"])
@@ -126,7 +136,7 @@ def node_images(binaries: dict[str, Path], progress: Progress) -> list[images.Im
             "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy",
             "etcd", "coredns", "kwok", "local-path-provisioner")))
     folder.mkdir(parents=True, exist_ok=True)
-    proxy_base = images.debian_layer(PROXY_PACKAGES, "kube-proxy's image", progress=progress)
+    proxy_base = proxy_layer(progress)
     found = [_binary_image(folder, wanted[c], binaries[c]) for c in (
         "kube-apiserver", "kube-controller-manager", "kube-scheduler")]
     found.append(_binary_image(folder, wanted["kube-proxy"], binaries["kube-proxy"],
@@ -288,7 +298,7 @@ def node_image(podman: Callable[..., subprocess.CompletedProcess[str]],
     """The node image, built once per content and imported into Podman (PODMAN: runs
     `podman` on the project's private storage)."""
     binaries = build.ensure_all(COMPONENTS, progress)
-    layer = images.debian_layer(NODE_PACKAGES, "the kind node image", progress=progress)
+    layer = node_layer(progress)
     found = node_images(binaries, progress)
     inputs = [RECIPE, images.digest_of(layer), sorted(
         (n, images.digest_of(p)) for n, p in binaries.items()
