@@ -317,7 +317,7 @@ BAD: list[tuple[str, Callable[[str], Doc], list[Mutation], list[str]]] = [
     ("negative notice deadline", G, [put("spec.noticeDeadlineSeconds", {"drain": -1})],
      ["spec.noticeDeadlineSeconds.drain", "greater than or equal to 0"]),
     ("unknown kind of notice", G, [put("spec.noticeDeadlineSeconds", {"reboot": 60})],
-     ['unknown field "spec.noticeDeadlineSeconds.reboot"']),
+     [".spec.noticeDeadlineSeconds.reboot: field not declared in schema"]),
     ("slot label missing", G, [put("spec.slotOrder", {"by": "label"})],
      ["spec.slotOrder.label", "slotOrder.label is required when slotOrder.by is 'label'"]),
     ("empty node selector", G, [put("spec.nodeSelector", {})],
