@@ -68,7 +68,7 @@ def notice_key(node: Mapping[str, Any]) -> str | None:
     for taint in spec.get("taints") or []:
         key = taint.get("key")
         if key in KINDS and (key != KARPENTER_DISRUPTION_TAINT
-                                    or taint.get("value") == "disrupting"):
+                             or taint.get("value") == "disrupting"):
             return str(key)
     return UNSCHEDULABLE_TAINT if spec.get("unschedulable") else None
 
