@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +34,7 @@ LOGS = ROOT / "build" / "test-logs"
 TEMP = Path("/tmp/goodput-lanes")  # each pytest run's --basetemp beneath (short paths)
 TICK_SECONDS = 60  # one progress line this often while anything runs
 FAILURE_LINES = 300  # of a failed run's log, printed in the summary
+KEPT_FILE_BYTES = 64 << 20  # a log larger is not worth keeping whole (a dump, a core)
 
 
 @dataclass(frozen=True)
@@ -182,8 +184,27 @@ class Run:
         self.counts[label] = counts
         step.note = f"{counts.line()}  (log: {log.relative_to(ROOT)})"
         if code not in (0, 5):  # 5: nothing collected (a -k that selects none of it)
+            kept = keep_evidence(TEMP / label, LOGS / "kept" / label)
             step.detail = failures(log.read_text(errors="replace"))
-            raise RuntimeError(f"pytest exited {code}: {counts.line()}; log: {log}")
+            raise RuntimeError(f"pytest exited {code}: {counts.line()}; log: {log}"
+                               + (f"; sandbox logs kept in {kept}" if kept else ""))
+
+
+def keep_evidence(temp: Path, into: Path) -> Path | None:
+    """The logs a failed run left in its temporary folder (the in-cluster operator's, the
+    control plane's, the cluster DNS's, the events: what the fixtures save on a failure),
+    copied into INTO beside the run's own log: TEMP is one folder per lane on the host,
+    so the next run of the lane, from any clone, would delete them. None: nothing kept."""
+    found = [path for pattern in ("*.log", "*.txt") for path in temp.rglob(pattern)
+             if path.is_file() and path.stat().st_size <= KEPT_FILE_BYTES]
+    if not found:
+        return None
+    shutil.rmtree(into, ignore_errors=True)
+    for path in found:
+        target = into / path.relative_to(temp)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    return into
 
 
 def read_report(report: Path) -> Counts:

@@ -97,10 +97,21 @@ class InClusterOperator:
         wait_for(lambda: not self.pods(terminating=True), timeout=90,
                  what="the operator pods gone")
 
-    def save_logs(self) -> None:
+    def save_logs(self, why: str = "") -> None:
+        """Each replica's log appended to self.log, and a restarted replica's log from
+        before its restart (what a crash said, which its new container's log lacks); WHY
+        heads them (a test's failure, say)."""
         with self.log.open("a") as out:
+            if why:
+                out.write(f"======== {why}\n")
             for pod in self.pods():
                 name = pod["metadata"]["name"]
+                restarts = sum(s.get("restartCount", 0) for s in
+                               pod.get("status", {}).get("containerStatuses") or [])
+                if restarts:
+                    out.write(f"==== {name}, before its last restart ({restarts} restarts)\n")
+                    out.write(self.cluster.kubectl("logs", name, "-n", self.namespace,
+                                                   "--previous", check=False).stdout)
                 out.write(f"==== {name}\n")
                 out.write(self.cluster.kubectl("logs", name, "-n", self.namespace,
                                                check=False).stdout)

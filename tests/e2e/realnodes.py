@@ -106,9 +106,10 @@ def real(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 
 def save_sandbox_logs(box: sandbox_cluster.Sandbox, into: Path) -> Path:
-    """The control plane's logs (kwokctl's) and the cluster DNS's, copied before `down`
-    deletes them: a failure on real nodes is often the cluster's, not the operator's
-    (a name the DNS did not answer, an EndpointSlice that came late)."""
+    """The control plane's logs (kwokctl's), the cluster DNS's and kube-proxy's, and every
+    event, copied before `down` deletes them: a failure on real nodes is often the
+    cluster's, not the operator's (a name the DNS did not answer, an EndpointSlice that
+    came late, a kubelet that killed or refused a worker)."""
     from goodput_operator.sandbox import build
 
     kept = into / "sandbox-logs"
@@ -120,6 +121,12 @@ def save_sandbox_logs(box: sandbox_cluster.Sandbox, into: Path) -> Path:
         if found.is_file():
             kept.mkdir(parents=True, exist_ok=True)
             shutil.copy2(found, kept / name)
+    # the events outlive the pods a restart deleted: kubelets' kills, admissions refused,
+    # OOM kills, probes, the operator's own Interrupted and SdcSuspected
+    events = sandbox_cluster.run_kubectl(box.kubeconfig, "get", "events", "-A", "-o", "wide",
+                                         "--sort-by=.lastTimestamp")
+    kept.mkdir(parents=True, exist_ok=True)
+    (kept / "events.txt").write_text(events.stdout + events.stderr)
     return kept
 
 
@@ -139,18 +146,33 @@ def probes_running(real: Real) -> list[str]:
 
 
 @pytest.fixture
-def ns(real: Real) -> Iterator[str]:
+def ns(real: Real, request: pytest.FixtureRequest) -> Iterator[str]:
     """A namespace of the test's own, on real nodes no earlier test's probe still holds:
-    a suspect's probe (the SDC test's) would otherwise keep a node from the next gang."""
+    a suspect's probe (the SDC test's) would otherwise keep a node from the next gang.
+    A test that fails leaves the operator's logs and the namespace's events as they were
+    then (later tests replace the operator's pods: their logs at the module's end no
+    longer hold what this test saw)."""
     wait_for(lambda: not probes_running(real), timeout=180, interval=1,
              what=f"the earlier tests' probes finished in {PROBES}")
     name = f"real-{uuid.uuid4().hex[:6]}"
     real.cluster.kubectl("create", "namespace", name)
     wait_for(lambda: real.cluster.kubectl("get", "sa", "default", "-n", name,
                                           check=False).returncode == 0, timeout=30)
+    failed_before = request.session.testsfailed
     yield name
+    if request.session.testsfailed > failed_before:
+        keep_failure(real, name, request.node.name)
     real.cluster.kubectl("delete", "tj", "--all", "-n", name, "--wait=true", "--timeout=60s")
     real.cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def keep_failure(real: Real, namespace: str, test: str) -> None:
+    """The operator's logs (every replica, and what a restarted one said before) and the
+    events of NAMESPACE, beside the module's operator log, as a failed TEST left them."""
+    real.operator.save_logs(f"after {test} failed")
+    events = real.cluster.kubectl("get", "events", "-n", namespace, "-o", "wide",
+                                  "--sort-by=.lastTimestamp", check=False)
+    (real.operator.log.parent / f"{test}.events.txt").write_text(events.stdout + events.stderr)
 
 
 def trainer_job(real: Real, name: str, *args: str, **spec: Any) -> dict[str, Any]:

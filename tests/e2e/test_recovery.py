@@ -9,6 +9,7 @@ import io
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -189,29 +190,17 @@ def test_a_drain_waits_for_the_save_its_cordon_asks_for_then_ends_without_an_evi
     assert held["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
 
     said = tmp_path / "drain.err"
-    with said.open("w") as err, subprocess.Popen(
-            [kubectl_binary(), "--kubeconfig", str(crds.kubeconfig), "drain", victim,
-             "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=120s"],
-            stdout=subprocess.PIPE, stderr=err, text=True) as drain:
-        try:
-            wait_for(lambda: "disruption budget" in said.read_text(), timeout=30,
-                     what=f"the drain's eviction refused by the budget: {said.read_text()}")
-            notice = wait_for(lambda: get_job(crds, namespace, "drained")["status"]
-                              .get("notice"), timeout=30, what="the Drain notice")
-            assert notice["node"] == victim and notice["kind"] == "Drain", notice
-            assert get_job(crds, namespace, "drained")["status"].get("restarts", 0) == 0
-            assert drain.poll() is None, "the drain waits for the save"
-
-            rank0 = next(p for p in job_pods(crds, namespace, "drained")
-                         if p["metadata"]["labels"][names.RANK_LABEL] == "0")
-            Reporter(e2e.report_url, worker_token(crds, namespace, rank0["metadata"]["name"])
-                     ).commit_checkpoint(300, "/fsx/d/step-300", "sha256:0300")
-            job = running_again(crds, namespace, "drained", 1)
-            out, _ = drain.communicate(timeout=60)
-        finally:
-            if drain.poll() is None:
-                drain.kill()
-            crds.kubectl("uncordon", victim, check=False)
+    with draining(crds, victim, said) as drain:
+        wait_for(lambda: "disruption budget" in said.read_text(), timeout=30,
+                 what=f"the drain's eviction refused by the budget: {said.read_text()}")
+        notice = wait_for(lambda: get_job(crds, namespace, "drained")["status"]
+                          .get("notice"), timeout=30, what="the Drain notice")
+        assert notice["node"] == victim and notice["kind"] == "Drain", notice
+        assert get_job(crds, namespace, "drained")["status"].get("restarts", 0) == 0
+        assert drain.poll() is None, "the drain waits for the save"
+        commit(e2e, crds, namespace, "drained", 300, "/fsx/d/step-300")
+        job = running_again(crds, namespace, "drained", 1)
+        out, _ = drain.communicate(timeout=60)
     assert drain.returncode == 0, said.read_text()
     assert f"node/{victim} drained" in out
     after = ranks(job)
@@ -220,6 +209,65 @@ def test_a_drain_waits_for_the_save_its_cordon_asks_for_then_ends_without_an_evi
     assert incident["cause"] == "Notice" and incident["nodes"] == [victim], incident
     assert incident["resumeFrom"]["step"] == 300 and "saved at step 300" in \
         incident["message"], incident
+
+
+def test_a_drain_of_a_gang_that_never_saves_waits_no_longer_than_the_groups_deadline(
+        e2e: Operator, crds: Cluster, namespace: str, make_group: Any, tmp_path: Path) -> None:
+    """A tenant's workers that ignore the save a drain's cordon asks for (these never
+    report) hold the admin's drain no longer than the group's noticeDeadlineSeconds for a
+    drain (here 10 s; 600 by default): then the node counts as lost to the job, the rank
+    moves to the spare, the drain ends, and the gang resumes from the checkpoint it had
+    before the notice. The incident says the deadline passed unsaved."""
+    group = make_group(spares={"perDomain": 1}, noticeDeadlineSeconds={"drain": 10})
+    apply(crds, training_job("deaf", group, 2, checkpoint={"dir": "/fsx/deaf"}), namespace)
+    before = ranks(wait_phase(crds, namespace, "deaf", "Running"))
+    victim = before[1]
+    commit(e2e, crds, namespace, "deaf", 100, "/fsx/deaf/step-100")  # before the notice
+    wait_for(lambda: (get_job(crds, namespace, "deaf")["status"].get("checkpoint") or {})
+             .get("latest"), timeout=30, what="the checkpoint from before the notice")
+    said = tmp_path / "drain.err"
+    with draining(crds, victim, said) as drain:
+        notice = wait_for(lambda: get_job(crds, namespace, "deaf")["status"].get("notice"),
+                          timeout=30, what="the Drain notice")
+        assert notice["node"] == victim and notice["kind"] == "Drain", notice
+        assert (parse(notice["deadline"]) or 0) - (parse(notice["since"]) or 0) == \
+            pytest.approx(10, abs=0.01), notice
+        job = running_again(crds, namespace, "deaf", 1)
+        out, _ = drain.communicate(timeout=60)
+    assert drain.returncode == 0, said.read_text()
+    assert f"node/{victim} drained" in out
+    after = ranks(job)
+    assert after[0] == before[0] and after[1] not in before.values()
+    incident = job["status"]["incidents"][-1]
+    assert incident["cause"] == "Notice" and incident["nodes"] == [victim], incident
+    assert "the deadline passed unsaved" in incident["message"], incident
+    assert incident["resumeFrom"]["step"] == 100, incident
+    assert incident["failedAt"] == notice["deadline"], "lost at the deadline, not before"
+
+
+@contextlib.contextmanager
+def draining(cluster: Cluster, node: str, said: Path) -> Iterator[subprocess.Popen[str]]:
+    """`kubectl drain NODE` running, as an admin runs it (its stderr in SAID); killed if
+    still running after, and the node uncordoned."""
+    with said.open("w") as err, subprocess.Popen(
+            [kubectl_binary(), "--kubeconfig", str(cluster.kubeconfig), "drain", node,
+             "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=120s"],
+            stdout=subprocess.PIPE, stderr=err, text=True) as drain:
+        try:
+            yield drain
+        finally:
+            if drain.poll() is None:
+                drain.kill()
+            cluster.kubectl("uncordon", node, check=False)
+
+
+def commit(e2e: Operator, cluster: Cluster, namespace: str, job: str, step: int,
+           path: str) -> None:
+    """Rank 0 of JOB reports checkpoint STEP at PATH committed, as the SDK's save does."""
+    rank0 = next(p for p in job_pods(cluster, namespace, job)
+                 if p["metadata"]["labels"][names.RANK_LABEL] == "0")
+    Reporter(e2e.report_url, worker_token(cluster, namespace, rank0["metadata"]["name"])
+             ).commit_checkpoint(step, path, f"sha256:{step:04d}")
 
 
 def report(cluster: Cluster, group: str) -> dict[str, Any]:

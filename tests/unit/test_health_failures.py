@@ -12,15 +12,21 @@ from goodput_operator.health.failures import classify
 
 
 def failed(code: int | None = 1, reason: str | None = None,
-           disruption: str | None = None, message: str | None = None) -> dict[str, Any]:
+           disruption: str | None = None, message: str | None = None,
+           runtime_reason: str | None = None, pod_message: str | None = None
+           ) -> dict[str, Any]:
     status: dict[str, Any] = {"phase": "Failed", "conditions": []}
     if code is not None:
-        terminated = {"exitCode": code, "finishedAt": "2027-01-15T08:00:00Z"}
+        terminated: dict[str, Any] = {"exitCode": code, "finishedAt": "2027-01-15T08:00:00Z"}
         if message is not None:
             terminated["message"] = message
+        if runtime_reason is not None:
+            terminated["reason"] = runtime_reason
         status["containerStatuses"] = [{"state": {"terminated": terminated}}]
     if reason:
         status["reason"] = reason
+    if pod_message:
+        status["message"] = pod_message
     if disruption:
         status["conditions"].append({"type": "DisruptionTarget", "status": "True",
                                      "reason": disruption})
@@ -70,6 +76,15 @@ W3 = "worker w3 (p) exited with code"
          f'{W3} 1: an application error (last words: "ok?[31m red")'),
         (failed(1, message="  \n\n"), f"{W3} 1: an application error"),
         (failed(1), f"{W3} 1: an application error"),
+        # the runtime's reason where it says more than "Error"
+        (failed(1, runtime_reason="Error"), f"{W3} 1: an application error"),
+        (failed(137, runtime_reason="OOMKilled"), f"{W3} 137 (OOMKilled): an application error"),
+        # no container exited: the kubelet's own reason, never "code None" alone
+        (failed(None, reason="OutOfcpu", pod_message="Node didn't have enough resource: cpu"),
+         "worker w3 (p) failed with no container exit (OutOfcpu: Node didn't have enough "
+         "resource: cpu): an application error"),
+        (failed(None), "worker w3 (p) failed with no container exit (no reason given): an "
+                       "application error"),
         # a verdict that blames the node lands on the node, read cluster-wide: no tenant's
         # words there
         (failed(74, message="I blame the node"),

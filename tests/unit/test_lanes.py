@@ -90,6 +90,27 @@ def test_a_failed_runs_report_starts_at_pytests_failures_section() -> None:
     assert lanes.failures("no sections\nat all") == "no sections\nat all"
 
 
+def test_a_failed_lanes_sandbox_logs_outlive_its_temporary_folder(tmp_path: Path) -> None:
+    """The lane's temporary folder is one per host, deleted by the lane's next run from
+    any clone: the logs a failure left there (the in-cluster operator's, the sandbox's,
+    the events) are copied beside the run's log, and nothing else is."""
+    temp, into = tmp_path / "temp", tmp_path / "kept"
+    (temp / "real-operator0" / "sandbox-logs" / "control-plane").mkdir(parents=True)
+    (temp / "real-operator0" / "operator.log").write_text("==== leader\nbecame the leader\n")
+    (temp / "real-operator0" / "sandbox-logs" / "events.txt").write_text("Killing\n")
+    (temp / "real-operator0" / "sandbox-logs" / "control-plane" / "kube-apiserver.log"
+     ).write_text("I1207\n")
+    (temp / "real-operator0" / "checkpoint.pt").write_bytes(b"weights")
+    assert lanes.keep_evidence(temp, into) == into
+    assert sorted(str(p.relative_to(into)) for p in into.rglob("*") if p.is_file()) == [
+        "real-operator0/operator.log",
+        "real-operator0/sandbox-logs/control-plane/kube-apiserver.log",
+        "real-operator0/sandbox-logs/events.txt"]
+    assert (into / "real-operator0" / "operator.log").read_text().endswith("leader\n")
+    assert lanes.keep_evidence(tmp_path / "empty", tmp_path / "none") is None
+    assert not (tmp_path / "none").exists()
+
+
 def test_a_step_whose_need_failed_never_starts_and_says_which() -> None:
     run = lanes.Run([])
     run.declare("build", "after")

@@ -63,6 +63,22 @@ def last_words(pod: Obj) -> str:
     return f' (last words: "{line}")'
 
 
+def how_it_failed(pod: Obj) -> str:
+    """`exited with code N`, with the runtime's reason where it says more than "Error"
+    (OOMKilled, ContainerCannotRun, ...); for a pod that failed with no container exit
+    (a kubelet that refused it: OutOfcpu, NodeAffinity, ...), the pod's own reason and
+    message, so that an incident never reads "code None" with nothing to go on."""
+    terminated = _first_failed(pod)
+    if terminated is not None:
+        reason = str(terminated.get("reason") or "")
+        said = f" ({reason})" if reason and reason not in ("Error", "Completed") else ""
+        return f"exited with code {terminated['exitCode']}{said}"
+    status = pod.get("status", {})
+    why = ": ".join(str(status[k]) for k in ("reason", "message") if status.get(k))
+    why = why if len(why) <= LAST_WORDS else why[:LAST_WORDS - 3] + "..."
+    return f"failed with no container exit ({why or 'no reason given'})"
+
+
 def action_for(rules: Sequence[ExitCodeRule], code: int | None) -> str:
     """The exit-code rules' action for CODE (first matching rule; else restart)."""
     for rule in rules:
@@ -90,7 +106,7 @@ def classify(pod: Obj, rules: Sequence[ExitCodeRule], node_failed: bool) -> Clas
         return Classified("infrastructure", False, f"{name} was stopped by Kubernetes "
                           f"({why})", finished)
     action = action_for(rules, code)
-    where = f"{name} exited with code {code}"
+    where = f"{name} {how_it_failed(pod)}"
     if action == "probe":
         return Classified("infrastructure", True, f"{where}: its node is suspect by "
                           "failurePolicy.exitCodes", finished)

@@ -298,12 +298,14 @@ def _require_running_pod(sandbox: Sandbox, pod: str, namespace: str) -> None:
 
 def fail_pod(sandbox: Sandbox, pod: str, exit_code: int, namespace: str = "default",
              container: str | None = None) -> None:
-    """Terminate a Running pod's containers (or one of them) with EXIT_CODE."""
+    """Terminate a Running pod's containers (or one of them) with EXIT_CODE, reason
+    Error, as containerd says of a process that exited non-zero (KWOK's own default,
+    containerFailed, is no runtime's)."""
     if not 0 <= exit_code <= 255:
         raise SandboxError(f"--exit-code must be 0..255, got {exit_code}")
     _require_running_pod(sandbox, pod, namespace)
-    annotations = [f"{POD_FAILED}/exit-code={exit_code}", f"{POD_FAILED}/delay=0s",
-                   f"{POD_FAILED}/jitter-delay=0s"]
+    annotations = [f"{POD_FAILED}/exit-code={exit_code}", f"{POD_FAILED}/reason=Error",
+                   f"{POD_FAILED}/delay=0s", f"{POD_FAILED}/jitter-delay=0s"]
     if container:
         annotations.append(f"{POD_FAILED}/container-name={container}")
     sandbox.kubectl("annotate", "pod", pod, "-n", namespace, "--overwrite", *annotations)
