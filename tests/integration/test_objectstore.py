@@ -6,7 +6,6 @@ shards from different nodes, and what the store no longer holds as committed ref
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from goodput_operator.sdk import checkpoint
 from goodput_operator.sdk.checkpoint import CheckpointError, ResumePoint
 from goodput_operator.sdk.objectstore import ObjectStore, ObjectStoreError
 from goodput_operator.sdk.tiers import COMMIT
+from tests.shards import on_node, ranks_save
 
 pytestmark = pytest.mark.integration
 URL = "s3://ckpt/llama"
@@ -30,10 +30,6 @@ def store(object_store: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     found = ObjectStore.from_env()
     found.create_bucket("ckpt")
     return found
-
-
-def on_node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, node: str) -> None:
-    monkeypatch.setenv("GOODPUT_CHECKPOINT_LOCAL", str(tmp_path / node))
 
 
 def test_a_save_is_committed_by_its_commit_object_and_resumes_elsewhere_bit_for_bit(
@@ -74,18 +70,7 @@ def test_a_background_save_commits_once_uploaded(store: ObjectStore) -> None:
 def test_ranks_on_different_nodes_commit_one_sharded_step(
         store: ObjectStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     shards = {rank: os.urandom(1 << 16) for rank in range(3)}
-    results: dict[int, Any] = {}
-
-    def rank_saves(rank: int) -> None:
-        results[rank] = checkpoint.save_sharded(
-            7, lambda f: (f / f"rank-{rank}.bin").write_bytes(shards[rank]), rank, 3,
-            root=URL, commit=False, timeout=30, poll=0.05)
-
-    threads = [threading.Thread(target=rank_saves, args=(r,)) for r in (2, 0, 1)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results = ranks_save(7, shards, URL, poll=0.05)
     digest = results[0][1]
     assert digest is not None and results[1][1] is None and results[2][1] is None
     on_node(monkeypatch, tmp_path, "node-c")

@@ -7,7 +7,6 @@ on a real S3-compatible server)."""
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from goodput_operator.sdk import checkpoint, tiers
 from goodput_operator.sdk.checkpoint import CheckpointError, ResumePoint
 from goodput_operator.sdk.objectstore import ObjectStoreError
 from goodput_operator.sdk.shared import SharedFolder
+from tests.shards import on_node, ranks_save
 
 pytestmark = pytest.mark.unit
 URL = "s3://ckpt/llama"
@@ -28,10 +28,6 @@ def durable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[SharedFolde
     monkeypatch.setattr(tiers, "durable_tiers", lambda: list(found))
     on_node(monkeypatch, tmp_path, "node-a")
     return found
-
-
-def on_node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, node: str) -> None:
-    monkeypatch.setenv("GOODPUT_CHECKPOINT_LOCAL", str(tmp_path / node))
 
 
 def saved(state: bytes) -> tuple[ResumePoint, Path]:
@@ -93,18 +89,7 @@ def test_ranks_commit_one_sharded_step_in_each_tier(durable: list[SharedFolder],
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     tmp_path: Path) -> None:
     shards = {rank: os.urandom(1 << 12) for rank in range(3)}
-    results: dict[int, tuple[Path, str | None]] = {}
-
-    def rank_saves(rank: int) -> None:
-        results[rank] = checkpoint.save_sharded(
-            5, lambda f: (f / f"rank-{rank}.bin").write_bytes(shards[rank]), rank, 3,
-            root=URL, commit=False, timeout=30, poll=0.01)
-
-    threads = [threading.Thread(target=rank_saves, args=(r,)) for r in (2, 0, 1)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results = ranks_save(5, shards, URL, poll=0.01)
     digest = results[0][1]
     assert digest is not None and results[1][1] is None
     for tier in durable:
