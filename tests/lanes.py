@@ -195,7 +195,7 @@ def keep_evidence(temp: Path, into: Path) -> Path | None:
     control plane's, the cluster DNS's, the events: what the fixtures save on a failure),
     copied into INTO beside the run's own log: TEMP is one folder per lane on the host,
     so the next run of the lane, from any clone, would delete them. None: nothing kept."""
-    found = [path for pattern in ("*.log", "*.txt") for path in temp.rglob(pattern)
+    found = [path for pattern in ("*.log", "*events.txt") for path in temp.rglob(pattern)
              if path.is_file() and path.stat().st_size <= KEPT_FILE_BYTES]
     if not found:
         return None
