@@ -202,12 +202,7 @@ def test_a_drain_waits_for_the_save_its_cordon_asks_for_then_ends_without_an_evi
         commit(e2e, crds, namespace, "drained", 300, "/fsx/d/step-300")
         job = running_again(crds, namespace, "drained", 1)
         out, _ = drain.communicate(timeout=60)
-    assert drain.returncode == 0, said.read_text()
-    assert f"node/{victim} drained" in out
-    after = ranks(job)
-    assert after[0] == before[0] and after[1] not in before.values()
-    incident = job["status"]["incidents"][-1]
-    assert incident["cause"] == "Notice" and incident["nodes"] == [victim], incident
+    incident = drained_to_the_spare(drain, out, said, job, before)
     assert incident["resumeFrom"]["step"] == 300 and "saved at step 300" in \
         incident["message"], incident
 
@@ -235,15 +230,24 @@ def test_a_drain_of_a_gang_that_never_saves_waits_no_longer_than_the_groups_dead
             pytest.approx(10, abs=0.01), notice
         job = running_again(crds, namespace, "deaf", 1)
         out, _ = drain.communicate(timeout=60)
+    incident = drained_to_the_spare(drain, out, said, job, before)
+    assert "the deadline passed unsaved" in incident["message"], incident
+    assert incident["resumeFrom"]["step"] == 100, incident
+    assert incident["failedAt"] == notice["deadline"], "lost at the deadline, not before"
+
+
+def drained_to_the_spare(drain: subprocess.Popen[str], out: str, said: Path,
+                         job: dict[str, Any], before: dict[int, str]) -> dict[str, Any]:
+    """The drain of rank 1's node (BEFORE: the ranks' nodes then) ended well, rank 1 moved
+    off it and rank 0 stayed; the job's last incident, a Notice on that node."""
+    victim = before[1]
     assert drain.returncode == 0, said.read_text()
     assert f"node/{victim} drained" in out
     after = ranks(job)
     assert after[0] == before[0] and after[1] not in before.values()
-    incident = job["status"]["incidents"][-1]
+    incident: dict[str, Any] = job["status"]["incidents"][-1]
     assert incident["cause"] == "Notice" and incident["nodes"] == [victim], incident
-    assert "the deadline passed unsaved" in incident["message"], incident
-    assert incident["resumeFrom"]["step"] == 100, incident
-    assert incident["failedAt"] == notice["deadline"], "lost at the deadline, not before"
+    return incident
 
 
 @contextlib.contextmanager
