@@ -123,10 +123,8 @@ def save_sandbox_logs(box: sandbox_cluster.Sandbox, into: Path) -> Path:
             shutil.copy2(found, kept / name)
     # the events outlive the pods a restart deleted: kubelets' kills, admissions refused,
     # OOM kills, probes, the operator's own Interrupted and SdcSuspected
-    events = sandbox_cluster.run_kubectl(box.kubeconfig, "get", "events", "-A", "-o", "wide",
-                                         "--sort-by=.lastTimestamp")
     kept.mkdir(parents=True, exist_ok=True)
-    (kept / "events.txt").write_text(events.stdout + events.stderr)
+    (kept / "events.txt").write_text(events(box.kubeconfig, "-A"))
     return kept
 
 
@@ -170,9 +168,15 @@ def keep_failure(real: Real, namespace: str, test: str) -> None:
     """The operator's logs (every replica, and what a restarted one said before) and the
     events of NAMESPACE, beside the module's operator log, as a failed TEST left them."""
     real.operator.save_logs(f"after {test} failed")
-    events = real.cluster.kubectl("get", "events", "-n", namespace, "-o", "wide",
-                                  "--sort-by=.lastTimestamp", check=False)
-    (real.operator.log.parent / f"{test}.events.txt").write_text(events.stdout + events.stderr)
+    (real.operator.log.parent / f"{test}.events.txt").write_text(
+        events(real.cluster.kubeconfig, "-n", namespace))
+
+
+def events(kubeconfig: Path, *where: str) -> str:
+    """`kubectl get events WHERE` (-A, or -n NAMESPACE), oldest first, or why it failed."""
+    proc = sandbox_cluster.run_kubectl(kubeconfig, "get", "events", *where, "-o", "wide",
+                                       "--sort-by=.lastTimestamp")
+    return proc.stdout + proc.stderr
 
 
 def trainer_job(real: Real, name: str, *args: str, **spec: Any) -> dict[str, Any]:

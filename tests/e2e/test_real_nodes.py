@@ -38,6 +38,7 @@ from tests.e2e.realnodes import (
     US0,
     Real,
     _running_at,
+    events,
     heal,
     logs,
     nodes_taken,
@@ -144,8 +145,7 @@ def test_silent_corruption_on_a_real_replica_rolls_back_to_the_verified_checkpoi
         incident = job["status"]["incidents"][-1]
         assert incident["cause"] == "SilentDataCorruption" and bad in incident["nodes"], \
             (job["status"]["incidents"], job["status"].get("sdc"), pod_tails(real, ns, name),
-             real.cluster.kubectl("get", "events", "-n", ns, "--sort-by=.lastTimestamp",
-                                  check=False).stdout)
+             events(real.cluster.kubeconfig, "-n", ns))
         assert "rolling back to step 20" in incident["message"], incident["message"]
         assert bad not in {r["node"] for r in ranks_of(job["status"]["placement"])}
         succeeded(real, ns, name)

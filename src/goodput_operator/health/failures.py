@@ -59,8 +59,7 @@ def last_words(pod: Obj) -> str:
     if not lines:
         return ""
     line = "".join(c if c.isprintable() else "?" for c in lines[-1])
-    line = line if len(line) <= LAST_WORDS else line[:LAST_WORDS - 3] + "..."
-    return f' (last words: "{line}")'
+    return f' (last words: "{_cut(line)}")'
 
 
 def how_it_failed(pod: Obj) -> str:
@@ -74,9 +73,13 @@ def how_it_failed(pod: Obj) -> str:
         said = f" ({reason})" if reason and reason not in ("Error", "Completed") else ""
         return f"exited with code {terminated['exitCode']}{said}"
     status = pod.get("status", {})
-    why = ": ".join(str(status[k]) for k in ("reason", "message") if status.get(k))
-    why = why if len(why) <= LAST_WORDS else why[:LAST_WORDS - 3] + "..."
+    why = _cut(": ".join(str(status[k]) for k in ("reason", "message") if status.get(k)))
     return f"failed with no container exit ({why or 'no reason given'})"
+
+
+def _cut(text: str) -> str:
+    """TEXT, at most LAST_WORDS characters ("..." where cut)."""
+    return text if len(text) <= LAST_WORDS else text[:LAST_WORDS - 3] + "..."
 
 
 def action_for(rules: Sequence[ExitCodeRule], code: int | None) -> str:
