@@ -133,6 +133,20 @@ def test_the_shared_graph_is_kubernetes_and_what_links_its_packages() -> None:
         assert component in graph and (len(graph) > 1) == (component.name in shared)
 
 
+def test_kubeadm_builds_on_the_shared_graph_without_moving_its_members_keys() -> None:
+    # kubeadm is another command of the Kubernetes module: built on the shared go.mod, its
+    # packages in common with Kubernetes' build are cache hits; as a non-member it leaves
+    # the members' keys (every warm cache's Kubernetes build) where they were
+    kubeadm = versions.KUBEADM_COMPONENT
+    assert versions.graph_of(kubeadm) == (*versions.SHARED_GRAPH, kubeadm)
+    assert kubeadm not in versions.SHARED_GRAPH
+    for member in versions.SHARED_GRAPH:
+        assert kubeadm not in versions.graph_of(member)
+    wanted = build.graph_requirements(versions.graph_of(kubeadm))
+    assert f"k8s.io/kubernetes/cmd/kubeadm@{versions.KUBERNETES}" in wanted
+    assert set(build.graph_requirements(versions.SHARED_GRAPH)) < set(wanted)
+
+
 def test_a_members_cache_key_changes_with_any_other_members_version(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # kwok's binary compiles the dependency versions the whole graph resolves: a new etcd
