@@ -1,12 +1,14 @@
 """Placement benchmark: our engine against three baselines on the same trace and fleets.
 
-    python -m bench.placement [--quick] [--json] [--fleet FILE] [--trace FILE] [--seed N]
+    python -m bench.placement [--quick] [--json] [--fleet FILE [--pool P]] [--trace FILE]
+                              [--seed N] [--sizes N...] [--kinds K...]
 
-Fleets of about 1k, 10k, 100k and 1M accelerators, each as Trn2 UltraServers (64 chips)
-and as GB200 NVL72 domains (72 GPUs), 16 domains per network block; or a SimulatedFleet
-file. A seeded arrival/departure trace of mixed job sizes (a fraction of a node up to an
-eighth of the fleet; about 8% with a leader pod beside the workers, 6% of the
-multi-domain gangs balanced, 6% in slices of half an UltraServer or 16 nodes of a rack),
+Fleets of about 1k, 10k, 100k and 1M accelerators, each as Trn2 UltraServers (4 nodes x 16
+chips), as GB200 NVL72 domains (18 x 4 GPUs) and as Trn3 Gen2 UltraServers (36 x 4 chips),
+16 domains per network block; or a SimulatedFleet file. A seeded arrival/departure trace
+of mixed job sizes (a fraction of a node up to an eighth of the fleet; about 8% with a
+leader pod beside the workers, 6% of the multi-domain gangs balanced, 6% in slices of half
+an UltraServer or 16 nodes of a rack),
 or a trace file of JSON lines {"t", "op": "submit"|"finish", "job", "workers",
 "acceleratorsPerWorker", "unit", "policy", and optionally "balance", "slice",
 "leaderAccelerators"}.
@@ -61,9 +63,13 @@ L1, L2 = "topology.k8s.aws/network-node-layer-1", "topology.k8s.aws/network-node
 KINDS = {  # name: (domain label, nodes per domain, accelerators per node, resource, noun)
     "trn2": (US, 4, 16, "aws.amazon.com/neuron", "UltraServer"),
     "nvl72": (CLIQUE, 18, 4, "nvidia.com/gpu", "NVLink domain"),
+    # Trn3 Gen2: 36 servers x 4 chips (144) per UltraServer, the widest domain: a gang of a
+    # few nodes leaves most of one free, and whole-domain gangs need 36 free nodes in one
+    "trn3g2": (US, 36, 4, "aws.amazon.com/neuron", "UltraServer"),
 }
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
-SLICE = {4: 2, 18: 16}  # nodes per domain -> slice size: half an UltraServer; 16 of a rack
+# nodes per domain -> slice size: half an UltraServer (Trn2, Trn3 Gen2); 16 of an NVL72 rack
+SLICE = {4: 2, 18: 16, 36: 18}
 DOMAINS_PER_BLOCK = 16
 
 
@@ -83,11 +89,17 @@ def fleet_nodes(kind: str, domains: int) -> tuple[GroupShape, list[dict[str, Any
     return shape, nodes
 
 
-def file_fleet(path: str) -> tuple[str, GroupShape, list[dict[str, Any]]]:
+def file_fleet(path: str, pool_name: str | None = None
+               ) -> tuple[str, GroupShape, list[dict[str, Any]]]:
+    """A SimulatedFleet file's (or built-in fleet's) pool as the engines' fleet: POOL_NAME,
+    else its first pool."""
     from goodput_operator.sandbox import fleet as simulated
 
     loaded = simulated.load(path)
-    pool = loaded.spec.pools[0]
+    pools = {p.name: p for p in loaded.spec.pools}
+    if pool_name is not None and pool_name not in pools:
+        raise SystemExit(f"{path} has no pool {pool_name!r} (pools: {', '.join(pools)})")
+    pool = pools[pool_name] if pool_name else loaded.spec.pools[0]
     resource_name = next(k for k in pool.capacity if "/" in k and "efa" not in k)
     shape = GroupShape(pool.domain_label or "topology.k8s.aws/network-node-layer-3",
                        pool.nodes_per_domain, int(pool.capacity[resource_name]), resource_name,
@@ -96,7 +108,7 @@ def file_fleet(path: str) -> tuple[str, GroupShape, list[dict[str, Any]]]:
     for node in simulated.pool_nodes(loaded, pool):
         node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
         nodes.append(node)
-    return loaded.name, shape, nodes
+    return f"{loaded.name}/{pool.name}", shape, nodes
 
 
 @dataclass(frozen=True)
@@ -450,7 +462,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="1k-100k fleets, shorter traces")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
-    parser.add_argument("--fleet", help="a SimulatedFleet YAML file instead of the sizes")
+    parser.add_argument("--fleet", help="a SimulatedFleet YAML file (or a built-in fleet's "
+                        "name) instead of the sizes")
+    parser.add_argument("--pool", help="with --fleet: which of its pools (default: the first)")
     parser.add_argument("--trace", help="a JSON-lines trace instead of the generated one")
     parser.add_argument("--seed", type=int, default=20261126)
     parser.add_argument("--sizes", type=int, nargs="+", choices=SIZES,
@@ -460,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = []
     if args.fleet:
-        label, shape, nodes = file_fleet(args.fleet)
+        label, shape, nodes = file_fleet(args.fleet, args.pool)
         domains = len({n["metadata"]["labels"].get(shape.domain_label) for n in nodes})
         events = (read_trace(args.trace) if args.trace
                   else generate_trace(shape, domains, 400, args.seed))

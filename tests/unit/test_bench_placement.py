@@ -81,3 +81,26 @@ def test_the_admission_rule_holds_every_engine_to_the_new_request_kinds() -> Non
     leader_in = dataclasses.replace(two_two, companions=(
         CompanionSlot("leader", 0, "us1-n3", "us-1"),))
     assert bench.admissible(fleet, led, leader_in)
+
+
+def test_a_fleet_files_pool_is_chosen_by_name_and_36_node_ultraservers_pack_whole(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Trn3 Gen2 (36 servers x 4 chips): a whole-UltraServer gang takes one of the two, a
+    half one the other; a second whole one must wait until the half finishes."""
+    trace = tmp_path / "trace.jsonl"
+    rows = [{"t": 0, "op": "submit", "job": "whole", "workers": 36, "acceleratorsPerWorker": 4,
+             "unit": "domain", "policy": "required"},
+            {"t": 1, "op": "submit", "job": "half", "workers": 18, "acceleratorsPerWorker": 4,
+             "unit": "domain", "policy": "required"},
+            {"t": 2, "op": "submit", "job": "again", "workers": 36, "acceleratorsPerWorker": 4,
+             "unit": "domain", "policy": "required"}]
+    trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert bench.main(["--fleet", "trn3", "--pool", "trn3-gen2", "--trace", str(trace),
+                       "--json"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out[out.index("{"):])["results"][0]
+    assert result["fleet"] == "trn3/trn3-gen2"
+    ours = {e["engine"]: e for e in result["engines"]}["ours"]
+    assert (ours["placed"], ours["rejected"], ours["mean_extra_domains"]) == (2, 1, 0)
+    with pytest.raises(SystemExit, match="no pool 'gen3'"):
+        bench.main(["--fleet", "trn3", "--pool", "gen3", "--trace", str(trace)])
