@@ -27,14 +27,25 @@ for _ in $(seq 60); do
   sleep 0.5
 done
 
-echo "== Applying the example UltraServerGroups and TrainingJobs (trn2, p5, nvl72)"
+# the examples written for the fleet (examples/FLEET/); the default fleet holds trn2, p5 and
+# nvl72 nodes. The first job applied is the one a node of fails below.
+if [ "$FLEET" = mixed ]; then EXAMPLES="trn2 p5 nvl72"; else EXAMPLES=$FLEET; fi
+for fleet in $EXAMPLES; do
+  [ -d "examples/$fleet" ] || { echo "no examples/$fleet/ for FLEET=$FLEET" >&2; exit 1; }
+done
+echo "== Applying the example UltraServerGroups and TrainingJobs (${EXAMPLES// /, })"
 kubectl create namespace demo >/dev/null 2>&1 || true
-for fleet in trn2 p5 nvl72; do
-  kubectl apply --server-side -f "examples/$fleet/ultraservergroup.yaml" >/dev/null
+JOB=
+for fleet in $EXAMPLES; do
+  for group in examples/$fleet/ultraservergroup*.yaml; do
+    case "$group" in *-real.yaml) continue;; esac
+    kubectl apply --server-side -f "$group" >/dev/null
+  done
   for job in examples/$fleet/trainingjob*.yaml; do
     # the real-node trainer runs on real nodes only (make demo REAL_NODES=1)
     grep -q 'ultraServerGroup: .*-real$' "$job" && continue
     kubectl apply --server-side -n demo -f "$job" >/dev/null
+    JOB=${JOB:-$(sed -n 's/^  name: //p' "$job" | head -1)}
   done
 done
 
@@ -47,17 +58,20 @@ echo
 kubectl get tj -n demo -o wide
 echo
 
-JOB=llama-8b-pretrain
+GROUP=$(kubectl get tj -n demo "$JOB" -o jsonpath='{.spec.ultraServerGroup}')
 victim=$($BIN/goodput placement -n demo $JOB --rank 1)
 echo "== A node fails: $victim (rank 1 of $JOB) — quarantine, spare, restart"
-$BIN/goodput sandbox fail-node --name "$NAME" "$victim" --reason NeuronDeviceError >/dev/null
+case "$(kubectl get usg "$GROUP" -o jsonpath='{.spec.accelerator.resource}')" in
+  nvidia.com/*) REASON=GpuXidError;; *) REASON=NeuronDeviceError;;
+esac
+$BIN/goodput sandbox fail-node --name "$NAME" "$victim" --reason "$REASON" >/dev/null
 kubectl wait -n demo tj/$JOB --for=jsonpath='{.status.restarts}'=1 --timeout=60s >/dev/null
 kubectl wait -n demo tj/$JOB --for=jsonpath='{.status.phase}'=Running --timeout=60s >/dev/null \
   || echo "($JOB is not Running again yet: kubectl describe tj -n demo $JOB)"
 kubectl get tj -n demo $JOB -o jsonpath='{range .status.incidents[*]}restart {.restart}: {.cause} on {.nodes[0]} -> {.action}; detection {.detectionSeconds}s, replacement {.replacementSeconds}s, restart {.restartSeconds}s{"\n"}{end}'
 kubectl get node "$victim" -o jsonpath='{.metadata.annotations.goodput\.dev/quarantine-evidence}{"\n"}'
 echo
-kubectl get usg trn2-pool
+kubectl get usg "$GROUP"
 echo
 $BIN/goodput topology --output "$STATE/fleet.svg"
 echo

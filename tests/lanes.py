@@ -57,7 +57,8 @@ REAL_NODES = "tests/e2e/test_real_nodes.py"
 # simulated-fleet modules with a session sandbox of their own, so that the fleet's e2e
 # modules take two lanes' time instead of one's (docs/testing.md, the time budget)
 FLEET_2 = ("tests/e2e/test_inference.py", "tests/e2e/test_recovery.py",
-           "tests/e2e/test_hostile.py", "tests/e2e/test_topology.py")
+           "tests/e2e/test_hostile.py", "tests/e2e/test_topology.py",
+           "tests/e2e/test_fleets.py")
 SANDBOX_PARTS = ("host packages", "kubernetes", "etcd", "kwok")
 LANES = (
     # the real-node module brings its own sandbox with real kubelets and the chart in-cluster

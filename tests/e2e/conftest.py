@@ -416,6 +416,37 @@ def wait_pool_ready(cluster: Cluster, pool: str, what: str) -> None:
                             .stdout)["items"]), timeout=60, what=what)
 
 
+@contextlib.contextmanager
+def own_nodes(cluster: Cluster, fleet: Any, pool: str) -> Iterator[list[str]]:
+    """A test's own KWOK nodes: POOL of FLEET (a sandbox.fleet.Fleet), labelled as its
+    provider labels them, with the ResourceSlices their DRA drivers publish on a real node
+    (sandbox.drivers: Neuron devices, GPUs, a GB200/GB300 node's IMEX channels), Ready;
+    yields their names in fleet order. Afterwards the nodes and their slices are deleted:
+    delete what runs on them first (a pod left on a deleted node waits for the pod
+    garbage collector, 40-60 s)."""
+    from goodput_operator.sandbox import drivers
+    from goodput_operator.sandbox import fleet as fleets
+
+    [chosen] = [p for p in fleet.spec.pools if p.name == pool]
+    bodies = fleets.pool_nodes(fleet, chosen)
+    names_ = [b["metadata"]["name"] for b in bodies]
+    published = drivers.objects(bodies)
+    slices = [o["metadata"]["name"] for o in published if o["kind"] == "ResourceSlice"]
+    cluster.kubectl("create", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": bodies}))
+    try:
+        if published:
+            cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
+                            input_text=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                   "items": published}))
+        wait_pool_ready(cluster, pool, f"the {len(names_)} nodes of pool {pool}")
+        yield names_
+    finally:
+        if slices:
+            cluster.kubectl("delete", "resourceslice", *slices, "--ignore-not-found")
+        cluster.kubectl("delete", "node", *names_, "--ignore-not-found")
+
+
 def trn2_pool(cluster: Cluster) -> list[str]:
     """The e2e tests' Trn2 nodes, from the fleet the cluster has: the first two complete
     UltraServers (4 nodes each; by node name), in UltraServer then node order, labelled

@@ -22,10 +22,10 @@ from tests.e2e.conftest import (
     delete_all,
     get_job,
     job_pods,
+    own_nodes,
     training_job,
     wait_event,
     wait_phase,
-    wait_pool_ready,
 )
 from tests.e2e.test_recovery import env_of, worker_token
 
@@ -47,25 +47,20 @@ def six_ultraservers(crds: Cluster, namespace: str) -> Iterator[str]:
             "domainLabel": fleets.ULTRASERVER_LABEL, "domainsPerBlock": 6,
             "capacity": {"cpu": 192, "memory": "2Ti", "pods": 110,
                          "aws.amazon.com/neuron": 16}}]}}, "test")
-    bodies = fleets.nodes(fleet)
-    names = [b["metadata"]["name"] for b in bodies]
-    crds.kubectl("create", "-f", "-", input_text=json.dumps(
-        {"apiVersion": "v1", "kind": "List", "items": bodies}))
     group = f"preempt-{uuid.uuid4().hex[:6]}"
-    try:
-        wait_pool_ready(crds, POOL, "the six UltraServers")
-        apply(crds, {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
-                     "metadata": {"name": group},
-                     "spec": {"nodeSelector": {fleets.POOL_LABEL: POOL},
-                              "networkLevels": list(fleets.NETWORK_LAYER_LABELS[:2]),
-                              "accelerator": {"resource": "aws.amazon.com/neuron",
-                                              "perNode": 16},
-                              "nodesPerDomain": 4, "probes": {"schedule": ""}}})
-        yield group
-    finally:
-        delete_all(crds, "tj", namespace)
-        crds.kubectl("delete", "usg", group, "--ignore-not-found")
-        crds.kubectl("delete", "node", *names, "--ignore-not-found")
+    with own_nodes(crds, fleet, POOL):
+        try:
+            apply(crds, {"apiVersion": "goodput.dev/v1alpha1", "kind": "UltraServerGroup",
+                         "metadata": {"name": group},
+                         "spec": {"nodeSelector": {fleets.POOL_LABEL: POOL},
+                                  "networkLevels": list(fleets.NETWORK_LAYER_LABELS[:2]),
+                                  "accelerator": {"resource": "aws.amazon.com/neuron",
+                                                  "perNode": 16},
+                                  "nodesPerDomain": 4, "probes": {"schedule": ""}}})
+            yield group
+        finally:
+            delete_all(crds, "tj", namespace)
+            crds.kubectl("delete", "usg", group, "--ignore-not-found")
 
 
 def ultraserver(crds: Cluster, node: str) -> str:

@@ -104,9 +104,57 @@ def test_every_example_parses_with_the_models(path: Path) -> None:
 
 def test_there_is_an_example_of_each_kind_for_each_fleet() -> None:
     seen = {(p.parent.name, yaml.safe_load(p.read_text())["kind"]) for p in examples()}
-    for fleet_name in ("trn2", "p5", "nvl72"):
+    for fleet_name in ("trn2", "p5", "nvl72", "trn3", "p5e", "p6", "b300"):
         for kind in SPECS:
             assert (fleet_name, kind) in seen, (fleet_name, kind)
+
+
+def example_groups() -> list[Path]:
+    return [p for p in examples() if yaml.safe_load(p.read_text())["kind"] == "UltraServerGroup"
+            and not p.stem.endswith("-real")]
+
+
+@pytest.mark.parametrize("path", example_groups(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_each_example_group_fits_a_pool_of_its_fleet_and_its_jobs_fit_a_domain(
+        path: Path) -> None:
+    """examples/F/ is written for the built-in fleet F: its group selects one pool of it by
+    instance type and reads that pool's shape (accelerators per node, nodes per domain,
+    the domain's label); each job and endpoint on the group fits inside one domain beside
+    its spares, as the demo and tests/e2e/test_fleets.py apply them."""
+    from goodput_operator.sandbox import fleet
+
+    group = yaml.safe_load(path.read_text())
+    spec = UltraServerGroupSpec.model_validate(group["spec"])
+    pools = [p for p in fleet.load(path.parent.name).spec.pools
+             if spec.node_selector == {"node.kubernetes.io/instance-type": p.instance_type}]
+    assert len(pools) == 1, f"{path.name} selects {len(pools)} pools of {path.parent.name}"
+    [pool] = pools
+    assert str(pool.capacity[spec.accelerator.resource]) == str(spec.accelerator.per_node)
+    assert spec.accelerator.efa_per_node <= int(pool.capacity.get("vpc.amazonaws.com/efa", 0))
+    assert pool.nodes_per_domain == spec.nodes_per_domain
+    assert (pool.domain_label or "topology.k8s.aws/network-node-layer-3") == spec.domain_key
+    room = spec.nodes_per_domain - spec.spares.per_domain
+    users = [yaml.safe_load(p.read_text()) for p in examples()
+             if yaml.safe_load(p.read_text())["spec"].get("ultraServerGroup")
+             == group["metadata"]["name"]]
+    assert users, f"no job or endpoint runs on {group['metadata']['name']}"
+    for doc in users:
+        for shape in shapes(doc["spec"]):  # a job, a replica, a disaggregated role's
+            name = doc["metadata"]["name"]
+            assert shape.get("workers", 1) <= room, name
+            assert shape["acceleratorsPerWorker"] <= spec.accelerator.per_node, name
+
+
+def shapes(tree: Any) -> Iterator[dict[str, Any]]:
+    """Every mapping in TREE that sizes workers (it has acceleratorsPerWorker)."""
+    if isinstance(tree, dict):
+        if "acceleratorsPerWorker" in tree:
+            yield tree
+        for value in tree.values():
+            yield from shapes(value)
+    elif isinstance(tree, list):
+        for value in tree:
+            yield from shapes(value)
 
 
 def test_models_read_what_the_api_server_stores() -> None:
