@@ -21,7 +21,6 @@ from goodput_operator import names
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.resources.fabric import EFA_RESOURCE
 from goodput_operator.sandbox import fleet as fleets
-from goodput_operator.topology.record import ranks_of
 from tests.conftest import Cluster
 from tests.e2e.conftest import (
     NO_SWEEPS,
@@ -35,7 +34,7 @@ from tests.e2e.conftest import (
     wait_phase,
 )
 from tests.e2e.test_inference import pods_of, wait_status
-from tests.e2e.test_recovery import env_of, running_again
+from tests.e2e.test_recovery import env_of, ranked_nodes, running_again
 
 pytestmark = pytest.mark.e2e
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -94,11 +93,6 @@ def node_labels(crds: Cluster) -> dict[str, dict[str, str]]:
         crds.kubectl("get", "nodes", "-o", "json").stdout)["items"]}
 
 
-def ranked_nodes(job: dict[str, Any]) -> list[str]:
-    return [r["node"] for r in sorted(ranks_of(job["status"]["placement"]),
-                                      key=lambda r: r["rank"])]
-
-
 def test_each_fleets_examples_place_recover_and_serve_inside_one_domain(
         e2e: Operator, crds: Cluster, namespace: str, pool: Pool) -> None:
     case, group = pool.case, pool.group
@@ -107,6 +101,7 @@ def test_each_fleets_examples_place_recover_and_serve_inside_one_domain(
     example = case.example("trainingjob")
     name, workers = example["metadata"]["name"], example["spec"]["workers"]
     per_worker = example["spec"]["acceleratorsPerWorker"]
+    assert per_worker == per_node  # the examples take whole nodes
     apply(crds, example, namespace)
     job = wait_phase(crds, namespace, name, "Running")
 
@@ -132,7 +127,6 @@ def test_each_fleets_examples_place_recover_and_serve_inside_one_domain(
             assert env["NEURON_RT_ROOT_COMM_ID"].endswith(":29501")
     if spec.interconnect == "nvlink":  # the gang shares GPU memory across its nodes
         get_object(crds, "computedomain", namespace, f"{name}-imex")
-    assert per_worker == per_node
 
     # a failed node: a spare of the same domain takes its rank, the others stay
     victim = nodes[1]

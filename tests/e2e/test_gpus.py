@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from goodput_operator.topology.record import ranks_of
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
     Faults,
@@ -20,7 +19,7 @@ from tests.e2e.conftest import (
     training_job,
     wait_phase,
 )
-from tests.e2e.test_recovery import env_of, running_again
+from tests.e2e.test_recovery import env_of, ranked_nodes, running_again
 
 pytestmark = pytest.mark.e2e
 EFA = "vpc.amazonaws.com/efa"
@@ -75,7 +74,7 @@ def test_a_gb200_gang_runs_in_one_clique_of_a_p6e_ultraserver_joined_by_one_comp
     job = wait_phase(crds, namespace, "moe", "Running")
     placement = job["status"]["placement"]
     assert len(placement["domains"]) == 1                   # one NVLink domain (clique)
-    nodes = [r["node"] for r in sorted(ranks_of(placement), key=lambda r: r["rank"])]
+    nodes = ranked_nodes(job)
     labels = [node_labels(crds, n) for n in nodes]
     assert len({lab[CLIQUE] for lab in labels}) == 1 and labels[0][CLIQUE] == \
         placement["domains"][0]
@@ -98,8 +97,7 @@ def test_a_gb200_gang_runs_in_one_clique_of_a_p6e_ultraserver_joined_by_one_comp
     victim = nodes[5]
     faults.fail(victim)
     job = running_again(crds, namespace, "moe", 1)
-    moved = [r["node"] for r in sorted(ranks_of(job["status"]["placement"]),
-                                       key=lambda r: r["rank"])]
+    moved = ranked_nodes(job)
     assert victim not in moved and moved[:5] + moved[6:] == nodes[:5] + nodes[6:]
     pods = job_pods(crds, namespace, "moe")
     assert {p["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] for p in pods} == {

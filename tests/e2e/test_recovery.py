@@ -62,6 +62,11 @@ def ranks(job: dict[str, Any]) -> dict[int, str]:
     return {r["rank"]: r["node"] for r in ranks_of(job["status"]["placement"])}
 
 
+def ranked_nodes(job: dict[str, Any]) -> list[str]:
+    """The job's placed nodes in rank order."""
+    return [node for _, node in sorted(ranks(job).items())]
+
+
 def running_again(cluster: Cluster, namespace: str, name: str, restarts: int,
                   timeout: float = 60) -> dict[str, Any]:
     """The job at RESTARTS with every worker of that attempt Running."""
