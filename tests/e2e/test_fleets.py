@@ -21,7 +21,7 @@ from goodput_operator import names
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
 from goodput_operator.resources.fabric import EFA_RESOURCE
 from goodput_operator.sandbox import fleet as fleets
-from tests.conftest import Cluster
+from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
     NO_SWEEPS,
     Operator,
@@ -93,6 +93,16 @@ def node_labels(crds: Cluster) -> dict[str, dict[str, str]]:
         crds.kubectl("get", "nodes", "-o", "json").stdout)["items"]}
 
 
+def slots_written(crds: Cluster, nodes: list[str]) -> dict[str, dict[str, str]]:
+    """Every node's labels, once the group's slot labels are on NODES: they are written in
+    the background (LABEL_CONCURRENCY at a time), so a gang may be placed on a large
+    pool, by the group's own fabric order, before all of its members carry them."""
+    def written() -> dict[str, dict[str, str]] | None:
+        labels = node_labels(crds)
+        return labels if all(names.SLOT_LABEL in labels[n] for n in nodes) else None
+    return wait_for(written, timeout=60, what=f"{names.SLOT_LABEL} on {nodes}")
+
+
 def test_each_fleets_examples_place_recover_and_serve_inside_one_domain(
         e2e: Operator, crds: Cluster, namespace: str, pool: Pool) -> None:
     case, group = pool.case, pool.group
@@ -107,7 +117,7 @@ def test_each_fleets_examples_place_recover_and_serve_inside_one_domain(
 
     # one domain, ranks in fabric order: the slots the operator labels follow the ranks
     nodes = ranked_nodes(job)
-    labels = node_labels(crds)
+    labels = slots_written(crds, nodes)
     assert len(job["status"]["placement"]["domains"]) == 1 and len(nodes) == workers
     assert {labels[n][domain_key] for n in nodes} == set(job["status"]["placement"]["domains"])
     slots = [int(labels[n][names.SLOT_LABEL]) for n in nodes]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import threading
 from collections.abc import Iterator
@@ -9,7 +10,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from goodput_operator.sdk import QUEUED, Reporter, ReportError
+from goodput_operator.operator.leader import LeaderElection
+from goodput_operator.sdk import QUEUED, RETRIES, Reporter, ReportError, backoff
 from tests.unit.local_http import AskingEvery, Handler, serving
 
 
@@ -51,6 +53,19 @@ def test_what_the_reporter_retries(server: str, case: str, answers: list[int], o
             reporter.report_step(5)
         assert err.value.status == outcome, case
     assert len(Scripted.seen) == tries, case
+
+
+def test_the_default_retries_outlast_a_leader_hand_over(
+        server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crashed leader's Lease runs out and the standby's next try takes it: reports sent
+    meanwhile are answered 503 by the standby (or not at all), and must not be lost."""
+    slept: list[float] = []
+    monkeypatch.setattr("time.sleep", slept.append)
+    Scripted.answers = [503] * RETRIES + [200]
+    assert Reporter(url=server, token="t").report_step(5) == {"ok": True}
+    lease = inspect.signature(LeaderElection).parameters
+    assert sum(slept) > lease["duration"].default + lease["retry_period"].default
+    assert slept == [backoff(a) for a in range(RETRIES)]
 
 
 class Preempting(Handler):

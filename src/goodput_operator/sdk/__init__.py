@@ -50,6 +50,10 @@ __all__ = [
 
 QUEUED = 64  # step sends a background reporter holds while the operator is slow or away;
 # past it the oldest go (the newest steps are what hang detection and the votes need)
+RETRIES = 10  # a 503, 429 or unreachable operator is tried again this often, backing off
+# 0.5, 1, 2, then 4 s (backoff): ~31 s in all, past a crashed leader's Lease (15 s), the
+# standby's next try (2 s) and the report Service's endpoints moving to it; three tries
+# (3.5 s) ended inside a hand-over, and a checkpoint's commit or votes sent then were lost.
 
 
 class ReportError(RuntimeError):
@@ -72,7 +76,7 @@ class Reporter:
 
     def __init__(self, url: str | None = None, token: str | None = None,
                  token_path: str | None = None, timeout: float = 10.0,
-                 ca_file: str | None = None, job: str | None = None, retries: int = 3,
+                 ca_file: str | None = None, job: str | None = None, retries: int = RETRIES,
                  background: bool = False) -> None:
         self.url = (url or os.environ.get(names.ENV_REPORT_URL, "")).rstrip("/")
         self.token = token
@@ -116,7 +120,7 @@ class Reporter:
     def send(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST one report. A 503 (a standby operator replica answered during a leader
         hand-over, or the token could not be checked in time), a 429 (too many new tokens
-        from this address) or an unreachable operator is retried a few times with backoff."""
+        from this address) or an unreachable operator is retried RETRIES times (backoff)."""
         for attempt in range(self.retries + 1):
             try:
                 return self._send_once(kind, body)
@@ -124,7 +128,7 @@ class Reporter:
                 if err.status not in (None, 429, 503) or attempt == self.retries or \
                         not self.url:
                     raise
-                time.sleep(min(4.0, 0.5 * 2 ** attempt))
+                time.sleep(backoff(attempt))
         raise AssertionError("unreachable")
 
     def _send_once(self, kind: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -314,6 +318,11 @@ class Reporter:
             every = answer.get("every")
             self.every = every if isinstance(every, int) and every >= 1 else 1
         return answer
+
+
+def backoff(attempt: int) -> float:
+    """Seconds to wait after failed try ATTEMPT (0 the first): doubling from 0.5, at most 4."""
+    return min(4.0, 0.5 * 2.0 ** attempt)
 
 
 def spread_phase(rank: int, every: int) -> int:
