@@ -1,10 +1,10 @@
 """Every fleet the seeds name, proven on its own simulated nodes with its own examples:
-Trn3 Gen1 (4 x 16) and Gen2 (36 x 4) UltraServers, p5e and p5en (H200), p6-b200, p6-b300
-and GB300 NVL72. For each: the fleet file's pool as KWOK nodes labelled as the provider
-labels them, the example group over them, the example TrainingJob placed in one domain
-with its ranks in fabric order and its fabric's settings, a failed node's rank taken by a
-spare of the same domain, and the example InferenceEndpoint's multi-node replicas each
-inside one domain."""
+Trn3 Gen1 (4 x 16) and Gen2 (36 x 4) UltraServers, p5e and p5en (H200), p6-b200, p6-b300,
+GB300 NVL72, Azure ND H100 v5 on InfiniBand and a RoCE cluster. For each: the fleet
+file's pool as KWOK nodes labelled as the provider (or topograph) labels them, the example
+group over them, the example TrainingJob placed in one domain with its ranks in fabric
+order and its fabric's settings, a failed node's rank taken by a spare of the same domain,
+and the example InferenceEndpoint's multi-node replicas each inside one domain."""
 
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ class Case:
 
 CASES = [Case("trn3", "trn3-gen1", "gen1"), Case("trn3", "trn3-gen2", "gen2"),
          Case("p5e", "p5e", "p5e"), Case("p5e", "p5en", "p5en"), Case("p6", "b200", "b200"),
-         Case("b300", "b300", "b300"), Case("b300", "gb300", "gb300")]
+         Case("b300", "b300", "b300"), Case("b300", "gb300", "gb300"),
+         Case("ndv5", "ndv5", "ndv5"), Case("roce", "roce-h100", "roce")]
 
 
 @dataclass
@@ -128,9 +129,13 @@ def test_each_fleets_examples_place_recover_and_serve_inside_one_domain(
         requests = pod["spec"]["containers"][0]["resources"]["requests"]
         env = env_of(pod)
         assert requests[spec.accelerator.resource] == str(per_worker)
-        assert requests[EFA_RESOURCE] == str(spec.accelerator.efa_per_node)  # whole nodes
-        assert env["FI_PROVIDER"] == "efa"
         assert (env["NODE_RANK"], env["NNODES"]) == (str(rank), str(workers))
+        if spec.accelerator.rdma_resource:  # InfiniBand, RoCE: the HCAs, NCCL on IB verbs
+            assert requests[spec.accelerator.rdma_resource] == "1"
+            assert env["NCCL_NET"] == "IB" and EFA_RESOURCE not in requests
+        else:
+            assert requests[EFA_RESOURCE] == str(spec.accelerator.efa_per_node)  # whole nodes
+            assert env["FI_PROVIDER"] == "efa"
         if spec.accelerator.resource == "nvidia.com/gpu":
             assert env["NCCL_SOCKET_IFNAME"] == "^lo,docker"
         else:

@@ -132,7 +132,10 @@ def test_each_example_group_fits_a_pool_of_its_fleet_and_its_jobs_fit_a_domain(
     assert str(pool.capacity[spec.accelerator.resource]) == str(spec.accelerator.per_node)
     assert spec.accelerator.efa_per_node <= int(pool.capacity.get("vpc.amazonaws.com/efa", 0))
     assert pool.nodes_per_domain == spec.nodes_per_domain
-    assert (pool.domain_label or "topology.k8s.aws/network-node-layer-3") == spec.domain_key
+    assert (pool.domain_label or pool.layer_labels[-1]) == spec.domain_key
+    assert set(spec.network_levels) <= set(pool.layer_labels[:-1])
+    rdma = spec.accelerator.rdma_resource
+    assert rdma is None or int(str(pool.capacity[rdma]).removesuffix("k")) > 0
     room = spec.nodes_per_domain - spec.spares.per_domain
     users = [yaml.safe_load(p.read_text()) for p in examples()
              if yaml.safe_load(p.read_text())["spec"].get("ultraServerGroup")

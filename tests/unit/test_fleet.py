@@ -22,17 +22,23 @@ def _alloc(node: dict, resource: str) -> str | None:
         ("trn2", 16, "aws.amazon.com/neuron", "16", fleet.ULTRASERVER_LABEL, [4, 4, 4, 4]),
         ("p5", 16, "nvidia.com/gpu", "8", None, None),
         ("nvl72", 36, "nvidia.com/gpu", "4", fleet.GPU_CLIQUE_LABEL, [18, 18]),
+        # no provider labels the network: topograph's leaf (block) is the domain
+        ("ndv5", 8, "nvidia.com/gpu", "8", fleet.TOPOGRAPH_LABELS[-1], [4, 4]),
+        ("roce", 8, "nvidia.com/gpu", "8", fleet.TOPOGRAPH_LABELS[-1], [4, 4]),
     ],
 )
 def test_builtin_fleet_shape(name: str, nodes: int, resource: str, per_node: str,
                              domain_label: str | None, domain_sizes: list[int] | None) -> None:
-    generated = fleet.nodes(fleet.load(name))
+    loaded = fleet.load(name)
+    pools = {pool.name: pool for pool in loaded.spec.pools}
+    generated = fleet.nodes(loaded)
     assert len(generated) == nodes
     assert all(_alloc(n, resource) == per_node for n in generated)
     assert all(n["metadata"]["annotations"][fleet.KWOK_ANNOTATION] == "fake" for n in generated)
     for node in generated:
         labels = node["metadata"]["labels"]
-        for key in (*fleet.NETWORK_LAYER_LABELS, fleet.INSTANCE_TYPE_LABEL, fleet.ZONE_LABEL):
+        pool = pools[labels[fleet.POOL_LABEL]]
+        for key in (*pool.layer_labels, fleet.INSTANCE_TYPE_LABEL, fleet.ZONE_LABEL):
             assert labels[key], key
     if domain_label:
         sizes = Counter(n["metadata"]["labels"][domain_label] for n in generated)

@@ -303,6 +303,41 @@ def test_a_worker_requests_its_share_of_efa_and_gets_the_fabrics_settings(
     assert "resources" not in sidecar and env_of(pod, 1).keys() >= settings.keys()
 
 
+ND_H100_V5 = Fabric("nvidia.com/gpu", 8, rdma=True, rdma_resource="rdma/ib")
+
+
+@pytest.mark.parametrize(("fabric", "launcher", "per_worker", "rdma", "net"), [
+    (ND_H100_V5, "torchrun", 8, "1", "IB"),  # one grant of the shared plugin: every HCA
+    (ND_H100_V5, "torchrun", 2, "1", "IB"),  # a part of the node still needs its HCA
+    (Fabric("nvidia.com/gpu", 8, rdma=True, rdma_resource="nvidia.com/sriov_vf",
+            rdma_per_pod=8), "mpi", 8, "8", "IB"),  # SR-IOV: a VF per GPU
+    (Fabric("nvidia.com/gpu", 8, rdma=True), "torchrun", 8, None, "IB"),  # HCAs: the template's
+    (ND_H100_V5, "none", 8, "1", None),  # our variables only: no NCCL's
+])
+def test_an_rdma_worker_requests_its_devices_and_nccl_uses_ib_verbs_only(
+        fabric: Fabric, launcher: str, per_worker: int, rdma: str | None,
+        net: str | None) -> None:
+    pod = build.worker_pod(job(acceleratorsPerWorker=per_worker, launcher={"type": launcher}),
+                           0, 0, fabric)
+    requests = pod["spec"]["containers"][0]["resources"]["requests"]
+    assert requests.get(fabric.rdma_resource or "rdma/ib") == rdma
+    assert "vpc.amazonaws.com/efa" not in requests
+    env = env_of(pod)
+    assert env.get("NCCL_NET") == net and "FI_PROVIDER" not in env
+
+
+@pytest.mark.parametrize(("interconnect", "rdma"), [
+    ("infiniband", True), ("roce", True), ("efa-only", False), ("nvlink", False)])
+def test_the_groups_interconnect_says_whether_nccl_goes_over_ib_verbs(
+        interconnect: str, rdma: bool) -> None:
+    spec = UltraServerGroupSpec.model_validate({
+        "nodeSelector": {"pool": "x"}, "nodesPerDomain": 4, "interconnect": interconnect,
+        "accelerator": {"resource": "nvidia.com/gpu", "perNode": 8,
+                        "rdmaResource": "rdma/ib"}})
+    fabric = Fabric.of(spec)
+    assert (fabric.rdma, fabric.rdma_resource, fabric.rdma_per_pod) == (rdma, "rdma/ib", 1)
+
+
 def test_the_templates_own_fabric_settings_win() -> None:
     spec = job(acceleratorsPerWorker=8)
     spec["spec"]["template"]["spec"]["containers"][0]["env"] += [

@@ -23,7 +23,7 @@ from goodput_operator.api.base import (
     schema_default,
 )
 
-Interconnect = Literal["neuronlink", "nvlink", "efa-only"]
+Interconnect = Literal["neuronlink", "nvlink", "efa-only", "infiniband", "roce"]
 DomainHealth = Literal["Healthy", "Degraded", "Failed"]
 TaintEffect = Literal["NoSchedule", "NoExecute"]
 DEFAULT_DEVICE_TAINT_EFFECTS: list[TaintEffect] = ["NoExecute"]
@@ -76,6 +76,15 @@ class Accelerator(ApiModel):
     on p5.48xlarge, 16 on trn2.48xlarge, 8 on p6-b200.48xlarge. A TrainingJob's pods
     request their share (all of them for a whole node) and get the EFA and NCCL settings,
     so that collectives run over EFA rather than TCP. 0: none requested."""
+    rdma_resource: str | None = Field(default=None, max_length=253, pattern=RESOURCE_NAME)
+    """The RDMA device resource a pod holding accelerators requests `rdmaPerPod` of, on
+    InfiniBand and RoCE clusters: the RDMA shared device plugin's (`rdma/ib`, or the name
+    its config gives, as the NVIDIA Network Operator deploys it) or an SR-IOV device
+    plugin's. Without it a pod sees no HCA and NCCL falls back to TCP sockets, slowly and
+    without an error. Unset: none requested (the pod template must reach the HCAs itself)."""
+    rdma_per_pod: int = Field(default=1, ge=1, le=64)
+    """How many of `rdmaResource` each pod holding accelerators requests: 1 for the shared
+    device plugin (one grant gives every HCA of the node), the node's VFs for SR-IOV."""
     request_style: Literal["ExtendedResource", "ResourceClaim"] = "ExtendedResource"
     """How pods ask for accelerators. ExtendedResource: `resource` in their requests (the
     device plugins). ResourceClaim: Dynamic Resource Allocation (resource.k8s.io/v1): each
@@ -246,6 +255,10 @@ DOMAIN_LABELS: dict[str, str] = {
     "neuronlink": "topology.k8s.aws/ultraserver-id",
     "nvlink": "nvidia.com/gpu.clique",
     "efa-only": "topology.k8s.aws/network-node-layer-3",
+    # NVIDIA topograph's leaf: the switch block the nodes hang off (Azure, InfiniBand and
+    # RoCE clusters on premises)
+    "infiniband": "network.topology.nvidia.com/block",
+    "roce": "network.topology.nvidia.com/block",
 }
 
 
@@ -273,7 +286,8 @@ class UltraServerGroupSpec(ApiModel):
     """Node label whose value names the node's domain. Defaults by `interconnect`:
     topology.k8s.aws/ultraserver-id (neuronlink: a Trn2 UltraServer), nvidia.com/gpu.clique
     (nvlink: a GB200 NVL72 domain), topology.k8s.aws/network-node-layer-3 (efa-only: the
-    network leaf a node hangs off)."""
+    network leaf a node hangs off), network.topology.nvidia.com/block (infiniband, roce:
+    the leaf switch block, as NVIDIA topograph labels it)."""
     network_levels: list[LabelKey] = Field(default_factory=list, max_length=8)
     """Node label keys of the network levels above a domain, outermost first, e.g.
     topology.k8s.aws/network-node-layer-1, -2."""
@@ -282,9 +296,11 @@ class UltraServerGroupSpec(ApiModel):
     nodes_per_domain: int = Field(ge=1, le=1024)
     """Nodes in a complete domain: 4 for a Trn2 UltraServer, 18 for GB200 NVL72."""
     interconnect: Interconnect = "neuronlink"
-    """The fabric inside a domain: neuronlink, nvlink, or efa-only (no intra-domain fabric:
-    the domain is a network leaf). It sets the default `domainLabel` and what a domain is
-    called in messages (UltraServer, NVLink domain, domain)."""
+    """The fabric inside a domain: neuronlink, nvlink, or a network alone where the domain
+    is a leaf switch: efa-only (AWS EFA), infiniband (Azure ND H100 v5, on premises) or
+    roce (RDMA over Converged Ethernet). It sets the default `domainLabel`, what a domain is
+    called in messages (UltraServer, NVLink domain, domain) and, on infiniband and roce,
+    the NCCL settings GPU workers get (docs/fleets.md)."""
     slot_order: SlotOrder = nested(SlotOrder)
     """How nodes are ordered inside a domain."""
     spares: Spares = nested(Spares)

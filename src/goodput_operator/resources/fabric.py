@@ -1,6 +1,7 @@
 """What a gang's pod needs from its node besides accelerators to reach the fabric: its share
-of the node's EFA interfaces, the settings the collective libraries read, and on
-multi-node NVLink its IMEX channel (resources.computedomain).
+of the node's EFA interfaces or its RDMA devices (InfiniBand, RoCE), the settings the
+collective libraries read, and on multi-node NVLink its IMEX channel
+(resources.computedomain).
 
 Pure. The EFA device plugin hands a pod the interfaces it requests
 (`vpc.amazonaws.com/efa`); without them NCCL and the Neuron runtime fall back to TCP over
@@ -28,6 +29,10 @@ EFA_ENV = {  # libfabric's EFA provider, GPUDirect RDMA, fork safety for data lo
 NCCL_ENV = {  # NCCL's bootstrap sockets: the pod's interface, never loopback or bridges
     "NCCL_SOCKET_IFNAME": "^lo,docker",
 }
+# InfiniBand and RoCE: NCCL's IB verbs transport (RoCE's too), and only it: a pod that
+# cannot reach an HCA fails at its first collective instead of running on TCP sockets
+RDMA_NCCL_ENV = {"NCCL_NET": "IB"}
+RDMA_INTERCONNECTS = ("infiniband", "roce")
 
 
 @dataclass(frozen=True)
@@ -40,13 +45,17 @@ class Fabric:
     efa_per_node: int = 0
     imex: bool = False  # multi-node NVLink: a gang's pods claim a ComputeDomain's channel
     device_class: str | None = None  # DRA: pods claim devices of this class instead
+    rdma: bool = False  # InfiniBand or RoCE between nodes: NCCL's IB transport
+    rdma_resource: str | None = None  # each pod holding accelerators requests RDMA_PER_POD
+    rdma_per_pod: int = 1
 
     @classmethod
     def of(cls, spec: UltraServerGroupSpec) -> Fabric:
-        return cls(spec.accelerator.resource, spec.accelerator.per_node,
-                   spec.accelerator.efa_per_node,
+        accelerator = spec.accelerator
+        return cls(accelerator.resource, accelerator.per_node, accelerator.efa_per_node,
                    spec.interconnect == "nvlink" and spec.compute_domains,
-                   spec.accelerator.device_class)
+                   accelerator.device_class, spec.interconnect in RDMA_INTERCONNECTS,
+                   accelerator.rdma_resource, accelerator.rdma_per_pod)
 
     def efa_for(self, accelerators: int) -> int:
         """A pod's share of its node's EFA interfaces: in proportion to the accelerators it
@@ -58,23 +67,26 @@ class Fabric:
     def env(self, launcher: str, accelerators: int) -> dict[str, str]:
         """The collective libraries' settings for a pod holding ACCELERATORS, started by
         LAUNCHER: EFA's when it gets interfaces (always for the Neuron launcher, which has
-        set them since before EFA was requested), NCCL's on NVIDIA GPUs."""
+        set them since before EFA was requested), NCCL's on NVIDIA GPUs, over IB verbs on
+        InfiniBand and RoCE."""
         env: dict[str, str] = {}
         if self.efa_for(accelerators) or launcher == "neuron":
             env |= EFA_ENV
         if accelerator_kind(self.resource) == "cuda" and launcher != "none":
-            env |= NCCL_ENV
+            env |= NCCL_ENV | (RDMA_NCCL_ENV if self.rdma else {})
         return env
 
     def fit_out(self, containers: list[Obj], forced: list[Obj], launcher: str,
                 accelerators: int) -> None:
         """Dress a gang pod's CONTAINERS: each gets the FORCED variables (in place of its
         own of those names) and the fabric's settings it does not set itself; the first,
-        when the pod holds ACCELERATORS, its devices (unless claimed by DRA) and share of
-        EFA in requests and limits."""
+        when the pod holds ACCELERATORS, its devices (unless claimed by DRA), its share of
+        EFA and its RDMA devices in requests and limits."""
         ours = {e["name"] for e in forced}
         defaults = self.env(launcher, accelerators)
         devices = {EFA_RESOURCE: self.efa_for(accelerators)}
+        if self.rdma_resource:
+            devices[self.rdma_resource] = self.rdma_per_pod
         if not self.device_class:  # else claimed through DRA (resources.claims)
             devices[self.resource] = accelerators
         for position, container in enumerate(containers):

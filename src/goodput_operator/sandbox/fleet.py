@@ -3,8 +3,8 @@
 A fleet file lists pools of identical instances grouped into domains (a Trn2 UltraServer,
 an NVL72 NVLink domain, or for domainless instances such as p5 a leaf-switch group), and
 domains grouped into network blocks. Nodes are labelled the way the real providers label
-them (EKS topology labels, GPU feature discovery's `nvidia.com/gpu.clique`), so the
-operator sees the same thing here as on a real cluster.
+them (EKS topology labels or NVIDIA topograph's, GPU feature discovery's
+`nvidia.com/gpu.clique`), so the operator sees the same thing here as on a real cluster.
 
 Pure: no Kubernetes client. `goodput sandbox up --fleet NAME|FILE|synthetic:KIND:N`.
 """
@@ -26,6 +26,10 @@ FLEET_API_VERSION = "sandbox.goodput.dev/v1alpha1"
 FLEET_KIND = "SimulatedFleet"
 ULTRASERVER_LABEL = "topology.k8s.aws/ultraserver-id"
 NETWORK_LAYER_LABELS = tuple(f"topology.k8s.aws/network-node-layer-{i}" for i in (1, 2, 3))
+# NVIDIA topograph's, outermost first as EKS's are: where no provider labels the network
+# (Azure, InfiniBand and RoCE clusters on premises), topograph does
+TOPOGRAPH_LABELS = tuple(f"network.topology.nvidia.com/{level}"
+                         for level in ("datacenter", "spine", "block"))
 GPU_CLIQUE_LABEL = "nvidia.com/gpu.clique"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -69,6 +73,10 @@ class Pool(_Strict):
     # topology.k8s.aws/ultraserver-id beside their NVLink clique; an UltraServer may hold
     # several cliques (an x72 split in two x36 halves: nodesPerDomain 9, ultraServerNodes 18)
     ultra_server_nodes: int | None = Field(default=None, alias="ultraServerNodes", ge=1)
+    # who labels the three network layers above a node: EKS (topology.k8s.aws/
+    # network-node-layer-1..3) or NVIDIA topograph (network.topology.nvidia.com/datacenter,
+    # spine, block)
+    network: Literal["eks", "topograph"] = "eks"
     capacity: dict[str, str | int]
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
@@ -101,6 +109,11 @@ class Pool(_Strict):
     @property
     def node_count(self) -> int:
         return self.domains * self.nodes_per_domain
+
+    @property
+    def layer_labels(self) -> tuple[str, ...]:
+        """The network layers' label keys, outermost first; the last names the leaf."""
+        return NETWORK_LAYER_LABELS if self.network == "eks" else TOPOGRAPH_LABELS
 
 
 class FleetSpec(_Strict):
@@ -246,9 +259,7 @@ def pool_nodes(fleet: Fleet, pool: Pool) -> list[dict[str, Any]]:
                 INSTANCE_TYPE_LABEL: pool.instance_type,
                 ZONE_LABEL: spec.zone,
                 REGION_LABEL: spec.region,
-                NETWORK_LAYER_LABELS[0]: spine,
-                NETWORK_LAYER_LABELS[1]: block_switch,
-                NETWORK_LAYER_LABELS[2]: leaf_switch,
+                **dict(zip(pool.layer_labels, (spine, block_switch, leaf_switch), strict=True)),
                 FLEET_LABEL: fleet.name,
                 POOL_LABEL: pool.name,
                 **domain_labels,
