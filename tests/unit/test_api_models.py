@@ -119,8 +119,9 @@ def test_each_example_group_fits_a_pool_of_its_fleet_and_its_jobs_fit_a_domain(
         path: Path) -> None:
     """examples/F/ is written for the built-in fleet F: its group selects one pool of it by
     instance type and reads that pool's shape (accelerators per node, nodes per domain,
-    the domain's label); each job and endpoint on the group fits inside one domain beside
-    its spares, as the demo and tests/e2e/test_fleets.py apply them."""
+    the domain's label); each job (or each of its slices) and endpoint on the group fits
+    inside one domain beside its spares, as the demo and tests/e2e/test_fleets.py apply
+    them."""
     from goodput_operator.sandbox import fleet
 
     group = yaml.safe_load(path.read_text())
@@ -144,8 +145,13 @@ def test_each_example_group_fits_a_pool_of_its_fleet_and_its_jobs_fit_a_domain(
     for doc in users:
         for shape in shapes(doc["spec"]):  # a job, a replica, a disaggregated role's
             name = doc["metadata"]["name"]
-            assert shape.get("workers", 1) <= room, name
+            per_domain = ((shape.get("topology") or {}).get("slice") or {}).get(
+                "size", shape.get("workers", 1))  # a slice of the gang, or all of it
+            assert per_domain <= room and shape.get("workers", 1) % per_domain == 0, name
             assert shape["acceleratorsPerWorker"] <= spec.accelerator.per_node, name
+            if spec.interconnect == "ici":  # a TPU slice runs whole, a host per worker
+                assert (per_domain, shape["acceleratorsPerWorker"]) == (
+                    spec.nodes_per_domain, spec.accelerator.per_node), name
 
 
 def shapes(tree: Any) -> Iterator[dict[str, Any]]:

@@ -25,6 +25,7 @@ def _alloc(node: dict, resource: str) -> str | None:
         # no provider labels the network: topograph's leaf (block) is the domain
         ("ndv5", 8, "nvidia.com/gpu", "8", fleet.TOPOGRAPH_LABELS[-1], [4, 4]),
         ("roce", 8, "nvidia.com/gpu", "8", fleet.TOPOGRAPH_LABELS[-1], [4, 4]),
+        ("tpu", 20, "google.com/tpu", "4", fleet.GKE_NODEPOOL_LABEL, [4] * 5),  # slices
     ],
 )
 def test_builtin_fleet_shape(name: str, nodes: int, resource: str, per_node: str,

@@ -29,15 +29,19 @@ PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 class Launcher(ApiModel):
     """How workers start their processes; the operator sets the matching environment."""
 
-    type: Literal["torchrun", "neuron", "mpi", "none"] = "torchrun"
+    type: Literal["torchrun", "neuron", "mpi", "jax", "none"] = "torchrun"
     """torchrun: MASTER_ADDR/PORT, NNODES, NODE_RANK, NPROC_PER_NODE, WORLD_SIZE; neuron:
     torchrun plus NEURON_RT_ROOT_COMM_ID and EFA settings (docs/training.md: the fabric);
     mpi: Open MPI's mpirun on rank 0
     finds the gang's hostfile by itself (OMPI_MCA_orte_default_hostfile,
-    PRTE_MCA_prte_default_hostfile); none: only the GOODPUT_* variables and the hostfile."""
+    PRTE_MCA_prte_default_hostfile); jax: JAX on TPU slices, TPU_WORKER_ID and
+    TPU_WORKER_HOSTNAMES within the worker's slice (topology.slice, else the whole gang)
+    and, over several slices, MEGASCALE_COORDINATOR_ADDRESS, MEGASCALE_PORT,
+    MEGASCALE_NUM_SLICES and MEGASCALE_SLICE_ID; none: only the GOODPUT_* variables and
+    the hostfile."""
     port: int = Field(default=29500, ge=1, le=65534)
     """Rendezvous port on rank 0 (the Neuron runtime's root communicator takes the next
-    one, so at most 65534)."""
+    one, so at most 65534; jax: the multislice coordinator's, MEGASCALE_PORT)."""
     procs_per_worker: int | None = Field(default=None, ge=1, le=1024)
     """Processes per worker (NPROC_PER_NODE); defaults to acceleratorsPerWorker."""
 

@@ -23,7 +23,7 @@ from goodput_operator.api.base import (
     schema_default,
 )
 
-Interconnect = Literal["neuronlink", "nvlink", "efa-only", "infiniband", "roce"]
+Interconnect = Literal["neuronlink", "nvlink", "efa-only", "infiniband", "roce", "ici"]
 DomainHealth = Literal["Healthy", "Degraded", "Failed"]
 TaintEffect = Literal["NoSchedule", "NoExecute"]
 DEFAULT_DEVICE_TAINT_EFFECTS: list[TaintEffect] = ["NoExecute"]
@@ -259,6 +259,8 @@ DOMAIN_LABELS: dict[str, str] = {
     # RoCE clusters on premises)
     "infiniband": "network.topology.nvidia.com/block",
     "roce": "network.topology.nvidia.com/block",
+    # a multi-host TPU slice is a GKE node pool of its own
+    "ici": "cloud.google.com/gke-nodepool",
 }
 
 
@@ -275,6 +277,9 @@ class UltraServerGroupSpec(ApiModel):
     model_config = rules(
         cel("self.spares.perDomain < self.nodesPerDomain",
             "spares.perDomain must be less than nodesPerDomain", ".spares.perDomain"),
+        cel("self.interconnect != 'ici' || self.spares.perDomain == 0",
+            "a TPU slice (interconnect ici) runs whole and has no spare host: hold whole "
+            "slices back with spares.perGroup", ".spares.perDomain"),
         cel("!self.nodeSelector.exists(k, k in [" + ", ".join(f"'{k}'" for k in OWN_LABELS)
             + "])", OWN_LABELS_MESSAGE, ".nodeSelector"),
     )
@@ -287,7 +292,8 @@ class UltraServerGroupSpec(ApiModel):
     topology.k8s.aws/ultraserver-id (neuronlink: a Trn2 UltraServer), nvidia.com/gpu.clique
     (nvlink: a GB200 NVL72 domain), topology.k8s.aws/network-node-layer-3 (efa-only: the
     network leaf a node hangs off), network.topology.nvidia.com/block (infiniband, roce:
-    the leaf switch block, as NVIDIA topograph labels it)."""
+    the leaf switch block, as NVIDIA topograph labels it), cloud.google.com/gke-nodepool
+    (ici: a multi-host TPU slice is a node pool)."""
     network_levels: list[LabelKey] = Field(default_factory=list, max_length=8)
     """Node label keys of the network levels above a domain, outermost first, e.g.
     topology.k8s.aws/network-node-layer-1, -2."""
@@ -298,9 +304,11 @@ class UltraServerGroupSpec(ApiModel):
     interconnect: Interconnect = "neuronlink"
     """The fabric inside a domain: neuronlink, nvlink, or a network alone where the domain
     is a leaf switch: efa-only (AWS EFA), infiniband (Azure ND H100 v5, on premises) or
-    roce (RDMA over Converged Ethernet). It sets the default `domainLabel`, what a domain is
-    called in messages (UltraServer, NVLink domain, domain) and, on infiniband and roce,
-    the NCCL settings GPU workers get (docs/fleets.md)."""
+    roce (RDMA over Converged Ethernet); or ici, a TPU slice's inter-chip interconnect: a
+    slice runs whole, one worker per host holding all its chips, and a gang is whole slices
+    (topology.slice.size nodesPerDomain for several). It sets the default `domainLabel`,
+    what a domain is called in messages (UltraServer, NVLink domain, TPU slice, domain)
+    and, on infiniband and roce, the NCCL settings GPU workers get (docs/fleets.md)."""
     slot_order: SlotOrder = nested(SlotOrder)
     """How nodes are ordered inside a domain."""
     spares: Spares = nested(Spares)

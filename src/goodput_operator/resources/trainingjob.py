@@ -177,8 +177,28 @@ def launcher_env(job: Obj, spec: TrainingJobSpec, index: int, restart: int,
                 "OMPI_MCA_orte_keep_fqdn_hostnames": "true"}
     if spec.launcher.type == "neuron":
         env["NEURON_RT_ROOT_COMM_ID"] = f"{master}:{spec.launcher.port + 1}"
+    if spec.launcher.type == "jax":
+        env |= tpu_env(job, spec, index, workers)
     return [{"name": key, "value": value} for key, value in env.items()] + \
         credentials_env(spec.checkpoint.credentials_secret)
+
+
+def tpu_env(job: Obj, spec: TrainingJobSpec, index: int, workers: int) -> dict[str, str]:
+    """What JAX reads on a TPU slice (GKE's TPU webhook sets the same for indexed Jobs, not
+    for these pods): the worker's id in its slice and the slice's hosts in rank order; over
+    several slices (topology.slice) the Megascale variables that join them, slice 0's first
+    host coordinating. Ranks run slice by slice, as JAX numbers its processes."""
+    size = spec.topology.slice.size if spec.topology.slice else workers
+    slice_id, worker = divmod(index, size)
+    env = {"TPU_WORKER_ID": str(worker),
+           "TPU_WORKER_HOSTNAMES": ",".join(worker_dns(job, slice_id * size + i)
+                                            for i in range(size))}
+    if workers > size:
+        env |= {"MEGASCALE_COORDINATOR_ADDRESS": worker_dns(job, 0),
+                "MEGASCALE_PORT": str(spec.launcher.port),
+                "MEGASCALE_NUM_SLICES": str(workers // size),
+                "MEGASCALE_SLICE_ID": str(slice_id)}
+    return env
 
 
 STORE_KEYS = (("AWS_ACCESS_KEY_ID", False), ("AWS_SECRET_ACCESS_KEY", False),

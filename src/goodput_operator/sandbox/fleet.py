@@ -31,6 +31,7 @@ NETWORK_LAYER_LABELS = tuple(f"topology.k8s.aws/network-node-layer-{i}" for i in
 TOPOGRAPH_LABELS = tuple(f"network.topology.nvidia.com/{level}"
                          for level in ("datacenter", "spine", "block"))
 GPU_CLIQUE_LABEL = "nvidia.com/gpu.clique"
+GKE_NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 REGION_LABEL = "topology.kubernetes.io/region"
@@ -74,9 +75,9 @@ class Pool(_Strict):
     # several cliques (an x72 split in two x36 halves: nodesPerDomain 9, ultraServerNodes 18)
     ultra_server_nodes: int | None = Field(default=None, alias="ultraServerNodes", ge=1)
     # who labels the three network layers above a node: EKS (topology.k8s.aws/
-    # network-node-layer-1..3) or NVIDIA topograph (network.topology.nvidia.com/datacenter,
-    # spine, block)
-    network: Literal["eks", "topograph"] = "eks"
+    # network-node-layer-1..3), NVIDIA topograph (network.topology.nvidia.com/datacenter,
+    # spine, block), or nobody (GKE's TPU slices: the slice is all there is)
+    network: Literal["eks", "topograph", "none"] = "eks"
     capacity: dict[str, str | int]
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
@@ -113,7 +114,8 @@ class Pool(_Strict):
     @property
     def layer_labels(self) -> tuple[str, ...]:
         """The network layers' label keys, outermost first; the last names the leaf."""
-        return NETWORK_LAYER_LABELS if self.network == "eks" else TOPOGRAPH_LABELS
+        return {"eks": NETWORK_LAYER_LABELS, "topograph": TOPOGRAPH_LABELS,
+                "none": ()}[self.network]
 
 
 class FleetSpec(_Strict):
@@ -243,6 +245,8 @@ def pool_nodes(fleet: Fleet, pool: Pool) -> list[dict[str, Any]]:
             cluster_uuid = _switch_id(fleet.name, pool.name, "nvlink-cluster",
                                       *([str(ultra)] if per_ultra else []))
             domain_labels[GPU_CLIQUE_LABEL] = f"{cluster_uuid}.{clique}"
+        elif pool.domain_label == GKE_NODEPOOL_LABEL:  # a TPU slice: a node pool, by name
+            domain_labels[GKE_NODEPOOL_LABEL] = f"{pool.name}-{domain}"
         elif pool.domain_label:
             domain_id = _switch_id(fleet.name, pool.name, str(domain))
             domain_labels[pool.domain_label] = f"us-{domain_id}"
@@ -259,7 +263,8 @@ def pool_nodes(fleet: Fleet, pool: Pool) -> list[dict[str, Any]]:
                 INSTANCE_TYPE_LABEL: pool.instance_type,
                 ZONE_LABEL: spec.zone,
                 REGION_LABEL: spec.region,
-                **dict(zip(pool.layer_labels, (spine, block_switch, leaf_switch), strict=True)),
+                **(dict(zip(pool.layer_labels, (spine, block_switch, leaf_switch), strict=True))
+                   if pool.layer_labels else {}),
                 FLEET_LABEL: fleet.name,
                 POOL_LABEL: pool.name,
                 **domain_labels,

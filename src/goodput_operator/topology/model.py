@@ -44,6 +44,8 @@ class GroupShape:
     spares_per_group: int = 0  # held at the end of the fabric (Fleet._designate)
     domain_noun: str = "domain"  # "UltraServer", "NVLink domain": used in explanations
     lemon_half_life_days: float = LEMON_HALF_LIFE_DAYS  # incident scores halve this often
+    # a domain runs whole (a TPU slice): gangs are whole domains, one worker per node
+    whole_domains: bool = False
 
     @property
     def claims(self) -> bool:
@@ -54,8 +56,8 @@ class GroupShape:
     @classmethod
     def from_spec(cls, spec: UltraServerGroupSpec) -> GroupShape:
         """From an UltraServerGroupSpec (pydantic model)."""
-        noun = {"neuronlink": "UltraServer", "nvlink": "NVLink domain"}.get(
-            spec.interconnect, "domain")
+        noun = {"neuronlink": "UltraServer", "nvlink": "NVLink domain",
+                "ici": "TPU slice"}.get(spec.interconnect, "domain")
         return cls(
             domain_label=spec.domain_key, nodes_per_domain=spec.nodes_per_domain,
             accelerators_per_node=spec.accelerator.per_node,
@@ -66,6 +68,7 @@ class GroupShape:
             spares_per_group=spec.spares.per_group, domain_noun=noun,
             lemon_half_life_days=spec.quarantine.lemon_half_life_days,
             device_class=spec.accelerator.device_class,
+            whole_domains=spec.interconnect == "ici",
         )
 
 

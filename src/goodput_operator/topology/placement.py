@@ -34,7 +34,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from goodput_operator.topology.model import Domain, Fleet, Node, is_foreign, natural_key
+from goodput_operator.topology.model import (
+    Domain,
+    Fleet,
+    GroupShape,
+    Node,
+    is_foreign,
+    natural_key,
+)
 
 Unit = Literal["node", "domain", "block"]
 Policy = Literal["required", "preferred"]
@@ -193,6 +200,11 @@ def place_gang(fleet: Fleet, request: Request) -> Placement:
         return Placement(False, f"each worker asks {request.accelerators} "
                                 f"{shape.accelerator_resource}; nodes have "
                                 f"{shape.accelerators_per_node}")
+    if shape.whole_domains:
+        whole = _whole_domains(shape, request)
+        if isinstance(whole, str):
+            return Placement(False, whole)
+        request = whole
     # spares never take new placements, so a domain offers its other nodes
     per_domain = max(nominal * max(shape.nodes_per_domain - shape.spares_per_domain, 1),
                      domain_most)
@@ -221,6 +233,20 @@ def place_gang(fleet: Fleet, request: Request) -> Placement:
         return Placement(False, _sliced(request, reason), min_domains=min_domains)
     choice.domains = [(domain, count * size) for domain, count in choice.domains]
     return _assign(fleet, request, choice, min_domains)
+
+
+def _whole_domains(shape: GroupShape, request: Request) -> Request | str:
+    """REQUEST in slices of whole domains, where a domain runs whole (a TPU slice: its hosts
+    start together, one worker each holding all its chips); or why it cannot be."""
+    size = request.slice if request.slice > 1 else request.workers
+    hosts, chips = shape.nodes_per_domain, shape.accelerators_per_node
+    if request.accelerators != chips or size != hosts or request.workers % hosts:
+        return (f"a {shape.domain_noun} runs whole: {hosts} workers of {chips} "
+                f"{shape.accelerator_resource} each (one per host), and for several slices "
+                f"topology.slice.size {hosts}; asked {request.workers} workers of "
+                f"{request.accelerators}" + (f" in slices of {size}" if request.slice > 1
+                                             else ""))
+    return dataclasses.replace(request, slice=hosts)
 
 
 def _sliced(request: Request, reason: str) -> str:

@@ -58,9 +58,10 @@ def replace(fleet: Fleet, current: Placement, failed: Iterable[str], request: Re
     lost = [r for r in current.ranks if r.node in failed_set]
     if not lost:
         return Replacement("replace", "no rank is on a failed node", current.ranks, {})
-    # a balanced or sliced gang keeps its per-domain counts: a rank moves only inside
-    # its domain (else the whole gang is placed again)
-    keep_domains = request.balance or request.slice > 1 or (
+    # a balanced or sliced gang keeps its per-domain counts, and a whole-domain one (a TPU
+    # slice) its domains: a rank moves only inside its domain (else the gang is placed
+    # again)
+    keep_domains = request.balance or request.slice > 1 or fleet.shape.whole_domains or (
         request.unit == "domain" and request.policy == "required")
     keep_block = request.unit == "block" and request.policy == "required"
     # accelerators held beyond what the fleet counts: the kept ranks' and the replacements'
