@@ -22,6 +22,7 @@ from goodput_operator.api.base import (
 )
 
 MAX_WORKERS = 8192  # a gang's largest size (see TrainingJobSpec.workers)
+MAX_SLICE_HOSTS = 1024  # a slice's most workers (topology.slice.size; launcher jax's hosts)
 Phase = Literal["Pending", "Placing", "Running", "Recovering", "Succeeded", "Failed", "Suspended"]
 PHASES: tuple[str, ...] = Phase.__args__  # type: ignore[attr-defined]
 
@@ -51,7 +52,7 @@ class Slice(ApiModel):
 
     unit: Literal["domain"] = "domain"
     """Where each slice must stay: one domain (UltraServer / NVLink domain)."""
-    size: int = Field(ge=1, le=1024)
+    size: int = Field(ge=1, le=MAX_SLICE_HOSTS)
     """Workers per slice; spec.workers must be a multiple of it."""
 
 
@@ -293,6 +294,10 @@ class TrainingJobSpec(ApiModel):
             "self.elastic.minWorkers % self.topology.slice.size == 0)",
             "elastic.step and elastic.minWorkers must be multiples of topology.slice.size: "
             "the gang shrinks and grows in whole slices", ".elastic"),
+        cel("self.launcher.type != 'jax' || (has(self.topology.slice) ? "
+            f"self.topology.slice.size : self.workers) <= {MAX_SLICE_HOSTS}",
+            f"launcher jax lists a slice's hosts in each of its pods: at most "
+            f"{MAX_SLICE_HOSTS} (set topology.slice.size for several slices)", ".launcher"),
         cel("!self.checkpoint.verify || self.sdc.crossReplicaCheck",
             "checkpoint.verify needs sdc.crossReplicaCheck: only the replicas' votes verify "
             "a checkpoint", ".checkpoint.verify"),
