@@ -152,7 +152,8 @@ def test_server_side_defaults_appear_as_documented(crds: Cluster, namespace: str
                          .stdout)["spec"]
         assert "domainLabel" not in usg               # the interconnect's (GroupShape)
         assert usg["accelerator"] == {"resource": "aws.amazon.com/neuron", "perNode": 16,
-                                      "efaPerNode": 0, "requestStyle": "ExtendedResource"}
+                                      "efaPerNode": 0, "rdmaPerPod": 1,
+                                      "requestStyle": "ExtendedResource"}
         assert usg["computeDomains"] is True
         assert usg["interconnect"] == "neuronlink"
         assert usg["quarantine"]["notReadyGraceSeconds"] == 5
