@@ -62,7 +62,8 @@ GROUP=$(kubectl get tj -n demo "$JOB" -o jsonpath='{.spec.ultraServerGroup}')
 victim=$($BIN/goodput placement -n demo $JOB --rank 1)
 echo "== A node fails: $victim (rank 1 of $JOB) — quarantine, spare, restart"
 case "$(kubectl get usg "$GROUP" -o jsonpath='{.spec.accelerator.resource}')" in
-  nvidia.com/*) REASON=GpuXidError;; *) REASON=NeuronDeviceError;;
+  nvidia.com/*) REASON=GpuXidError;; google.com/tpu) REASON=TpuHostError;;
+  *) REASON=NeuronDeviceError;;
 esac
 $BIN/goodput sandbox fail-node --name "$NAME" "$victim" --reason "$REASON" >/dev/null
 kubectl wait -n demo tj/$JOB --for=jsonpath='{.status.restarts}'=1 --timeout=60s >/dev/null
