@@ -119,14 +119,16 @@ async def _drive(url: str, workers: list[dict[str, str]], rate: float, seconds: 
                 # missed steps are lost, as a late worker's would be
                 step = max(step + 1, int((time.perf_counter() - started) / interval) + 1)
                 at = started + (step - 1) * interval + offset
-                await asyncio.sleep(max(0.0, at - time.perf_counter()))
-                if time.perf_counter() >= deadline:
+                # the window holds the slots due before its end, even one a loaded
+                # machine wakes for late: open loop, as the offered rate is reckoned
+                if at >= deadline:
                     due = 0  # the slots before the deadline, reckoned as `at` is
                     while started + due * interval + offset < deadline:
                         due += 1
                     slots.append(due)
                     asked.append(every)
                     return
+                await asyncio.sleep(max(0.0, at - time.perf_counter()))
                 voted = step - (spread_phase(index, every) if cadence == "spread" else 0)
                 if voted < 1 or voted % every:
                     continue  # no voted step's report is this rank's to send now

@@ -219,11 +219,15 @@ def save_sharded(step: int, write: Callable[[Path], Any], rank: int, shards: int
         if file.is_file() and file not in before:
             with file.open("rb") as handle:
                 os.fsync(handle.fileno())
+    # the marker appears whole (written aside, then renamed): rank 0 digests the folder as
+    # soon as every marker exists, so one still being written would change it afterwards
     marker = staging / DONE.format(rank=rank)
-    with marker.open("w") as handle:
+    aside = marker.with_name(marker.name + ".writing")
+    with aside.open("w") as handle:
         handle.write(f"{step} {shards}\n")
         handle.flush()
         os.fsync(handle.fileno())
+    os.replace(aside, marker)
     if rank != 0:
         return final, None
     deadline = time.monotonic() + timeout
