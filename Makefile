@@ -8,7 +8,7 @@ REAL_NODES ?=
 FLEET  ?= mixed
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-down test test-kind kind-deps unit integration lint generate verify build-sandbox sandbox-down clean venv prometheus real-node-deps image
+.PHONY: demo demo-down test test-kind kind-deps unit integration lint generate verify build-sandbox sandbox-down clean venv prometheus haproxy real-node-deps image
 
 venv: $(STAMP)
 
@@ -53,7 +53,7 @@ test-kind: venv kind-deps
 kind-deps:
 	@scripts/install-kind-deps.sh
 
-integration: venv real-node-deps build-sandbox prometheus
+integration: venv real-node-deps build-sandbox prometheus haproxy
 	$(BIN)/pytest -m 'integration or e2e' $(PYTEST_ARGS)
 
 lint: venv
@@ -85,6 +85,10 @@ real-node-deps:
 ## prometheus: the real Prometheus the autoscaling tests start (Debian's package)
 prometheus:
 	@command -v prometheus >/dev/null || scripts/install-prometheus.sh
+
+## haproxy: the real HAProxy the routing tests and bench.routing start (Debian's package)
+haproxy:
+	@command -v haproxy >/dev/null || scripts/install-haproxy.sh
 
 sandbox-down: venv
 	$(BIN)/goodput sandbox down --name $(SANDBOX)

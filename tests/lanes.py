@@ -259,9 +259,9 @@ KIND_IMAGE_PARTS = ("kubernetes", "etcd", "kwok", "coredns", "kind", "kubeadm", 
 
 def host_packages(step: Step) -> None:
     """Debian's packages the cluster tests use (as `make real-node-deps kind-deps
-    prometheus`)."""
+    prometheus haproxy`)."""
     for script in ("install-real-node-deps.sh", "install-kind-deps.sh",
-                   "install-prometheus.sh"):
+                   "install-prometheus.sh", "install-haproxy.sh"):
         proc = subprocess.run(["bash", str(ROOT / "scripts" / script)], capture_output=True,
                               text=True, check=False)
         if proc.returncode != 0:

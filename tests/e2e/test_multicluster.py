@@ -11,13 +11,20 @@ Go module, and its own operator), wired by `goodput sandbox connect`.
   policy) is said on the job, which runs nothing.
 - A 5-replica endpoint split over the two regions; most of one region's nodes fail: its
   replicas that cannot be placed there again move to the other region within
-  failoverSeconds, and the manager's status shows both regions.
+  failoverSeconds, and the manager's status shows both regions. Its requests go through a
+  real HAProxy the manager's operator programs (`--haproxy-runtime-api`): they follow the
+  weights it derives from each region's ready replicas, the failing region is drained
+  (no request reaches it), and it comes back after trafficReturnSeconds, in steps.
 """
 
 from __future__ import annotations
 
+import collections
 import json
+import shutil
+import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,6 +33,7 @@ from typing import Any
 
 import pytest
 
+from goodput_operator.controllers.routing import read
 from goodput_operator.resources.workload import (
     API_VERSION,
     MULTIKUEUE,
@@ -34,6 +42,8 @@ from goodput_operator.resources.workload import (
 )
 from goodput_operator.sandbox import cluster as sandbox_cluster
 from goodput_operator.sandbox import kueue
+from goodput_operator.sandbox.entry import Entry
+from goodput_operator.sandbox.haproxy import HAProxy
 from goodput_operator.sdk import Reporter
 from tests.conftest import Cluster, wait_for
 from tests.e2e.conftest import (
@@ -73,6 +83,7 @@ class Region:
 class Regions:
     manager: Region
     workers: list[Region] = field(default_factory=list)
+    routing_dir: Path = Path()  # where the manager's operator finds the proxy's socket
 
     def all(self) -> list[Region]:
         return [self.manager, *self.workers]
@@ -118,6 +129,7 @@ def regions(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
     if not cluster.is_sandbox:
         pytest.skip("needs sandboxes of its own (three control planes side by side)")
     logs = tmp_path_factory.mktemp("multicluster")
+    routing_dir = Path(tempfile.mkdtemp(prefix="gp-mk-proxy-"))  # a Unix socket's path: short
     boxes = [sandbox_cluster.Sandbox(name) for name in NAMES]
     started: list[Region] = []
     try:
@@ -138,15 +150,17 @@ def regions(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
                                          "maxUnavailable": "100%"})})
             apply(here, FLAVOR)
             account = chart_account(here, logs / f"{box.name}.kubeconfig")
+            routed = ("--haproxy-runtime-api", f"unix:{routing_dir / 'admin.sock'}") \
+                if box is boxes[0] else ()
             operator = Operator(here, logs / f"{box.name}.log", account,
-                                extra_args=("--cluster-name", box.name))
+                                extra_args=("--cluster-name", box.name, *routed))
             operator.start()
             started.append(Region(box.name, here, operator))
         kueue.connect(boxes[0], boxes[1:])
         apply(started[0].cluster, quota("global", 4 * JOB_CHIPS, [kueue.ALL_WORKERS]))
         for region in started[1:]:
             apply(region.cluster, quota("regional", JOB_CHIPS))
-        yield Regions(started[0], started[1:])
+        yield Regions(started[0], started[1:], routing_dir)
     finally:
         for region in started:
             region.operator.stop()
@@ -154,6 +168,7 @@ def regions(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory,
             if box.audit_log.exists():
                 audited_elsewhere.read(box.audit_log)
             sandbox_cluster.down(box)
+        shutil.rmtree(routing_dir, ignore_errors=True)
 
 
 @pytest.fixture
@@ -392,12 +407,49 @@ def test_a_workload_the_cluster_refuses_is_said_on_the_job_which_runs_nothing(
 
 
 FAILOVER_SECONDS = 20
+RETURN_SECONDS = 6  # trafficReturnSeconds: a healed region's hold, then its quarter steps
+
+
+@pytest.fixture
+def proxy(regions: Regions, space: str) -> Iterator[tuple[HAProxy, dict[str, Entry]]]:
+    """The admin's HAProxy, at the socket the manager's operator was told: backend
+    `<space>.chat`, a server per region at that region's entry (stood in by a process
+    answering with its name: the regions' serving pods are KWOK's, which run nothing)."""
+    entries = {r.name: Entry(r.name, 0.0, regions.routing_dir / f"{r.name}.log")
+               for r in regions.workers}
+    found = HAProxy(regions.routing_dir, {(space, "chat"): {
+        n: e.address for n, e in entries.items()}})
+    try:
+        for entry in entries.values():
+            entry.start()
+        found.start()
+        yield found, entries
+    finally:
+        found.stop()
+        for entry in entries.values():
+            entry.stop()
+
+
+def answered(proxy: HAProxy, space: str, count: int) -> collections.Counter[str]:
+    """Which region answered each of COUNT requests sent through the proxy."""
+    seen: collections.Counter[str] = collections.Counter()
+    for _ in range(count):
+        request = urllib.request.Request(f"{proxy.url}/v1/completions", data=b"{}",
+                                         headers={"Host": f"chat.{space}"})
+        with urllib.request.urlopen(request, timeout=5) as response:
+            seen[response.headers["X-Region"]] += 1
+    return seen
+
+
+def proxy_weight(proxy: HAProxy, space: str, region: str) -> int:
+    return read(proxy.api).entries[(f"{space}.chat", region)].weight
 
 
 def test_an_endpoint_split_over_two_regions_moves_away_from_the_one_that_fails(
-        regions: Regions, space: str) -> None:
+        regions: Regions, space: str, proxy: tuple[HAProxy, dict[str, Entry]]) -> None:
     manager = regions.manager.cluster
     a, b = regions.workers
+    haproxy = proxy[0]
     # a queue per region: on the manager through that region's admission check alone; in
     # each region, under the same name, a quota of four whole-UltraServer replicas
     for region in (a, b):
@@ -412,9 +464,10 @@ def test_an_endpoint_split_over_two_regions_moves_away_from_the_one_that_fails(
                  "replicaShape": {"workers": 4, "acceleratorsPerWorker": 16},
                  "template": {"spec": {"containers": [{"name": "server",
                                                        "image": "example.com/serve:1"}]}},
-                 "multiRegion": {"failoverSeconds": FAILOVER_SECONDS, "regions": [
-                     {"name": a.name, "queue": f"to-{a.name}"},
-                     {"name": b.name, "queue": f"to-{b.name}"}]}}}, space)
+                 "multiRegion": {"failoverSeconds": FAILOVER_SECONDS,
+                                 "trafficReturnSeconds": RETURN_SECONDS, "regions": [
+                                     {"name": a.name, "queue": f"to-{a.name}"},
+                                     {"name": b.name, "queue": f"to-{b.name}"}]}}}, space)
 
     def endpoint() -> dict[str, Any]:
         return dict(json.loads(manager.kubectl("get", "ie", "chat", "-n", space, "-o", "json")
@@ -423,14 +476,26 @@ def test_an_endpoint_split_over_two_regions_moves_away_from_the_one_that_fails(
     def by_region() -> dict[str, dict[str, Any]]:
         return {r["name"]: r for r in endpoint().get("regions") or []}
 
-    wait_for(lambda: endpoint().get("readyReplicas") == 5, timeout=120,
-             what="5 replicas ready over the regions")
-    regions_now = by_region()
+    def serving_both() -> dict[str, dict[str, Any]] | None:
+        found = by_region()
+        return found if endpoint().get("readyReplicas") == 5 and all(
+            r.get("traffic") == "Serving" for r in found.values()) else None
+
+    regions_now = wait_for(serving_both, timeout=120 + 2 * RETURN_SECONDS,
+                           what="5 replicas ready over the regions, both serving traffic")
     assert {n: r["readyReplicas"] for n, r in regions_now.items()} == {a.name: 3, b.name: 2}
     assert {n: r["cluster"] for n, r in regions_now.items()} == {a.name: a.name,
                                                                   b.name: b.name}
     serving = {r.name: [e for e in endpoints_in(r.cluster, space)] for r in (a, b)}
     assert [len(v) for v in serving.values()] == [3, 2]  # one-replica endpoints, ready there
+    # the requests follow the weights, which follow the ready replicas (3 : 2)
+    weights = wait_for(lambda: (w := {n: proxy_weight(haproxy, space, n) for n in (
+        a.name, b.name)}) == {n: r["trafficWeight"] for n, r in by_region().items()} and w,
+        timeout=10, what="the proxy using the weights the status shows")
+    assert weights[a.name] == 256 and 140 <= weights[b.name] <= 171, weights
+    seen = answered(haproxy, space, 40)
+    share = weights[b.name] / (weights[a.name] + weights[b.name])
+    assert abs(seen[b.name] - 40 * share) <= 2, (seen, weights)
 
     # most of region A fails: the UltraServers of its three replicas, 12 of its 16 nodes
     used = sorted({node for e in serving[a.name] for g in e["status"]["groups"]
@@ -440,6 +505,9 @@ def test_an_endpoint_split_over_two_regions_moves_away_from_the_one_that_fails(
     fail_nodes(a, used)
     wait_for(lambda: by_region()[a.name]["readyReplicas"] < 3, timeout=60,
              what="region A's replicas not ready")
+    # its share of the requests falls with its ready replicas (to 0 if none was seen)
+    wait_for(lambda: proxy_weight(haproxy, space, a.name) < weights[a.name], timeout=30,
+             what="region A's weight in the proxy lowered")
     moved = wait_for(lambda: (r := by_region())[b.name]["readyReplicas"] == 4 and
                      endpoint().get("readyReplicas") == 5 and r, timeout=FAILOVER_SECONDS + 90,
                      what="two replicas moved to region B, five ready again")
@@ -454,6 +522,38 @@ def test_an_endpoint_split_over_two_regions_moves_away_from_the_one_that_fails(
     assert len(endpoints_in(b.cluster, space)) == 4
     status = endpoint()
     assert (status["replicas"], status["desiredReplicas"], status["readyReplicas"]) == (5, 5, 5)
+
+    # A serves again with its one replica: its share is 1 : 4
+    wait_for(lambda: (r := by_region())[a.name].get("traffic") == "Serving" and
+             (r[a.name]["trafficWeight"], r[b.name]["trafficWeight"]) == (64, 256),
+             timeout=2 * RETURN_SECONDS + 30, what="region A serving at 1 : 4")
+    wait_for(lambda: proxy_weight(haproxy, space, a.name) == 64, timeout=10,
+             what="the proxy at A's share")
+    assert answered(haproxy, space, 20) == {a.name: 4, b.name: 16}
+
+    # A's entry dies: the proxy's health check finds it down, the operator drains it, and
+    # every request is answered by B (none lost: `answered` fails on an error)
+    entries = proxy[1]
+    entries[a.name].stop()
+    drained = wait_for(lambda: (r := by_region()[a.name]).get("traffic") == "Drained" and r,
+                       timeout=15, interval=0.1, what="region A drained")
+    assert "health check" in drained["trafficReason"] and drained["trafficWeight"] == 0
+    assert proxy_weight(haproxy, space, a.name) == 0
+    assert answered(haproxy, space, 10) == {b.name: 10}
+    healed_at = time.monotonic()
+    entries[a.name].start()
+    # back only after the hold, then in quarter steps, to its full share
+    returning = wait_for(lambda: (r := by_region()[a.name]).get("traffic") == "Returning"
+                         and r, timeout=15, interval=0.1, what="region A returning")
+    assert returning["trafficWeight"] == 0 and "held back until" in returning["trafficReason"]
+    wait_for(lambda: by_region()[a.name].get("traffic") == "Serving",
+             timeout=2 * RETURN_SECONDS + 15, what="region A back at its full share")
+    assert time.monotonic() - healed_at >= 2 * RETURN_SECONDS - 1
+    wait_for(lambda: proxy_weight(haproxy, space, a.name) == 64, timeout=10,
+             what="the proxy at A's full share again")
+    reasons = [e["reason"] for e in json.loads(manager.kubectl(
+        "get", "events", "-n", space, "-o", "json").stdout)["items"]]
+    assert "TrafficShifted" in reasons and "TrafficReturned" in reasons
 
 
 def endpoints_in(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:

@@ -324,6 +324,11 @@ class MultiRegion(ApiModel):
     failover_seconds: int = Field(default=60, ge=5, le=3600)
     """A replica not ready (or not admitted by its region's Kueue) this long is moved to
     another region, and its region takes no new replica for as long."""
+    traffic_return_seconds: int = Field(default=60, ge=5, le=3600)
+    """Where the operator routes requests (its `--haproxy-runtime-api`): a region drained
+    of traffic (no ready replica, its entry down, or saturated) takes requests again only
+    after it has been healthy this long, then a quarter of its share more every quarter
+    of this (docs/multicluster.md, "Routing requests")."""
     regions: list[Region] = Field(
         min_length=1, max_length=MAX_REGIONS,
         json_schema_extra={"x-kubernetes-list-type": "map",
@@ -533,6 +538,15 @@ class RegionStatus(ApiModel):
     """A replica there failed over: no new replica goes there before this time."""
     message: str | None = None
     """Why it is unavailable."""
+    traffic: Literal["Serving", "Drained", "Returning"] | None = None
+    """With routing (the operator's `--haproxy-runtime-api`): whether the proxy sends it
+    requests (Serving), none (Drained), or fewer while it comes back (Returning)."""
+    traffic_weight: int | None = Field(default=None, ge=0, le=256)
+    """Its weight in the proxy (0 to 256; the others' in proportion)."""
+    traffic_since: datetime | None = None
+    """In that traffic state since."""
+    traffic_reason: str | None = None
+    """Why it is in that state."""
 
 
 class InferenceEndpointStatus(ApiModel):

@@ -243,6 +243,10 @@ class RegionStatusDict(TypedDict, total=False):
     cluster: str | None
     unavailableUntil: str | None
     message: str | None
+    traffic: Literal["Serving", "Drained", "Returning"] | None
+    trafficWeight: int | None
+    trafficSince: str | None
+    trafficReason: str | None
 
 
 class InferenceEndpointStatusDict(TypedDict, total=False):

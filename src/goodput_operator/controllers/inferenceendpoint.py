@@ -29,6 +29,7 @@ from goodput_operator.api.conditions import set_condition
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec, ServingRole
 from goodput_operator.autoscaling import prometheus
 from goodput_operator.autoscaling.algorithm import Decision, History, Sample, recommend
+from goodput_operator.controllers import routing
 from goodput_operator.controllers.kube import (
     Kube,
     api_message,
@@ -107,6 +108,15 @@ async def apply_endpoint(state: State, kube: Kube, decided: EndpointDecision) ->
     await asyncio.gather(*(state.bulk(kube.delete_pod, meta["namespace"], name)
                            for name in decided.delete))
     await _replicas(state, kube, decided)
+    if decided.weights and state.settings.haproxy_runtime_api:
+        failed = await routing.set_weights(
+            routing.RuntimeApi(state.settings.haproxy_runtime_api), decided.weights)
+        if failed:  # said on the endpoint; the next pass sets them again
+            decided.events.append(Event("Warning", "RoutingFailed", failed[0]))
+            decided.desired["conditions"] = set_condition(
+                decided.desired.get("conditions") or [], "Routed", False, "ProxyRefused",
+                f"the proxy refused a weight: {failed[0]}", meta.get("generation"),
+                times.seconds(time.time()))
     await write_status(kube, PLURAL, ie, decided.status, decided.desired, decided.events)
     await apply_quota(kube, decided.quota, state.note_workload)
 

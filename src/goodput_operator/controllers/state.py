@@ -31,6 +31,7 @@ from goodput_operator.api.views import (
     job_views,
     key_of,
 )
+from goodput_operator.autoscaling.routing import ProxyView
 from goodput_operator.controllers.kube import BULK_WRITES, wrote
 from goodput_operator.controllers.pacing import WriteLimit
 from goodput_operator.controllers.shapes import NODE_METADATA_KEPT, POD_SPEC_KEPT
@@ -203,6 +204,7 @@ class Settings:
     prometheus_url: str = "http://127.0.0.1:9090"
     prometheus_allow: list[str] = field(default_factory=list)  # what else endpoints may
     # name (URL prefixes)
+    haproxy_runtime_api: str = ""  # --haproxy-runtime-api: where requests are routed
 
 
 class State:
@@ -214,6 +216,7 @@ class State:
 
     def __init__(self) -> None:
         self.settings = Settings()
+        self.proxy: ProxyView | None = None  # the routing proxy, as last read (routing)
         self.nodes: dict[str, Obj] = {}
         self.pods: dict[str, Obj] = {}  # pods that request accelerators or are ours
         self.job_pods: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
@@ -352,7 +355,8 @@ class State:
             workload_refusals=self.workload_refusals,
             delegated=list(self.delegated.values()),
             delegated_endpoints=list(self.delegated_endpoints.values()),
-            cluster_name=self.settings.cluster_name, classes=classes, priorities=priorities,
+            cluster_name=self.settings.cluster_name, proxy=self.proxy, classes=classes,
+            priorities=priorities,
             require_queue=self.settings.require_queue, ignored_pods=self.ignored_pods,
             report_url=self.settings.report_url, write_budget=self.write_budget,
             standby_per_namespace=self.settings.standby_per_namespace,

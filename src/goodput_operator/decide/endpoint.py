@@ -89,6 +89,8 @@ class EndpointDecision:
     quota: Quota | None = None  # under Kueue: its Workload to create or patch
     children: list[Obj] = field(default_factory=list)  # multiRegion: replicas to send
     drop: list[str] = field(default_factory=list)  # multiRegion: replicas to delete
+    # multiRegion, routed: the proxy's weights to set (backend, server, weight)
+    weights: list[tuple[str, str, int]] = field(default_factory=list)
 
     @property
     def key(self) -> tuple[str, str]:

@@ -39,6 +39,7 @@ from goodput_operator.decide.endpoint import EndpointDecision, record_scaling
 from goodput_operator.decide.quota import handoff
 from goodput_operator.decide.roles import desired_replicas
 from goodput_operator.decide.snapshot import Snapshot
+from goodput_operator.decide.traffic import routed
 from goodput_operator.decide.turns import kept, short_of_replicas, turn
 from goodput_operator.decide.types import (
     ConditionUpdate,
@@ -260,14 +261,25 @@ def decide_regions(snapshot: Snapshot, ie: Obj) -> EndpointDecision:
     plan, waits, backoff = _held_back(snapshot, view, plan)
     left = [r for _, r in children if r.name not in plan.delete]
     found = regions_status(snapshot, view, Regions(policy, plan, left, desired, waits))
+    routing = None
+    if snapshot.proxy is not None:
+        routing = routed(snapshot.proxy, *view.key, found["regions"],
+                         status.get("regions") or [], snapshot.clock,
+                         policy.traffic_return_seconds)
+        found["regions"] = routing.regions
+        found["conditions"] = apply_conditions(found["conditions"], [routing.condition],
+                                               view.generation, at)
     recorded = record_scaling(scaled if role.scaling else None, found, status, "")
     if recorded is not None:
         found = {**found, **recorded[0]}
     return EndpointDecision(
         ie, status, found, [*(Event("Warning", "ReplicaMoved", m) for m in plan.moved),
-                            *([recorded[1]] if recorded else [])],
+                            *([recorded[1]] if recorded else []),
+                            *(routing.events if routing else [])],
         limited=bool(plan.short or waits), scaling_recorded=[""] if recorded else [],
-        wake_at=backoff, children=_sent(ie, policy, plan, children), drop=plan.delete)
+        wake_at=min((t for t in (backoff, routing and routing.wake_at) if t), default=None),
+        children=_sent(ie, policy, plan, children), drop=plan.delete,
+        weights=routing.weights if routing else [])
 
 
 def _sent(ie: Obj, policy: MultiRegion, plan: RegionPlan,

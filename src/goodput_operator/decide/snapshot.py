@@ -21,6 +21,7 @@ from goodput_operator.api.views import (
     key_of,
 )
 from goodput_operator.autoscaling.algorithm import Decision as ScalingDecision
+from goodput_operator.autoscaling.routing import ProxyView
 from goodput_operator.decide.priority import Classes, Priority, of_job
 from goodput_operator.decide.types import Memo, OwnerKey, Refusal
 from goodput_operator.health.accounting import Ledger, Seen
@@ -114,6 +115,9 @@ class Snapshot:
     delegated: Sequence[Obj] = ()  # jobs MultiKueue runs elsewhere (spec.managedBy)
     delegated_endpoints: Sequence[Obj] = ()  # and endpoints (a multi-region one's replicas)
     cluster_name: str = ""  # this cluster's name, written into job statuses when set
+    # the proxy multi-region endpoints' requests go through, as last read (None: the
+    # operator routes none; autoscaling.routing)
+    proxy: ProxyView | None = None
     # the admin's PriorityClasses and WorkloadPriorityClasses, and each job's priority
     # from them (decide.priority; State works them out once per pass)
     classes: Classes = field(default_factory=Classes)

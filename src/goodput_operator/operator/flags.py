@@ -85,6 +85,13 @@ FLAGS: tuple[Flag, ...] = (
          "InferenceEndpoint without a `kueue.x-k8s.io/queue-name` label is held Pending "
          "(Admitted=False, reason QueueRequired), as Kueue's manageJobsWithoutQueueName",
          shown="none"),
+    Flag("--haproxy-runtime-api", "GOODPUT_HAPROXY_RUNTIME_API", "", "str",
+         "route the requests of multi-region InferenceEndpoints through this HAProxy: its "
+         "runtime API (`unix:/path` or `HOST:PORT`, the stats socket at level admin). For "
+         "each endpoint routed the admin declares a backend `<namespace>.<name>` with a "
+         "server per region, named after it, at that region's entry; the operator sets "
+         "their weights ([routing](multicluster.md#routing-requests-across-regions))",
+         shown="none (routing off)"),
     Flag("--cluster-name", "GOODPUT_CLUSTER_NAME", "", "str",
          "this cluster's name, written into every TrainingJob's and InferenceEndpoint's "
          "status.cluster: under MultiKueue the status is copied to the manager, which then "

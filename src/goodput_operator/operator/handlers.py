@@ -24,7 +24,7 @@ import kopf
 
 from goodput_operator import names
 from goodput_operator.api.base import GROUP, VERSION
-from goodput_operator.controllers import inferenceendpoint
+from goodput_operator.controllers import inferenceendpoint, routing
 from goodput_operator.controllers.kube import API_CONNECTIONS, Kube
 from goodput_operator.controllers.state import State
 from goodput_operator.health.cadence import REPORTS_PER_SECOND
@@ -156,6 +156,10 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         _tasks.append(asyncio.create_task(loop.run_loop(STATE, kube), name="reconcile"))
         _tasks.append(asyncio.create_task(inferenceendpoint.run_autoscaler(STATE),
                                           name="autoscaler"))
+        if STATE.settings.haproxy_runtime_api:
+            _tasks.append(asyncio.create_task(routing.run_router(
+                STATE, routing.RuntimeApi(STATE.settings.haproxy_runtime_api)),
+                name="router"))
 
     def lost() -> None:
         OPTIONS.lost_leadership = True

@@ -91,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers.STATE.settings.standby_per_namespace = max(0, args.standby_domains_per_namespace)
     handlers.STATE.settings.searches_per_namespace = max(1, args.searches_per_namespace)
     handlers.STATE.settings.prometheus_allow = list(args.prometheus_allow)
+    handlers.STATE.settings.haproxy_runtime_api = args.haproxy_runtime_api
     handlers.STATE.settings.report_url = args.report_url or (
         f"http://127.0.0.1:{args.report_port}" if args.report_port else "")
     if args.report_tls_cert:
