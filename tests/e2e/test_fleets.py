@@ -37,6 +37,7 @@ from tests.e2e.conftest import (
 )
 from tests.e2e.test_inference import pods_of, wait_status
 from tests.e2e.test_recovery import env_of, ranked_nodes, running_again
+from tests.unit.fleets import slice_size
 
 pytestmark = pytest.mark.e2e
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -116,7 +117,7 @@ def test_each_fleets_examples_place_recover_and_serve_inside_one_domain(
     name, workers = example["metadata"]["name"], example["spec"]["workers"]
     per_worker = example["spec"]["acceleratorsPerWorker"]
     # a gang of slices (TPU multislice) takes a domain per slice; any other, one domain
-    size = ((example["spec"].get("topology") or {}).get("slice") or {}).get("size", workers)
+    size = slice_size(example["spec"])
     assert per_worker == per_node  # the examples take whole nodes
     apply(crds, example, namespace)
     job = wait_phase(crds, namespace, name, "Running")

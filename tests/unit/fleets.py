@@ -38,3 +38,10 @@ def nvl72(domains: int = 2) -> Fleet:
     nodes = [node(f"gb{d}-n{s}", f"clique.{d}", "b0", 4, label="nvidia.com/gpu.clique")
              for d in range(domains) for s in range(18)]
     return Fleet.from_objects(shape, nodes)
+
+
+def slice_size(shape: dict[str, Any]) -> int:
+    """How many of a gang's workers share one domain, as its spec says: a slice
+    (topology.slice.size, TPU multislice) or the whole gang."""
+    return int(((shape.get("topology") or {}).get("slice") or {}).get(
+        "size", shape.get("workers", 1)))

@@ -15,6 +15,7 @@ from goodput_operator.api import crds
 from goodput_operator.api.inferenceendpoint import InferenceEndpointSpec
 from goodput_operator.api.trainingjob import TrainingJobSpec
 from goodput_operator.api.ultraservergroup import UltraServerGroupSpec
+from tests.unit.fleets import slice_size
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,8 +146,7 @@ def test_each_example_group_fits_a_pool_of_its_fleet_and_its_jobs_fit_a_domain(
     for doc in users:
         for shape in shapes(doc["spec"]):  # a job, a replica, a disaggregated role's
             name = doc["metadata"]["name"]
-            per_domain = ((shape.get("topology") or {}).get("slice") or {}).get(
-                "size", shape.get("workers", 1))  # a slice of the gang, or all of it
+            per_domain = slice_size(shape)  # a slice of the gang, or all of it
             assert per_domain <= room and shape.get("workers", 1) % per_domain == 0, name
             assert shape["acceleratorsPerWorker"] <= spec.accelerator.per_node, name
             if spec.interconnect == "ici":  # a TPU slice runs whole, a host per worker

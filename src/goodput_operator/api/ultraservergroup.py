@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
@@ -251,16 +252,29 @@ class NoticeDeadlines(ApiModel):
                 "Drain": self.drain}[kind]
 
 
-DOMAIN_LABELS: dict[str, str] = {
-    "neuronlink": "topology.k8s.aws/ultraserver-id",
-    "nvlink": "nvidia.com/gpu.clique",
-    "efa-only": "topology.k8s.aws/network-node-layer-3",
+@dataclass(frozen=True)
+class Traits:
+    """What an interconnect means to the operator, in one place: the node label naming
+    a domain, what a person calls one, whether nodes talk RDMA (InfiniBand verbs: NCCL's
+    IB transport, an RDMA device per pod), and whether a gang takes domains whole (a TPU
+    slice: its hosts form one fixed-shape mesh)."""
+
+    domain_label: str
+    noun: str = "domain"
+    rdma: bool = False
+    whole_domains: bool = False
+
+
+INTERCONNECTS: dict[str, Traits] = {
+    "neuronlink": Traits("topology.k8s.aws/ultraserver-id", "UltraServer"),
+    "nvlink": Traits("nvidia.com/gpu.clique", "NVLink domain"),
+    "efa-only": Traits("topology.k8s.aws/network-node-layer-3"),
     # NVIDIA topograph's leaf: the switch block the nodes hang off (Azure, InfiniBand and
     # RoCE clusters on premises)
-    "infiniband": "network.topology.nvidia.com/block",
-    "roce": "network.topology.nvidia.com/block",
+    "infiniband": Traits("network.topology.nvidia.com/block", rdma=True),
+    "roce": Traits("network.topology.nvidia.com/block", rdma=True),
     # a multi-host TPU slice is a GKE node pool of its own
-    "ici": "cloud.google.com/gke-nodepool",
+    "ici": Traits("cloud.google.com/gke-nodepool", "TPU slice", whole_domains=True),
 }
 
 
@@ -343,7 +357,11 @@ class UltraServerGroupSpec(ApiModel):
     @property
     def domain_key(self) -> str:
         """The label naming a node's domain: domainLabel, else the interconnect's."""
-        return self.domain_label or DOMAIN_LABELS[self.interconnect]
+        return self.domain_label or self.traits.domain_label
+
+    @property
+    def traits(self) -> Traits:
+        return INTERCONNECTS[self.interconnect]
 
 
 class DomainStatus(ApiModel):

@@ -32,7 +32,6 @@ NCCL_ENV = {  # NCCL's bootstrap sockets: the pod's interface, never loopback or
 # InfiniBand and RoCE: NCCL's IB verbs transport (RoCE's too), and only it: a pod that
 # cannot reach an HCA fails at its first collective instead of running on TCP sockets
 RDMA_NCCL_ENV = {"NCCL_NET": "IB"}
-RDMA_INTERCONNECTS = ("infiniband", "roce")
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,7 @@ class Fabric:
         accelerator = spec.accelerator
         return cls(accelerator.resource, accelerator.per_node, accelerator.efa_per_node,
                    spec.interconnect == "nvlink" and spec.compute_domains,
-                   accelerator.device_class, spec.interconnect in RDMA_INTERCONNECTS,
+                   accelerator.device_class, spec.traits.rdma,
                    accelerator.rdma_resource, accelerator.rdma_per_pod)
 
     def efa_for(self, accelerators: int) -> int:

@@ -56,8 +56,6 @@ class GroupShape:
     @classmethod
     def from_spec(cls, spec: UltraServerGroupSpec) -> GroupShape:
         """From an UltraServerGroupSpec (pydantic model)."""
-        noun = {"neuronlink": "UltraServer", "nvlink": "NVLink domain",
-                "ici": "TPU slice"}.get(spec.interconnect, "domain")
         return cls(
             domain_label=spec.domain_key, nodes_per_domain=spec.nodes_per_domain,
             accelerators_per_node=spec.accelerator.per_node,
@@ -65,10 +63,10 @@ class GroupShape:
             network_levels=tuple(spec.network_levels),
             slot_label=spec.slot_order.label if spec.slot_order.by == "label" else None,
             spares_per_domain=spec.spares.per_domain,
-            spares_per_group=spec.spares.per_group, domain_noun=noun,
+            spares_per_group=spec.spares.per_group, domain_noun=spec.traits.noun,
             lemon_half_life_days=spec.quarantine.lemon_half_life_days,
             device_class=spec.accelerator.device_class,
-            whole_domains=spec.interconnect == "ici",
+            whole_domains=spec.traits.whole_domains,
         )
 
 
