@@ -27,6 +27,7 @@ endpoint's status (status.regions[].traffic, trafficSince): level-based, like th
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import math
 from collections.abc import Mapping, Sequence
@@ -62,6 +63,18 @@ class ProxyView:
     entries: Mapping[tuple[str, str], Entry]  # (backend, server) -> entry
     error: str = ""
     at: float = 0.0  # when it was read (epoch seconds)
+
+    def servers(self, backend: str) -> Mapping[str, Entry]:
+        """BACKEND's servers by name: indexed once per read, so that each endpoint's pass
+        costs its own backend, not every backend of the proxy."""
+        return self._by_backend.get(backend, {})
+
+    @functools.cached_property
+    def _by_backend(self) -> dict[str, dict[str, Entry]]:
+        index: dict[str, dict[str, Entry]] = {}
+        for (backend, server), entry in self.entries.items():
+            index.setdefault(backend, {})[server] = entry
+        return index
 
 
 def backend_name(namespace: str, name: str) -> str:

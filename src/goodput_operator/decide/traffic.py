@@ -53,7 +53,7 @@ def routed(proxy: ProxyView, namespace: str, name: str, regions: Sequence[Region
         return Routing([{**r, **_kept(r["name"], last)} for r in regions], ConditionUpdate(
             "Routed", False, "ProxyUnreachable",
             f"cannot read the proxy: {proxy.error}; its weights stay as they were"))
-    entries = {server: entry for (b, server), entry in proxy.entries.items() if b == backend}
+    entries = proxy.servers(backend)
     if not entries:
         return Routing(list(regions), ConditionUpdate(
             "Routed", False, "BackendMissing",
