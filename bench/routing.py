@@ -126,7 +126,7 @@ async def route_every_second(proxy: HAProxy, ready: dict[str, int], start: float
         if ours:
             regions: list[RegionStatusDict] = [{"name": n, "readyReplicas": r}
                                                for n, r in ready.items()]
-            found = routed(view, *ENDPOINT, regions, last, now, return_seconds)
+            found = routed(view, ENDPOINT, regions, last, now, return_seconds)
             await routing.set_weights(proxy.api, found.weights)
             last = found.regions
             weights = {r["name"]: int(r.get("trafficWeight") or 0) for r in found.regions}

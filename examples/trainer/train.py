@@ -149,6 +149,28 @@ def wait_for_name(host: str, timeout: float = 120) -> None:
             time.sleep(0.2)
 
 
+def rendezvous(backend: str, master: str, port: str, rank: int, world: int) -> None:
+    """Join the gang at rank 0's store. A failure's last line (what the incident quotes,
+    160 characters) says where the name pointed before and after, and this pod's own
+    address: enough to tell a stale or unreachable address from a store never opened."""
+    resolved = addresses(master)
+    try:
+        dist.init_process_group(backend, init_method=f"tcp://{master}:{port}", rank=rank,
+                                world_size=world, timeout=datetime.timedelta(seconds=120))
+    except Exception as err:
+        raise RuntimeError(f"rendezvous at {master}:{port}: was {resolved}, now "
+                           f"{addresses(master)}, me {addresses(socket.gethostname())}: "
+                           f"{type(err).__name__}") from err
+
+
+def addresses(host: str) -> list[str]:
+    """What HOST resolves to now (for a failure's last words)."""
+    try:
+        return sorted({info[4][0] for info in socket.getaddrinfo(host, None)})
+    except socket.gaierror as err:
+        return [f"unresolved: {err}"]
+
+
 def batch(seed: int, step: int, rank: int, hidden: int) -> tuple[torch.Tensor, torch.Tensor]:
     """This rank's data for STEP: a pure function of (seed, step, rank), so a resumed run
     sees exactly the batches an uninterrupted one would."""
@@ -239,8 +261,7 @@ def main() -> int:
         for host in hosts:
             wait_for_name(host)
         log(f"hostfile: all {len(hosts)} names resolve")
-    dist.init_process_group(args.backend, init_method=f"tcp://{master}:{port}", rank=rank,
-                            world_size=world, timeout=datetime.timedelta(seconds=120))
+    rendezvous(args.backend, master, port, rank, world)
 
     device = torch.device("cpu")
     if args.backend == "nccl":  # NCCL reduces CUDA tensors: one device per process

@@ -263,7 +263,7 @@ def decide_regions(snapshot: Snapshot, ie: Obj) -> EndpointDecision:
     found = regions_status(snapshot, view, Regions(policy, plan, left, desired, waits))
     routing = None
     if snapshot.proxy is not None:
-        routing = routed(snapshot.proxy, *view.key, found["regions"],
+        routing = routed(snapshot.proxy, view.key, found["regions"],
                          status.get("regions") or [], snapshot.clock,
                          policy.traffic_return_seconds)
         found["regions"] = routing.regions

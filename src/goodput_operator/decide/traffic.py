@@ -44,11 +44,11 @@ class Routing:
     wake_at: float | None = None  # a returning region's next step
 
 
-def routed(proxy: ProxyView, namespace: str, name: str, regions: Sequence[RegionStatusDict],
+def routed(proxy: ProxyView, key: tuple[str, str], regions: Sequence[RegionStatusDict],
            last: Sequence[RegionStatusDict], now: float, return_seconds: int) -> Routing:
-    """REGIONS (this pass's status.regions) with each region's traffic, from PROXY and
-    what LAST (the status as read) remembered."""
-    backend = backend_name(namespace, name)
+    """REGIONS (this pass's status.regions) of the endpoint KEY (namespace, name) with
+    each region's traffic, from PROXY and what LAST (the status as read) remembered."""
+    backend = backend_name(*key)
     if proxy.error:
         return Routing([{**r, **_kept(r["name"], last)} for r in regions], ConditionUpdate(
             "Routed", False, "ProxyUnreachable",
